@@ -1,0 +1,49 @@
+"""tunekit: distributed hyperparameter search for Keras on Ray Tune, Optuna, ASHA and MLflow.
+
+Importing tunekit is cheap: Ray, TensorFlow and MLflow are imported only by the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tunekit.contract import TrialContext
+from tunekit.errors import SearchAborted, SpecError, StorageError, TunekitError
+from tunekit.results import ExperimentResults, load
+from tunekit.search import Plan, plan_budget
+from tunekit.spec import ExperimentSpec, load_spec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "ExperimentResults",
+    "ExperimentSpec",
+    "Plan",
+    "SearchAborted",
+    "SpecError",
+    "StorageError",
+    "TrialContext",
+    "TunekitError",
+    "load",
+    "load_spec",
+    "plan_budget",
+    "resume",
+    "run",
+]
+__version__ = "0.1.0"
+
+
+def run(spec: Any, **kwargs: Any) -> ExperimentResults:
+    """Runs a search; see ``tunekit.runner.run`` for the arguments."""
+    from tunekit.runner import run as _run
+
+    return _run(spec, **kwargs)
+
+
+def resume(experiment_dir: str | Path, **kwargs: Any) -> ExperimentResults:
+    """Finishes an interrupted search; see ``tunekit.runner.resume``."""
+    from tunekit.runner import resume as _resume
+
+    return _resume(experiment_dir, **kwargs)

@@ -1,0 +1,156 @@
+"""The ``tunekit`` command.
+
+``--help``, ``validate`` and ``plan`` import neither Ray nor TensorFlow and answer in
+well under a second. Errors print one line (``--debug`` shows the traceback):
+exit status 2 for an invalid spec or usage, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tunekit.errors import SpecError, TunekitError
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SpecError as error:
+        return _fail(args, error, EXIT_USAGE)
+    except TunekitError as error:
+        return _fail(args, error, EXIT_FAILURE)
+    except KeyboardInterrupt:
+        print("tunekit: interrupted; `tunekit resume EXPERIMENT_DIR` continues the search", file=sys.stderr)
+        return 130
+
+
+def _fail(args: argparse.Namespace, error: Exception, status: int) -> int:
+    if args.debug:
+        raise error
+    print(f"tunekit: error: {error}", file=sys.stderr)
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunekit", description="Hyperparameter search for Keras on Ray Tune.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a search")
+    run.add_argument("spec", help="experiment spec (YAML)")
+    _add_set(run)
+    run.add_argument("--name", help="experiment directory name (default: spec name + timestamp)")
+    run.add_argument("--storage", help="directory holding experiment directories (default: storage.path)")
+    run.add_argument("--address", help="Ray cluster address to join (default: RAY_ADDRESS, else local Ray)")
+    run.set_defaults(handler=_run)
+
+    resume = commands.add_parser("resume", help="finish an interrupted search")
+    resume.add_argument("experiment_dir")
+    resume.add_argument("--address", help="Ray cluster address to join")
+    resume.set_defaults(handler=_resume)
+
+    validate = commands.add_parser("validate", help="check a spec; print ok or the first error")
+    validate.add_argument("spec")
+    _add_set(validate)
+    validate.set_defaults(handler=_validate)
+
+    plan = commands.add_parser("plan", help="print ASHA's rungs and the epochs the search will spend")
+    plan.add_argument("spec")
+    _add_set(plan)
+    plan.set_defaults(handler=_plan)
+
+    report = commands.add_parser("report", help="best-first table of a finished experiment")
+    report.add_argument("experiment_dir")
+    report.add_argument("--format", choices=("table", "json"), default="table")
+    report.set_defaults(handler=_report)
+    return parser
+
+
+def _add_set(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                         help="override a spec value (YAML syntax); repeatable")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tunekit.runner import run
+
+    results = run(args.spec, overrides=args.set, name=args.name, storage=args.storage, address=args.address)
+    _print_summary(results)
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from tunekit.runner import resume
+
+    _print_summary(resume(args.experiment_dir, address=args.address))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from tunekit.spec import load_spec
+
+    load_spec(args.spec, args.set)
+    print("ok")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from tunekit.search import plan_budget
+    from tunekit.spec import load_spec
+
+    spec = load_spec(args.spec, args.set)
+    print(f"{spec.name}: {spec.budget.num_samples} trials of up to {spec.budget.max_epochs} epochs, "
+          f"{spec.budget.max_concurrent} at a time, scheduler {spec.scheduler.type}")
+    print(plan_budget(spec).describe())
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tunekit.results import load
+
+    results = load(args.experiment_dir)
+    if args.format == "json":
+        print(results.to_json())
+    else:
+        print(_table(results))
+    return 0
+
+
+def _print_summary(results: object) -> None:
+    from tunekit.results import ExperimentResults
+
+    assert isinstance(results, ExperimentResults)
+    counts = results.trials["status"].value_counts().to_dict() if not results.trials.empty else {}
+    print(f"experiment: {results.experiment_dir}")
+    print("trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("completed", "pruned", "stopped", "failed")))
+    best = results.best
+    if best is None:
+        print("best: none (no trial reported the metric)")
+        return
+    print(f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
+          f"after {best.epochs} epochs, {best.status}")
+    print("best config: " + ", ".join(f"{k}={v}" for k, v in best.config.items()))
+
+
+def _table(results: object) -> str:
+    from tunekit.results import PARAM_PREFIX, ExperimentResults
+
+    assert isinstance(results, ExperimentResults)
+    if results.trials.empty:
+        return "no trials recorded"
+    table = results.ranked()
+    params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
+    shown = table[["number", "status", "epochs", "final_metric", "best_metric", "wall_seconds", *params]]
+    shown = shown.rename(columns={c: c[len(PARAM_PREFIX):] for c in params} | {"final_metric": results.metric})
+    return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The Keras callback that turns each finished epoch into one Ray Tune report.
+
+Imported only inside trial workers (it imports Keras, hence TensorFlow).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import keras
+from ray import tune
+
+from tunekit.contract import TrialContext
+from tunekit.errors import FatalTrialError, TrialFailure
+from tunekit.resources import WorkerDevices
+from tunekit.search import EPOCH_KEY
+from tunekit.spec import ExperimentSpec
+
+if TYPE_CHECKING:
+    from tunekit.trainable import TrialProgress
+
+
+class EpochReporter(keras.callbacks.Callback):  # type: ignore[misc]
+    """Checks the epoch's metrics, checkpoints, and reports; ``tune.report`` blocks until
+    the driver has seen the result, and raises ``SystemExit`` when ASHA stops the trial."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        ctx: TrialContext,
+        devices: WorkerDevices,
+        progress: TrialProgress,
+        steps: int | None,
+    ) -> None:
+        super().__init__()
+        self._spec = spec
+        self._ctx = ctx
+        self._devices = devices
+        self._progress = progress
+        self._start_epoch = progress.epoch
+        self._steps = steps
+        self._epoch_started = 0.0
+        self._train_seconds = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch_started = time.perf_counter()
+        self._train_seconds = 0.0
+
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        # Validation runs inside the epoch; throughput counts training time only.
+        self._train_seconds = time.perf_counter() - self._epoch_started
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        from tunekit.trainable import INFO_KEY, memory_mb, save_checkpoint, trial_info
+
+        completed = epoch + 1
+        metrics = {key: float(value) for key, value in (logs or {}).items()}
+        self._check(metrics, completed)
+        elapsed = time.perf_counter() - self._epoch_started
+        metrics["epoch_seconds"] = elapsed
+        if self._steps:
+            metrics["samples_per_second"] = self._steps * self._ctx.batch_size / (self._train_seconds or elapsed)
+        metrics["memory_mb"] = memory_mb(self._devices)
+        bookkeeping: dict[str, Any] = {"metrics": sorted(metrics)}
+        if completed == self._start_epoch + 1:
+            bookkeeping["resumed_from_epoch"] = self._start_epoch
+            bookkeeping["info"] = trial_info(self._ctx, self._devices)
+        checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
+        save_checkpoint(checkpoint_dir, self.model, completed, final=completed == self._spec.budget.max_epochs)
+        self._progress.epoch = completed
+        try:
+            tune.report(
+                {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping},
+                checkpoint=tune.Checkpoint.from_directory(checkpoint_dir),
+            )
+        finally:
+            # Ray copied the checkpoint into the trial's storage before blocking.
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+    def _check(self, metrics: dict[str, float], epoch: int) -> None:
+        name = self._spec.metric.name
+        if name not in metrics:
+            raise FatalTrialError(
+                f"metric {name!r} was never reported; the trainable reported: {', '.join(sorted(metrics))}"
+            )
+        if not math.isfinite(metrics.get("loss", 0.0)) or not math.isfinite(metrics[name]):
+            raise TrialFailure(f"non-finite loss at epoch {epoch}")

@@ -1,0 +1,57 @@
+"""The exception hierarchy: one base, one class per kind of failure the user must tell apart."""
+
+from __future__ import annotations
+
+
+class TunekitError(Exception):
+    """Base of every error tunekit raises on purpose."""
+
+
+class SpecError(TunekitError, ValueError):
+    """A spec (or an override of it) breaks a rule.
+
+    The message always reads ``<path>: <rule>, got <value>`` so the user can find the
+    offending line without a traceback.
+    """
+
+    def __init__(self, path: str, rule: str, value: object = ..., *, got: bool = True) -> None:
+        self.path = path
+        self.rule = rule
+        self.value = value
+        text = f"{path}: {rule}"
+        if got and value is not ...:
+            text += f", got {_show(value)}"
+        super().__init__(text)
+
+
+class SearchAborted(TunekitError):
+    """The search was stopped on purpose: a fatal trial error or one repeated in every trial."""
+
+
+class StorageError(TunekitError):
+    """The experiment storage is missing, not writable, or not reachable from every node."""
+
+
+class TrialFailure(TunekitError):
+    """A trial failed for its own reasons (non-finite loss, a bug in one config).
+
+    Raised inside a trial; the search records the reason and goes on.
+    """
+
+
+class FatalTrialError(TunekitError):
+    """A trial hit an error that every trial will hit (bad metric name, import error)."""
+
+
+def _show(value: object) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "null"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return repr(value)

@@ -1,0 +1,308 @@
+"""Driver-side record of a search: Ray events in, trial and epoch tables out.
+
+This is the one place that reads Ray's trial events. It keeps a ``TrialRecord`` per
+trial and an ``EpochRow`` per reported epoch, writes ``trials.csv`` and ``epochs.csv``
+into the experiment directory as trials end, and forwards each change to listeners
+(the console and the MLflow tracker), which never touch Ray themselves.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.stopper import Stopper
+
+from tunekit.results import EPOCHS_FILE, TRIALS_FILE
+from tunekit.search import EPOCH_KEY, FAILURE_KEY, pick_best, rung_of
+from tunekit.spec import ExperimentSpec
+from tunekit.trainable import FAILURE_KIND_KEY, INFO_KEY
+
+# How many trials may fail with one identical error, before any succeeds, before the
+# search is stopped as hopeless (the error is in the trainable, not in the configs).
+REPEATED_FAILURE_LIMIT = 3
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    number: int | None
+    params: dict[str, Any]
+    status: str = "running"  # running | completed | pruned | stopped | failed
+    reason: str = ""
+    epochs: int = 0
+    final_metric: float | None = None
+    best_metric: float | None = None
+    rung: int | None = None
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    samples_per_second: float | None = None
+    node: str = ""
+    attempts: int = 1
+    info: dict[str, Any] = field(default_factory=dict)
+    rated_epochs: int = 0  # epochs averaged into samples_per_second
+
+    @property
+    def wall_seconds(self) -> float:
+        return (self.ended_at or time.time()) - self.started_at
+
+
+@dataclass
+class EpochRow:
+    trial_id: str
+    epoch: int
+    metrics: dict[str, float]
+    attempt: int
+    resumed_from_epoch: int | None
+    at: float  # seconds since the search started
+
+
+class Listener(Protocol):
+    def trial_started(self, record: TrialRecord) -> None: ...
+    def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None: ...
+    def trial_ended(self, record: TrialRecord) -> None: ...
+    def tick(self, recorder: Recorder) -> None: ...
+
+
+class RecordingASHA(ASHAScheduler):
+    """ASHA that remembers which trials it stopped, so 'pruned' means pruned by ASHA."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stopped: set[str] = set()
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        decision = super().on_trial_result(tune_controller, trial, result)
+        if decision == TrialScheduler.STOP and result.get(EPOCH_KEY, 0) < self._max_t:
+            self.stopped.add(trial.trial_id)
+        return decision
+
+
+class FailureGuard(Stopper):
+    """Stops the whole search on a fatal trial error, or on one error repeated in every trial."""
+
+    def __init__(self) -> None:
+        self.abort_reason: str | None = None
+        self._any_success = False
+        self._failures: list[str] = []
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        reason = result.get(FAILURE_KEY)
+        if not reason:
+            self._any_success = True
+            return False
+        if result.get(FAILURE_KIND_KEY) == "fatal" and self.abort_reason is None:
+            self.abort_reason = f"trial {trial_id} failed with an error every trial would hit: {reason}"
+        self._failures.append(str(reason))
+        recent = self._failures[-REPEATED_FAILURE_LIMIT:]
+        if (
+            not self._any_success
+            and len(recent) == REPEATED_FAILURE_LIMIT
+            and len(set(recent)) == 1
+            and self.abort_reason is None
+        ):
+            self.abort_reason = (
+                f"the first {REPEATED_FAILURE_LIMIT} trials all failed with the same error, "
+                f"so the trainable is broken, not the configs: {reason}"
+            )
+        return True
+
+    def stop_all(self) -> bool:
+        return self.abort_reason is not None
+
+
+class Recorder(Callback):
+    """Builds the trial and epoch tables from Ray's callbacks and writes them as CSV."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        experiment_dir: Path,
+        searcher: Any,
+        scheduler: TrialScheduler,
+        listeners: Sequence[Listener] = (),
+    ) -> None:
+        self.spec = spec
+        self.experiment_dir = experiment_dir
+        self.searcher = searcher
+        self.scheduler = scheduler
+        self.listeners = list(listeners)
+        self.trials: dict[str, TrialRecord] = {}
+        self.epochs: list[EpochRow] = []
+        self.started = time.time()
+
+    # ----------------------------------------------------------------- Ray callbacks
+
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        record = self.trials.get(trial.trial_id)
+        if record is None:
+            record = TrialRecord(
+                trial.trial_id, self.searcher.trial_number(trial.trial_id), _params(trial.config)
+            )
+            self.trials[trial.trial_id] = record
+        else:  # restarted after a worker died, or resumed
+            record.attempts += 1
+            record.status = "running"
+        for listener in self.listeners:
+            listener.trial_started(record)
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
+        record = self._record(trial)
+        if result.get(FAILURE_KEY):
+            record.reason = str(result[FAILURE_KEY])
+            return
+        bookkeeping = result.get(INFO_KEY, {})
+        names = bookkeeping.get("metrics", [])
+        metrics = {name: float(result[name]) for name in names if name in result}
+        if "info" in bookkeeping:
+            record.info = {**bookkeeping["info"], "node_ip": result.get("node_ip", "")}
+            record.node = str(result.get("node_ip", ""))
+        row = EpochRow(
+            trial.trial_id,
+            int(result[EPOCH_KEY]),
+            metrics,
+            record.attempts,
+            bookkeeping.get("resumed_from_epoch"),
+            time.time() - self.started,
+        )
+        self.epochs.append(row)
+        self._update_metric(record, row)
+        for listener in self.listeners:
+            listener.epoch_reported(record, row)
+
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        record = self._record(trial)
+        if record.reason:
+            record.status = "failed"
+        elif record.epochs >= self.spec.budget.max_epochs:
+            record.status = "completed"
+        elif trial.trial_id in getattr(self.scheduler, "stopped", ()):
+            record.status = "pruned"
+            record.rung = rung_of(record.epochs, self.spec)
+        else:
+            record.status = "stopped"  # time budget or a stopped search
+        self._end(record)
+
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        record = self._record(trial)
+        record.status = "failed"
+        record.reason = record.reason or _ray_error(trial)
+        self._end(record)
+
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        for listener in self.listeners:
+            listener.tick(self)
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        self.write_tables()
+
+    # -------------------------------------------------------------------- queries
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(("running", "completed", "pruned", "stopped", "failed"), 0)
+        for record in self.trials.values():
+            counts[record.status] += 1
+        return counts
+
+    def best(self) -> TrialRecord | None:
+        candidates = [(r.status, r.final_metric, r) for r in self.trials.values()]
+        return pick_best(candidates, self.spec.metric.mode)
+
+    # ------------------------------------------------------------------- internals
+
+    def _record(self, trial: Trial) -> TrialRecord:
+        if trial.trial_id not in self.trials:
+            self.on_trial_start(0, [], trial)
+        return self.trials[trial.trial_id]
+
+    def _update_metric(self, record: TrialRecord, row: EpochRow) -> None:
+        record.epochs = row.epoch
+        value = row.metrics.get(self.spec.metric.name)
+        if value is not None and math.isfinite(value):
+            record.final_metric = value
+            better = record.best_metric is None or (
+                value > record.best_metric if self.spec.metric.mode == "max" else value < record.best_metric
+            )
+            if better:
+                record.best_metric = value
+        rate = row.metrics.get("samples_per_second")
+        if rate is not None:
+            record.rated_epochs += 1
+            seen = record.samples_per_second or 0.0
+            record.samples_per_second = seen + (rate - seen) / record.rated_epochs
+
+    def _end(self, record: TrialRecord) -> None:
+        record.ended_at = time.time()
+        if record.status == "completed":
+            record.rung = rung_of(record.epochs, self.spec)
+        self.write_tables()
+        for listener in self.listeners:
+            listener.trial_ended(record)
+
+    def write_tables(self) -> None:
+        write_trials_csv(self.experiment_dir / TRIALS_FILE, list(self.trials.values()))
+        write_epochs_csv(self.experiment_dir / EPOCHS_FILE, self.epochs)
+
+    # Ray pickles callbacks with the tuner; listeners hold consoles and clients.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["listeners"] = []
+        return state
+
+
+def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
+    param_names = sorted({name for r in records for name in r.params})
+    columns = [
+        "trial_id", "number", "status", "reason", "epochs", "final_metric", "best_metric", "rung",
+        "wall_seconds", "samples_per_second", "node", "attempts", "started_at", "ended_at",
+    ] + [f"params.{name}" for name in param_names]
+    rows = []
+    for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
+        row = {
+            "trial_id": r.trial_id, "number": r.number, "status": r.status, "reason": r.reason,
+            "epochs": r.epochs, "final_metric": r.final_metric, "best_metric": r.best_metric, "rung": r.rung,
+            "wall_seconds": round(r.wall_seconds, 3), "samples_per_second": r.samples_per_second,
+            "node": r.node, "attempts": r.attempts, "started_at": r.started_at, "ended_at": r.ended_at,
+        }
+        row.update({f"params.{name}": r.params.get(name) for name in param_names})
+        rows.append(row)
+    _write_csv(path, columns, rows)
+
+
+def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:
+    metric_names = sorted({name for row in rows for name in row.metrics})
+    columns = ["trial_id", "epoch", "attempt", "resumed_from_epoch", "time", *metric_names]
+    _write_csv(path, columns, [
+        {"trial_id": r.trial_id, "epoch": r.epoch, "attempt": r.attempt,
+         "resumed_from_epoch": r.resumed_from_epoch, "time": round(r.at, 3), **r.metrics}
+        for r in rows
+    ])
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    partial = path.with_suffix(".csv.partial")
+    with partial.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    partial.replace(path)  # readers never see half a table
+
+
+def _params(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if not key.startswith("_")}
+
+
+def _ray_error(trial: Trial) -> str:
+    text = str(getattr(trial, "error_msg", "") or "")
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "the trial's worker failed")[:300]

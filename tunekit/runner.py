@@ -1,0 +1,228 @@
+"""Building the Ray Tune run for a spec, running it, and resuming it.
+
+The driver never imports TensorFlow: trials configure their own devices in their
+worker processes (see ``tunekit.resources``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from tunekit.errors import SearchAborted, StorageError
+from tunekit.results import SPEC_FILE, ExperimentResults, load
+from tunekit.spec import ExperimentSpec, load_spec
+
+# Settings of the driver's Ray Tune, and why:
+_DRIVER_ENV = {
+    # tunekit writes its own trial and epoch tables; Ray's per-result JSON, CSV and
+    # TensorBoard loggers would only slow the driver loop every trial waits on.
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    # A failed trial's last report has no metric; the trainable checks metric names
+    # itself and fails with the list of names it did see.
+    "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+    # ASHA's STOP reaches a reused worker as SystemExit inside report(); give the
+    # thread long enough to unwind before Ray gives up on reusing the actor.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "10",
+    # verbose=0 alone still prints the new output engine's banner; tunekit shows its own progress.
+    "RAY_AIR_NEW_OUTPUT": "0",
+}
+# ...and of the workers:
+_WORKER_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    # Relative paths in a trainable (data folders) resolve against the launch directory.
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
+}
+
+
+def run(
+    spec: str | Path | Mapping[str, Any] | ExperimentSpec,
+    *,
+    overrides: Sequence[str] = (),
+    name: str | None = None,
+    storage: str | Path | None = None,
+    address: str | None = None,
+    progress: TextIO | None | bool = True,
+    **sections: Any,
+) -> ExperimentResults:
+    """Runs a search and returns its results.
+
+    Args:
+        spec: a spec file path, a parsed mapping, or a loaded ``ExperimentSpec``.
+        overrides: ``key.path=value`` strings, as ``tunekit run --set``.
+        name: the experiment directory's name (default: the spec's name and a timestamp).
+        storage: where experiment directories live (default: the spec's ``storage.path``).
+        address: a Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray).
+        progress: a stream for live progress, True for stdout, False for silence.
+        **sections: spec sections deep-merged over the spec, e.g. ``budget={"num_samples": 4}``.
+
+    Raises:
+        SpecError: the spec is invalid; nothing was written.
+        SearchAborted: a trial error every trial would hit stopped the search.
+    """
+    if not isinstance(spec, ExperimentSpec):
+        spec = load_spec(spec, overrides, sections)
+    experiment_dir = create_experiment_dir(spec, name, storage)
+    stream = sys.stdout if progress is True else (progress or None)
+    _fit(spec, experiment_dir, address, stream, restore=False)
+    return load(experiment_dir)
+
+
+def resume(experiment_dir: str | Path, *, address: str | None = None, progress: TextIO | None | bool = True) -> ExperimentResults:
+    """Finishes an interrupted search from its directory."""
+    directory = Path(experiment_dir).expanduser().resolve()
+    if not (directory / SPEC_FILE).is_file():
+        raise StorageError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
+    spec = load_spec(directory / SPEC_FILE)
+    stream = sys.stdout if progress is True else (progress or None)
+    _fit(spec, directory, address, stream, restore=True)
+    return load(directory)
+
+
+def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:
+    root = Path(storage or spec.storage.path).expanduser().resolve()
+    directory = root / (name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if directory.exists():
+        raise StorageError(f"{directory} already exists; pick another --name or `tunekit resume` it")
+    try:
+        directory.mkdir(parents=True)
+    except OSError as error:
+        raise StorageError(f"cannot create {directory}: {error.strerror}") from None
+    (directory / SPEC_FILE).write_text(spec.to_yaml())
+    return directory
+
+
+def _fit(spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream: TextIO | None,
+         *, restore: bool) -> None:
+    from ray import tune
+
+    from tunekit.progress import ConsoleProgress
+    from tunekit.recorder import FailureGuard, Recorder
+
+    console = ConsoleProgress(spec.metric.name, spec.budget.num_samples, stream) if stream else None
+    with _driver_env(), _ray_session(address):
+        if restore:
+            tuner = tune.Tuner.restore(str(experiment_dir), trainable=_trainable(spec),
+                                       resume_unfinished=True, resume_errored=True)
+            # Ray restores searcher, scheduler and callbacks from its pickle; listeners
+            # (console, tracker) are per process and are attached again here.
+            callbacks = tuner._local_tuner.get_run_config().callbacks
+            recorder = next(c for c in callbacks if isinstance(c, Recorder))
+            recorder.listeners = [console] if console else []
+            guard = tuner._local_tuner.get_run_config().stop
+        else:
+            tuner, recorder, guard = _build_tuner(spec, experiment_dir, console)
+        if console:
+            console.tick(recorder)
+        try:
+            tuner.fit()
+        finally:
+            recorder.write_tables()
+            if console:
+                console.finish()
+    if isinstance(guard, FailureGuard) and guard.abort_reason:
+        raise SearchAborted(f"search stopped: {guard.abort_reason}")
+
+
+def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> tuple[Any, Any, Any]:
+    from ray import tune
+
+    from tunekit.recorder import FailureGuard, Recorder, RecordingASHA
+    from tunekit.search import EPOCH_KEY
+    from tunekit.searcher import OptunaStudySearcher
+
+    searcher = OptunaStudySearcher(spec, experiment_dir)
+    searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
+    if spec.scheduler.type == "asha":
+        scheduler: Any = RecordingASHA(
+            time_attr=EPOCH_KEY, metric=spec.metric.name, mode=spec.metric.mode,
+            max_t=spec.budget.max_epochs, grace_period=spec.scheduler.grace_period,
+            reduction_factor=spec.scheduler.reduction_factor,
+        )
+    else:
+        scheduler = tune.schedulers.FIFOScheduler()
+    recorder = Recorder(spec, experiment_dir, searcher, scheduler, [console] if console else [])
+    guard = FailureGuard()
+    tuner = tune.Tuner(
+        _trainable(spec),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=spec.budget.num_samples,
+            # Ray keeps one pending trial for custom searchers unless a limit is set.
+            max_concurrent_trials=spec.budget.max_concurrent,
+            time_budget_s=spec.budget.time_budget_s,
+            # Reused workers pay TensorFlow's import and device set-up once, not per trial.
+            reuse_actors=True,
+            trial_dirname_creator=lambda trial: trial.trial_id,
+        ),
+        run_config=tune.RunConfig(
+            name=experiment_dir.name,
+            storage_path=str(experiment_dir.parent),
+            callbacks=[recorder],
+            stop=guard,
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        ),
+    )
+    return tuner, recorder, guard
+
+
+def _trainable(spec: ExperimentSpec) -> Any:
+    from ray import tune
+
+    from tunekit.resources import trial_resources
+    from tunekit.trainable import run_trial
+
+    return tune.with_resources(tune.with_parameters(run_trial, spec=spec), trial_resources(spec.resources))
+
+
+@contextlib.contextmanager
+def _driver_env() -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in _DRIVER_ENV}
+    os.environ.update(_DRIVER_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def ray_init_options() -> dict[str, Any]:
+    """Keyword arguments for ``ray.init`` that tunekit's workers rely on.
+
+    Pass them when starting Ray yourself (for example with logical GPUs:
+    ``ray.init(num_gpus=2, **ray_init_options())``) before calling ``tunekit.run``.
+    """
+    cwd = str(Path.cwd())
+    python_path = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
+    return {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "logging_level": "ERROR",
+        "runtime_env": {"env_vars": {**_WORKER_ENV, "PYTHONPATH": python_path}},
+    }
+
+
+@contextlib.contextmanager
+def _ray_session(address: str | None) -> Iterator[None]:
+    """Joins ``address`` (or RAY_ADDRESS), or starts a local Ray; reuses one already started."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=address or os.environ.get("RAY_ADDRESS"), **ray_init_options())
+    try:
+        yield
+    finally:
+        ray.shutdown()

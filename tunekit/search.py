@@ -1,0 +1,176 @@
+"""Searcher and scheduler construction, and the ASHA budget planner.
+
+tunekit drives Optuna through its ask/tell API from a Ray ``Searcher`` of its own
+rather than Ray's ``OptunaSearch``, for three reasons seen in Ray 2.60:
+
+* ``OptunaSearch.on_trial_complete`` tells Optuna that a trial ASHA stopped early is
+  COMPLETE, valued at its early score. Here a trial that did not train to
+  ``max_epochs`` is PRUNED, with every epoch's value kept as an intermediate value.
+* ``points_to_evaluate`` is ignored with define-by-run spaces; here warm starts are
+  enqueued in the study, so they are the first trials asked for.
+* The study lives in SQLite in the experiment directory, so a resume continues it and
+  optuna-dashboard can open it.
+
+Ray is imported lazily: the planner and ``tunekit plan`` must stay fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from tunekit.spec import ExperimentSpec
+
+if TYPE_CHECKING:
+    import optuna
+    from ray.tune.schedulers import TrialScheduler
+
+T = TypeVar("T")
+
+STUDY_FILE = "study.db"
+EPOCH_KEY = "epoch"  # the time attribute ASHA counts in: epochs completed, from 1
+FAILURE_KEY = "tunekit_failure"  # set in a trial's last result when it failed on its own
+
+
+def study_url(experiment_dir: Path) -> str:
+    return f"sqlite:///{experiment_dir / STUDY_FILE}"
+
+
+# --------------------------------------------------------------------------- planner
+
+
+@dataclass(frozen=True)
+class Rung:
+    index: int
+    epoch: int  # a trial reaching this epoch is compared with its peers
+    trials: int  # trials expected to reach it
+
+
+@dataclass(frozen=True)
+class Plan:
+    rungs: tuple[Rung, ...]
+    max_epochs: int
+    num_samples: int
+    planned_epochs: int  # what the search spends when ASHA keeps 1/rf at each rung
+    exhaustive_epochs: int  # what training every trial to the end would cost
+
+    def describe(self) -> str:
+        lines = [f"{'rung':>4}  {'at epoch':>8}  {'trials':>6}"]
+        lines += [f"{r.index:>4}  {r.epoch:>8}  {r.trials:>6}" for r in self.rungs]
+        share = self.planned_epochs / self.exhaustive_epochs
+        lines.append(
+            f"epochs: about {self.planned_epochs} planned against {self.exhaustive_epochs} "
+            f"for every trial to the end ({share:.0%})"
+        )
+        return "\n".join(lines)
+
+
+def asha_milestones(grace_period: int, reduction_factor: float, max_epochs: int) -> list[int]:
+    """Epochs at which ASHA compares trials: grace × rf^k below max_epochs (as Ray computes them)."""
+    count = int(math.log(max_epochs / grace_period, reduction_factor) + 1e-9) + 1
+    milestones = sorted({int(grace_period * reduction_factor**k) for k in range(count)})
+    return [m for m in milestones if m < max_epochs]
+
+
+def plan_budget(spec: ExperimentSpec) -> Plan:
+    """Predicts rung occupancy and epochs spent, assuming ASHA keeps the top 1/rf at each rung."""
+    budget, scheduler = spec.budget, spec.scheduler
+    n, max_epochs = budget.num_samples, budget.max_epochs
+    if scheduler.type != "asha":
+        return Plan((), max_epochs, n, n * max_epochs, n * max_epochs)
+    milestones = asha_milestones(scheduler.grace_period, scheduler.reduction_factor, max_epochs)
+    rungs = [Rung(i, m, max(1, math.ceil(n / scheduler.reduction_factor**i))) for i, m in enumerate(milestones)]
+    finishers = max(1, math.ceil(n / scheduler.reduction_factor ** len(milestones)))
+    epochs, previous_epoch = 0, 0
+    reaching = n
+    for rung in rungs:
+        epochs += reaching * (rung.epoch - previous_epoch)
+        reaching, previous_epoch = rung.trials, rung.epoch
+        reaching = max(1, math.ceil(rung.trials / scheduler.reduction_factor))
+    epochs += finishers * (max_epochs - previous_epoch)
+    rungs.append(Rung(len(rungs), max_epochs, finishers))
+    return Plan(tuple(rungs), max_epochs, n, epochs, n * max_epochs)
+
+
+def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:
+    """The highest ASHA rung a trial that trained ``epochs`` epochs passed through."""
+    if spec.scheduler.type != "asha":
+        return None
+    milestones = asha_milestones(spec.scheduler.grace_period, spec.scheduler.reduction_factor, spec.budget.max_epochs)
+    reached = [i for i, m in enumerate(milestones) if epochs >= m]
+    return reached[-1] if reached else None
+
+
+# ------------------------------------------------------------------------ scheduler
+
+
+def build_scheduler(spec: ExperimentSpec) -> TrialScheduler:
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if spec.scheduler.type == "fifo":
+        return FIFOScheduler()
+    return ASHAScheduler(
+        time_attr=EPOCH_KEY,
+        metric=spec.metric.name,
+        mode=spec.metric.mode,
+        max_t=spec.budget.max_epochs,
+        grace_period=spec.scheduler.grace_period,
+        reduction_factor=spec.scheduler.reduction_factor,
+    )
+
+
+# ------------------------------------------------------------------------- searcher
+
+
+def build_sampler(spec: ExperimentSpec) -> optuna.samplers.BaseSampler:
+    import optuna
+
+    search = spec.search
+    if search.algorithm == "grid":
+        return optuna.samplers.GridSampler(spec.space.grid(), seed=search.seed)
+    if search.algorithm == "random":
+        return optuna.samplers.RandomSampler(seed=search.seed)
+    # constant_liar: running trials count as bad guesses, so parallel trials spread out.
+    return optuna.samplers.TPESampler(
+        seed=search.seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
+    )
+
+
+def open_study(spec: ExperimentSpec, experiment_dir: Path) -> optuna.Study:
+    """Creates the study (enqueuing warm starts) or, when it exists, loads it unchanged."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = study_url(experiment_dir)
+    existing = {s.study_name for s in optuna.get_all_study_summaries(url)} if (experiment_dir / STUDY_FILE).exists() else set()
+    study = optuna.create_study(
+        storage=url,
+        study_name=spec.name,
+        direction="maximize" if spec.metric.mode == "max" else "minimize",
+        sampler=build_sampler(spec),
+        load_if_exists=True,
+    )
+    if spec.name not in existing:
+        for point in spec.search.warm_start:
+            study.enqueue_trial(spec.space.check_point(point, "search.warm_start"))
+    return study
+
+
+# -------------------------------------------------------------------- best trial
+
+
+def pick_best(candidates: list[tuple[str, float | None, T]], mode: str) -> T | None:
+    """The best item among (status, final metric, item) triples.
+
+    Trials that trained to the end are preferred: a pruned trial's early score is not
+    a model one can ship. Failed trials and trials without a metric never win.
+    """
+    scored = [(status, value, item) for status, value, item in candidates
+              if value is not None and math.isfinite(value) and status != "failed"]
+    pool = [c for c in scored if c[0] == "completed"] or scored
+    if not pool:
+        return None
+    sign = 1.0 if mode == "max" else -1.0
+    return max(pool, key=lambda c: sign * c[1])[2]  # type: ignore[operator]

@@ -1,0 +1,116 @@
+"""The Ray ``Searcher`` that drives an Optuna study (imported only where Ray already is).
+
+See ``tunekit.search`` for why tunekit does not use Ray's ``OptunaSearch``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray.tune.search import Searcher
+
+from tunekit.search import EPOCH_KEY, FAILURE_KEY, open_study
+from tunekit.spec import ExperimentSpec
+
+
+class OptunaStudySearcher(Searcher):
+    """Asks an Optuna study in SQLite for configs; tells it COMPLETE, PRUNED or FAIL.
+
+    A trial is COMPLETE only when it trained ``max_epochs`` epochs; one that stopped
+    earlier (ASHA, time budget) is PRUNED with its per-epoch intermediate values.
+    """
+
+    def __init__(self, spec: ExperimentSpec, experiment_dir: Path) -> None:
+        super().__init__(metric=spec.metric.name, mode=spec.metric.mode)
+        self._spec = spec
+        self._experiment_dir = experiment_dir
+        # Ray trial id -> Optuna trial number; saved with Ray's experiment state so a
+        # resumed run maps its trials back onto the same study trials.
+        self._numbers: dict[str, int] = {}
+        self._study: optuna.Study | None = None
+        self._live: dict[str, optuna.Trial] = {}
+
+    @property
+    def study(self) -> optuna.Study:
+        if self._study is None:
+            self._study = open_study(self._spec, self._experiment_dir)
+        return self._study
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if trial_id in self._numbers:  # Ray asks again for a trial it restores
+            return None
+        if len(self._numbers) >= self._spec.budget.num_samples:
+            return Searcher.FINISHED
+        trial = self.study.ask()
+        trial.set_user_attr("ray_trial_id", trial_id)
+        self._numbers[trial_id] = trial.number
+        self._live[trial_id] = trial
+        return self._spec.space.sample(trial)
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        trial = self._open_trial(trial_id)
+        if trial is not None:
+            self._report(trial, result)
+
+    def _report(self, trial: optuna.Trial, result: dict[str, Any]) -> None:
+        value = result.get(self._spec.metric.name)
+        if _is_finite(value) and EPOCH_KEY in result:
+            trial.report(float(value), step=int(result[EPOCH_KEY]))
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        trial = self._open_trial(trial_id)
+        self._live.pop(trial_id, None)
+        if trial is None:
+            return
+        result = result or {}
+        # Ray skips on_trial_result for the result on which the scheduler stops a trial,
+        # so that last epoch reaches the study here.
+        self._report(trial, result)
+        value = result.get(self._spec.metric.name)
+        if error or result.get(FAILURE_KEY) or not _is_finite(value):
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        elif int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
+            self.study.tell(trial, float(value), skip_if_finished=True)
+        else:
+            # Stopped before the end: Optuna keeps the last intermediate value as the
+            # trial's value and its samplers treat it as the partial run it was.
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+
+    def trial_number(self, trial_id: str) -> int | None:
+        return self._numbers.get(trial_id)
+
+    def _open_trial(self, trial_id: str) -> optuna.Trial | None:
+        if trial_id in self._live:
+            return self._live[trial_id]
+        number = self._numbers.get(trial_id)
+        if number is None:
+            return None
+        frozen = self.study.trials[number]
+        if frozen.state.is_finished():
+            return None
+        trial = optuna.Trial(self.study, frozen._trial_id)
+        self._live[trial_id] = trial
+        return trial
+
+    # Ray pickles the searcher into tuner.pkl and saves it with every experiment
+    # checkpoint; the study itself lives in SQLite and is reopened on demand.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_study"] = None
+        state["_live"] = {}
+        return state
+
+    def save(self, checkpoint_path: str) -> None:
+        Path(checkpoint_path).write_text(json.dumps({"numbers": self._numbers}))
+
+    def restore(self, checkpoint_path: str) -> None:
+        self._numbers = json.loads(Path(checkpoint_path).read_text())["numbers"]
+        self._live = {}
+
+
+def _is_finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,268 @@
+"""Search-space distributions, conditional parameters and their mapping onto Optuna.
+
+A space is an ordered tuple of parameters. Sampling is define-by-run: parameters are
+drawn in spec order, and a parameter with ``when`` is drawn only if the parameters it
+depends on (drawn earlier) took one of the listed values. Optuna's samplers then see
+exactly the parameters each trial really used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tunekit import _validate as v
+from tunekit.errors import SpecError
+
+if TYPE_CHECKING:
+    import optuna
+
+Scalar = str | int | float | bool | None
+
+DISTRIBUTION_TYPES = ("uniform", "loguniform", "int", "choice", "fixed")
+_KEYS: dict[str, tuple[str, ...]] = {
+    "uniform": ("type", "low", "high", "step", "when"),
+    "loguniform": ("type", "low", "high", "when"),
+    "int": ("type", "low", "high", "step", "log", "when"),
+    "choice": ("type", "values", "when"),
+    "fixed": ("type", "value", "when"),
+}
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """A float in ``[low, high]``; log-uniform when ``log``; on a grid of ``step`` when set."""
+
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+
+    def suggest(self, trial: optuna.Trial, name: str) -> float:
+        return trial.suggest_float(name, self.low, self.high, log=self.log, step=self.step)
+
+    def contains(self, value: object) -> bool:
+        return _is_number(value) and self.low <= float(value) <= self.high  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """An integer in ``[low, high]``, both bounds included."""
+
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+    def suggest(self, trial: optuna.Trial, name: str) -> int:
+        return trial.suggest_int(name, self.low, self.high, step=self.step, log=self.log)
+
+    def contains(self, value: object) -> bool:
+        return (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and self.low <= value <= self.high
+            and (value - self.low) % self.step == 0
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a list of values (numbers, strings, booleans or null)."""
+
+    values: tuple[Scalar, ...]
+
+    def suggest(self, trial: optuna.Trial, name: str) -> Scalar:
+        return trial.suggest_categorical(name, list(self.values))
+
+    def contains(self, value: object) -> bool:
+        return any(_same(value, option) for option in self.values)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A constant handed to every trial; never shown to the sampler."""
+
+    value: Any
+
+    def contains(self, value: object) -> bool:
+        return _same(value, self.value)
+
+
+Distribution = FloatRange | IntRange | Choice | Fixed
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    distribution: Distribution
+    # {parent name: allowed parent values}; the parameter exists only when all match.
+    when: Mapping[str, tuple[Scalar, ...]] = field(default_factory=dict)
+
+    def is_active(self, config: Mapping[str, Any]) -> bool:
+        return all(
+            name in config and any(_same(config[name], allowed) for allowed in values)
+            for name, values in self.when.items()
+        )
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: tuple[Param, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Draws one configuration through Optuna's define-by-run API."""
+        config: dict[str, Any] = {}
+        for param in self.params:
+            if not param.is_active(config):
+                continue
+            dist = param.distribution
+            config[param.name] = dist.value if isinstance(dist, Fixed) else dist.suggest(trial, param.name)
+        return config
+
+    def grid(self) -> dict[str, list[Scalar]]:
+        """The searched axes of a full grid, for Optuna's GridSampler."""
+        return {
+            p.name: list(p.distribution.values)
+            for p in self.params
+            if isinstance(p.distribution, Choice)
+        }
+
+    def grid_size(self) -> int:
+        return math.prod(len(values) for values in self.grid().values())
+
+    def check_point(self, point: Mapping[str, Any], path: str) -> dict[str, Any]:
+        """Validates a warm-start point; returns the part the sampler must be told."""
+        by_name = {p.name: p for p in self.params}
+        searched: dict[str, Any] = {}
+        for name, value in point.items():
+            if name not in by_name:
+                raise SpecError(
+                    v.join(path, name), f"unknown parameter; the space has {', '.join(self.names)}", got=False
+                )
+            dist = by_name[name].distribution
+            if not dist.contains(value):
+                raise SpecError(v.join(path, name), f"must lie in the space ({_describe(dist)})", value)
+            if not isinstance(dist, Fixed):
+                searched[name] = value
+        return searched
+
+
+def parse_space(raw: object, path: str = "space") -> SearchSpace:
+    if not isinstance(raw, Mapping) or not raw:
+        raise SpecError(path, "must be a non-empty mapping of parameter names to distributions", raw)
+    params: list[Param] = []
+    for name, body in raw.items():
+        param_path = v.join(path, str(name))
+        if not isinstance(name, str) or not name.isidentifier():
+            raise SpecError(param_path, "parameter names must be identifiers", name)
+        distribution = _parse_distribution(body, param_path)
+        when = _parse_when(body.get("when"), v.join(param_path, "when"), name, params)
+        params.append(Param(name, distribution, when))
+    return SearchSpace(tuple(params))
+
+
+def _parse_distribution(body: object, path: str) -> Distribution:
+    if not isinstance(body, Mapping):
+        raise SpecError(path, "must be a mapping such as {type: uniform, low: 0, high: 1}", body)
+    kind = v.one_of(body.get("type"), v.join(path, "type"), DISTRIBUTION_TYPES)
+    v.mapping(body, path, _KEYS[kind])
+    if kind in ("uniform", "loguniform"):
+        return _parse_float_range(body, path, log=kind == "loguniform")
+    if kind == "int":
+        return _parse_int_range(body, path)
+    if kind == "choice":
+        return _parse_choice(body, path)
+    return Fixed(v.require(body, "value", path))
+
+
+def _parse_float_range(body: Mapping[str, Any], path: str, *, log: bool) -> FloatRange:
+    low = v.number(v.require(body, "low", path), v.join(path, "low"))
+    high = v.number(v.require(body, "high", path), v.join(path, "high"))
+    if log and low <= 0:
+        raise SpecError(v.join(path, "low"), "must be > 0 for loguniform", low)
+    if high <= low:
+        raise SpecError(v.join(path, "high"), f"must be > low ({low:g})", high)
+    step = None
+    if body.get("step") is not None:
+        step = v.number(body["step"], v.join(path, "step"), above=0)
+        span = (high - low) / step
+        if abs(span - round(span)) > 1e-9:
+            raise SpecError(v.join(path, "step"), f"must divide high - low ({high - low:g})", step)
+    return FloatRange(low, high, log=log, step=step)
+
+
+def _parse_int_range(body: Mapping[str, Any], path: str) -> IntRange:
+    low = v.integer(v.require(body, "low", path), v.join(path, "low"))
+    high = v.integer(v.require(body, "high", path), v.join(path, "high"))
+    if high < low:
+        raise SpecError(v.join(path, "high"), f"must be >= low ({low}); int bounds are inclusive", high)
+    step = v.integer(body.get("step", 1), v.join(path, "step"), minimum=1)
+    if (high - low) % step:
+        raise SpecError(v.join(path, "step"), f"must divide high - low ({high - low})", step)
+    log = v.boolean(body.get("log", False), v.join(path, "log"))
+    if log and (low < 1 or step != 1):
+        raise SpecError(v.join(path, "log"), "needs low >= 1 and step 1", log)
+    return IntRange(low, high, step=step, log=log)
+
+
+def _parse_choice(body: Mapping[str, Any], path: str) -> Choice:
+    values_path = v.join(path, "values")
+    values = v.sequence(v.require(body, "values", path), values_path, non_empty=True)
+    for index, value in enumerate(values):
+        if not isinstance(value, str | int | float | bool) and value is not None:
+            raise SpecError(v.join(values_path, index), "must be a number, string, boolean or null", value)
+    for index, value in enumerate(values):
+        if any(_same(value, earlier) for earlier in values[:index]):
+            raise SpecError(v.join(values_path, index), "duplicates an earlier value", value)
+    return Choice(tuple(values))
+
+
+def _parse_when(raw: object, path: str, name: str, earlier: list[Param]) -> dict[str, tuple[Scalar, ...]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not raw:
+        raise SpecError(path, "must map earlier parameters to their allowed values", raw)
+    by_name = {p.name: p for p in earlier}
+    when: dict[str, tuple[Scalar, ...]] = {}
+    for parent, allowed in raw.items():
+        parent_path = v.join(path, str(parent))
+        if parent not in by_name:
+            raise SpecError(parent_path, f"must name a parameter defined above {name}", parent)
+        options = tuple(allowed) if isinstance(allowed, list) else (allowed,)
+        dist = by_name[parent].distribution
+        for option in options:
+            if not dist.contains(option):
+                raise SpecError(parent_path, f"must be a value {parent} can take ({_describe(dist)})", option)
+        when[parent] = options
+    return when
+
+
+def kind_name(dist: Distribution) -> str:
+    """The spec's ``type`` word for a distribution, for messages."""
+    if isinstance(dist, FloatRange):
+        return "loguniform" if dist.log else "uniform"
+    return {IntRange: "int", Choice: "choice", Fixed: "fixed"}[type(dist)]
+
+
+def _describe(dist: Distribution) -> str:
+    if isinstance(dist, Choice):
+        return "one of " + ", ".join(repr(x) for x in dist.values)
+    if isinstance(dist, Fixed):
+        return f"fixed at {dist.value!r}"
+    return f"{dist.low:g} to {dist.high:g}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _same(a: object, b: object) -> bool:
+    # 1 == True in Python; a choice of [0, 1, true] must keep them apart.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b

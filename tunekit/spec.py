@@ -1,0 +1,364 @@
+"""The experiment spec: YAML in, a typed and frozen ExperimentSpec out, or one SpecError.
+
+This is the only module that reads spec files. Everything downstream receives an
+``ExperimentSpec`` and can trust it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunekit import _validate as v
+from tunekit.contract import TrainableRef, locate_trainable
+from tunekit.errors import SpecError
+from tunekit.space import Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
+
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+ALGORITHMS = ("tpe", "random", "grid")
+SCHEDULERS = ("asha", "fifo")
+GPU_MEMORY_MODES = ("growth", "cap")
+# Training settings a trial may also take from its sampled config, when the space names them.
+SEARCHABLE_TRAINING_KEYS = ("batch_size", "precision", "jit_compile")
+
+# The one table of allowed keys: the section parsers and the --set checker both read it.
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "": (
+        "name", "trainable", "metric", "budget", "search", "scheduler",
+        "resources", "training", "space", "storage", "tracking",
+    ),
+    "metric": ("name", "mode"),
+    "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
+    "search": ("algorithm", "seed", "n_startup_trials", "warm_start"),
+    "scheduler": ("type", "grace_period", "reduction_factor"),
+    "resources": ("cpu", "gpu", "gpu_memory"),
+    "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures"),
+    "storage": ("path",),
+    "tracking": ("enabled", "uri", "experiment", "registered_model"),
+}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    mode: str  # "max" or "min"
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    num_samples: int
+    max_epochs: int
+    max_concurrent: int
+    time_budget_s: float | None
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    algorithm: str
+    seed: int
+    n_startup_trials: int
+    warm_start: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    type: str
+    grace_period: int
+    reduction_factor: float
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    cpu: float
+    gpu: float
+    gpu_memory: str  # "growth": grow on demand; "cap": hard limit of gpu share × device memory
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    batch_size: int
+    precision: str
+    jit_compile: bool
+    scale_lr: bool
+    seed: int
+    max_failures: int
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    path: str
+
+
+@dataclass(frozen=True)
+class TrackingSpec:
+    enabled: bool
+    uri: str | None
+    experiment: str | None
+    registered_model: str | None
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str
+    trainable: TrainableRef
+    metric: MetricSpec
+    budget: BudgetSpec
+    search: SearchSettings
+    scheduler: SchedulerSpec
+    resources: ResourcesSpec
+    training: TrainingSpec
+    space: SearchSpace
+    storage: StorageSpec
+    tracking: TrackingSpec
+    raw: Mapping[str, Any]  # the validated input, defaults filled in; written as spec.yaml
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(_plain(self.raw), sort_keys=False)
+
+
+def load_spec(
+    source: str | Path | Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    sections: Mapping[str, Any] | None = None,
+) -> ExperimentSpec:
+    """Reads, overrides and validates a spec.
+
+    Args:
+        source: a YAML file path, or an already-parsed mapping.
+        overrides: ``key.path=value`` strings (the CLI's ``--set``); values are YAML.
+        sections: nested mappings deep-merged over the spec (the Python API's keywords).
+
+    Raises:
+        SpecError: with the spec path, the rule and the offending value.
+    """
+    base_dir = Path.cwd()
+    if isinstance(source, Mapping):
+        raw: Any = copy.deepcopy(dict(source))
+    else:
+        path = Path(source)
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise SpecError(str(source), f"cannot read spec file ({error.strerror})", got=False) from None
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise SpecError(str(source), f"is not valid YAML{where}", got=False) from None
+    if not isinstance(raw, dict):
+        raise SpecError("spec", "must be a mapping at the top level", raw)
+    for key, value in (sections or {}).items():
+        _deep_merge(raw, key, value)
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    return parse_spec(raw, base_dir)
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """Applies one ``key.path=value`` to the raw spec, checking the path against the schema."""
+    key_path, sep, text = assignment.partition("=")
+    if not sep or not key_path:
+        raise SpecError("--set", "expected key.path=value", assignment)
+    parts = key_path.split(".")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        raise SpecError(f"--set {key_path}", "value is not valid YAML", text) from None
+    section = parts[0]
+    if section not in SECTION_KEYS[""]:
+        raise SpecError(f"--set {key_path}", f"unknown section; valid sections are {', '.join(SECTION_KEYS[''])}", section)
+    if section in SECTION_KEYS and len(parts) > 1:
+        if len(parts) > 2 or parts[1] not in SECTION_KEYS[section]:
+            raise SpecError(
+                f"--set {key_path}", f"unknown key; valid keys under {section} are {', '.join(SECTION_KEYS[section])}",
+                got=False,
+            )
+    node: Any = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise SpecError(f"--set {key_path}", f"{'.'.join(parts[: depth + 1])} is not a mapping", child)
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
+    """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source."""
+    v.mapping(raw, "spec", SECTION_KEYS[""])
+    name = v.string(v.require(raw, "name", ""), "name", pattern=_NAME,
+                    rule="must start with a letter or digit and use only letters, digits, '_', '.' and '-'")
+    trainable = locate_trainable(v.string(v.require(raw, "trainable", ""), "trainable"), base_dir=base_dir)
+    space = parse_space(raw.get("space"), "space")
+    metric = _metric(v.require(raw, "metric", ""))
+    search = _search(raw.get("search") or {}, space)
+    budget = _budget(v.require(raw, "budget", ""), search, space)
+    scheduler = _scheduler(raw.get("scheduler") or {}, budget)
+    resources = _resources(raw.get("resources") or {})
+    training = _training(raw.get("training") or {})
+    _check_searched_training_keys(space)
+    storage = _storage(raw.get("storage") or {})
+    tracking = _tracking(raw.get("tracking") or {})
+    filled = {
+        "name": name,
+        "trainable": trainable.reference if not trainable.is_file else str(trainable.source),
+        "metric": asdict(metric),
+        "budget": asdict(budget),
+        "search": {**asdict(search), "warm_start": [dict(p) for p in search.warm_start]},
+        "scheduler": asdict(scheduler),
+        "resources": asdict(resources),
+        "training": asdict(training),
+        "space": copy.deepcopy(dict(raw["space"])),
+        "storage": asdict(storage),
+        "tracking": asdict(tracking),
+    }
+    return ExperimentSpec(
+        name, trainable, metric, budget, search, scheduler, resources, training, space, storage, tracking, filled
+    )
+
+
+def _metric(raw: object) -> MetricSpec:
+    section = v.mapping(raw, "metric", SECTION_KEYS["metric"])
+    name = v.string(v.require(section, "name", "metric"), "metric.name")
+    mode = v.one_of(v.require(section, "mode", "metric"), "metric.mode", ("max", "min"))
+    return MetricSpec(name, mode)
+
+
+def _search(raw: object, space: SearchSpace) -> SearchSettings:
+    section = v.mapping(raw, "search", SECTION_KEYS["search"])
+    algorithm = v.one_of(section.get("algorithm", "tpe"), "search.algorithm", ALGORITHMS)
+    seed = v.integer(section.get("seed", 0), "search.seed", minimum=0)
+    startup = v.integer(section.get("n_startup_trials", 10), "search.n_startup_trials", minimum=0)
+    points = v.sequence(section.get("warm_start") or [], "search.warm_start")
+    if points and algorithm == "grid":
+        raise SpecError("search.warm_start", "is not used by grid search; remove it", points)
+    warm_start = []
+    for index, point in enumerate(points):
+        point_path = v.join("search.warm_start", index)
+        if not isinstance(point, Mapping):
+            raise SpecError(point_path, "must map parameter names to values", point)
+        space.check_point(point, point_path)
+        warm_start.append(dict(point))
+    if algorithm == "grid":
+        for param in space.params:
+            if param.when:
+                raise SpecError(f"space.{param.name}.when", "conditional parameters need tpe or random search",
+                                dict(param.when))
+            if not isinstance(param.distribution, Choice | Fixed):
+                raise SpecError(f"space.{param.name}.type", "grid search needs choice or fixed parameters",
+                                kind_name(param.distribution))
+    return SearchSettings(algorithm, seed, startup, tuple(warm_start))
+
+
+def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSpec:
+    section = v.mapping(raw, "budget", SECTION_KEYS["budget"])
+    if search.algorithm == "grid":
+        size = space.grid_size()
+        num_samples = v.integer(section.get("num_samples", size), "budget.num_samples", minimum=1)
+        if num_samples != size:
+            raise SpecError("budget.num_samples", f"must equal the grid size ({size}) for grid search", num_samples)
+    else:
+        num_samples = v.integer(v.require(section, "num_samples", "budget"), "budget.num_samples", minimum=1)
+    max_epochs = v.integer(v.require(section, "max_epochs", "budget"), "budget.max_epochs", minimum=1)
+    max_concurrent = v.integer(section.get("max_concurrent", 1), "budget.max_concurrent", minimum=1)
+    time_budget = section.get("time_budget_s")
+    time_budget_s = None if time_budget is None else v.number(time_budget, "budget.time_budget_s", above=0)
+    return BudgetSpec(num_samples, max_epochs, max_concurrent, time_budget_s)
+
+
+def _scheduler(raw: object, budget: BudgetSpec) -> SchedulerSpec:
+    section = v.mapping(raw, "scheduler", SECTION_KEYS["scheduler"])
+    kind = v.one_of(section.get("type", "asha"), "scheduler.type", SCHEDULERS)
+    grace = v.integer(section.get("grace_period", 1), "scheduler.grace_period", minimum=1)
+    if grace > budget.max_epochs:
+        raise SpecError("scheduler.grace_period", f"must be <= budget.max_epochs ({budget.max_epochs})", grace)
+    factor = v.number(section.get("reduction_factor", 3), "scheduler.reduction_factor", above=1)
+    return SchedulerSpec(kind, grace, factor)
+
+
+def _resources(raw: object) -> ResourcesSpec:
+    section = v.mapping(raw, "resources", SECTION_KEYS["resources"])
+    cpu = v.number(section.get("cpu", 1), "resources.cpu", above=0)
+    gpu = v.number(section.get("gpu", 0), "resources.gpu", at_least=0)
+    if gpu > 1 and not gpu.is_integer():
+        raise SpecError("resources.gpu", "must be a fraction below 1 or a whole number of GPUs", gpu)
+    memory = v.one_of(section.get("gpu_memory", "growth"), "resources.gpu_memory", GPU_MEMORY_MODES)
+    return ResourcesSpec(cpu, gpu, memory)
+
+
+def _training(raw: object) -> TrainingSpec:
+    section = v.mapping(raw, "training", SECTION_KEYS["training"])
+    return TrainingSpec(
+        batch_size=v.integer(section.get("batch_size", 32), "training.batch_size", minimum=1),
+        precision=v.one_of(section.get("precision", "auto"), "training.precision", PRECISIONS),
+        jit_compile=v.boolean(section.get("jit_compile", False), "training.jit_compile"),
+        scale_lr=v.boolean(section.get("scale_lr", False), "training.scale_lr"),
+        seed=v.integer(section.get("seed", 0), "training.seed", minimum=0),
+        max_failures=v.integer(section.get("max_failures", 2), "training.max_failures", minimum=0),
+    )
+
+
+def _check_searched_training_keys(space: SearchSpace) -> None:
+    """Training settings named in the space must only take values the training section allows."""
+    checks = {
+        "batch_size": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
+        "precision": lambda x: x in PRECISIONS,
+        "jit_compile": lambda x: isinstance(x, bool),
+    }
+    for param in space.params:
+        if param.name not in checks:
+            continue
+        dist = param.distribution
+        if isinstance(dist, IntRange) and param.name == "batch_size" and dist.low >= 1:
+            continue
+        if not isinstance(dist, Choice | Fixed):
+            raise SpecError(f"space.{param.name}.type", "must be choice or fixed for a training setting",
+                            kind_name(dist))
+        values = dist.values if isinstance(dist, Choice) else (dist.value,)
+        for index, value in enumerate(values):
+            if not checks[param.name](value):
+                raise SpecError(f"space.{param.name}.values[{index}]", f"is not a valid training.{param.name}", value)
+
+
+def _storage(raw: object) -> StorageSpec:
+    section = v.mapping(raw, "storage", SECTION_KEYS["storage"])
+    return StorageSpec(v.string(section.get("path", "tunekit_results"), "storage.path"))
+
+
+def _tracking(raw: object) -> TrackingSpec:
+    section = v.mapping(raw, "tracking", SECTION_KEYS["tracking"])
+    optional = {key: section.get(key) for key in ("uri", "experiment", "registered_model")}
+    for key, value in optional.items():
+        if value is not None:
+            v.string(value, f"tracking.{key}")
+    return TrackingSpec(
+        enabled=v.boolean(section.get("enabled", True), "tracking.enabled"),
+        uri=optional["uri"],
+        experiment=optional["experiment"],
+        registered_model=optional["registered_model"],
+    )
+
+
+def _deep_merge(raw: dict[str, Any], key: str, value: Any) -> None:
+    if isinstance(value, Mapping) and isinstance(raw.get(key), dict):
+        for sub_key, sub_value in value.items():
+            _deep_merge(raw[key], sub_key, sub_value)
+    else:
+        raw[key] = copy.deepcopy(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(x) for k, x in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(x) for x in value]
+    return value
