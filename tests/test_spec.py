@@ -43,7 +43,7 @@ MALFORMED = [
     (("name", DELETE), "name: is required"),
     (("name", "has space"), "name: must start with a letter or digit and use only letters, digits, '_', '.' and '-', got 'has space'"),
     (("name", 7), "name: must be a non-empty string, got 7"),
-    (("colour", "blue"), "spec.colour: unknown key; valid keys are name, trainable, metric, budget, search, scheduler, resources, training, space, storage, tracking"),
+    (("colour", "blue"), "spec.colour: unknown key; valid keys are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking"),
     (("trainable", "trainables.nope"), "trainable: cannot import module: not found on the Python path, got 'trainables.nope'"),
     (("trainable", "missing_file.py"), "trainable: no such trainable file, got 'missing_file.py'"),
     (("trainable", "tunekit.errors"), "trainable: must define build_data(config, ctx) and build_model(config, ctx), got 'tunekit.errors'"),
@@ -106,7 +106,7 @@ def test_there_are_at_least_25_distinct_malformed_cases() -> None:
     ("assignment", "message"),
     [
         ("budget.num_smples=3", "--set budget.num_smples: unknown key; valid keys under budget are num_samples, max_epochs, max_concurrent, time_budget_s"),
-        ("bugdet.num_samples=3", "--set bugdet.num_samples: unknown section; valid sections are name, trainable, metric, budget, search, scheduler, resources, training, space, storage, tracking, got 'bugdet'"),
+        ("bugdet.num_samples=3", "--set bugdet.num_samples: unknown section; valid sections are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking, got 'bugdet'"),
         ("budget.num_samples", "--set: expected key.path=value, got 'budget.num_samples'"),
         ("name.first=x", "--set name.first: name is not a mapping, got 'digits-mlp'"),
         ("budget.num_samples=0", "budget.num_samples: must be an integer >= 1, got 0"),

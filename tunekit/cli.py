@@ -69,7 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="best-first table of a finished experiment")
     report.add_argument("experiment_dir")
     report.add_argument("--format", choices=("table", "json"), default="table")
+    report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with tables and plots")
     report.set_defaults(handler=_report)
+
+    doctor = commands.add_parser("doctor", help="check the stack, GPUs, cluster, tracking and storage")
+    doctor.add_argument("--address", help="Ray cluster address to inspect")
+    doctor.add_argument("--tracking-uri", help="MLflow tracking URI to check")
+    doctor.add_argument("--storage", default="tunekit_results", help="storage directory to check")
+    doctor.set_defaults(handler=_doctor)
     return parser
 
 
@@ -120,7 +127,17 @@ def _report(args: argparse.Namespace) -> int:
         print(results.to_json())
     else:
         print(_table(results))
+    if args.html:
+        from tunekit.report import write_html
+
+        write_html(results, args.html)
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from tunekit.doctor import run_checks
+
+    return run_checks(address=args.address, tracking_uri=args.tracking_uri, storage=args.storage)
 
 
 def _print_summary(results: object) -> None:

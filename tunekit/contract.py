@@ -13,9 +13,11 @@ import hashlib
 import importlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from tunekit.errors import SpecError
 
@@ -37,6 +39,7 @@ class TrialContext:
         cpus: CPUs granted to the trial; cap parallel input work at this.
         max_epochs: the most epochs the trial may train.
         jit_compile: whether tunekit compiles the model with XLA.
+        data: the spec's ``data`` section (paths, image size, ...), as written.
     """
 
     batch_size: int
@@ -48,6 +51,7 @@ class TrialContext:
     cpus: int
     max_epochs: int
     jit_compile: bool
+    data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

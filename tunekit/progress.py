@@ -22,6 +22,9 @@ class ConsoleProgress:
         self._last_draw = 0.0
         self._recorder: Recorder | None = None
 
+    def experiment_started(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
     def trial_started(self, record: TrialRecord) -> None:
         pass
 
@@ -43,6 +46,9 @@ class ConsoleProgress:
         self._recorder = recorder
         if self._live:
             self._draw(force=False)
+
+    def experiment_ended(self, recorder: Recorder) -> None:
+        self.finish()
 
     def finish(self) -> None:
         if self._live and self._recorder is not None:

@@ -66,10 +66,14 @@ class EpochRow:
 
 
 class Listener(Protocol):
+    """Receives the record as it changes. Listeners never see Ray objects."""
+
+    def experiment_started(self, recorder: Recorder) -> None: ...
     def trial_started(self, record: TrialRecord) -> None: ...
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None: ...
     def trial_ended(self, record: TrialRecord) -> None: ...
     def tick(self, recorder: Recorder) -> None: ...
+    def experiment_ended(self, recorder: Recorder) -> None: ...
 
 
 class RecordingASHA(ASHAScheduler):
@@ -203,8 +207,14 @@ class Recorder(Callback):
         for listener in self.listeners:
             listener.tick(self)
 
+    def setup(self, **info: Any) -> None:
+        for listener in self.listeners:
+            listener.experiment_started(self)
+
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self.write_tables()
+        for listener in self.listeners:
+            listener.experiment_ended(self)
 
     # -------------------------------------------------------------------- queries
 

@@ -105,6 +105,7 @@ def _fit(spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream
     from tunekit.recorder import FailureGuard, Recorder
 
     console = ConsoleProgress(spec.metric.name, spec.budget.num_samples, stream) if stream else None
+    listeners = _listeners(spec, experiment_dir, console)
     with _driver_env(), _ray_session(address):
         if restore:
             tuner = tune.Tuner.restore(str(experiment_dir), trainable=_trainable(spec),
@@ -113,23 +114,29 @@ def _fit(spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream
             # (console, tracker) are per process and are attached again here.
             callbacks = tuner._local_tuner.get_run_config().callbacks
             recorder = next(c for c in callbacks if isinstance(c, Recorder))
-            recorder.listeners = [console] if console else []
+            recorder.listeners = listeners
             guard = tuner._local_tuner.get_run_config().stop
         else:
-            tuner, recorder, guard = _build_tuner(spec, experiment_dir, console)
-        if console:
-            console.tick(recorder)
+            tuner, recorder, guard = _build_tuner(spec, experiment_dir, listeners)
         try:
             tuner.fit()
         finally:
             recorder.write_tables()
-            if console:
-                console.finish()
     if isinstance(guard, FailureGuard) and guard.abort_reason:
         raise SearchAborted(f"search stopped: {guard.abort_reason}")
 
 
-def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> tuple[Any, Any, Any]:
+def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
+    """Who hears about the search as it goes: the console and, when enabled, MLflow."""
+    listeners: list[Any] = [console] if console else []
+    if spec.tracking.enabled:
+        from tunekit.tracking import MlflowTracker
+
+        listeners.append(MlflowTracker(spec, experiment_dir))
+    return listeners
+
+
+def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
     from tunekit.recorder import FailureGuard, Recorder, RecordingASHA
@@ -146,7 +153,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> tu
         )
     else:
         scheduler = tune.schedulers.FIFOScheduler()
-    recorder = Recorder(spec, experiment_dir, searcher, scheduler, [console] if console else [])
+    recorder = Recorder(spec, experiment_dir, searcher, scheduler, listeners)
     guard = FailureGuard()
     tuner = tune.Tuner(
         _trainable(spec),

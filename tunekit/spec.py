@@ -30,8 +30,8 @@ SEARCHABLE_TRAINING_KEYS = ("batch_size", "precision", "jit_compile")
 # The one table of allowed keys: the section parsers and the --set checker both read it.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "": (
-        "name", "trainable", "metric", "budget", "search", "scheduler",
-        "resources", "training", "space", "storage", "tracking",
+        "extends", "name", "trainable", "metric", "budget", "search", "scheduler",
+        "resources", "training", "space", "data", "storage", "tracking",
     ),
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
@@ -117,6 +117,7 @@ class ExperimentSpec:
     space: SearchSpace
     storage: StorageSpec
     tracking: TrackingSpec
+    data: Mapping[str, Any]  # free-form settings for build_data (paths, sizes), handed over as ctx.data
     raw: Mapping[str, Any]  # the validated input, defaults filled in; written as spec.yaml
 
     def to_yaml(self) -> str:
@@ -155,11 +156,38 @@ def load_spec(
             raise SpecError(str(source), f"is not valid YAML{where}", got=False) from None
     if not isinstance(raw, dict):
         raise SpecError("spec", "must be a mapping at the top level", raw)
+    spec_dir = base_dir if isinstance(source, Mapping) else Path(source).parent
+    raw = _resolve_extends(raw, spec_dir, set())
     for key, value in (sections or {}).items():
         _deep_merge(raw, key, value)
     for assignment in overrides:
         apply_override(raw, assignment)
     return parse_spec(raw, base_dir)
+
+
+def _resolve_extends(raw: dict[str, Any], directory: Path, seen: set[Path]) -> dict[str, Any]:
+    """``extends: base.yaml`` (relative to the spec file): the spec is deep-merged over its base.
+
+    Lets a grid spec and an ASHA spec share one space definition.
+    """
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    parent_path = (directory / v.string(parent, "extends")).resolve()
+    if parent_path in seen:
+        raise SpecError("extends", "forms a cycle", str(parent))
+    try:
+        base = yaml.safe_load(parent_path.read_text())
+    except OSError:
+        raise SpecError("extends", "no such spec file", str(parent)) from None
+    except yaml.YAMLError:
+        raise SpecError("extends", "is not valid YAML", str(parent)) from None
+    if not isinstance(base, dict):
+        raise SpecError("extends", "must name a spec that is a mapping", str(parent))
+    base = _resolve_extends(base, parent_path.parent, seen | {parent_path})
+    for key, value in raw.items():
+        _deep_merge(base, key, value)
+    return base
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -208,6 +236,9 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
     _check_searched_training_keys(space)
     storage = _storage(raw.get("storage") or {})
     tracking = _tracking(raw.get("tracking") or {})
+    data = raw.get("data") or {}
+    if not isinstance(data, Mapping):
+        raise SpecError("data", "must be a mapping of settings for build_data", data)
     filled = {
         "name": name,
         "trainable": trainable.reference if not trainable.is_file else str(trainable.source),
@@ -218,11 +249,13 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
         "resources": asdict(resources),
         "training": asdict(training),
         "space": copy.deepcopy(dict(raw["space"])),
+        "data": copy.deepcopy(dict(data)),
         "storage": asdict(storage),
         "tracking": asdict(tracking),
     }
     return ExperimentSpec(
-        name, trainable, metric, budget, search, scheduler, resources, training, space, storage, tracking, filled
+        name, trainable, metric, budget, search, scheduler, resources, training, space, storage, tracking,
+        filled["data"], filled,
     )
 
 

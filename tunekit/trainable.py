@@ -87,6 +87,7 @@ def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress
         cpus=devices.cpus,
         max_epochs=spec.budget.max_epochs,
         jit_compile=bool(config.get("jit_compile", spec.training.jit_compile)),
+        data=spec.data,
     )
     module = load_trainable(spec.trainable)
     train_ds, val_ds = module.build_data(config, ctx)
