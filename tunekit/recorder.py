@@ -212,6 +212,7 @@ class Recorder(Callback):
             listener.experiment_started(self)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        self._reconcile(trials)
         self.write_tables()
         for listener in self.listeners:
             listener.experiment_ended(self)
@@ -234,6 +235,17 @@ class Recorder(Callback):
         if trial.trial_id not in self.trials:
             self.on_trial_start(0, [], trial)
         return self.trials[trial.trial_id]
+
+    def _reconcile(self, trials: list[Trial]) -> None:
+        """Ray ends some trials without a callback (a failed actor reuse); record them anyway."""
+        for trial in trials:
+            record = self._record(trial)
+            if record.status != "running":
+                continue
+            if trial.status == Trial.ERROR:
+                self.on_trial_error(0, trials, trial)
+            elif trial.status == Trial.TERMINATED:
+                self.on_trial_complete(0, trials, trial)
 
     def _update_metric(self, record: TrialRecord, row: EpochRow) -> None:
         record.epochs = row.epoch

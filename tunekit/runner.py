@@ -26,15 +26,16 @@ _DRIVER_ENV = {
     # A failed trial's last report has no metric; the trainable checks metric names
     # itself and fails with the list of names it did see.
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
-    # ASHA's STOP reaches a reused worker as SystemExit inside report(); give the
-    # thread long enough to unwind before Ray gives up on reusing the actor.
-    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "10",
     # verbose=0 alone still prints the new output engine's banner; tunekit shows its own progress.
     "RAY_AIR_NEW_OUTPUT": "0",
 }
 # ...and of the workers:
 _WORKER_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
+    # ASHA's STOP reaches a reused worker as SystemExit inside report(). Ray waits only
+    # 2 s (read in the worker) for that thread to unwind, then fails the *next* trial
+    # outright, without retry; on a busy machine Keras needs longer.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "60",
     # Relative paths in a trainable (data folders) resolve against the launch directory.
     "RAY_CHDIR_TO_TRIAL_DIR": "0",
 }

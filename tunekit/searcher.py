@@ -33,6 +33,7 @@ class OptunaStudySearcher(Searcher):
         self._numbers: dict[str, int] = {}
         self._study: optuna.Study | None = None
         self._live: dict[str, optuna.Trial] = {}
+        self._reported: dict[int, int] = {}  # Optuna trial number -> last epoch reported
 
     @property
     def study(self) -> optuna.Study:
@@ -58,8 +59,13 @@ class OptunaStudySearcher(Searcher):
 
     def _report(self, trial: optuna.Trial, result: dict[str, Any]) -> None:
         value = result.get(self._spec.metric.name)
-        if _is_finite(value) and EPOCH_KEY in result:
-            trial.report(float(value), step=int(result[EPOCH_KEY]))
+        if not _is_finite(value) or EPOCH_KEY not in result:
+            return
+        step = int(result[EPOCH_KEY])
+        # on_trial_complete repeats the last result when the trial was not stopped early.
+        if self._reported.get(trial.number, 0) < step:
+            trial.report(float(value), step=step)
+            self._reported[trial.number] = step
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         trial = self._open_trial(trial_id)

@@ -312,7 +312,7 @@ def _scheduler(raw: object, budget: BudgetSpec) -> SchedulerSpec:
     section = v.mapping(raw, "scheduler", SECTION_KEYS["scheduler"])
     kind = v.one_of(section.get("type", "asha"), "scheduler.type", SCHEDULERS)
     grace = v.integer(section.get("grace_period", 1), "scheduler.grace_period", minimum=1)
-    if grace > budget.max_epochs:
+    if kind == "asha" and grace > budget.max_epochs:
         raise SpecError("scheduler.grace_period", f"must be <= budget.max_epochs ({budget.max_epochs})", grace)
     factor = v.number(section.get("reduction_factor", 3), "scheduler.reduction_factor", above=1)
     return SchedulerSpec(kind, grace, factor)
