@@ -30,7 +30,7 @@ SMOKE = [
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session() -> Iterator[None]:
-    ray.init(num_cpus=2, **ray_init_options())
+    ray.init("local", num_cpus=2, **ray_init_options())
     yield
     ray.shutdown()
 

@@ -12,7 +12,7 @@ import csv
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -77,11 +77,25 @@ class Listener(Protocol):
 
 
 class RecordingASHA(ASHAScheduler):
-    """ASHA that remembers which trials it stopped, so 'pruned' means pruned by ASHA."""
+    """ASHA that remembers which trials it stopped, so 'pruned' means pruned by ASHA.
+
+    Ray does not save scheduler state with the experiment (a restored ASHA starts with
+    empty rungs and would promote everything), so ``replay`` rebuilds the rungs from
+    the recorded epochs when a search is resumed.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stopped: set[str] = set()
+
+    def replay(self, values: dict[str, dict[int, float]], stopped: set[str]) -> None:
+        """Records each trial's metric at every rung it reached, as ASHA saw it live."""
+        self.stopped = set(stopped)
+        for bracket in self._brackets:
+            for milestone, recorded in bracket._rungs:
+                for trial_id, by_epoch in values.items():
+                    if int(milestone) in by_epoch:
+                        recorded[trial_id] = self._metric_op * by_epoch[int(milestone)]
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         decision = super().on_trial_result(tune_controller, trial, result)
@@ -274,6 +288,26 @@ class Recorder(Callback):
     def write_tables(self) -> None:
         write_trials_csv(self.experiment_dir / TRIALS_FILE, list(self.trials.values()))
         write_epochs_csv(self.experiment_dir / EPOCHS_FILE, self.epochs)
+
+    # Ray saves this with every experiment checkpoint and hands it back on restore.
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "trials": [asdict(r) for r in self.trials.values()],
+            "epochs": [asdict(r) for r in self.epochs],
+            "started": self.started,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.trials = {r["trial_id"]: TrialRecord(**r) for r in state["trials"]}
+        self.epochs = [EpochRow(**r) for r in state["epochs"]]
+        self.started = state["started"]
+        if isinstance(self.scheduler, RecordingASHA):
+            values: dict[str, dict[int, float]] = {}
+            for row in self.epochs:
+                if self.spec.metric.name in row.metrics:
+                    values.setdefault(row.trial_id, {})[row.epoch] = row.metrics[self.spec.metric.name]
+            pruned = {r.trial_id for r in self.trials.values() if r.status == "pruned"}
+            self.scheduler.replay(values, pruned)
 
     # Ray pickles callbacks with the tuner; listeners hold consoles and clients.
     def __getstate__(self) -> dict[str, Any]:

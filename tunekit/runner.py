@@ -26,6 +26,9 @@ _DRIVER_ENV = {
     # A failed trial's last report has no metric; the trainable checks metric names
     # itself and fails with the list of names it did see.
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+    # Save Ray's experiment state (trials, searcher and recorder state) every second,
+    # so a killed driver loses at most a second of bookkeeping.
+    "TUNE_GLOBAL_CHECKPOINT_S": "1",
     # verbose=0 alone still prints the new output engine's banner; tunekit shows its own progress.
     "RAY_AIR_NEW_OUTPUT": "0",
 }
@@ -81,8 +84,35 @@ def resume(experiment_dir: str | Path, *, address: str | None = None, progress: 
         raise StorageError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
     spec = load_spec(directory / SPEC_FILE)
     stream = sys.stdout if progress is True else (progress or None)
-    _fit(spec, directory, address, stream, restore=True)
+    links = _bridge_rotated_checkpoints(directory)
+    try:
+        _fit(spec, directory, address, stream, restore=True)
+    finally:
+        for link in links:
+            link.unlink(missing_ok=True)
     return load(directory)
+
+
+def _bridge_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
+    """Makes checkpoints that Ray's last saved state names, but rotation deleted, resolvable.
+
+    A killed driver leaves Ray's experiment state up to a second old; meanwhile trials
+    kept reporting and the oldest checkpoints were rotated away. Ray refuses to restore a
+    trial whose recorded checkpoint is gone, so each missing name below a trial's oldest
+    kept checkpoint becomes a link to its newest one: the trial resumes from the newest
+    state it really reached (the trainable reads the epoch from the checkpoint itself).
+    """
+    links: list[Path] = []
+    for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
+        kept = sorted(trial_dir.glob("checkpoint_*"))
+        if not kept:
+            continue
+        oldest, newest = int(kept[0].name.split("_")[1]), kept[-1]
+        for index in range(oldest):
+            link = trial_dir / f"checkpoint_{index:06d}"
+            link.symlink_to(newest.name, target_is_directory=True)
+            links.append(link)
+    return links
 
 
 def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:
@@ -107,7 +137,8 @@ def _fit(spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream
 
     console = ConsoleProgress(spec.metric.name, spec.budget.num_samples, stream) if stream else None
     listeners = _listeners(spec, experiment_dir, console)
-    with _driver_env(), _ray_session(address):
+    with _driver_env(), _ray_session(address, spec):
+        check_storage_shared(experiment_dir)
         if restore:
             tuner = tune.Tuner.restore(str(experiment_dir), trainable=_trainable(spec),
                                        resume_unfinished=True, resume_errored=True)
@@ -176,7 +207,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
             stop=guard,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),
     )
     return tuner, recorder, guard
@@ -205,31 +236,89 @@ def _driver_env() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def ray_init_options() -> dict[str, Any]:
+def ray_init_options(spec: ExperimentSpec | None = None, *, cluster: bool = False) -> dict[str, Any]:
     """Keyword arguments for ``ray.init`` that tunekit's workers rely on.
 
     Pass them when starting Ray yourself (for example with logical GPUs:
-    ``ray.init(num_gpus=2, **ray_init_options())``) before calling ``tunekit.run``.
+    ``ray.init("local", num_gpus=2, **ray_init_options())``) before calling ``tunekit.run``.
+    On a cluster, the trainable's top-level package and tunekit itself travel to every
+    node through the runtime environment, so nodes need no manual copy.
     """
     cwd = str(Path.cwd())
     python_path = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
-    return {
-        "include_dashboard": False,
-        "log_to_driver": False,
-        "logging_level": "ERROR",
-        "runtime_env": {"env_vars": {**_WORKER_ENV, "PYTHONPATH": python_path}},
-    }
+    runtime_env: dict[str, Any] = {"env_vars": {**_WORKER_ENV, "PYTHONPATH": python_path}}
+    if cluster and spec is not None:
+        runtime_env["py_modules"] = _code_for_nodes(spec)
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "runtime_env": runtime_env}
+    if not cluster:
+        options["include_dashboard"] = False  # only a new local Ray takes this
+    return options
+
+
+def _code_for_nodes(spec: ExperimentSpec) -> list[str]:
+    """Directories that must exist on every node: tunekit and the trainable's package."""
+    import tunekit
+
+    modules = [str(Path(tunekit.__file__).parent)]
+    parts = spec.trainable.reference.split(".")
+    if not spec.trainable.is_file and len(parts) > 1:
+        # trainables/digits_mlp.py for "trainables.digits_mlp": ship the whole package
+        modules.append(str(spec.trainable.source.parents[len(parts) - 2]))
+    return modules
+
+
+def check_storage_shared(experiment_dir: Path) -> None:
+    """On a multi-node cluster, every node must be able to write the experiment directory.
+
+    Since Ray 2.7 nothing is synced to the head node, so trial checkpoints written to a
+    node-local path are lost to the driver. Each node writes a probe file; the driver must
+    see them all.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    if len(nodes) < 2:
+        return
+
+    @ray.remote(num_cpus=0)
+    def probe(directory: str, name: str) -> str:
+        try:
+            Path(directory, name).write_text("tunekit storage probe")
+            return ""
+        except OSError as error:
+            return str(error)
+
+    names = {n["NodeID"]: f".storage-probe-{n['NodeID'][:12]}" for n in nodes}
+    errors = ray.get([
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            str(experiment_dir), names[n["NodeID"]])
+        for n in nodes
+    ])
+    problems = []
+    for node, error in zip(nodes, errors, strict=True):
+        probe_file = experiment_dir / names[node["NodeID"]]
+        if error or not probe_file.exists():
+            problems.append(f"node {node['NodeManagerAddress']} ({error or 'its file is not visible here'})")
+        probe_file.unlink(missing_ok=True)
+    if problems:
+        raise StorageError(
+            f"storage {experiment_dir} is not shared by every node: {'; '.join(problems)}; "
+            "mount one shared filesystem at the same path on every node and pass it with --storage"
+        )
 
 
 @contextlib.contextmanager
-def _ray_session(address: str | None) -> Iterator[None]:
+def _ray_session(address: str | None, spec: ExperimentSpec) -> Iterator[None]:
     """Joins ``address`` (or RAY_ADDRESS), or starts a local Ray; reuses one already started."""
     import ray
 
     if ray.is_initialized():
         yield
         return
-    ray.init(address=address or os.environ.get("RAY_ADDRESS"), **ray_init_options())
+    address = address or os.environ.get("RAY_ADDRESS")
+    # "local": without an address, a new local Ray, never a cluster that happens to run here.
+    ray.init(address=address or "local", **ray_init_options(spec, cluster=address is not None))
     try:
         yield
     finally:

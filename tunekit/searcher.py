@@ -116,6 +116,18 @@ class OptunaStudySearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         self._numbers = json.loads(Path(checkpoint_path).read_text())["numbers"]
         self._live = {}
+        self._close_orphans()
+
+    def _close_orphans(self) -> None:
+        """Fails study trials asked for after Ray's last experiment checkpoint.
+
+        The driver died between asking Optuna and saving Ray's state: Ray will never run
+        those trials, so they must not stay RUNNING (samplers would count them forever).
+        """
+        known = set(self._numbers.values())
+        for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if frozen.number not in known:
+                self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
 
 def _is_finite(value: object) -> bool:

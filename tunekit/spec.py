@@ -382,7 +382,8 @@ def _tracking(raw: object) -> TrackingSpec:
 
 
 def _deep_merge(raw: dict[str, Any], key: str, value: Any) -> None:
-    if isinstance(value, Mapping) and isinstance(raw.get(key), dict):
+    # A mapping with a `type` is a whole distribution: it replaces, never blends bounds.
+    if isinstance(value, Mapping) and isinstance(raw.get(key), dict) and "type" not in value:
         for sub_key, sub_value in value.items():
             _deep_merge(raw[key], sub_key, sub_value)
     else:

@@ -195,6 +195,10 @@ def _restore_checkpoint(checkpoint: Any, model: Any) -> int:
     import numpy as np
 
     with checkpoint.as_directory() as directory:
+        if not (Path(directory) / CHECKPOINT_STATE).is_file():
+            # Ray's record of this trial predates the driver's death and points at a
+            # checkpoint already rotated away; training again from scratch is correct.
+            return 0
         state = json.loads((Path(directory) / CHECKPOINT_STATE).read_text())
         with np.load(Path(directory) / CHECKPOINT_WEIGHTS) as arrays:
             for i, variable in enumerate(model.weights):

@@ -1,0 +1,141 @@
+"""Faults on a real Ray runtime: bad trials, broken trainables, and a driver killed mid-search."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import ray
+
+import tunekit
+from tunekit.runner import ray_init_options
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+TEST_TRAINABLES = REPO / "tests" / "trainables"
+QUIET = ["tracking.enabled=false"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+
+
+def test_non_finite_loss_fails_that_trial_and_the_search_goes_on(tmp_path: Path) -> None:
+    results = tunekit.run(
+        DEFAULT_SPEC,
+        overrides=[f"trainable={TEST_TRAINABLES / 'nan_for_small.py'}", "search.algorithm=grid",
+                   "budget.num_samples=2", "budget.max_epochs=3", "scheduler.type=fifo", *QUIET],
+        space={"units": {"type": "choice", "values": [32, 64]}, "learning_rate": {"type": "fixed", "value": 0.001},
+               "dropout": {"type": "fixed", "value": 0.1}, "batch_size": {"type": "fixed", "value": 32}},
+        storage=tmp_path, name="nan", progress=False,
+    )
+    by_units = {int(row["params.units"]): row for _, row in results.trials.iterrows()}
+    assert by_units[32]["status"] == "failed"
+    assert by_units[32]["reason"] == "non-finite loss at epoch 1"
+    assert by_units[32]["attempts"] == 1  # not retried: the NaN is the config's fault
+    assert by_units[64]["status"] == "completed" and by_units[64]["epochs"] == 3
+    study = optuna.load_study(study_name="digits-mlp", storage=f"sqlite:///{results.experiment_dir / 'study.db'}")
+    states = {t.params["units"]: t.state for t in study.trials}
+    assert states == {32: optuna.trial.TrialState.FAIL, 64: optuna.trial.TrialState.COMPLETE}
+
+
+def test_same_error_in_every_trial_stops_the_search_early(tmp_path: Path) -> None:
+    with pytest.raises(tunekit.SearchAborted) as raised:
+        tunekit.run(
+            DEFAULT_SPEC,
+            overrides=[f"trainable={TEST_TRAINABLES / 'broken_model.py'}", "budget.num_samples=12", *QUIET],
+            storage=tmp_path, name="broken", progress=False,
+        )
+    assert str(raised.value) == (
+        "search stopped: the first 3 trials all failed with the same error, so the trainable is broken, "
+        "not the configs: ValueError: Input 0 of layer 'dense' is incompatible: expected shape (None, 64), "
+        "found (None, 63)"
+    )
+    trials = tunekit.load(tmp_path / "broken").trials
+    assert 3 <= len(trials) < 12
+    assert (trials["status"] == "failed").sum() >= 3
+    assert set(trials["status"]) <= {"failed", "stopped"}  # stopped: in flight when the search ended
+
+
+def test_import_error_in_the_trainable_is_fatal_at_once(tmp_path: Path) -> None:
+    with pytest.raises(tunekit.SearchAborted, match=r"ModuleNotFoundError: No module named 'tunekit_no_such_package'"):
+        tunekit.run(
+            DEFAULT_SPEC,
+            overrides=[f"trainable={TEST_TRAINABLES / 'missing_dependency.py'}", "budget.num_samples=12", *QUIET],
+            storage=tmp_path, name="fatal", progress=False,
+        )
+    trials = tunekit.load(tmp_path / "fatal").trials
+    assert len(trials) <= 3  # the trials already running when the first one failed
+
+
+def _ended_trials(trials_csv: Path) -> list[dict[str, str]]:
+    if not trials_csv.exists():
+        return []
+    with trials_csv.open() as handle:
+        return [row for row in csv.DictReader(handle) if row["status"] != "running"]
+
+
+def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -> None:
+    storage, name, samples = tmp_path / "results", "resumable", 10
+    command = [
+        sys.executable, "-m", "tunekit.cli", "run", str(DEFAULT_SPEC), "--storage", str(storage), "--name", name,
+        "--set", f"budget.num_samples={samples}", "--set", "budget.max_epochs=8", "--set", "scheduler.grace_period=1",
+        "--set", "scheduler.reduction_factor=2", "--set", "search.n_startup_trials=4", "--set", "tracking.enabled=false",
+    ]
+    # Its own session: the driver and the local Ray it starts die together, as on a lost machine.
+    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    experiment = storage / name
+    deadline = time.monotonic() + 240
+    while len(_ended_trials(experiment / "trials.csv")) < 3:
+        assert driver.poll() is None, "the search ended before it could be interrupted"
+        assert time.monotonic() < deadline, "no trial ended in time"
+        time.sleep(0.2)
+    time.sleep(1.5)  # let Ray save an experiment checkpoint that knows these trials
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    before = {row["trial_id"]: row for row in _ended_trials(experiment / "trials.csv")}
+
+    results = tunekit.resume(experiment, progress=False)
+
+    trials = results.trials
+    assert len(trials) == samples
+    assert set(trials["status"]) <= {"completed", "pruned"}
+    params = [tuple(row) for row in trials.filter(like="params.").itertuples(index=False)]
+    assert len(set(params)) == samples, "a configuration ran twice"
+    for trial_id, row in before.items():  # decisions taken before the crash stand
+        after = trials[trials["trial_id"] == trial_id].iloc[0]
+        assert (after["status"], int(after["epochs"])) == (row["status"], int(row["epochs"]))
+    study = optuna.load_study(study_name="digits-mlp", storage=f"sqlite:///{experiment / 'study.db'}")
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    by_ray_id = {t.user_attrs.get("ray_trial_id"): t for t in study.trials}
+    expected = {"completed": optuna.trial.TrialState.COMPLETE, "pruned": optuna.trial.TrialState.PRUNED}
+    for row in trials.itertuples():
+        assert by_ray_id[row.trial_id].state == expected[row.status]
+    # ASHA kept pruning after the resume: the rungs were rebuilt, not restarted empty.
+    assert (trials["status"] == "pruned").sum() >= 3
+
+
+def test_asha_replay_rebuilds_rungs() -> None:
+    from tunekit.recorder import RecordingASHA
+
+    scheduler = RecordingASHA(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1,
+                              reduction_factor=2)
+    scheduler.replay({"a": {1: 0.9, 2: 0.92}, "b": {1: 0.8, 2: 0.85}, "c": {1: 0.7}}, stopped={"c"})
+    rungs = {int(milestone): recorded for milestone, recorded in scheduler._brackets[0]._rungs}
+    assert rungs[1] == {"a": 0.9, "b": 0.8, "c": 0.7}
+    assert rungs[2] == {"a": 0.92, "b": 0.85}
+    assert scheduler.stopped == {"c"}
