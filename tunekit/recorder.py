@@ -45,7 +45,7 @@ class TrialRecord:
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     samples_per_second: float | None = None
-    node: str = ""
+    node_id: str = ""
     attempts: int = 1
     info: dict[str, Any] = field(default_factory=dict)
     rated_epochs: int = 0  # epochs averaged into samples_per_second
@@ -184,7 +184,7 @@ class Recorder(Callback):
         metrics = {name: float(result[name]) for name in names if name in result}
         if "info" in bookkeeping:
             record.info = {**bookkeeping["info"], "node_ip": result.get("node_ip", "")}
-            record.node = str(result.get("node_ip", ""))
+            record.node_id = str(record.info.get("node_id", ""))
         row = EpochRow(
             trial.trial_id,
             int(result[EPOCH_KEY]),
@@ -320,7 +320,7 @@ def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
     param_names = sorted({name for r in records for name in r.params})
     columns = [
         "trial_id", "number", "status", "reason", "epochs", "final_metric", "best_metric", "rung",
-        "wall_seconds", "samples_per_second", "node", "attempts", "started_at", "ended_at",
+        "wall_seconds", "samples_per_second", "node_id", "attempts", "started_at", "ended_at",
     ] + [f"params.{name}" for name in param_names]
     rows = []
     for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
@@ -328,7 +328,7 @@ def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
             "trial_id": r.trial_id, "number": r.number, "status": r.status, "reason": r.reason,
             "epochs": r.epochs, "final_metric": r.final_metric, "best_metric": r.best_metric, "rung": r.rung,
             "wall_seconds": round(r.wall_seconds, 3), "samples_per_second": r.samples_per_second,
-            "node": r.node, "attempts": r.attempts, "started_at": r.started_at, "ended_at": r.ended_at,
+            "node_id": r.node_id, "attempts": r.attempts, "started_at": r.started_at, "ended_at": r.ended_at,
         }
         row.update({f"params.{name}": r.params.get(name) for name in param_names})
         rows.append(row)

@@ -220,7 +220,10 @@ def memory_mb(devices: WorkerDevices) -> float:
 
 
 def trial_info(ctx: TrialContext, devices: WorkerDevices) -> dict[str, Any]:
+    import ray
+
     return {
+        "node_id": ray.get_runtime_context().get_node_id(),
         "precision": ctx.precision,
         "replicas": ctx.replicas,
         "batch_size": ctx.batch_size,

@@ -1,0 +1,102 @@
+"""A real two-node Ray cluster on this machine: a head and a second raylet, both on loopback.
+
+Ray rewrites 127.0.0.1 to the machine's outward address, so the nodes use 127.0.0.2
+(still loopback). Token authentication stays on: the second node and the driver read
+the token the head wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+import tunekit
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+NODE_IP = "127.0.0.2"
+RAY = str(Path(sys.executable).parent / "ray")  # the ray CLI of the environment running the tests
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((NODE_IP, 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_node(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", NODE_IP, *args], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen[bytes], marker: str) -> None:
+    """Stops a `ray start --block` node and every process it started, by pid."""
+    members = {p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])}
+    try:
+        members |= set(psutil.Process(process.pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
+    os.killpg(process.pid, signal.SIGTERM)
+    _, alive = psutil.wait_procs([*members, psutil.Process(process.pid)], timeout=15)
+    for leftover in alive:
+        leftover.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port()
+    logs = tmp_path_factory.mktemp("cluster-logs")
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    head = _start_node(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
+                        "--resources", '{"head_node": 1}'], env, logs / "head.log")
+    address = f"{NODE_IP}:{port}"
+    worker = None
+    try:
+        _wait_for_nodes(address, 1, env)
+        worker = _start_node(["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}'],
+                             env, logs / "node2.log")
+        _wait_for_nodes(address, 2, env)
+        yield address
+    finally:
+        if worker is not None:
+            _stop(worker, f"--gcs-address={address}")
+        _stop(head, f"{NODE_IP}:{port}")
+
+
+def _wait_for_nodes(address: str, count: int, env: dict[str, str]) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status = subprocess.run([RAY, "status", "--address", address], env=env, capture_output=True, text=True)
+        if status.returncode == 0 and status.stdout.count("node_") >= count:
+            return
+        time.sleep(1)
+    raise AssertionError(f"cluster at {address} did not reach {count} nodes:\n{status.stdout}\n{status.stderr}")
+
+
+def test_trials_run_on_both_nodes(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.chdir(REPO)
+    results = tunekit.run(
+        DEFAULT_SPEC,
+        overrides=["budget.num_samples=4", "budget.max_epochs=2", "scheduler.type=fifo", "tracking.enabled=false"],
+        storage=tmp_path, name="two-nodes", address=cluster, progress=False,
+    )
+    assert len(results.trials) == 4
+    assert (results.trials["status"] == "completed").all()
+    nodes = set(results.trials["node_id"])
+    assert len(nodes) == 2, f"trials ran on {nodes}"
