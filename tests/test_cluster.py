@@ -37,17 +37,20 @@ def _free_port() -> int:
 
 
 def _start_node(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", NODE_IP, *args], env=env,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [RAY, "start", "--block", "--node-ip-address", NODE_IP, *args],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _stop(process: subprocess.Popen[bytes], marker: str) -> None:
     """Stops a `ray start --block` node and every process it started, by pid."""
     members = {p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])}
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         members |= set(psutil.Process(process.pid).children(recursive=True))
-    except psutil.NoSuchProcess:
-        pass
     os.killpg(process.pid, signal.SIGTERM)
     _, alive = psutil.wait_procs([*members, psutil.Process(process.pid)], timeout=15)
     for leftover in alive:
@@ -62,14 +65,28 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     logs = tmp_path_factory.mktemp("cluster-logs")
     env = {**os.environ, "RAY_AUTH_MODE": "token"}
-    head = _start_node(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
-                        "--resources", '{"head_node": 1}'], env, logs / "head.log")
+    head = _start_node(
+        [
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "1",
+            "--include-dashboard",
+            "false",
+            "--resources",
+            '{"head_node": 1}',
+        ],
+        env,
+        logs / "head.log",
+    )
     address = f"{NODE_IP}:{port}"
     worker = None
     try:
         _wait_for_nodes(address, 1, env)
-        worker = _start_node(["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}'],
-                             env, logs / "node2.log")
+        worker = _start_node(
+            ["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}'], env, logs / "node2.log"
+        )
         _wait_for_nodes(address, 2, env)
         yield address
     finally:
@@ -94,7 +111,10 @@ def test_trials_run_on_both_nodes(cluster: str, tmp_path: Path, monkeypatch: pyt
     results = tunekit.run(
         DEFAULT_SPEC,
         overrides=["budget.num_samples=4", "budget.max_epochs=2", "scheduler.type=fifo", "tracking.enabled=false"],
-        storage=tmp_path, name="two-nodes", address=cluster, progress=False,
+        storage=tmp_path,
+        name="two-nodes",
+        address=cluster,
+        progress=False,
     )
     assert len(results.trials) == 4
     assert (results.trials["status"] == "completed").all()

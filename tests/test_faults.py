@@ -36,11 +36,23 @@ def ray_session() -> Iterator[None]:
 def test_non_finite_loss_fails_that_trial_and_the_search_goes_on(tmp_path: Path) -> None:
     results = tunekit.run(
         DEFAULT_SPEC,
-        overrides=[f"trainable={TEST_TRAINABLES / 'nan_for_small.py'}", "search.algorithm=grid",
-                   "budget.num_samples=2", "budget.max_epochs=3", "scheduler.type=fifo", *QUIET],
-        space={"units": {"type": "choice", "values": [32, 64]}, "learning_rate": {"type": "fixed", "value": 0.001},
-               "dropout": {"type": "fixed", "value": 0.1}, "batch_size": {"type": "fixed", "value": 32}},
-        storage=tmp_path, name="nan", progress=False,
+        overrides=[
+            f"trainable={TEST_TRAINABLES / 'nan_for_small.py'}",
+            "search.algorithm=grid",
+            "budget.num_samples=2",
+            "budget.max_epochs=3",
+            "scheduler.type=fifo",
+            *QUIET,
+        ],
+        space={
+            "units": {"type": "choice", "values": [32, 64]},
+            "learning_rate": {"type": "fixed", "value": 0.001},
+            "dropout": {"type": "fixed", "value": 0.1},
+            "batch_size": {"type": "fixed", "value": 32},
+        },
+        storage=tmp_path,
+        name="nan",
+        progress=False,
     )
     by_units = {int(row["params.units"]): row for _, row in results.trials.iterrows()}
     assert by_units[32]["status"] == "failed"
@@ -57,7 +69,9 @@ def test_same_error_in_every_trial_stops_the_search_early(tmp_path: Path) -> Non
         tunekit.run(
             DEFAULT_SPEC,
             overrides=[f"trainable={TEST_TRAINABLES / 'broken_model.py'}", "budget.num_samples=12", *QUIET],
-            storage=tmp_path, name="broken", progress=False,
+            storage=tmp_path,
+            name="broken",
+            progress=False,
         )
     assert str(raised.value) == (
         "search stopped: the first 3 trials all failed with the same error, so the trainable is broken, "
@@ -75,7 +89,9 @@ def test_import_error_in_the_trainable_is_fatal_at_once(tmp_path: Path) -> None:
         tunekit.run(
             DEFAULT_SPEC,
             overrides=[f"trainable={TEST_TRAINABLES / 'missing_dependency.py'}", "budget.num_samples=12", *QUIET],
-            storage=tmp_path, name="fatal", progress=False,
+            storage=tmp_path,
+            name="fatal",
+            progress=False,
         )
     trials = tunekit.load(tmp_path / "fatal").trials
     assert len(trials) <= 3  # the trials already running when the first one failed
@@ -91,13 +107,32 @@ def _ended_trials(trials_csv: Path) -> list[dict[str, str]]:
 def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -> None:
     storage, name, samples = tmp_path / "results", "resumable", 10
     command = [
-        sys.executable, "-m", "tunekit.cli", "run", str(DEFAULT_SPEC), "--storage", str(storage), "--name", name,
-        "--set", f"budget.num_samples={samples}", "--set", "budget.max_epochs=8", "--set", "scheduler.grace_period=1",
-        "--set", "scheduler.reduction_factor=2", "--set", "search.n_startup_trials=4", "--set", "tracking.enabled=false",
+        sys.executable,
+        "-m",
+        "tunekit.cli",
+        "run",
+        str(DEFAULT_SPEC),
+        "--storage",
+        str(storage),
+        "--name",
+        name,
+        "--set",
+        f"budget.num_samples={samples}",
+        "--set",
+        "budget.max_epochs=8",
+        "--set",
+        "scheduler.grace_period=1",
+        "--set",
+        "scheduler.reduction_factor=2",
+        "--set",
+        "search.n_startup_trials=4",
+        "--set",
+        "tracking.enabled=false",
     ]
     # Its own session: the driver and the local Ray it starts die together, as on a lost machine.
-    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    driver = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     experiment = storage / name
     deadline = time.monotonic() + 240
     while len(_ended_trials(experiment / "trials.csv")) < 3:
@@ -132,8 +167,7 @@ def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -
 def test_asha_replay_rebuilds_rungs() -> None:
     from tunekit.recorder import RecordingASHA
 
-    scheduler = RecordingASHA(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1,
-                              reduction_factor=2)
+    scheduler = RecordingASHA(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2)
     scheduler.replay({"a": {1: 0.9, 2: 0.92}, "b": {1: 0.8, 2: 0.85}, "c": {1: 0.7}}, stopped={"c"})
     rungs = {int(milestone): recorded for milestone, recorded in scheduler._brackets[0]._rungs}
     assert rungs[1] == {"a": 0.9, "b": 0.8, "c": 0.7}

@@ -49,7 +49,7 @@ def test_runs_exactly_num_samples_trials(smoke_run: tunekit.ExperimentResults) -
 
 def test_two_trials_overlapped_in_time(smoke_run: tunekit.ExperimentResults) -> None:
     spans = list(zip(smoke_run.trials["started_at"], smoke_run.trials["ended_at"], strict=True))
-    overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1]]
+    overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1 :] if a[0] < b[1] and b[0] < a[1]]
     assert overlapping, f"no two trials ran at the same time: {spans}"
 
 
@@ -97,12 +97,17 @@ def test_best_trial_and_report(smoke_run: tunekit.ExperimentResults, capsys: pyt
 
 
 def test_warm_start_points_run_first(tmp_path: Path) -> None:
-    points = [{"learning_rate": 0.005, "units": 128, "dropout": 0.1, "batch_size": 32},
-              {"learning_rate": 0.001, "units": 32}]
+    points = [
+        {"learning_rate": 0.005, "units": 128, "dropout": 0.1, "batch_size": 32},
+        {"learning_rate": 0.001, "units": 32},
+    ]
     results = tunekit.run(
         DEFAULT_SPEC,
         overrides=["budget.num_samples=3", "budget.max_epochs=1", "scheduler.type=fifo", "tracking.enabled=false"],
-        search={"warm_start": points}, storage=tmp_path, name="warm", progress=False,
+        search={"warm_start": points},
+        storage=tmp_path,
+        name="warm",
+        progress=False,
     )
     first_two = results.trials.sort_values("number").head(2)
     assert first_two.iloc[0]["params.learning_rate"] == 0.005 and first_two.iloc[0]["params.units"] == 128
@@ -121,7 +126,9 @@ def test_killed_worker_resumes_from_its_checkpointed_epoch(tmp_path: Path) -> No
             "tracking.enabled=false",
         ],
         data={"marker_dir": str(tmp_path), "kill_after_epoch": 3},
-        storage=tmp_path / "results", name="killed", progress=False,
+        storage=tmp_path / "results",
+        name="killed",
+        progress=False,
     )
     assert (tmp_path / "claimed").exists()
     victim = results.trials[results.trials["attempts"] == 2]

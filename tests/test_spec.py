@@ -41,12 +41,24 @@ DELETE = object()
 # (spec mutation, exact error line). Each is a distinct way to get a spec wrong.
 MALFORMED = [
     (("name", DELETE), "name: is required"),
-    (("name", "has space"), "name: must start with a letter or digit and use only letters, digits, '_', '.' and '-', got 'has space'"),
+    (
+        ("name", "has space"),
+        "name: must start with a letter or digit and use only letters, digits, '_', '.' and '-', got 'has space'",
+    ),
     (("name", 7), "name: must be a non-empty string, got 7"),
-    (("colour", "blue"), "spec.colour: unknown key; valid keys are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking"),
-    (("trainable", "trainables.nope"), "trainable: cannot import module: not found on the Python path, got 'trainables.nope'"),
+    (
+        ("colour", "blue"),
+        "spec.colour: unknown key; valid keys are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking",
+    ),
+    (
+        ("trainable", "trainables.nope"),
+        "trainable: cannot import module: not found on the Python path, got 'trainables.nope'",
+    ),
     (("trainable", "missing_file.py"), "trainable: no such trainable file, got 'missing_file.py'"),
-    (("trainable", "tunekit.errors"), "trainable: must define build_data(config, ctx) and build_model(config, ctx), got 'tunekit.errors'"),
+    (
+        ("trainable", "tunekit.errors"),
+        "trainable: must define build_data(config, ctx) and build_model(config, ctx), got 'tunekit.errors'",
+    ),
     (("metric.mode", "maximise"), "metric.mode: must be one of max, min, got 'maximise'"),
     (("metric", "val_accuracy"), "metric: must be a mapping, got 'val_accuracy'"),
     (("budget.num_samples", -3), "budget.num_samples: must be an integer >= 1, got -3"),
@@ -54,7 +66,10 @@ MALFORMED = [
     (("budget.max_epochs", 0), "budget.max_epochs: must be an integer >= 1, got 0"),
     (("budget.max_concurrent", 1.5), "budget.max_concurrent: must be an integer >= 1, got 1.5"),
     (("budget.time_budget_s", -60), "budget.time_budget_s: must be > 0, got -60"),
-    (("budget.num_smples", 3), "budget.num_smples: unknown key; valid keys are num_samples, max_epochs, max_concurrent, time_budget_s"),
+    (
+        ("budget.num_smples", 3),
+        "budget.num_smples: unknown key; valid keys are num_samples, max_epochs, max_concurrent, time_budget_s",
+    ),
     (("search.algorithm", "bayes"), "search.algorithm: must be one of tpe, random, grid, got 'bayes'"),
     (("search.seed", True), "search.seed: must be an integer >= 0, got true"),
     (("scheduler.grace_period", 30), "scheduler.grace_period: must be <= budget.max_epochs (20), got 30"),
@@ -62,29 +77,64 @@ MALFORMED = [
     (("scheduler.type", "hyperband"), "scheduler.type: must be one of asha, fifo, got 'hyperband'"),
     (("resources.gpu", 1.5), "resources.gpu: must be a fraction below 1 or a whole number of GPUs, got 1.5"),
     (("resources.cpu", 0), "resources.cpu: must be > 0, got 0"),
-    (("training.precision", "float16"), "training.precision: must be one of auto, float32, mixed_float16, mixed_bfloat16, got 'float16'"),
+    (
+        ("training.precision", "float16"),
+        "training.precision: must be one of auto, float32, mixed_float16, mixed_bfloat16, got 'float16'",
+    ),
     (("training.jit_compile", "yes"), "training.jit_compile: must be true or false, got 'yes'"),
     (("space.learning_rate.low", 0.0), "space.learning_rate.low: must be > 0 for loguniform, got 0.0"),
     (("space.learning_rate.high", 1.0e-5), "space.learning_rate.high: must be > low (0.0001), got 1e-05"),
     (("space.units.values", []), "space.units.values: must not be empty, got a list of 0"),
     (("space.units.values", [32, 32]), "space.units.values[1]: duplicates an earlier value, got 32"),
-    (("space.units", "choice(32, 64)"), "space.units: must be a mapping such as {type: uniform, low: 0, high: 1}, got 'choice(32, 64)'"),
-    (("space.dropout.type", "normal"), "space.dropout.type: must be one of uniform, loguniform, int, choice, fixed, got 'normal'"),
+    (
+        ("space.units", "choice(32, 64)"),
+        "space.units: must be a mapping such as {type: uniform, low: 0, high: 1}, got 'choice(32, 64)'",
+    ),
+    (
+        ("space.dropout.type", "normal"),
+        "space.dropout.type: must be one of uniform, loguniform, int, choice, fixed, got 'normal'",
+    ),
     (("space.dropout.mean", 0.1), "space.dropout.mean: unknown key; valid keys are type, low, high, step, when"),
-    (("space.layers", {"type": "int", "low": 4, "high": 2}), "space.layers: must be >= low (4); int bounds are inclusive, got 2".replace("space.layers:", "space.layers.high:")),
-    (("space.layers", {"type": "int", "low": 1, "high": 6, "step": 2}), "space.layers.step: must divide high - low (5), got 2"),
-    (("space.momentum", {"type": "uniform", "low": 0.5, "high": 0.99, "when": {"optimizer": "sgd"}}), "space.momentum.when.optimizer: must name a parameter defined above momentum, got 'optimizer'"),
+    (
+        ("space.layers", {"type": "int", "low": 4, "high": 2}),
+        "space.layers: must be >= low (4); int bounds are inclusive, got 2".replace(
+            "space.layers:", "space.layers.high:"
+        ),
+    ),
+    (
+        ("space.layers", {"type": "int", "low": 1, "high": 6, "step": 2}),
+        "space.layers.step: must divide high - low (5), got 2",
+    ),
+    (
+        ("space.momentum", {"type": "uniform", "low": 0.5, "high": 0.99, "when": {"optimizer": "sgd"}}),
+        "space.momentum.when.optimizer: must name a parameter defined above momentum, got 'optimizer'",
+    ),
     (("space", {}), "space: must be a non-empty mapping of parameter names to distributions, got a mapping"),
-    (("space.batch_size.values", [16, "big"]), "space.batch_size.values[1]: is not a valid training.batch_size, got 'big'"),
-    (("search.warm_start", [{"learning_rate": 0.5}]), "search.warm_start[0].learning_rate: must lie in the space (0.0001 to 0.01), got 0.5"),
-    (("search.warm_start", [{"lr": 0.001}]), "search.warm_start[0].lr: unknown parameter; the space has learning_rate, units, dropout, batch_size"),
+    (
+        ("space.batch_size.values", [16, "big"]),
+        "space.batch_size.values[1]: is not a valid training.batch_size, got 'big'",
+    ),
+    (
+        ("search.warm_start", [{"learning_rate": 0.5}]),
+        "search.warm_start[0].learning_rate: must lie in the space (0.0001 to 0.01), got 0.5",
+    ),
+    (
+        ("search.warm_start", [{"lr": 0.001}]),
+        "search.warm_start[0].lr: unknown parameter; the space has learning_rate, units, dropout, batch_size",
+    ),
     (("tracking.enabled", "no"), "tracking.enabled: must be true or false, got 'no'"),
 ]
 
 
-@pytest.mark.parametrize(("change", "message"), MALFORMED, ids=[m[1].split(":")[0] + f"-{i}" for i, m in enumerate(MALFORMED)])
+@pytest.mark.parametrize(
+    ("change", "message"), MALFORMED, ids=[m[1].split(":")[0] + f"-{i}" for i, m in enumerate(MALFORMED)]
+)
 def test_malformed_spec_gives_exact_message_exit_2_and_writes_nothing(
-    change: tuple[str, Any], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    change: tuple[str, Any],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(REPO)
     spec_file = tmp_path / "spec.yaml"
@@ -105,16 +155,23 @@ def test_there_are_at_least_25_distinct_malformed_cases() -> None:
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
-        ("budget.num_smples=3", "--set budget.num_smples: unknown key; valid keys under budget are num_samples, max_epochs, max_concurrent, time_budget_s"),
-        ("bugdet.num_samples=3", "--set bugdet.num_samples: unknown section; valid sections are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking, got 'bugdet'"),
+        (
+            "budget.num_smples=3",
+            "--set budget.num_smples: unknown key; valid keys under budget are num_samples, max_epochs, max_concurrent, time_budget_s",
+        ),
+        (
+            "bugdet.num_samples=3",
+            "--set bugdet.num_samples: unknown section; valid sections are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking, got 'bugdet'",
+        ),
         ("budget.num_samples", "--set: expected key.path=value, got 'budget.num_samples'"),
         ("name.first=x", "--set name.first: name is not a mapping, got 'digits-mlp'"),
         ("budget.num_samples=0", "budget.num_samples: must be an integer >= 1, got 0"),
         ("space.dropout.high=-1", "space.dropout.high: must be > low (0), got -1.0"),
     ],
 )
-def test_bad_set_override(assignment: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_set_override(
+    assignment: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(REPO)
     storage = tmp_path / "results"
     assert main(["run", str(DEFAULT_SPEC), "--set", assignment, "--storage", str(storage)]) == 2

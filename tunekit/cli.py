@@ -81,8 +81,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_set(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                         help="override a spec value (YAML syntax); repeatable")
+    command.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a spec value (YAML syntax); repeatable",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -113,8 +118,10 @@ def _plan(args: argparse.Namespace) -> int:
     from tunekit.spec import load_spec
 
     spec = load_spec(args.spec, args.set)
-    print(f"{spec.name}: {spec.budget.num_samples} trials of up to {spec.budget.max_epochs} epochs, "
-          f"{spec.budget.max_concurrent} at a time, scheduler {spec.scheduler.type}")
+    print(
+        f"{spec.name}: {spec.budget.num_samples} trials of up to {spec.budget.max_epochs} epochs, "
+        f"{spec.budget.max_concurrent} at a time, scheduler {spec.scheduler.type}"
+    )
     print(plan_budget(spec).describe())
     return 0
 
@@ -151,8 +158,10 @@ def _print_summary(results: object) -> None:
     if best is None:
         print("best: none (no trial reported the metric)")
         return
-    print(f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
-          f"after {best.epochs} epochs, {best.status}")
+    print(
+        f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
+        f"after {best.epochs} epochs, {best.status}"
+    )
     print("best config: " + ", ".join(f"{k}={v}" for k, v in best.config.items()))
 
 
@@ -165,7 +174,7 @@ def _table(results: object) -> str:
     table = results.ranked()
     params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
     shown = table[["number", "status", "epochs", "final_metric", "best_metric", "wall_seconds", *params]]
-    shown = shown.rename(columns={c: c[len(PARAM_PREFIX):] for c in params} | {"final_metric": results.metric})
+    shown = shown.rename(columns={c: c[len(PARAM_PREFIX) :] for c in params} | {"final_metric": results.metric})
     return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
 

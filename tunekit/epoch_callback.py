@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tunekit.trainable import TrialProgress
 
 
-class EpochReporter(keras.callbacks.Callback):  # type: ignore[misc]
+class EpochReporter(keras.callbacks.Callback):
     """Checks the epoch's metrics, checkpoints, and reports; ``tune.report`` blocks until
     the driver has seen the result, and raises ``SystemExit`` when ASHA stops the trial."""
 

@@ -39,8 +39,12 @@ class ConsoleProgress:
             return
         detail = f" ({record.reason})" if record.reason else ""
         value = "" if record.final_metric is None else f" {self._metric}={record.final_metric:.4f}"
-        print(f"[{self._elapsed()}] trial {record.number} {record.status} after {record.epochs} epochs"
-              f"{value}{detail} | {self.status_line()}", file=self._stream, flush=True)
+        print(
+            f"[{self._elapsed()}] trial {record.number} {record.status} after {record.epochs} epochs"
+            f"{value}{detail} | {self.status_line()}",
+            file=self._stream,
+            flush=True,
+        )
 
     def tick(self, recorder: Recorder) -> None:
         self._recorder = recorder

@@ -95,7 +95,7 @@ class RecordingASHA(ASHAScheduler):
             for milestone, recorded in bracket._rungs:
                 for trial_id, by_epoch in values.items():
                     if int(milestone) in by_epoch:
-                        recorded[trial_id] = self._metric_op * by_epoch[int(milestone)]
+                        recorded[trial_id] = (self._metric_op or 1.0) * by_epoch[int(milestone)]
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         decision = super().on_trial_result(tune_controller, trial, result)
@@ -162,9 +162,7 @@ class Recorder(Callback):
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self.trials.get(trial.trial_id)
         if record is None:
-            record = TrialRecord(
-                trial.trial_id, self.searcher.trial_number(trial.trial_id), _params(trial.config)
-            )
+            record = TrialRecord(trial.trial_id, self.searcher.trial_number(trial.trial_id), _params(trial.config))
             self.trials[trial.trial_id] = record
         else:  # restarted after a worker died, or resumed
             record.attempts += 1
@@ -221,7 +219,13 @@ class Recorder(Callback):
         for listener in self.listeners:
             listener.tick(self)
 
-    def setup(self, **info: Any) -> None:
+    def setup(
+        self,
+        stop: Stopper | None = None,
+        num_samples: int | None = None,
+        total_num_samples: int | None = None,
+        **info: Any,
+    ) -> None:
         for listener in self.listeners:
             listener.experiment_started(self)
 
@@ -319,16 +323,38 @@ class Recorder(Callback):
 def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
     param_names = sorted({name for r in records for name in r.params})
     columns = [
-        "trial_id", "number", "status", "reason", "epochs", "final_metric", "best_metric", "rung",
-        "wall_seconds", "samples_per_second", "node_id", "attempts", "started_at", "ended_at",
+        "trial_id",
+        "number",
+        "status",
+        "reason",
+        "epochs",
+        "final_metric",
+        "best_metric",
+        "rung",
+        "wall_seconds",
+        "samples_per_second",
+        "node_id",
+        "attempts",
+        "started_at",
+        "ended_at",
     ] + [f"params.{name}" for name in param_names]
     rows = []
     for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
         row = {
-            "trial_id": r.trial_id, "number": r.number, "status": r.status, "reason": r.reason,
-            "epochs": r.epochs, "final_metric": r.final_metric, "best_metric": r.best_metric, "rung": r.rung,
-            "wall_seconds": round(r.wall_seconds, 3), "samples_per_second": r.samples_per_second,
-            "node_id": r.node_id, "attempts": r.attempts, "started_at": r.started_at, "ended_at": r.ended_at,
+            "trial_id": r.trial_id,
+            "number": r.number,
+            "status": r.status,
+            "reason": r.reason,
+            "epochs": r.epochs,
+            "final_metric": r.final_metric,
+            "best_metric": r.best_metric,
+            "rung": r.rung,
+            "wall_seconds": round(r.wall_seconds, 3),
+            "samples_per_second": r.samples_per_second,
+            "node_id": r.node_id,
+            "attempts": r.attempts,
+            "started_at": r.started_at,
+            "ended_at": r.ended_at,
         }
         row.update({f"params.{name}": r.params.get(name) for name in param_names})
         rows.append(row)
@@ -338,11 +364,21 @@ def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
 def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:
     metric_names = sorted({name for row in rows for name in row.metrics})
     columns = ["trial_id", "epoch", "attempt", "resumed_from_epoch", "time", *metric_names]
-    _write_csv(path, columns, [
-        {"trial_id": r.trial_id, "epoch": r.epoch, "attempt": r.attempt,
-         "resumed_from_epoch": r.resumed_from_epoch, "time": round(r.at, 3), **r.metrics}
-        for r in rows
-    ])
+    _write_csv(
+        path,
+        columns,
+        [
+            {
+                "trial_id": r.trial_id,
+                "epoch": r.epoch,
+                "attempt": r.attempt,
+                "resumed_from_epoch": r.resumed_from_epoch,
+                "time": round(r.at, 3),
+                **r.metrics,
+            }
+            for r in rows
+        ],
+    )
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:

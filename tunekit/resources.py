@@ -125,7 +125,7 @@ def _limit_gpu_memory(tf_module: Any, gpu: tf.config.PhysicalDevice, resources: 
 def _compute_capability(tf_module: Any, gpu: Any) -> tuple[int, int] | None:
     details = tf_module.config.experimental.get_device_details(gpu)
     capability = details.get("compute_capability")
-    return tuple(capability) if capability else None  # type: ignore[return-value]
+    return tuple(capability) if capability else None
 
 
 def _nvidia_total_memory_mb() -> int:
@@ -133,6 +133,8 @@ def _nvidia_total_memory_mb() -> int:
 
     output = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return int(output.split()[0])

@@ -51,7 +51,7 @@ def run(
     name: str | None = None,
     storage: str | Path | None = None,
     address: str | None = None,
-    progress: TextIO | None | bool = True,
+    progress: TextIO | bool | None = True,
     **sections: Any,
 ) -> ExperimentResults:
     """Runs a search and returns its results.
@@ -77,7 +77,9 @@ def run(
     return load(experiment_dir)
 
 
-def resume(experiment_dir: str | Path, *, address: str | None = None, progress: TextIO | None | bool = True) -> ExperimentResults:
+def resume(
+    experiment_dir: str | Path, *, address: str | None = None, progress: TextIO | bool | None = True
+) -> ExperimentResults:
     """Finishes an interrupted search from its directory."""
     directory = Path(experiment_dir).expanduser().resolve()
     if not (directory / SPEC_FILE).is_file():
@@ -128,8 +130,9 @@ def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str |
     return directory
 
 
-def _fit(spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream: TextIO | None,
-         *, restore: bool) -> None:
+def _fit(
+    spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream: TextIO | None, *, restore: bool
+) -> None:
     from ray import tune
 
     from tunekit.progress import ConsoleProgress
@@ -140,14 +143,16 @@ def _fit(spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream
     with _driver_env(), _ray_session(address, spec):
         check_storage_shared(experiment_dir)
         if restore:
-            tuner = tune.Tuner.restore(str(experiment_dir), trainable=_trainable(spec),
-                                       resume_unfinished=True, resume_errored=True)
+            tuner = tune.Tuner.restore(
+                str(experiment_dir), trainable=_trainable(spec), resume_unfinished=True, resume_errored=True
+            )
             # Ray restores searcher, scheduler and callbacks from its pickle; listeners
             # (console, tracker) are per process and are attached again here.
-            callbacks = tuner._local_tuner.get_run_config().callbacks
-            recorder = next(c for c in callbacks if isinstance(c, Recorder))
+            assert tuner._local_tuner is not None  # tunekit never runs Tune through Ray Client
+            run_config = tuner._local_tuner.get_run_config()
+            recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
             recorder.listeners = listeners
-            guard = tuner._local_tuner.get_run_config().stop
+            guard = run_config.stop
         else:
             tuner, recorder, guard = _build_tuner(spec, experiment_dir, listeners)
         try:
@@ -179,8 +184,11 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
     searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
     if spec.scheduler.type == "asha":
         scheduler: Any = RecordingASHA(
-            time_attr=EPOCH_KEY, metric=spec.metric.name, mode=spec.metric.mode,
-            max_t=spec.budget.max_epochs, grace_period=spec.scheduler.grace_period,
+            time_attr=EPOCH_KEY,
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            max_t=spec.budget.max_epochs,
+            grace_period=spec.scheduler.grace_period,
             reduction_factor=spec.scheduler.reduction_factor,
         )
     else:
@@ -290,11 +298,14 @@ def check_storage_shared(experiment_dir: Path) -> None:
             return str(error)
 
     names = {n["NodeID"]: f".storage-probe-{n['NodeID'][:12]}" for n in nodes}
-    errors = ray.get([
-        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-            str(experiment_dir), names[n["NodeID"]])
-        for n in nodes
-    ])
+    errors = ray.get(
+        [
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                str(experiment_dir), names[n["NodeID"]]
+            )
+            for n in nodes
+        ]
+    )
     problems = []
     for node, error in zip(nodes, errors, strict=True):
         probe_file = experiment_dir / names[node["NodeID"]]

@@ -83,12 +83,11 @@ def plan_budget(spec: ExperimentSpec) -> Plan:
     milestones = asha_milestones(scheduler.grace_period, scheduler.reduction_factor, max_epochs)
     rungs = [Rung(i, m, max(1, math.ceil(n / scheduler.reduction_factor**i))) for i, m in enumerate(milestones)]
     finishers = max(1, math.ceil(n / scheduler.reduction_factor ** len(milestones)))
+    # The epochs between two milestones are trained by the trials that reached the later one.
     epochs, previous_epoch = 0, 0
-    reaching = n
     for rung in rungs:
-        epochs += reaching * (rung.epoch - previous_epoch)
-        reaching, previous_epoch = rung.trials, rung.epoch
-        reaching = max(1, math.ceil(rung.trials / scheduler.reduction_factor))
+        epochs += rung.trials * (rung.epoch - previous_epoch)
+        previous_epoch = rung.epoch
     epochs += finishers * (max_epochs - previous_epoch)
     rungs.append(Rung(len(rungs), max_epochs, finishers))
     return Plan(tuple(rungs), max_epochs, n, epochs, n * max_epochs)
@@ -144,7 +143,9 @@ def open_study(spec: ExperimentSpec, experiment_dir: Path) -> optuna.Study:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = study_url(experiment_dir)
-    existing = {s.study_name for s in optuna.get_all_study_summaries(url)} if (experiment_dir / STUDY_FILE).exists() else set()
+    existing = (
+        {s.study_name for s in optuna.get_all_study_summaries(url)} if (experiment_dir / STUDY_FILE).exists() else set()
+    )
     study = optuna.create_study(
         storage=url,
         study_name=spec.name,
@@ -167,10 +168,13 @@ def pick_best(candidates: list[tuple[str, float | None, T]], mode: str) -> T | N
     Trials that trained to the end are preferred: a pruned trial's early score is not
     a model one can ship. Failed trials and trials without a metric never win.
     """
-    scored = [(status, value, item) for status, value, item in candidates
-              if value is not None and math.isfinite(value) and status != "failed"]
+    scored = [
+        (status, value, item)
+        for status, value, item in candidates
+        if value is not None and math.isfinite(value) and status != "failed"
+    ]
     pool = [c for c in scored if c[0] == "completed"] or scored
     if not pool:
         return None
     sign = 1.0 if mode == "max" else -1.0
-    return max(pool, key=lambda c: sign * c[1])[2]  # type: ignore[operator]
+    return max(pool, key=lambda c: sign * c[1])[2]

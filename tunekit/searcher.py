@@ -41,11 +41,11 @@ class OptunaStudySearcher(Searcher):
             self._study = open_study(self._spec, self._experiment_dir)
         return self._study
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
         if trial_id in self._numbers:  # Ray asks again for a trial it restores
             return None
         if len(self._numbers) >= self._spec.budget.num_samples:
-            return Searcher.FINISHED
+            return Searcher.FINISHED  # type: ignore[return-value]  # Ray's "no more trials" sentinel
         trial = self.study.ask()
         trial.set_user_attr("ray_trial_id", trial_id)
         self._numbers[trial_id] = trial.number
@@ -58,13 +58,13 @@ class OptunaStudySearcher(Searcher):
             self._report(trial, result)
 
     def _report(self, trial: optuna.Trial, result: dict[str, Any]) -> None:
-        value = result.get(self._spec.metric.name)
-        if not _is_finite(value) or EPOCH_KEY not in result:
+        value = _finite(result.get(self._spec.metric.name))
+        if value is None or EPOCH_KEY not in result:
             return
         step = int(result[EPOCH_KEY])
         # on_trial_complete repeats the last result when the trial was not stopped early.
         if self._reported.get(trial.number, 0) < step:
-            trial.report(float(value), step=step)
+            trial.report(value, step=step)
             self._reported[trial.number] = step
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
@@ -76,11 +76,11 @@ class OptunaStudySearcher(Searcher):
         # Ray skips on_trial_result for the result on which the scheduler stops a trial,
         # so that last epoch reaches the study here.
         self._report(trial, result)
-        value = result.get(self._spec.metric.name)
-        if error or result.get(FAILURE_KEY) or not _is_finite(value):
+        value = _finite(result.get(self._spec.metric.name))
+        if error or result.get(FAILURE_KEY) or value is None:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         elif int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
-            self.study.tell(trial, float(value), skip_if_finished=True)
+            self.study.tell(trial, value, skip_if_finished=True)
         else:
             # Stopped before the end: Optuna keeps the last intermediate value as the
             # trial's value and its samplers treat it as the partial run it was.
@@ -130,5 +130,8 @@ class OptunaStudySearcher(Searcher):
                 self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
 
-def _is_finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _finite(value: object) -> float | None:
+    """The metric as a float, or None when missing or not finite."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

@@ -128,11 +128,7 @@ class SearchSpace:
 
     def grid(self) -> dict[str, list[Scalar]]:
         """The searched axes of a full grid, for Optuna's GridSampler."""
-        return {
-            p.name: list(p.distribution.values)
-            for p in self.params
-            if isinstance(p.distribution, Choice)
-        }
+        return {p.name: list(p.distribution.values) for p in self.params if isinstance(p.distribution, Choice)}
 
     def grid_size(self) -> int:
         return math.prod(len(values) for values in self.grid().values())

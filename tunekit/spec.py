@@ -30,8 +30,19 @@ SEARCHABLE_TRAINING_KEYS = ("batch_size", "precision", "jit_compile")
 # The one table of allowed keys: the section parsers and the --set checker both read it.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "": (
-        "extends", "name", "trainable", "metric", "budget", "search", "scheduler",
-        "resources", "training", "space", "data", "storage", "tracking",
+        "extends",
+        "name",
+        "trainable",
+        "metric",
+        "budget",
+        "search",
+        "scheduler",
+        "resources",
+        "training",
+        "space",
+        "data",
+        "storage",
+        "tracking",
     ),
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
@@ -202,13 +213,15 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         raise SpecError(f"--set {key_path}", "value is not valid YAML", text) from None
     section = parts[0]
     if section not in SECTION_KEYS[""]:
-        raise SpecError(f"--set {key_path}", f"unknown section; valid sections are {', '.join(SECTION_KEYS[''])}", section)
-    if section in SECTION_KEYS and len(parts) > 1:
-        if len(parts) > 2 or parts[1] not in SECTION_KEYS[section]:
-            raise SpecError(
-                f"--set {key_path}", f"unknown key; valid keys under {section} are {', '.join(SECTION_KEYS[section])}",
-                got=False,
-            )
+        raise SpecError(
+            f"--set {key_path}", f"unknown section; valid sections are {', '.join(SECTION_KEYS[''])}", section
+        )
+    if section in SECTION_KEYS and len(parts) > 1 and (len(parts) > 2 or parts[1] not in SECTION_KEYS[section]):
+        raise SpecError(
+            f"--set {key_path}",
+            f"unknown key; valid keys under {section} are {', '.join(SECTION_KEYS[section])}",
+            got=False,
+        )
     node: Any = raw
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -223,8 +236,12 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
 def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
     """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source."""
     v.mapping(raw, "spec", SECTION_KEYS[""])
-    name = v.string(v.require(raw, "name", ""), "name", pattern=_NAME,
-                    rule="must start with a letter or digit and use only letters, digits, '_', '.' and '-'")
+    name = v.string(
+        v.require(raw, "name", ""),
+        "name",
+        pattern=_NAME,
+        rule="must start with a letter or digit and use only letters, digits, '_', '.' and '-'",
+    )
     trainable = locate_trainable(v.string(v.require(raw, "trainable", ""), "trainable"), base_dir=base_dir)
     space = parse_space(raw.get("space"), "space")
     metric = _metric(v.require(raw, "metric", ""))
@@ -239,6 +256,7 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
     data = raw.get("data") or {}
     if not isinstance(data, Mapping):
         raise SpecError("data", "must be a mapping of settings for build_data", data)
+    data_section: dict[str, Any] = copy.deepcopy(dict(data))
     filled = {
         "name": name,
         "trainable": trainable.reference if not trainable.is_file else str(trainable.source),
@@ -249,13 +267,24 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
         "resources": asdict(resources),
         "training": asdict(training),
         "space": copy.deepcopy(dict(raw["space"])),
-        "data": copy.deepcopy(dict(data)),
+        "data": data_section,
         "storage": asdict(storage),
         "tracking": asdict(tracking),
     }
     return ExperimentSpec(
-        name, trainable, metric, budget, search, scheduler, resources, training, space, storage, tracking,
-        filled["data"], filled,
+        name,
+        trainable,
+        metric,
+        budget,
+        search,
+        scheduler,
+        resources,
+        training,
+        space,
+        storage,
+        tracking,
+        data_section,
+        filled,
     )
 
 
@@ -284,11 +313,15 @@ def _search(raw: object, space: SearchSpace) -> SearchSettings:
     if algorithm == "grid":
         for param in space.params:
             if param.when:
-                raise SpecError(f"space.{param.name}.when", "conditional parameters need tpe or random search",
-                                dict(param.when))
+                raise SpecError(
+                    f"space.{param.name}.when", "conditional parameters need tpe or random search", dict(param.when)
+                )
             if not isinstance(param.distribution, Choice | Fixed):
-                raise SpecError(f"space.{param.name}.type", "grid search needs choice or fixed parameters",
-                                kind_name(param.distribution))
+                raise SpecError(
+                    f"space.{param.name}.type",
+                    "grid search needs choice or fixed parameters",
+                    kind_name(param.distribution),
+                )
     return SearchSettings(algorithm, seed, startup, tuple(warm_start))
 
 
@@ -354,8 +387,9 @@ def _check_searched_training_keys(space: SearchSpace) -> None:
         if isinstance(dist, IntRange) and param.name == "batch_size" and dist.low >= 1:
             continue
         if not isinstance(dist, Choice | Fixed):
-            raise SpecError(f"space.{param.name}.type", "must be choice or fixed for a training setting",
-                            kind_name(dist))
+            raise SpecError(
+                f"space.{param.name}.type", "must be choice or fixed for a training setting", kind_name(dist)
+            )
         values = dist.values if isinstance(dist, Choice) else (dist.value,)
         for index, value in enumerate(values):
             if not checks[param.name](value):

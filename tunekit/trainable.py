@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
-import tempfile
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +148,9 @@ def _ensure_float32_output(model: Any, precision: str) -> Any:
         )
     import keras
 
-    cast = [keras.layers.Activation("linear", dtype="float32", name=f"float32_output_{i}")(o) for i, o in enumerate(outputs)]
+    cast = [
+        keras.layers.Activation("linear", dtype="float32", name=f"float32_output_{i}")(o) for i, o in enumerate(outputs)
+    ]
     return keras.Model(model.inputs, cast[0] if len(cast) == 1 else cast, name=model.name)
 
 
@@ -159,7 +158,10 @@ def _compile_from_config(model: Any, config: dict[str, Any], ctx: TrialContext) 
     import keras
 
     optimizer = keras.optimizers.get(
-        {"class_name": str(config.get("optimizer", "adam")), "config": {"learning_rate": float(config.get("learning_rate", 1e-3))}}
+        {
+            "class_name": str(config.get("optimizer", "adam")),
+            "config": {"learning_rate": float(config.get("learning_rate", 1e-3))},
+        }
     )
     model.compile(
         optimizer=optimizer,

@@ -1,0 +1,42 @@
+"""Planner, ASHA milestones and best-trial choice: pure functions, no Ray run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ray.tune.schedulers.async_hyperband import _Bracket
+
+from tunekit.search import asha_milestones, pick_best, plan_budget, rung_of
+from tunekit.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("grace", "factor", "max_t"), [(2, 3, 20), (1, 2, 8), (1, 3, 50), (5, 4, 100), (3, 3, 3)])
+def test_milestones_match_rays_asha_bracket(grace: int, factor: float, max_t: int) -> None:
+    bracket = _Bracket(grace, max_t, factor, 0)
+    ray_milestones = sorted(int(m) for m, _ in bracket._rungs if m < max_t)
+    assert asha_milestones(grace, factor, max_t) == ray_milestones
+
+
+def test_plan_of_the_default_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    plan = plan_budget(load_spec(REPO / "search_spaces" / "digits_mlp.yaml"))
+    assert [(r.epoch, r.trials) for r in plan.rungs] == [(2, 24), (6, 8), (18, 3), (20, 1)]
+    assert (plan.planned_epochs, plan.exhaustive_epochs) == (24 * 2 + 8 * 4 + 3 * 12 + 1 * 2, 480)
+    assert plan.describe().splitlines()[-1] == "epochs: about 118 planned against 480 for every trial to the end (25%)"
+
+
+def test_rung_of(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    assert [rung_of(e, spec) for e in (1, 2, 5, 6, 17, 18, 20)] == [None, 0, 0, 1, 1, 2, 2]
+
+
+def test_pick_best_prefers_trials_trained_to_the_end() -> None:
+    candidates = [("pruned", 0.99, "early"), ("completed", 0.95, "a"), ("completed", 0.97, "b"), ("failed", 1.0, "x")]
+    assert pick_best(candidates, "max") == "b"
+    assert pick_best(candidates, "min") == "a"
+    assert pick_best([("pruned", 0.5, "p"), ("pruned", float("nan"), "n")], "max") == "p"
+    assert pick_best([("failed", None, "f")], "max") is None
