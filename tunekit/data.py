@@ -84,17 +84,12 @@ def list_image_folder(path: str | Path) -> tuple[list[str], list[int], list[str]
     files: list[str] = []
     labels: list[int] = []
     for index, name in enumerate(classes):
-        found = sorted(
-            str(f)
-            for f in (root / name).iterdir()
-            if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS
-        )
+        found = sorted(str(f) for f in (root / name).iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
         files += found
         labels += [index] * len(found)
     if not files:
         raise ValueError(
-            f"image folder {str(root)!r} holds no class sub-folders with "
-            f"{', '.join(IMAGE_EXTENSIONS)} files"
+            f"image folder {str(root)!r} holds no class sub-folders with {', '.join(IMAGE_EXTENSIONS)} files"
         )
     return files, labels, classes
 
@@ -182,24 +177,20 @@ def from_image_files(
     _check_augmentation(augmentation)
     if not files:
         raise ValueError("no image files given")
+    if len(files) != len(labels):
+        raise ValueError(f"{len(files)} image files but {len(labels)} labels")
     decode = _file_decoder(image_size, channels)
     dataset = tf.data.Dataset.from_tensor_slices(
         (tf.constant(list(files), tf.string), tf.constant(list(labels), tf.int32))
     )
-    dataset = dataset.map(
-        lambda file, label: (decode(file), label), num_parallel_calls=tf.data.AUTOTUNE
-    )
-    return _after_decode(
-        dataset, ctx, training, augmentation, cache, shuffle_buffer or len(files), len(files)
-    )
+    dataset = dataset.map(lambda file, label: (decode(file), label), num_parallel_calls=tf.data.AUTOTUNE)
+    return _after_decode(dataset, ctx, training, augmentation, cache, shuffle_buffer or len(files), len(files))
 
 
 # ----------------------------------------------------------------------- TFRecord
 
 
-def write_tfrecord(
-    path: str | Path, images: np.ndarray, labels: np.ndarray, *, image_format: str = "png"
-) -> Path:
+def write_tfrecord(path: str | Path, images: np.ndarray, labels: np.ndarray, *, image_format: str = "png") -> Path:
     """Writes images and labels as ``tf.train.Example`` records that ``from_tfrecord`` reads.
 
     Args:
@@ -218,8 +209,7 @@ def write_tfrecord(
         pixels = pixels[..., None]
     if pixels.ndim != 4 or pixels.dtype != np.uint8:
         raise ValueError(
-            "images must be uint8 of shape (n, height, width[, channels]), "
-            f"got {pixels.dtype} {pixels.shape}"
+            f"images must be uint8 of shape (n, height, width[, channels]), got {pixels.dtype} {pixels.shape}"
         )
     if len(pixels) != len(labels):
         raise ValueError(f"{len(pixels)} images but {len(labels)} labels")
@@ -231,12 +221,8 @@ def write_tfrecord(
             example = tf.train.Example(
                 features=tf.train.Features(
                     feature={
-                        "image": tf.train.Feature(
-                            bytes_list=tf.train.BytesList(value=[encode(image).numpy()])
-                        ),
-                        "label": tf.train.Feature(
-                            int64_list=tf.train.Int64List(value=[int(label)])
-                        ),
+                        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encode(image).numpy()])),
+                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
                     }
                 )
             )
@@ -313,9 +299,7 @@ def augment_image(image: tf.Tensor, seed: tf.Tensor, level: str) -> tf.Tensor:
         low, high = 1 - _CONTRAST[level], 1 + _CONTRAST[level]
         image = tf.image.stateless_random_contrast(image, low, high, seed=contrast_seed)
     if _BRIGHTNESS[level]:
-        image = tf.image.stateless_random_brightness(
-            image, _BRIGHTNESS[level], seed=brightness_seed
-        )
+        image = tf.image.stateless_random_brightness(image, _BRIGHTNESS[level], seed=brightness_seed)
     return tf.clip_by_value(image, 0.0, 1.0)
 
 
@@ -348,9 +332,7 @@ def _after_decode(
         dataset = dataset.shuffle(shuffle_buffer, seed=ctx.seed, reshuffle_each_iteration=True)
     level = augmentation if training else "none"
     if level == "none":
-        dataset = dataset.map(
-            lambda image, label: (_to_float(image), label), num_parallel_calls=tf.data.AUTOTUNE
-        )
+        dataset = dataset.map(lambda image, label: (_to_float(image), label), num_parallel_calls=tf.data.AUTOTUNE)
     else:
         # One int64 pair per example: new each epoch, the same across runs with this seed.
         seeds = tf.data.Dataset.random(seed=ctx.seed, rerandomize_each_iteration=True).batch(2)
@@ -411,12 +393,8 @@ def _check_augmentation(level: str) -> None:
         raise ValueError(f"augmentation must be one of {', '.join(AUGMENTATIONS)}, got {level!r}")
 
 
-def _finish(
-    dataset: tf.data.Dataset, ctx: TrialContext, *, drop_remainder: bool = False
-) -> tf.data.Dataset:
+def _finish(dataset: tf.data.Dataset, ctx: TrialContext, *, drop_remainder: bool = False) -> tf.data.Dataset:
     import tensorflow as tf
 
-    dataset = dataset.batch(ctx.batch_size, drop_remainder=drop_remainder).prefetch(
-        tf.data.AUTOTUNE
-    )
+    dataset = dataset.batch(ctx.batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     return dataset.with_options(pipeline_options(ctx))

@@ -19,13 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from tunekit.spec import ExperimentSpec
-
-if TYPE_CHECKING:
-    import optuna
-    from ray.tune.schedulers import TrialScheduler
 
 T = TypeVar("T")
 
@@ -100,63 +96,6 @@ def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:
     milestones = asha_milestones(spec.scheduler.grace_period, spec.scheduler.reduction_factor, spec.budget.max_epochs)
     reached = [i for i, m in enumerate(milestones) if epochs >= m]
     return reached[-1] if reached else None
-
-
-# ------------------------------------------------------------------------ scheduler
-
-
-def build_scheduler(spec: ExperimentSpec) -> TrialScheduler:
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    if spec.scheduler.type == "fifo":
-        return FIFOScheduler()
-    return ASHAScheduler(
-        time_attr=EPOCH_KEY,
-        metric=spec.metric.name,
-        mode=spec.metric.mode,
-        max_t=spec.budget.max_epochs,
-        grace_period=spec.scheduler.grace_period,
-        reduction_factor=spec.scheduler.reduction_factor,
-    )
-
-
-# ------------------------------------------------------------------------- searcher
-
-
-def build_sampler(spec: ExperimentSpec) -> optuna.samplers.BaseSampler:
-    import optuna
-
-    search = spec.search
-    if search.algorithm == "grid":
-        return optuna.samplers.GridSampler(spec.space.grid(), seed=search.seed)
-    if search.algorithm == "random":
-        return optuna.samplers.RandomSampler(seed=search.seed)
-    # constant_liar: running trials count as bad guesses, so parallel trials spread out.
-    return optuna.samplers.TPESampler(
-        seed=search.seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
-    )
-
-
-def open_study(spec: ExperimentSpec, experiment_dir: Path) -> optuna.Study:
-    """Creates the study (enqueuing warm starts) or, when it exists, loads it unchanged."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = study_url(experiment_dir)
-    existing = (
-        {s.study_name for s in optuna.get_all_study_summaries(url)} if (experiment_dir / STUDY_FILE).exists() else set()
-    )
-    study = optuna.create_study(
-        storage=url,
-        study_name=spec.name,
-        direction="maximize" if spec.metric.mode == "max" else "minimize",
-        sampler=build_sampler(spec),
-        load_if_exists=True,
-    )
-    if spec.name not in existing:
-        for point in spec.search.warm_start:
-            study.enqueue_trial(spec.space.check_point(point, "search.warm_start"))
-    return study
 
 
 # -------------------------------------------------------------------- best trial

@@ -13,8 +13,51 @@ from typing import Any
 import optuna
 from ray.tune.search import Searcher
 
-from tunekit.search import EPOCH_KEY, FAILURE_KEY, open_study
+from tunekit.search import EPOCH_KEY, FAILURE_KEY, STUDY_FILE, study_url
 from tunekit.spec import ExperimentSpec
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler without its end-of-grid ``study.stop()``.
+
+    That call raises outside ``study.optimize`` (tunekit asks and tells itself and stops
+    at num_samples), which made Ray count the last trial of every grid as failed.
+    """
+
+    def after_trial(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def build_sampler(spec: ExperimentSpec) -> optuna.samplers.BaseSampler:
+    search = spec.search
+    if search.algorithm == "grid":
+        return _GridSampler(spec.space.grid(), seed=search.seed)
+    if search.algorithm == "random":
+        return optuna.samplers.RandomSampler(seed=search.seed)
+    # constant_liar: running trials count as bad guesses, so parallel trials spread out.
+    return optuna.samplers.TPESampler(
+        seed=search.seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
+    )
+
+
+def open_study(spec: ExperimentSpec, experiment_dir: Path) -> optuna.Study:
+    """Creates the study (enqueuing warm starts) or, when it exists, loads it unchanged."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = study_url(experiment_dir)
+    existed = (experiment_dir / STUDY_FILE).exists() and spec.name in {
+        s.study_name for s in optuna.get_all_study_summaries(url)
+    }
+    study = optuna.create_study(
+        storage=url,
+        study_name=spec.name,
+        direction="maximize" if spec.metric.mode == "max" else "minimize",
+        sampler=build_sampler(spec),
+        load_if_exists=True,
+    )
+    if not existed:
+        for point in spec.search.warm_start:
+            study.enqueue_trial(spec.space.check_point(point, "search.warm_start"))
+    return study
 
 
 class OptunaStudySearcher(Searcher):
