@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="experiment directory name (default: spec name + timestamp)")
     run.add_argument("--storage", help="directory holding experiment directories (default: storage.path)")
     run.add_argument("--address", help="Ray cluster address to join (default: RAY_ADDRESS, else local Ray)")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (sets tracking.uri)")
     run.set_defaults(handler=_run)
 
     resume = commands.add_parser("resume", help="finish an interrupted search")
@@ -93,7 +94,8 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from tunekit.runner import run
 
-    results = run(args.spec, overrides=args.set, name=args.name, storage=args.storage, address=args.address)
+    overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
+    results = run(args.spec, overrides=overrides, name=args.name, storage=args.storage, address=args.address)
     _print_summary(results)
     return 0
 

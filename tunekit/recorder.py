@@ -21,7 +21,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.stopper import Stopper
 
-from tunekit.results import EPOCHS_FILE, TRIALS_FILE
+from tunekit.results import EPOCH_COLUMNS, EPOCHS_FILE, INFO_PREFIX, PARAM_PREFIX, TRIAL_COLUMNS, TRIALS_FILE
 from tunekit.search import EPOCH_KEY, FAILURE_KEY, pick_best, rung_of
 from tunekit.spec import ExperimentSpec
 from tunekit.trainable import FAILURE_KIND_KEY, INFO_KEY
@@ -322,63 +322,38 @@ class Recorder(Callback):
 
 def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
     param_names = sorted({name for r in records for name in r.params})
+    info_names = sorted({name for r in records for name in r.info if name != "node_id"})
     columns = [
-        "trial_id",
-        "number",
-        "status",
-        "reason",
-        "epochs",
-        "final_metric",
-        "best_metric",
-        "rung",
-        "wall_seconds",
-        "samples_per_second",
-        "node_id",
-        "attempts",
-        "started_at",
-        "ended_at",
-    ] + [f"params.{name}" for name in param_names]
+        *TRIAL_COLUMNS,
+        *(f"{PARAM_PREFIX}{name}" for name in param_names),
+        *(f"{INFO_PREFIX}{name}" for name in info_names),
+    ]
     rows = []
     for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
-        row = {
-            "trial_id": r.trial_id,
-            "number": r.number,
-            "status": r.status,
-            "reason": r.reason,
-            "epochs": r.epochs,
-            "final_metric": r.final_metric,
-            "best_metric": r.best_metric,
-            "rung": r.rung,
-            "wall_seconds": round(r.wall_seconds, 3),
-            "samples_per_second": r.samples_per_second,
-            "node_id": r.node_id,
-            "attempts": r.attempts,
-            "started_at": r.started_at,
-            "ended_at": r.ended_at,
-        }
-        row.update({f"params.{name}": r.params.get(name) for name in param_names})
+        # TRIAL_COLUMNS are TrialRecord attributes, by construction
+        row = {column: getattr(r, column) for column in TRIAL_COLUMNS}
+        row["wall_seconds"] = round(r.wall_seconds, 3)
+        row.update({f"{PARAM_PREFIX}{name}": r.params.get(name) for name in param_names})
+        row.update({f"{INFO_PREFIX}{name}": _cell(r.info.get(name)) for name in info_names})
         rows.append(row)
     _write_csv(path, columns, rows)
 
 
 def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:
     metric_names = sorted({name for row in rows for name in row.metrics})
-    columns = ["trial_id", "epoch", "attempt", "resumed_from_epoch", "time", *metric_names]
-    _write_csv(
-        path,
-        columns,
-        [
-            {
-                "trial_id": r.trial_id,
-                "epoch": r.epoch,
-                "attempt": r.attempt,
-                "resumed_from_epoch": r.resumed_from_epoch,
-                "time": round(r.at, 3),
-                **r.metrics,
-            }
-            for r in rows
-        ],
-    )
+    columns = [*EPOCH_COLUMNS, *metric_names]
+    values = [
+        {
+            "trial_id": r.trial_id,
+            "epoch": r.epoch,
+            "attempt": r.attempt,
+            "resumed_from_epoch": r.resumed_from_epoch,
+            "time": round(r.at, 3),
+            **r.metrics,
+        }
+        for r in rows
+    ]
+    _write_csv(path, columns, values)
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
@@ -388,6 +363,11 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> No
         writer.writeheader()
         writer.writerows(rows)
     partial.replace(path)  # readers never see half a table
+
+
+def _cell(value: Any) -> Any:
+    """Lists (device names, GPU ids) as one ';'-joined CSV cell."""
+    return ";".join(str(v) for v in value) if isinstance(value, list) else value
 
 
 def _params(config: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,25 @@ SPEC_FILE = "spec.yaml"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 PARAM_PREFIX = "params."
+INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
+# The columns of trials.csv and the fixed columns of epochs.csv (tunekit.recorder writes them).
+TRIAL_COLUMNS = (
+    "trial_id",
+    "number",
+    "status",
+    "reason",
+    "epochs",
+    "final_metric",
+    "best_metric",
+    "rung",
+    "wall_seconds",
+    "samples_per_second",
+    "node_id",
+    "attempts",
+    "started_at",
+    "ended_at",
+)
+EPOCH_COLUMNS = ("trial_id", "epoch", "attempt", "resumed_from_epoch", "time")
 
 
 @dataclass(frozen=True)
@@ -72,14 +91,23 @@ class ExperimentResults:
         order = {"completed": 0, "pruned": 1, "stopped": 2, "running": 3, "failed": 4}
         table = self.trials.assign(_order=self.trials["status"].map(order))
         ascending = self.mode == "min"
-        return table.sort_values(["_order", "final_metric"], ascending=[True, ascending],
-                                 na_position="last").drop(columns="_order")
+        return table.sort_values(["_order", "final_metric"], ascending=[True, ascending], na_position="last").drop(
+            columns="_order"
+        )
 
     def to_json(self) -> str:
         best = None if self.best is None else self.best.__dict__
         trials = json.loads(self.trials.to_json(orient="records"))
-        return json.dumps({"experiment_dir": str(self.experiment_dir), "metric": self.metric,
-                           "mode": self.mode, "best": best, "trials": trials}, indent=2)
+        return json.dumps(
+            {
+                "experiment_dir": str(self.experiment_dir),
+                "metric": self.metric,
+                "mode": self.mode,
+                "best": best,
+                "trials": trials,
+            },
+            indent=2,
+        )
 
 
 def load(experiment_dir: str | Path) -> ExperimentResults:
@@ -114,13 +142,14 @@ def _best(trials: pd.DataFrame, mode: str) -> BestTrial | None:
     if row is None:
         return None
     config = {
-        column[len(PARAM_PREFIX):]: _plain(row[column])
+        column[len(PARAM_PREFIX) :]: _plain(row[column])
         for column in trials.columns
         if column.startswith(PARAM_PREFIX) and not _is_missing(row[column])
     }
     number = None if _is_missing(row["number"]) else int(row["number"])
-    return BestTrial(str(row["trial_id"]), number, config, float(row["final_metric"]), int(row["epochs"]),
-                     str(row["status"]))
+    return BestTrial(
+        str(row["trial_id"]), number, config, float(row["final_metric"]), int(row["epochs"]), str(row["status"])
+    )
 
 
 def _number(value: Any) -> float | None:
@@ -134,3 +163,158 @@ def _is_missing(value: Any) -> bool:
 def _plain(value: Any) -> Any:
     # numpy scalars out of pandas -> plain Python values a config can hold
     return value.item() if hasattr(value, "item") else value
+
+
+# ------------------------------------------------------------------ from MLflow
+
+TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking)
+
+
+
+
+def load_from_mlflow(
+    experiment_name: str,
+    tracking_uri: str | None = None,
+    *,
+    experiment_dir: str | Path | None = None,
+    parent_run_id: str | None = None,
+) -> ExperimentResults:
+    """Loads an experiment from the runs ``tunekit.tracking`` logged, without its directory.
+
+    The trials and epochs tables have the columns ``load`` gives; what MLflow does not
+    hold (an epoch's attempt and resume point) is left empty.
+
+    Args:
+        experiment_name: the MLflow experiment (``tracking.experiment``, else the spec's name).
+        tracking_uri: where to look (default: MLflow's own default, as the tracker used).
+        experiment_dir: pick the parent run of this experiment directory...
+        parent_run_id: ...or this parent run; else the most recent tunekit parent run.
+
+    Raises:
+        TunekitError: no such MLflow experiment, or no tunekit run in it.
+    """
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from tunekit.tracking import PARENT_RUN_TAG, TAG_EXPERIMENT_DIR, TAG_ROLE
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        raise TunekitError(f"no MLflow experiment {experiment_name!r} at {client.tracking_uri}")
+    ids = [experiment.experiment_id]
+    parents = _all_runs(client, ids, f"tags.`{TAG_ROLE}` = 'experiment'")
+    if parent_run_id is not None:
+        parents = [run for run in parents if run.info.run_id == parent_run_id]
+    elif experiment_dir is not None:
+        wanted = str(Path(experiment_dir).expanduser().resolve())
+        parents = [run for run in parents if run.data.tags.get(TAG_EXPERIMENT_DIR) == wanted]
+    if not parents:
+        raise TunekitError(f"no tunekit experiment run in MLflow experiment {experiment_name!r}")
+    parent = max(parents, key=lambda run: run.info.start_time)
+    spec = _spec_from_mlflow(client, parent)
+    children = _all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}'")
+    trial_rows, epoch_rows = [], []
+    origin = parent.info.start_time / 1000
+    for child in children:
+        trial, epochs = _trial_from_run(client, child, spec, origin)
+        trial_rows.append(trial)
+        epoch_rows.extend(epochs)
+    trials = pd.DataFrame(trial_rows)
+    if not trials.empty:
+        params = sorted(c for c in trials.columns if c.startswith(PARAM_PREFIX))
+        trials = trials.sort_values(["number", "started_at"], na_position="last")
+        trials = trials.reset_index(drop=True)
+        trials = trials[[*TRIAL_COLUMNS, *params]]
+    epochs = pd.DataFrame(epoch_rows)
+    if not epochs.empty:
+        metrics = sorted(c for c in epochs.columns if c not in EPOCH_COLUMNS)
+        epochs = epochs.sort_values(["time", "trial_id", "epoch"]).reset_index(drop=True)
+        epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
+    directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
+    return ExperimentResults(directory, spec, trials, epochs, _best(trials, spec["metric"]["mode"]))
+
+
+def _all_runs(client: Any, experiment_ids: list[str], filter_string: str) -> list[Any]:
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
+    """The spec.yaml the parent run holds; else what its params say."""
+    import os
+    import tempfile
+
+    quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no progress bar for one small file
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            local = client.download_artifacts(parent.info.run_id, SPEC_FILE, scratch)
+            spec = yaml.safe_load(Path(local).read_text())
+        if isinstance(spec, dict) and "metric" in spec:
+            return spec
+    except Exception:  # an artifact store this machine cannot read: fall back to params
+        pass
+    finally:
+        if quiet is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
+    spec = {"name": parent.data.params.get("name", parent.info.run_name)}
+    for key, text in parent.data.params.items():
+        section, _, name = key.partition(".")
+        if name and section != "space":
+            spec.setdefault(section, {})[name] = yaml.safe_load(text)
+    return spec
+
+
+def _trial_from_run(
+    client: Any, run: Any, spec: dict[str, Any], origin: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from tunekit import tracking as t
+
+    tags, metric = run.data.tags, spec["metric"]["name"]
+    trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)
+    by_step: dict[int, dict[str, Any]] = {}
+    for key in run.data.metrics:
+        for point in client.get_metric_history(run.info.run_id, key):
+            row = by_step.setdefault(
+                point.step,
+                {
+                    "trial_id": trial_id,
+                    "epoch": point.step,
+                    "attempt": None,
+                    "resumed_from_epoch": None,
+                },
+            )
+            row[key] = point.value
+            row["time"] = round(point.timestamp / 1000 - origin, 3)
+    epochs = [by_step[step] for step in sorted(by_step)]
+    values = [row[metric] for row in epochs if metric in row]
+    rates = [row["samples_per_second"] for row in epochs if "samples_per_second" in row]
+    best = (max if spec["metric"]["mode"] == "max" else min)(values) if values else None
+    ended = run.info.end_time / 1000 if run.info.end_time else None
+    trial = {
+        "trial_id": trial_id,
+        "number": int(tags[t.TAG_TRIAL_NUMBER]) if t.TAG_TRIAL_NUMBER in tags else None,
+        "status": tags.get(t.TAG_STATUS, "running"),
+        "reason": tags.get(t.TAG_REASON),
+        "epochs": int(tags.get(t.TAG_EPOCHS, len(epochs))),
+        "final_metric": values[-1] if values else None,
+        "best_metric": best,
+        "rung": int(tags[t.TAG_RUNG]) if t.TAG_RUNG in tags else None,
+        "wall_seconds": round(ended - run.info.start_time / 1000, 3) if ended else None,
+        "samples_per_second": sum(rates) / len(rates) if rates else None,
+        "node_id": tags.get("tunekit.node_id"),
+        "attempts": int(tags.get(t.TAG_ATTEMPTS, 1)),
+        "started_at": run.info.start_time / 1000,
+        "ended_at": ended,
+    }
+    trial.update({f"{PARAM_PREFIX}{k}": yaml.safe_load(v) for k, v in run.data.params.items()})
+    return trial, epochs

@@ -1,24 +1,356 @@
 """MLflow tracking: one parent run per experiment, one child run per trial.
 
-Placeholder until the tracking work lands: records nothing.
+One logging path: only the Ray driver talks to MLflow. ``MlflowTracker`` is a
+listener of the driver's ``Recorder``; trial workers never import MLflow, never see
+a tracking URI and never hold a run (so Ray's ``MLFLOW_RUN_ID``/``setup_mlflow``
+confusions cannot arise: PITFALLS 8 and 9).
+
+Logging never holds up training. The recorder calls its listeners from Ray's driver
+loop, which every trial's ``tune.report`` waits on, so each callback here only copies
+what it needs into a queue (microseconds). A background thread imports MLflow, opens
+the runs and sends everything with batched ``MlflowClient.log_batch`` calls;
+``experiment_ended`` waits for it to flush, for at most ``TUNEKIT_TRACKING_FLUSH_TIMEOUT_S``
+seconds (default 30). That thread lives in ``tunekit._mlflow_writer``. While it talks to an
+HTTP server it sets MLflow's ``MLFLOW_HTTP_REQUEST_*`` retry settings (when unset) so a
+dead server is noticed in seconds, not minutes, and stops MLflow printing a "View run"
+line per run; it restores them when the search ends.
+
+What lands where:
+
+* Parent run (tag ``tunekit.experiment_dir``): the resolved ``spec.yaml`` as an
+  artifact; metric, search, scheduler, budget, resources, training and space settings
+  as params; the best value so far after every ended trial and, at the end, trial
+  counts, epochs spent against the epochs of training every trial to the end, and wall
+  time; the best trial's final ``model.keras`` goes to that trial's child run, and to
+  the model registry when ``tracking.registered_model`` is set.
+* Child run per trial (tags ``mlflow.parentRunId`` and ``tunekit.ray_trial_id``): the
+  trial's config exactly as params; every numeric per-epoch metric with
+  ``step=epoch``; tags for the outcome (status, ASHA rung, reason), the Ray trial id,
+  the Optuna trial number, the software versions and the devices, precision policy and
+  replicas the trial ran with. Config values, process ids, timestamps and Ray
+  bookkeeping never become metrics.
+
+Resuming adds no duplicate runs: the parent is found again by its experiment-directory
+tag and children by their Ray trial id, and epochs MLflow already holds are not sent
+again. On resume the tracker also sends whatever an interrupted session had not sent
+yet, so ``tunekit resume`` of a finished experiment completes its record.
+
+An unreachable tracking server costs one warning and the search goes on untracked; a
+server that goes away mid-search costs one warning, the tracker keeps what it has not
+sent and retries in the background. Credentials (``MLFLOW_TRACKING_USERNAME``,
+``MLFLOW_TRACKING_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``) are read by MLflow from the
+environment; they are never logged, and user:password in a URI is removed before the
+URI is shown or stored anywhere.
+
+Tracking URI: ``tracking.uri`` in the spec, else MLflow's own default
+(``MLFLOW_TRACKING_URI``, ``mlflow.set_tracking_uri``, else ``sqlite:///mlflow.db`` in
+the working directory, which is what ``mlflow ui`` started there opens).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
+import os
+import platform
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from tunekit.spec import ExperimentSpec
 
+if TYPE_CHECKING:
+    from tunekit._mlflow_writer import MlflowWriter
+    from tunekit.recorder import EpochRow, Recorder, TrialRecord
+
+# Tags tunekit sets; load_from_mlflow and resume look runs up by them.
+TAG_ROLE = "tunekit.role"  # "experiment" on parent runs, "trial" on child runs
+TAG_EXPERIMENT_DIR = "tunekit.experiment_dir"
+TAG_TRIAL_ID = "tunekit.ray_trial_id"
+TAG_TRIAL_NUMBER = "tunekit.optuna_trial_number"
+TAG_STATUS = "tunekit.status"  # completed | pruned | stopped | failed | running
+TAG_OUTCOME = "tunekit.outcome"  # the status in words: "pruned at rung 0 (epoch 1)"
+TAG_REASON = "tunekit.reason"
+TAG_RUNG = "tunekit.rung"
+TAG_EPOCHS = "tunekit.epochs"
+TAG_ATTEMPTS = "tunekit.attempts"
+TAG_BEST_TRIAL = "tunekit.best_trial_id"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+RUN_NAME_TAG = "mlflow.runName"
+MODEL_ARTIFACT_DIR = "model"
+MODEL_FILE = "model.keras"
+
+FLUSH_TIMEOUT_ENV = "TUNEKIT_TRACKING_FLUSH_TIMEOUT_S"
+DEFAULT_FLUSH_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 5.0
+# Versions recorded with every run; TensorFlow's version comes from package metadata,
+# so the driver never imports TensorFlow.
+_PACKAGES = {
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly"),
+    "keras": ("keras",),
+    "ray": ("ray",),
+    "optuna": ("optuna",),
+    "mlflow": ("mlflow", "mlflow-skinny"),
+    "numpy": ("numpy",),
+    "tunekit": ("tunekit",),
+    # CUDA/cuDNN as pip wheels (tensorflow[and-cuda]); a trainable may report the
+    # build's versions instead as info keys cuda_version / cudnn_version.
+    "cuda_wheel": ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11"),
+    "cudnn_wheel": ("nvidia-cudnn-cu12", "nvidia-cudnn-cu11"),
+}
+
+
+# ------------------------------------------------------------------ what is queued
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    trial_id: str
+    number: int | None
+    params: dict[str, Any]
+    started_at: float
+    attempts: int
+    running: bool  # False when replaying an ended trial on resume
+
+
+@dataclass(frozen=True)
+class EpochEvent:
+    trial_id: str
+    step: int
+    metrics: dict[str, float]
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class InfoEvent:
+    trial_id: str
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialEndEvent:
+    trial_id: str
+    status: str
+    reason: str
+    rung: int | None
+    epochs: int
+    attempts: int
+    ended_at: float
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """The best value after ``ended`` trials; the summary when ``final``."""
+
+    ended: int
+    best: float | None
+    best_trial: str | None
+    counts: dict[str, int]
+    epochs_spent: int
+    wall_seconds: float
+    final: bool
+    interrupted: bool
+
+
+STOP = object()
+
 
 class MlflowTracker:
-    def __init__(self, spec: ExperimentSpec, experiment_dir: Path) -> None:
-        self.spec = spec
-        self.experiment_dir = experiment_dir
+    """Recorder listener that mirrors the search into MLflow from a background thread.
 
-    def experiment_started(self, recorder: Any) -> None: ...
-    def trial_started(self, record: Any) -> None: ...
-    def epoch_reported(self, record: Any, row: Any) -> None: ...
-    def trial_ended(self, record: Any) -> None: ...
-    def tick(self, recorder: Any) -> None: ...
-    def experiment_ended(self, recorder: Any) -> None: ...
+    Args:
+        spec: the experiment's spec (``tracking`` section: uri, experiment, registered_model).
+        experiment_dir: the experiment directory (its path tags the parent run).
+        flush_timeout: how long ``experiment_ended`` waits for outstanding logging.
+    """
+
+    def __init__(self, spec: ExperimentSpec, experiment_dir: Path, *, flush_timeout: float | None = None) -> None:
+        self.spec = spec
+        self.experiment_dir = Path(experiment_dir)
+        if flush_timeout is None:
+            flush_timeout = float(os.environ.get(FLUSH_TIMEOUT_ENV, DEFAULT_FLUSH_TIMEOUT_S))
+        self.flush_timeout = flush_timeout
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._writer: MlflowWriter | None = None
+        self._info_seen: dict[str, int] = {}  # trial id -> id() of the info dict already queued
+        self._started = time.time()
+        self._ended_trials = 0
+
+    # Ray pickles callbacks (the recorder drops its listeners, but be safe): no thread,
+    # queue or client in the pickle.
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec,
+            "experiment_dir": self.experiment_dir,
+            "flush_timeout": self.flush_timeout,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    # ------------------------------------------------------------ listener (driver)
+
+    def experiment_started(self, recorder: Recorder) -> None:
+        from tunekit._mlflow_writer import MlflowWriter
+
+        self._started = recorder.started
+        if self._thread is None:
+            self._writer = MlflowWriter(
+                self.spec, self.experiment_dir, self._queue, self.flush_timeout, recorder.started
+            )
+            self._thread = threading.Thread(target=self._writer.run, name="tunekit-mlflow", daemon=True)
+            self._thread.start()
+        # On resume the recorder already holds trials: send what MLflow may lack.
+        for record in list(recorder.trials.values()):
+            self.trial_started(record)
+        for row in list(recorder.epochs):
+            owner = recorder.trials.get(row.trial_id)
+            if owner is not None:
+                self.epoch_reported(owner, row)
+        for record in list(recorder.trials.values()):
+            if record.status != "running":
+                self.trial_ended(record)
+
+    def trial_started(self, record: TrialRecord) -> None:
+        if self._off():
+            return
+        self._queue.put(
+            TrialEvent(
+                record.trial_id,
+                record.number,
+                dict(record.params),
+                record.started_at,
+                record.attempts,
+                record.status == "running",
+            )
+        )
+        self._queue_info(record)
+
+    def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
+        if self._off():
+            return
+        metrics = {key: value for key, value in row.metrics.items() if is_number(value)}
+        self._queue.put(EpochEvent(record.trial_id, row.epoch, metrics, int((self._started + row.at) * 1000)))
+        self._queue_info(record)
+
+    def trial_ended(self, record: TrialRecord) -> None:
+        if self._off():
+            return
+        self._queue_info(record)
+        self._queue.put(
+            TrialEndEvent(
+                record.trial_id,
+                record.status,
+                record.reason,
+                record.rung,
+                record.epochs,
+                record.attempts,
+                record.ended_at or time.time(),
+            )
+        )
+        self._ended_trials += 1
+
+    def tick(self, recorder: Recorder) -> None:
+        if self._off() or not self._ended_trials:
+            return
+        # After trials ended (not on every step of Ray's loop), the best value so far.
+        self._queue.put(self._progress(recorder, final=False))
+        self._ended_trials = 0
+
+    def experiment_ended(self, recorder: Recorder) -> None:
+        writer, thread = self._writer, self._thread
+        if writer is None or thread is None:
+            return
+        if not writer.disabled:
+            self._queue.put(self._progress(recorder, final=True))
+        self._queue.put(STOP)
+        thread.join(self.flush_timeout + PROBE_TIMEOUT_S)
+        if thread.is_alive():
+            writer.warn_once(
+                f"MLflow at {writer.uri or 'the tracking URI'} did not take everything in "
+                f"{self.flush_timeout:.0f} s; the rest of this search's tracking is lost "
+                f"(`tunekit resume {self.experiment_dir}` sends it later)"
+            )
+        self._thread = None
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until everything queued so far was sent (for tests and benchmarks)."""
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def _queue_info(self, record: TrialRecord) -> None:
+        if record.info and self._info_seen.get(record.trial_id) != id(record.info):
+            self._info_seen[record.trial_id] = id(record.info)
+            self._queue.put(InfoEvent(record.trial_id, dict(record.info)))
+
+    def _progress(self, recorder: Recorder, *, final: bool) -> ProgressEvent:
+        records = list(recorder.trials.values())
+        best = recorder.best()
+        counts = recorder.counts()
+        return ProgressEvent(
+            ended=sum(1 for r in records if r.status != "running"),
+            best=None if best is None else best.final_metric,
+            best_trial=None if best is None else best.trial_id,
+            counts=counts,
+            epochs_spent=sum(r.epochs for r in records),
+            wall_seconds=time.time() - recorder.started,
+            final=final,
+            interrupted=counts.get("running", 0) > 0,
+        )
+
+    def _off(self) -> bool:
+        """True once the writer gave up (unreachable at start, refused credentials)."""
+        return self._writer is not None and self._writer.disabled
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+@functools.cache
+def _environment() -> tuple[tuple[str, str], ...]:
+    tags = {"tunekit.env.python": platform.python_version()}
+    for name, distributions in _PACKAGES.items():
+        for distribution in distributions:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                tags[f"tunekit.env.{name}"] = metadata.version(distribution)
+                break
+    return tuple(tags.items())
+
+
+def environment_tags() -> dict[str, str]:
+    """Python and package versions, from package metadata (TensorFlow is never imported)."""
+    return dict(_environment())
+
+
+def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
+    """The trial's last saved model.keras (written at its final epoch), if any."""
+    candidates = sorted((Path(experiment_dir) / trial_id).glob(f"checkpoint_*/{MODEL_FILE}"))
+    return candidates[-1] if candidates else None
+
+
+def redact_uri(uri: str) -> str:
+    """The URI without user:password (tracking credentials never land in logs or runs)."""
+    parts = urlsplit(uri)
+    if not (parts.username or parts.password):
+        return uri
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float (not a bool): what may become an MLflow metric."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

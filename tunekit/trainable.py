@@ -223,8 +223,12 @@ def memory_mb(devices: WorkerDevices) -> float:
 
 def trial_info(ctx: TrialContext, devices: WorkerDevices) -> dict[str, Any]:
     import ray
+    import tensorflow as tf
 
+    build = tf.sysconfig.get_build_info()
     return {
+        "cuda_version": str(build.get("cuda_version", "none")),
+        "cudnn_version": str(build.get("cudnn_version", "none")),
         "node_id": ray.get_runtime_context().get_node_id(),
         "precision": ctx.precision,
         "replicas": ctx.replicas,

@@ -1,0 +1,96 @@
+"""What a person sees in the MLflow UI: the search's runs, rendered by headless Chromium.
+
+Needs Debian's ``chromium`` (``apt-get install -y chromium``; ``.ci/bootstrap`` installs it).
+Chromium renders the UI's JavaScript against a real ``mlflow server`` on 127.0.0.1 and
+the test reads the resulting DOM; screenshots land in the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_tracking import client, drive, recorder_for, runs_of, small_spec
+
+from tunekit.testing import MlflowServer
+from tunekit.tracking import MlflowTracker
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+EXPERIMENT = "tunekit-ui"
+TRIALS = 4
+
+
+def chromium(url: str, workdir: Path, *flags: str) -> str:
+    """Loads ``url`` in headless Chromium, lets its scripts and requests run, returns stdout."""
+    profile = workdir / "chromium-profile"
+    command = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+        f"--user-data-dir={profile}", "--window-size=1400,1000", "--virtual-time-budget=20000", *flags, url,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, cwd=workdir)
+    return done.stdout
+
+
+def page_text(url: str, workdir: Path, expect: str, attempts: int = 3) -> str:
+    """The rendered page as plain text; tries again while ``expect`` has not rendered yet."""
+    text = ""
+    for _ in range(attempts):
+        dom = chromium(url, workdir, "--dump-dom")
+        dom = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+        if re.search(expect, text):
+            return text
+        time.sleep(2)
+    return text
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium: apt-get install -y chromium")
+    root = tmp_path_factory.mktemp("mlflow-ui")
+    server = MlflowServer(root / "server").start()
+    try:
+        spec, experiment_dir = small_spec(root, server.uri, f"tracking.experiment={EXPERIMENT}")
+        recorder = recorder_for(spec, experiment_dir)
+        tracker = MlflowTracker(spec, experiment_dir)
+        tracker.experiment_started(recorder)
+        drive(tracker, recorder, trials=TRIALS, epochs=3)
+        tracker.experiment_ended(recorder)
+        parent, children = runs_of(server.uri, EXPERIMENT)
+        experiment_id = client(server.uri).get_experiment_by_name(EXPERIMENT).experiment_id
+        yield {"uri": server.uri, "experiment_id": experiment_id, "parent": parent, "children": children,
+               "root": root}
+    finally:
+        server.stop()
+
+
+def test_experiment_runs_table_lists_the_search(ui: dict[str, Any]) -> None:
+    url = f"{ui['uri']}/#/experiments/{ui['experiment_id']}/runs"
+    text = page_text(url, ui["root"], r"\d+ matching runs")
+    chromium(url, ui["root"], f"--screenshot={ui['root'] / 'runs.png'}")
+    assert "Training runs" in text, text[:2000]
+    assert f"{TRIALS + 1} matching runs" in text, text[:2000]  # the parent and one child per trial
+    assert ui["parent"].info.run_name in text
+    assert (ui["root"] / "runs.png").stat().st_size > 10_000
+
+
+def test_parent_run_page_lists_every_trial_as_a_child_run(ui: dict[str, Any]) -> None:
+    parent = ui["parent"]
+    url = f"{ui['uri']}/#/experiments/{ui['experiment_id']}/runs/{parent.info.run_id}"
+    text = page_text(url, ui["root"], r"Child runs")
+    chromium(url, ui["root"], f"--screenshot={ui['root'] / 'parent.png'}")
+    listed = re.search(r"Child runs (.*?) Source", text)
+    assert listed, text[:3000]
+    names = {name.strip() for name in listed.group(1).split(",")}
+    assert names == {child.info.run_name for child in ui["children"]}
+    assert len(names) == TRIALS
+    assert "best_val_accuracy" in text and "trials_pruned" in text

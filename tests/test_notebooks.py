@@ -1,0 +1,85 @@
+"""The shipped notebooks: saved clean, and executed end to end with nbclient on a real small search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+QUICKSTART = NOTEBOOKS / "quickstart.ipynb"
+EXPLORE = NOTEBOOKS / "explore_results.ipynb"
+CELL_TIMEOUT_S = 600
+
+
+def execute(path: Path, env: dict[str, str]) -> Any:
+    """Runs every cell in a fresh kernel started in notebooks/, as Jupyter would; raises on any error."""
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        # A private local Ray, not one some other process started on this machine.
+        patch.setenv("RAY_ADDRESS", "local")
+        NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    return notebook
+
+
+def images(notebook: Any) -> int:
+    return sum("image/png" in output.get("data", {})
+               for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs)
+
+
+def text(notebook: Any) -> str:
+    parts = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            parts.append(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str]:
+    storage = tmp_path_factory.mktemp("notebook-results")
+    uri = f"sqlite:///{storage / 'mlflow.db'}"
+    notebook = execute(QUICKSTART, {"TUNEKIT_NB_TRIALS": "4", "TUNEKIT_NB_EPOCHS": "3",
+                                    "TUNEKIT_NB_STORAGE": str(storage), "MLFLOW_TRACKING_URI": uri})
+    return notebook, storage, uri
+
+
+@pytest.mark.parametrize("path", [QUICKSTART, EXPLORE], ids=lambda p: p.name)
+def test_notebooks_are_saved_without_outputs(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+    assert notebook.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.slow
+def test_quickstart_runs_a_search_and_plots_it(quickstart: tuple[Any, Path, str]) -> None:
+    notebook, storage, _ = quickstart
+    experiments = [p.parent for p in storage.glob("*/trials.csv")]
+    assert len(experiments) == 1
+    assert images(notebook) == 2  # learning curves, best so far
+    output = text(notebook)
+    assert "rung" in output and "experiment directory:" in output and "best val_accuracy:" in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.slow
+def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(quickstart: tuple[Any, Path, str]) -> None:
+    _, storage, uri = quickstart
+    experiment = next(p.parent for p in storage.glob("*/trials.csv"))
+    notebook = execute(EXPLORE, {"TUNEKIT_EXPERIMENT_DIR": str(experiment), "MLFLOW_TRACKING_URI": uri})
+    assert images(notebook) == 4  # curves, best so far, parallel coordinates, importance
+    output = text(notebook)
+    assert "4 child runs; the same trials as the directory: True" in output
+    assert (experiment / "report.html").is_file()
+    assert "Traceback" not in output and "Warning" not in output

@@ -1,0 +1,202 @@
+"""Figures, the HTML report and ``load_from_mlflow``, from a real small experiment and from made-up tables."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+import tunekit
+from tunekit import plots
+from tunekit.cli import main as cli_main
+from tunekit.report import write_html
+from tunekit.results import ExperimentResults, load_from_mlflow
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ExperimentResults, str]]:
+    """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite: (results, tracking URI)."""
+    import ray
+
+    from tunekit.runner import ray_init_options
+
+    root = tmp_path_factory.mktemp("results-experiment")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    ray.init("local", num_cpus=2, **ray_init_options())
+    try:
+        results = tunekit.run(
+            DIGITS_SPEC, storage=root, name="small", progress=False,
+            overrides=["budget.num_samples=6", "budget.max_epochs=3", "scheduler.grace_period=1",
+                       "scheduler.reduction_factor=2", "search.n_startup_trials=3", f"tracking.uri={uri}"],
+        )
+    finally:
+        ray.shutdown()
+    yield results, uri
+
+
+def made_up(tmp_path: Path, *, mode: str = "max") -> ExperimentResults:
+    """Three trials: one completed, one pruned after epoch 1, one failed before any epoch."""
+    spec = {
+        "name": "made-up", "metric": {"name": "score", "mode": mode},
+        "budget": {"num_samples": 3, "max_epochs": 3, "max_concurrent": 1},
+        "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        "search": {"algorithm": "random", "seed": 0},
+        "space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1},
+                  "optimizer": {"type": "choice", "values": ["adam", "sgd"]}},
+    }
+    trials = pd.DataFrame([
+        {"trial_id": "a", "number": 0, "status": "completed", "reason": None, "epochs": 3, "final_metric": 0.9,
+         "best_metric": 0.9, "rung": 1, "wall_seconds": 3.0, "started_at": 100.0, "ended_at": 103.0,
+         "params.lr": 0.01, "params.optimizer": "adam"},
+        {"trial_id": "b", "number": 1, "status": "pruned", "reason": None, "epochs": 1, "final_metric": 0.4,
+         "best_metric": 0.4, "rung": 0, "wall_seconds": 1.0, "started_at": 100.5, "ended_at": 101.5,
+         "params.lr": 0.0005, "params.optimizer": "sgd"},
+        {"trial_id": "c", "number": 2, "status": "failed", "reason": "TrialFailure: non-finite loss",
+         "epochs": 0, "final_metric": None, "best_metric": None, "rung": None, "wall_seconds": 0.5,
+         "started_at": 102.0, "ended_at": 102.5, "params.lr": 0.09, "params.optimizer": "sgd"},
+    ])
+    epochs = pd.DataFrame([
+        {"trial_id": "a", "epoch": e, "attempt": 1, "resumed_from_epoch": None, "time": float(e), "score": s}
+        for e, s in ((1, 0.5), (2, 0.8), (3, 0.9))
+    ] + [{"trial_id": "b", "epoch": 1, "attempt": 1, "resumed_from_epoch": 0, "time": 1.5, "score": 0.4}])
+    from tunekit.results import _best
+
+    return ExperimentResults(tmp_path, spec, trials, epochs, _best(trials, mode))
+
+
+def line_count(fig: Figure) -> int:
+    return len(fig.axes[0].get_lines())
+
+
+# -------------------------------------------------------------- made-up tables (fast)
+
+
+def test_learning_curves_draw_each_trial_and_cross_out_early_stops(tmp_path: Path) -> None:
+    results = made_up(tmp_path)
+    fig = plots.learning_curves(results, path=tmp_path / "curves.png")
+    lines = fig.axes[0].get_lines()
+    crosses = [line for line in lines if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [1]  # trial b, stopped at epoch 1
+    assert any(list(line.get_xdata()) == [1, 2, 3] for line in lines)  # trial a's curve
+    assert (tmp_path / "curves.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_best_so_far_never_gets_worse(tmp_path: Path) -> None:
+    for mode in ("max", "min"):
+        results = made_up(tmp_path, mode=mode)
+        step = max(plots.best_so_far(results).axes[0].get_lines(), key=lambda line: len(line.get_ydata()))
+        values = list(step.get_ydata())
+        assert values == sorted(values, reverse=mode == "min")
+
+
+def test_parallel_coordinates_one_line_per_trial_with_log_and_categorical_axes(tmp_path: Path) -> None:
+    fig = plots.parallel_coordinates(made_up(tmp_path))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["lr (log)", "optimizer", "score"]
+    trial_lines = [line for line in ax.get_lines() if len(line.get_xdata()) == 3]
+    assert len(trial_lines) == 3
+    labels = {t.get_text() for t in ax.texts}
+    assert {"adam", "sgd", "0.0001", "0.1"} <= labels
+
+
+def test_importance_without_a_study_explains_itself(tmp_path: Path) -> None:
+    fig = plots.param_importance(made_up(tmp_path))
+    assert "no Optuna study" in " ".join(t.get_text() for t in fig.axes[0].texts)
+
+
+def test_importance_with_too_few_completed_trials_explains_itself(tmp_path: Path) -> None:
+    import optuna
+
+    results = made_up(tmp_path)
+    study = optuna.create_study(study_name="made-up", storage=f"sqlite:///{tmp_path / 'study.db'}",
+                                direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"lr": 0.01},
+                                              distributions={"lr": optuna.distributions.FloatDistribution(
+                                                  1e-4, 1e-1, log=True)}, value=0.9))
+    fig = plots.param_importance(results)
+    text = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "needs at least 2 completed trials, this study has 1" in text
+
+
+def test_figures_of_an_experiment_without_epochs_say_so(tmp_path: Path) -> None:
+    results = made_up(tmp_path)
+    empty = ExperimentResults(tmp_path, results.spec, results.trials.iloc[0:0], pd.DataFrame(), None)
+    for fig in plots.all_figures(empty).values():
+        assert isinstance(fig, Figure)
+    assert "no epoch reported score" in plots.learning_curves(empty).axes[0].texts[0].get_text()
+
+
+# ------------------------------------------------------- a real small experiment
+
+
+@pytest.mark.slow
+def test_plots_of_a_real_experiment(experiment: tuple[ExperimentResults, str], tmp_path: Path) -> None:
+    results, _ = experiment
+    stopped = (results.trials["status"] != "completed").sum()
+    assert stopped >= 1, "the experiment should have early-stopped trials"
+    for name, fig in plots.all_figures(results).items():
+        fig.savefig(tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
+    curves = plots.learning_curves(results).axes[0].get_lines()
+    assert len([line for line in curves if line.get_marker() == "x"]) == stopped
+    importance = plots.param_importance(results).axes[0]
+    completed = (results.trials["status"] == "completed").sum()
+    if completed >= plots.MIN_TRIALS_FOR_IMPORTANCE:
+        assert len(importance.patches) == len([c for c in results.trials if c.startswith("params.")])
+    else:
+        assert "needs at least" in importance.texts[0].get_text()
+
+
+@pytest.mark.slow
+def test_html_report_is_self_contained(experiment: tuple[ExperimentResults, str], tmp_path: Path) -> None:
+    results, _ = experiment
+    page = write_html(results, tmp_path / "report.html").read_text()
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 4
+    assert all(base64.b64decode(image).startswith(PNG_MAGIC) for image in images)
+    assert page.count("<table") >= 2  # best trial's config and the ranked trials
+    for trial_id in results.trials["trial_id"]:
+        assert f">{trial_id}<" in page
+    assert 'class="best"' in page and results.best is not None and results.best.trial_id in page
+    assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not load anything"
+
+
+@pytest.mark.slow
+def test_report_command_writes_the_page(experiment: tuple[ExperimentResults, str], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    results, _ = experiment
+    target = tmp_path / "out" / "report.html"
+    assert cli_main(["report", str(results.experiment_dir), "--html", str(target)]) == 0
+    assert target.read_text().count("data:image/png;base64,") == 4
+    assert "val_accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_load_from_mlflow_gives_the_same_tables(experiment: tuple[ExperimentResults, str]) -> None:
+    results, uri = experiment
+    mirrored = load_from_mlflow("digits-mlp", uri, experiment_dir=results.experiment_dir)
+    assert list(mirrored.trials.columns) == list(results.trials.columns)
+    assert list(mirrored.epochs.columns) == list(results.epochs.columns)
+    assert mirrored.trials.shape == results.trials.shape and mirrored.epochs.shape == results.epochs.shape
+    assert mirrored.experiment_dir == results.experiment_dir
+    assert mirrored.best is not None and results.best is not None
+    assert (mirrored.best.trial_id, mirrored.best.config) == (results.best.trial_id, results.best.config)
+    same = ["trial_id", "number", "status", "epochs", "rung", *[c for c in results.trials if c.startswith("params.")]]
+    pd.testing.assert_frame_equal(mirrored.trials[same], results.trials[same], check_dtype=False)
+    for column in ("final_metric", "best_metric"):
+        assert list(mirrored.trials[column]) == pytest.approx(list(results.trials[column]))
+    key = ["trial_id", "epoch"]
+    left = mirrored.epochs.sort_values(key).reset_index(drop=True)
+    right = results.epochs.sort_values(key).reset_index(drop=True)
+    assert left[key].equals(right[key])
+    assert list(left[results.metric]) == pytest.approx(list(right[results.metric]))
+    assert list(left["time"]) == pytest.approx(list(right["time"]), abs=0.01)

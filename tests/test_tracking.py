@@ -1,0 +1,462 @@
+"""MLflow tracking: parent and child runs, against a real ``mlflow server`` on 127.0.0.1.
+
+The tracker is driven two ways: directly, with made-up trials and epochs (fast, and
+the only way to pull the server away at a chosen moment), and by real searches on the
+digits spec on a real Ray runtime (slow).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tunekit
+from tunekit.recorder import EpochRow, Recorder, TrialRecord
+from tunekit.results import TRACKING_FILE
+from tunekit.spec import ExperimentSpec, load_spec
+from tunekit.testing import MlflowServer, free_port
+from tunekit.tracking import (
+    PARENT_RUN_TAG,
+    TAG_EXPERIMENT_DIR,
+    TAG_ROLE,
+    TAG_RUNG,
+    TAG_STATUS,
+    TAG_TRIAL_ID,
+    TAG_TRIAL_NUMBER,
+    MlflowTracker,
+    redact_uri,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+# 5 trials of up to 3 epochs; ASHA compares at epochs 1 and 2 and stops the weaker half.
+SMALL_SEARCH = [
+    "budget.num_samples=5",
+    "budget.max_epochs=3",
+    "budget.max_concurrent=2",
+    "scheduler.grace_period=1",
+    "scheduler.reduction_factor=2",
+    "search.n_startup_trials=3",
+]
+EXPERIMENT = "tunekit-tracking-test"
+REGISTERED_MODEL = "tunekit-digits-best"
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def recorder_for(spec: ExperimentSpec, experiment_dir: Path) -> Recorder:
+    """A real recorder with no Ray behind it: tests fill its trials and epochs themselves."""
+    return Recorder(spec, experiment_dir, searcher=None, scheduler=None)
+
+
+def drive(tracker: MlflowTracker, recorder: Recorder, trials: int, epochs: int, *,
+          pause: float = 0.0, first: int = 0) -> None:
+    """Feeds tracker and recorder what a search of ``trials`` trials would: odd trials pruned after epoch 1."""
+    for index in range(first, first + trials):
+        record = TrialRecord(f"fake{index:03d}", index, {"learning_rate": 10.0 ** -(index % 4 + 1),
+                                                        "units": 32 * (index + 1), "dropout": 0.25})
+        recorder.trials[record.trial_id] = record
+        tracker.trial_started(record)
+        last = 1 if index % 2 else epochs
+        for epoch in range(1, last + 1):
+            if epoch == 1:
+                record.info = {"precision": "float32", "replicas": 1, "device_names": ["/CPU:0"],
+                               "node_ip": "127.0.0.1"}
+            value = 0.5 + 0.1 * epoch + 0.01 * index
+            row = EpochRow(record.trial_id, epoch, {"val_accuracy": value, "loss": 1.0 / epoch,
+                                                    "epoch_seconds": 0.1}, 1, 0 if epoch == 1 else None,
+                           time.time() - recorder.started)
+            recorder.epochs.append(row)
+            record.epochs, record.final_metric = epoch, value
+            tracker.epoch_reported(record, row)
+            time.sleep(pause)
+        record.status = "pruned" if index % 2 else "completed"
+        record.rung = 0
+        record.ended_at = time.time()
+        tracker.trial_ended(record)
+        tracker.tick(recorder)
+
+
+def small_spec(tmp_path: Path, uri: str, *extra: str) -> tuple[ExperimentSpec, Path]:
+    spec = load_spec(DIGITS_SPEC, [f"tracking.uri={uri}", "budget.num_samples=4", "budget.max_epochs=3", *extra])
+    experiment_dir = tmp_path / "experiment"
+    experiment_dir.mkdir()
+    (experiment_dir / "spec.yaml").write_text(spec.to_yaml())
+    return spec, experiment_dir
+
+
+def client(uri: str) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def runs_of(uri: str, experiment: str, experiment_dir: Path | None = None) -> tuple[Any, list[Any]]:
+    """The parent run of ``experiment_dir`` (or the only parent) and its children."""
+    mlflow_client = client(uri)
+    found = mlflow_client.get_experiment_by_name(experiment)
+    assert found is not None, f"no MLflow experiment {experiment!r}"
+    runs = mlflow_client.search_runs([found.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == "experiment"
+               and (experiment_dir is None or r.data.tags[TAG_EXPERIMENT_DIR] == str(experiment_dir))]
+    assert len(parents) == 1, [r.data.tags for r in parents]
+    children = [r for r in runs if r.data.tags.get(PARENT_RUN_TAG) == parents[0].info.run_id]
+    return parents[0], children
+
+
+def tracking_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "tunekit.tracking" and r.levelno >= logging.WARNING]
+
+
+# --------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def sqlite_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite tracking store for the module's direct tests (creating one takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow-sqlite') / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    running = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    from tunekit.runner import ray_init_options
+
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tracked(server: MlflowServer, ray_session: None,
+            tmp_path_factory: pytest.TempPathFactory) -> tunekit.ExperimentResults:
+    """A small real search logged to the server: 5 trials, 3 epochs, some pruned."""
+    storage = tmp_path_factory.mktemp("tracked-results")
+    return tunekit.run(
+        DIGITS_SPEC, overrides=SMALL_SEARCH, storage=storage, name="tracked", progress=False,
+        tracking={"uri": server.uri, "experiment": EXPERIMENT, "registered_model": REGISTERED_MODEL},
+    )
+
+
+# ----------------------------------------------------- the tracker, driven directly
+
+
+def test_callbacks_only_queue_and_the_tracker_pickles_without_its_thread(tmp_path: Path, sqlite_uri: str) -> None:
+    spec, experiment_dir = small_spec(tmp_path, sqlite_uri, "tracking.experiment=pickled")
+    tracker = MlflowTracker(spec, experiment_dir)
+    recorder = recorder_for(spec, experiment_dir)
+    tracker.experiment_started(recorder)
+    started = time.perf_counter()
+    drive(tracker, recorder, trials=4, epochs=3)
+    assert time.perf_counter() - started < 0.5  # 8 epochs and 4 trials: no I/O on this thread
+    copy = pickle.loads(pickle.dumps(tracker))
+    assert copy.experiment_dir == experiment_dir and copy._thread is None
+    tracker.experiment_ended(recorder)
+    _, children = runs_of(sqlite_uri, "pickled")
+    assert len(children) == 4
+
+
+def test_tracker_records_runs_and_a_replay_adds_nothing(tmp_path: Path, sqlite_uri: str) -> None:
+    uri = sqlite_uri
+    spec, experiment_dir = small_spec(tmp_path, uri, "tracking.experiment=replay")
+    recorder = recorder_for(spec, experiment_dir)
+    tracker = MlflowTracker(spec, experiment_dir)
+    tracker.experiment_started(recorder)
+    drive(tracker, recorder, trials=3, epochs=3)
+    tracker.experiment_ended(recorder)
+
+    # A resumed session: same directory, the recorder restored with every trial and epoch.
+    again = MlflowTracker(spec, experiment_dir)
+    again.experiment_started(recorder)
+    drive(again, recorder, trials=1, epochs=3, first=3)
+    again.experiment_ended(recorder)
+
+    mlflow_client = client(uri)
+    parent, children = runs_of(uri, "replay")
+    assert sorted(c.data.tags[TAG_TRIAL_ID] for c in children) == ["fake000", "fake001", "fake002", "fake003"]
+    for child in children:
+        record = recorder.trials[child.data.tags[TAG_TRIAL_ID]]
+        history = mlflow_client.get_metric_history(child.info.run_id, "val_accuracy")
+        assert [p.step for p in history] == list(range(1, record.epochs + 1))
+        assert child.data.params == {k: str(v) for k, v in record.params.items()}
+        assert child.data.tags[TAG_STATUS] == record.status
+        assert child.data.tags["tunekit.precision"] == "float32"
+        assert child.info.status == "FINISHED"
+    assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["trials_completed"] == 2 and parent.data.metrics["trials_pruned"] == 2
+    assert parent.data.metrics["epochs_full_budget"] == 4 * 3
+    assert parent.data.params["budget.max_epochs"] == "3" and parent.data.params["scheduler.type"] == "asha"
+    assert [a.path for a in mlflow_client.list_artifacts(parent.info.run_id)] == ["spec.yaml"]
+    assert (experiment_dir / TRACKING_FILE).is_file()
+
+
+def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {"MLFLOW_TRACKING_USERNAME": "user-4f1c", "MLFLOW_TRACKING_PASSWORD": "pw-9a7e",
+               "MLFLOW_TRACKING_TOKEN": "token-c0ffee"}
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
+    uri = sqlite_uri
+    spec, experiment_dir = small_spec(tmp_path, uri, "tracking.experiment=secrets")
+    recorder = recorder_for(spec, experiment_dir)
+    tracker = MlflowTracker(spec, experiment_dir)
+    tracker.experiment_started(recorder)
+    drive(tracker, recorder, trials=2, epochs=2)
+    tracker.experiment_ended(recorder)
+    parent, children = runs_of(uri, "secrets")
+    stored = repr([(r.data.params, r.data.tags) for r in [parent, *children]])
+    spec_copy = client(uri).download_artifacts(parent.info.run_id, "spec.yaml", str(tmp_path))
+    stored += Path(spec_copy).read_text()
+    for value in secrets.values():
+        assert value not in stored
+    assert redact_uri("https://alice:s3cret@mlflow.example.com:5000/x") == "https://mlflow.example.com:5000/x"
+    assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+
+
+def test_unreachable_server_warns_once_and_returns_promptly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec, experiment_dir = small_spec(tmp_path, f"http://127.0.0.1:{free_port()}")
+    recorder = recorder_for(spec, experiment_dir)
+    tracker = MlflowTracker(spec, experiment_dir)
+    with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+        tracker.experiment_started(recorder)
+        drive(tracker, recorder, trials=3, epochs=2)
+        started = time.monotonic()
+        tracker.experiment_ended(recorder)
+    assert time.monotonic() - started < 20
+    warnings = tracking_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert "cannot use MLflow at http://127.0.0.1:" in warnings[0]
+    assert "the search goes on without tracking" in warnings[0]
+
+
+@pytest.mark.slow
+def test_server_that_goes_away_mid_search_warns_once_and_blocks_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    own = MlflowServer(tmp_path / "server").start()
+    try:
+        spec, experiment_dir = small_spec(tmp_path, own.uri, "tracking.experiment=vanishing")
+        recorder = recorder_for(spec, experiment_dir)
+        tracker = MlflowTracker(spec, experiment_dir, flush_timeout=5)
+        with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+            tracker.experiment_started(recorder)
+            drive(tracker, recorder, trials=2, epochs=2)
+            assert tracker.flush(timeout=60)
+            _, children = runs_of(own.uri, "vanishing")
+            assert len(children) == 2
+            own.stop()
+            started = time.perf_counter()
+            drive(tracker, recorder, trials=3, epochs=3, first=2, pause=0.05)
+            driver_seconds = time.perf_counter() - started - 0.05 * 5  # less the made-up training
+            tracker.experiment_ended(recorder)
+        assert driver_seconds < 0.5
+        warnings = tracking_warnings(caplog)
+        assert len(warnings) == 1, warnings
+        assert "training goes on" in warnings[0]
+    finally:
+        own.stop()
+
+
+# ------------------------------------------------------- a real search, tracked
+
+
+@pytest.mark.slow
+def test_one_parent_run_and_one_child_run_per_trial(tracked: tunekit.ExperimentResults,
+                                                    server: MlflowServer) -> None:
+    parent, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    assert len(children) == len(tracked.trials) == 5
+    assert sorted(c.data.tags[TAG_TRIAL_ID] for c in children) == sorted(tracked.trials["trial_id"])
+    numbers = {c.data.tags[TAG_TRIAL_ID]: int(c.data.tags[TAG_TRIAL_NUMBER]) for c in children}
+    assert numbers == dict(zip(tracked.trials["trial_id"], tracked.trials["number"], strict=True))
+    assert parent.data.tags[TAG_EXPERIMENT_DIR] == str(tracked.experiment_dir)
+
+
+@pytest.mark.slow
+def test_child_params_are_the_trial_config(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
+    _, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    by_id = {c.data.tags[TAG_TRIAL_ID]: c for c in children}
+    param_columns = [c for c in tracked.trials.columns if c.startswith("params.")]
+    for row in tracked.trials.to_dict("records"):
+        params = by_id[row["trial_id"]].data.params
+        assert sorted(params) == sorted(c[len("params."):] for c in param_columns)
+        for column in param_columns:
+            logged, expected = params[column[len("params."):]], row[column]
+            if isinstance(expected, float):
+                assert float(logged) == pytest.approx(expected, rel=1e-12)
+            else:
+                assert logged == str(expected)
+
+
+@pytest.mark.slow
+def test_one_metric_point_per_epoch_reached(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
+    mlflow_client = client(server.uri)
+    _, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    by_id = {c.data.tags[TAG_TRIAL_ID]: c for c in children}
+    for row in tracked.trials.itertuples():
+        history = mlflow_client.get_metric_history(by_id[row.trial_id].info.run_id, tracked.metric)
+        assert [p.step for p in history] == list(range(1, row.epochs + 1))
+        epochs = tracked.epochs[tracked.epochs["trial_id"] == row.trial_id].sort_values("epoch")
+        assert [p.value for p in history] == pytest.approx(list(epochs[tracked.metric]))
+
+
+@pytest.mark.slow
+def test_status_tags_match_the_trial_table(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
+    _, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    by_id = {c.data.tags[TAG_TRIAL_ID]: c for c in children}
+    assert set(tracked.trials["status"]) == {"completed", "pruned"}
+    for row in tracked.trials.itertuples():
+        child = by_id[row.trial_id]
+        assert child.data.tags[TAG_STATUS] == row.status
+        assert child.info.status == "FINISHED"
+        if row.status == "pruned":
+            assert child.data.tags[TAG_RUNG] == str(int(row.rung))
+            assert child.data.tags["tunekit.outcome"] == f"pruned at rung {int(row.rung)} (epoch {row.epochs})"
+        assert child.data.tags["tunekit.env.tensorflow"] and child.data.tags["tunekit.env.ray"]
+        assert child.data.tags["tunekit.precision"] == "float32"
+        assert child.data.tags["tunekit.replicas"] == "1"
+
+
+@pytest.mark.slow
+def test_nothing_but_reported_metrics_become_metrics(tracked: tunekit.ExperimentResults,
+                                                     server: MlflowServer) -> None:
+    _, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    reported = set(tracked.epochs.columns) - {"trial_id", "epoch", "attempt", "resumed_from_epoch", "time"}
+    config_keys = {c[len("params."):] for c in tracked.trials.columns if c.startswith("params.")}
+    for child in children:
+        assert set(child.data.metrics) <= reported
+        assert not set(child.data.metrics) & config_keys
+        assert not {k for k in child.data.metrics if "pid" in k or "time" in k or k.startswith("tunekit")}
+
+
+@pytest.mark.slow
+def test_parent_run_holds_settings_summary_spec_and_best_model(
+    tracked: tunekit.ExperimentResults, server: MlflowServer
+) -> None:
+    mlflow_client = client(server.uri)
+    parent, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    params = parent.data.params
+    assert params["search.algorithm"] == "tpe" and params["scheduler.grace_period"] == "1"
+    assert params["budget.num_samples"] == "5" and params["metric.name"] == "val_accuracy"
+    metrics = parent.data.metrics
+    counts = tracked.trials["status"].value_counts()
+    assert metrics["trials_completed"] == counts.get("completed", 0)
+    assert metrics["trials_pruned"] == counts.get("pruned", 0)
+    assert metrics["trials_failed"] == 0
+    assert metrics["epochs_spent"] == tracked.trials["epochs"].sum()
+    assert metrics["epochs_full_budget"] == 5 * 3
+    assert metrics["wall_seconds"] > 0
+    assert metrics["best_val_accuracy"] == pytest.approx(tracked.best_metric)
+    assert parent.info.status == "FINISHED"
+    assert "spec.yaml" in [a.path for a in mlflow_client.list_artifacts(parent.info.run_id)]
+
+    best = next(c for c in children if c.data.tags[TAG_TRIAL_ID] == tracked.best.trial_id)
+    assert [a.path for a in mlflow_client.list_artifacts(best.info.run_id, "model")] == ["model/model.keras"]
+    versions = mlflow_client.search_model_versions(f"name = '{REGISTERED_MODEL}'")
+    assert [v.run_id for v in versions] == [best.info.run_id]
+
+
+@pytest.mark.slow
+def test_resume_adds_no_duplicate_runs_or_points(tracked: tunekit.ExperimentResults,
+                                                 server: MlflowServer) -> None:
+    mlflow_client = client(server.uri)
+    before_parent, before = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    points = {c.info.run_id: len(mlflow_client.get_metric_history(c.info.run_id, "val_accuracy")) for c in before}
+
+    tunekit.resume(tracked.experiment_dir, progress=False)
+
+    parent, after = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    assert parent.info.run_id == before_parent.info.run_id
+    assert sorted(c.info.run_id for c in after) == sorted(points)
+    for child in after:
+        assert len(mlflow_client.get_metric_history(child.info.run_id, "val_accuracy")) == points[child.info.run_id]
+        assert child.info.status == "FINISHED"
+    assert parent.info.status == "FINISHED"
+    assert len(mlflow_client.search_model_versions(f"name = '{REGISTERED_MODEL}'")) == 1
+
+
+@pytest.mark.slow
+def test_unreachable_tracking_uri_warns_once_and_the_search_completes(
+    ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+        results = tunekit.run(
+            DIGITS_SPEC, storage=tmp_path, name="untracked", progress=False,
+            overrides=["budget.num_samples=2", "budget.max_epochs=2", "scheduler.type=fifo",
+                       f"tracking.uri={closed}"],
+        )
+    assert list(results.trials["status"]) == ["completed", "completed"]
+    warnings = tracking_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert closed in warnings[0]
+
+
+def _ended_trials(trials_csv: Path) -> int:
+    import csv
+
+    if not trials_csv.exists():
+        return 0
+    with trials_csv.open() as handle:
+        return sum(row["status"] != "running" for row in csv.DictReader(handle))
+
+
+@pytest.mark.slow
+def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_epoch(
+    server: MlflowServer, ray_session: None, tmp_path: Path
+) -> None:
+    storage, name, experiment = tmp_path / "results", "killed", "tunekit-killed"
+    overrides = [*SMALL_SEARCH, "budget.num_samples=6", "budget.max_epochs=4",
+                 f"tracking.uri={server.uri}", f"tracking.experiment={experiment}"]
+    command = [sys.executable, "-m", "tunekit.cli", "run", str(DIGITS_SPEC), "--storage", str(storage),
+               "--name", name, *[part for o in overrides for part in ("--set", o)]]
+    # Its own session and its own local Ray: the driver and its Ray die together, as on a lost machine.
+    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True, env={**os.environ, "RAY_ADDRESS": "local"})
+    directory = storage / name
+    deadline = time.monotonic() + 300
+    try:
+        while _ended_trials(directory / "trials.csv") < 2:
+            assert driver.poll() is None, "the search ended before it could be interrupted"
+            assert time.monotonic() < deadline, "no two trials ended in time"
+            time.sleep(0.2)
+        time.sleep(1.5)  # let Ray save an experiment checkpoint that knows these trials
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+
+    results = tunekit.resume(directory, progress=False)
+
+    mlflow_client = client(server.uri)
+    parent, children = runs_of(server.uri, experiment, directory)
+    assert len(children) == len(results.trials) == 6
+    by_id = {c.data.tags[TAG_TRIAL_ID]: c for c in children}
+    assert set(by_id) == set(results.trials["trial_id"])
+    for row in results.trials.itertuples():
+        child = by_id[row.trial_id]
+        steps = [p.step for p in mlflow_client.get_metric_history(child.info.run_id, "val_accuracy")]
+        assert steps == list(range(1, row.epochs + 1)), (row.trial_id, steps)
+        assert child.data.tags[TAG_STATUS] == row.status
+        assert child.info.status == "FINISHED"
+    assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["trials_completed"] == (results.trials["status"] == "completed").sum()

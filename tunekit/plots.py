@@ -1,0 +1,438 @@
+"""Figures of a finished experiment: learning curves, best so far, parameters, importance.
+
+Every function takes ``ExperimentResults`` (``tunekit.load(dir)`` or
+``tunekit.results.load_from_mlflow``), returns a ``matplotlib.figure.Figure`` and, given
+``path``, also saves it as PNG. Figures are built with ``matplotlib.figure.Figure``,
+never ``pyplot``: no GUI backend is needed on a headless machine (saving renders with
+Agg), and nothing piles up in pyplot's figure registry. In Jupyter, run
+``%matplotlib inline`` once and a returned figure shows as the cell's result.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunekit.results import PARAM_PREFIX, ExperimentResults
+from tunekit.search import STUDY_FILE, asha_milestones, study_url
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+STATUS_COLORS = {
+    "completed": "#1f77b4",
+    "pruned": "#ff7f0e",
+    "stopped": "#7f7f7f",
+    "running": "#9467bd",
+    "failed": "#d62728",
+}
+BEST_COLOR = "#2ca02c"
+MIN_TRIALS_FOR_IMPORTANCE = 2
+_SIZE = (8.0, 4.5)
+
+
+def learning_curves(results: ExperimentResults, metric: str | None = None, *, path: str | Path | None = None) -> Figure:
+    """The metric per epoch of every trial; early-stopped trials end in a cross at their stop epoch.
+
+    ASHA's rungs are dotted vertical lines; the best trial is drawn thick and green.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    metric = metric or results.metric
+    fig, ax = _figure()
+    epochs = results.epochs
+    if epochs.empty or metric not in epochs.columns:
+        return _finish(_empty(fig, ax, f"no epoch reported {metric}"), path)
+    status_of = (
+        dict(zip(results.trials["trial_id"], results.trials["status"], strict=True)) if not results.trials.empty else {}
+    )
+    best_id = results.best.trial_id if results.best else None
+    seen: dict[str, int] = {}
+    for trial_id, rows in epochs.groupby("trial_id", sort=False):
+        rows = rows.sort_values("epoch").drop_duplicates("epoch", keep="last")
+        status = str(status_of.get(trial_id, "running"))
+        seen[status] = seen.get(status, 0) + 1
+        color = STATUS_COLORS.get(status, "#7f7f7f")
+        is_best = trial_id == best_id
+        ax.plot(
+            rows["epoch"],
+            rows[metric],
+            color=BEST_COLOR if is_best else color,
+            linewidth=2.6 if is_best else 1.2,
+            alpha=1.0 if is_best else 0.75,
+            zorder=3 if is_best else 2,
+            marker="o" if len(rows) == 1 else None,
+            markersize=3,
+        )
+        last = rows.iloc[-1]
+        if status in ("pruned", "stopped", "failed"):
+            ax.plot(
+                [last["epoch"]],
+                [last[metric]],
+                marker="x",
+                color=color,
+                markersize=8,
+                mew=2,
+                zorder=4,
+            )
+    _rung_lines(ax, results)
+    handles = [
+        _line(STATUS_COLORS.get(s, "#7f7f7f"), f"{s} ({n})", marker="x" if s != "completed" else None)
+        for s, n in sorted(
+            seen.items(),
+            key=lambda item: list(STATUS_COLORS).index(item[0]) if item[0] in STATUS_COLORS else 99,
+        )
+    ]
+    if best_id is not None and results.best is not None:
+        handles.append(
+            _line(
+                BEST_COLOR,
+                f"best: trial {results.best.number} ({results.best.metric:.4g})",
+                width=2.6,
+            )
+        )
+    ax.legend(handles=handles, loc="best", fontsize=8, frameon=False)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(metric)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(
+        f"{metric} per epoch, {sum(seen.values())} trials (x: stopped early at that epoch)",
+        fontsize=10,
+    )
+    return _finish(fig, path)
+
+
+def best_so_far(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
+    """The best metric value reported so far against wall time since the search started."""
+    metric = results.metric
+    fig, ax = _figure()
+    epochs = results.epochs
+    if epochs.empty or metric not in epochs.columns or "time" not in epochs.columns:
+        return _finish(_empty(fig, ax, f"no epoch reported {metric}"), path)
+    rows = epochs[["trial_id", "time", metric]].dropna().sort_values("time")
+    running = rows[metric].cummax() if results.mode == "max" else rows[metric].cummin()
+    status_of = (
+        dict(zip(results.trials["trial_id"], results.trials["status"], strict=True)) if not results.trials.empty else {}
+    )
+    colors = [STATUS_COLORS.get(str(status_of.get(t, "running")), "#7f7f7f") for t in rows["trial_id"]]
+    ax.scatter(rows["time"], rows[metric], s=12, c=colors, alpha=0.45, linewidths=0, label="each epoch")
+    ax.step(
+        rows["time"],
+        running,
+        where="post",
+        color=BEST_COLOR,
+        linewidth=2.2,
+        label=f"best {metric} so far",
+    )
+    final = running.iloc[-1]
+    ax.annotate(
+        f"{final:.4g}",
+        (rows["time"].iloc[-1], final),
+        textcoords="offset points",
+        xytext=(4, 4),
+        fontsize=8,
+        color=BEST_COLOR,
+    )
+    ax.set_xlabel("wall time since the search started (s)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"best {metric} so far ({results.mode})", fontsize=10)
+    ax.legend(loc="lower right" if results.mode == "max" else "upper right", fontsize=8, frameon=False)
+    return _finish(fig, path)
+
+
+def parallel_coordinates(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
+    """One line per trial across its parameters and final metric, coloured by that metric.
+
+    Numeric parameters are scaled to [0, 1] (on a log scale for loguniform and ``log``
+    ranges); choices and other categorical values sit at evenly spaced positions.
+    """
+    from matplotlib import colormaps
+    from matplotlib.colors import Normalize
+
+    fig, ax = _figure(width=max(_SIZE[0], 1.6 * (len(_param_columns(results)) + 1)))
+    trials = results.trials
+    columns = _param_columns(results)
+    if trials.empty or not columns:
+        return _finish(_empty(fig, ax, "no trials with parameters"), path)
+    axes = [_axis(results, column) for column in columns]
+    axes.append(_metric_axis(trials["final_metric"], results.metric))
+    values = trials["final_metric"]
+    finite = values.dropna()
+    low, high = (float(finite.min()), float(finite.max())) if not finite.empty else (0.0, 1.0)
+    if low == high:
+        low, high = low - 0.5, high + 0.5
+    norm = Normalize(low, high)
+    cmap = colormaps["viridis"] if results.mode == "max" else colormaps["viridis_r"]
+    order = values.fillna(-math.inf if results.mode == "max" else math.inf).argsort()
+    if results.mode == "min":
+        order = order[::-1]
+    for index in order:  # best drawn last, on top
+        row = trials.iloc[int(index)]
+        ys = [axis.position(row[axis.column]) for axis in axes]
+        value = row["final_metric"]
+        missing = _missing(value)
+        ax.plot(
+            range(len(axes)),
+            ys,
+            color="#bbbbbb" if missing else cmap(norm(float(value))),
+            linewidth=1.0 if missing else 1.8,
+            linestyle="--" if missing else "-",
+            alpha=0.9,
+        )
+    for x, axis in enumerate(axes):
+        ax.axvline(x, color="#444444", linewidth=0.8)
+        for position, label in axis.ticks:
+            ax.text(
+                x + 0.04,
+                position,
+                label,
+                fontsize=7,
+                va="center",
+                ha="left",
+                color="#333333",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5},
+            )
+    ax.set_xticks(range(len(axes)), [axis.label for axis in axes], fontsize=8)
+    ax.set_xlim(-0.2, len(axes) - 0.4)
+    ax.set_ylim(-0.06, 1.06)
+    ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    mappable = _scalar_mappable(cmap, norm)
+    fig.colorbar(mappable, ax=ax, label=f"final {results.metric}", fraction=0.03, pad=0.02)
+    ax.set_title(
+        f"parameters of {len(trials)} trials against final {results.metric} (dashed: no metric)",
+        fontsize=10,
+    )
+    return _finish(fig, path)
+
+
+def param_importance(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
+    """fANOVA parameter importance from the experiment's Optuna study (completed trials only)."""
+    fig, ax = _figure()
+    importances, note = _importances(results)
+    if importances is None:
+        return _finish(_empty(fig, ax, note), path)
+    names = list(importances)[::-1]
+    ax.barh(names, [importances[n] for n in names], color="#1f77b4")
+    for y, name in enumerate(names):
+        ax.text(importances[name], y, f" {importances[name]:.2f}", va="center", fontsize=8)
+    ax.set_xlim(0, max(1.0, max(importances.values()) * 1.15))
+    ax.set_xlabel(f"importance for {results.metric} (fANOVA, sums to 1)")
+    ax.set_title(f"parameter importance, {note}", fontsize=10)
+    return _finish(fig, path)
+
+
+def all_figures(results: ExperimentResults) -> dict[str, Figure]:
+    """Every figure above, by name, in the order a report shows them."""
+    return {
+        "learning_curves": learning_curves(results),
+        "best_so_far": best_so_far(results),
+        "parallel_coordinates": parallel_coordinates(results),
+        "param_importance": param_importance(results),
+    }
+
+
+# ------------------------------------------------------------------- internals
+
+
+def _importances(results: ExperimentResults) -> tuple[dict[str, float] | None, str]:
+    """(importances, note), or (None, why there are none)."""
+    study_file = results.experiment_dir / STUDY_FILE
+    if not study_file.is_file():
+        return None, f"no Optuna study in {results.experiment_dir} (loaded from MLflow?)"
+    import warnings
+
+    with warnings.catch_warnings():
+        # optuna's importance module imports tqdm.auto, which warns in Jupyter without ipywidgets
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import optuna
+        import optuna.importance
+        import tqdm.auto  # noqa: F401
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=str(results.spec["name"]), storage=study_url(results.experiment_dir))
+    except Exception as error:  # a missing or foreign study.db: say so instead of failing the report
+        return None, f"cannot open the Optuna study: {error}"
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:
+        return None, (
+            f"needs at least {MIN_TRIALS_FOR_IMPORTANCE} completed trials, this study has "
+            f"{len(complete)} (pruned trials do not count)"
+        )
+    try:
+        importances = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
+        )
+    except (ValueError, RuntimeError) as error:
+        return None, f"Optuna could not estimate importance: {error}"
+    if not importances or not all(math.isfinite(v) for v in importances.values()):
+        return None, "Optuna could not estimate importance (the completed trials do not differ)"
+    return {str(k): float(v) for k, v in importances.items()}, f"from {len(complete)} completed trials"
+
+
+class _Axis:
+    """One vertical axis of the parallel-coordinates plot: maps values to [0, 1]."""
+
+    def __init__(self, column: str, label: str, ticks: list[tuple[float, str]], mapping: Any) -> None:
+        self.column = column
+        self.label = label
+        self.ticks = ticks
+        self._mapping = mapping
+
+    def position(self, value: Any) -> float:
+        if _missing(value):
+            return math.nan
+        return float(self._mapping(value))
+
+
+def _axis(results: ExperimentResults, column: str) -> _Axis:
+    name = column[len(PARAM_PREFIX) :]
+    definition = results.spec.get("space", {}).get(name, {}) or {}
+    values = results.trials[column].dropna()
+    kind = definition.get("type")
+    numeric = not values.empty and all(_is_number(v) for v in values)
+    if kind == "choice" or kind == "fixed" or not numeric:
+        categories = list(definition.get("values", [])) if kind == "choice" else []
+        for value in values:
+            if not any(_same(value, c) for c in categories):
+                categories.append(value)
+        if not categories:
+            categories = ["-"]
+        spots = [0.5] if len(categories) == 1 else [i / (len(categories) - 1) for i in range(len(categories))]
+
+        def categorical(value: Any) -> float:
+            for spot, category in zip(spots, categories, strict=True):
+                if _same(value, category) or str(value) == str(category):
+                    return spot
+            return math.nan
+
+        return _Axis(
+            column,
+            name,
+            [(s, _short(c)) for s, c in zip(spots, categories, strict=True)],
+            categorical,
+        )
+    log = kind == "loguniform" or bool(definition.get("log"))
+    low = float(definition.get("low", values.min()))
+    high = float(definition.get("high", values.max()))
+    low, high = min(low, float(values.min())), max(high, float(values.max()))
+    if log and low <= 0:
+        log = False
+    scale = (lambda x: math.log10(float(x))) if log else float
+    bottom, top = scale(low), scale(high)
+    span = (top - bottom) or 1.0
+
+    def numeric_position(value: Any) -> float:
+        return (scale(value) - bottom) / span
+
+    ticks = [(numeric_position(v), _short(v)) for v in (low, high)]
+    return _Axis(column, f"{name}{' (log)' if log else ''}", ticks, numeric_position)
+
+
+def _metric_axis(values: pd.Series, metric: str) -> _Axis:
+    finite = values.dropna()
+    low, high = (float(finite.min()), float(finite.max())) if not finite.empty else (0.0, 1.0)
+    span = (high - low) or 1.0
+
+    def position(value: Any) -> float:
+        return (float(value) - low) / span if not _missing(value) else math.nan
+
+    ticks = [(position(low), _short(low)), (position(high), _short(high))]
+    return _Axis("final_metric", metric, ticks, position)
+
+
+def _param_columns(results: ExperimentResults) -> list[str]:
+    return [c for c in results.trials.columns if c.startswith(PARAM_PREFIX)] if not results.trials.empty else []
+
+
+def _rung_lines(ax: Axes, results: ExperimentResults) -> None:
+    scheduler = results.spec.get("scheduler", {})
+    if scheduler.get("type") != "asha":
+        return
+    max_epochs = int(results.spec["budget"]["max_epochs"])
+    milestones = asha_milestones(int(scheduler["grace_period"]), float(scheduler["reduction_factor"]), max_epochs)
+    for index, epoch in enumerate(milestones):
+        ax.axvline(epoch, color="#999999", linestyle=":", linewidth=1, zorder=1)
+        ax.text(
+            epoch,
+            1.0,
+            f" rung {index}",
+            transform=ax.get_xaxis_transform(),
+            fontsize=7,
+            color="#666666",
+            va="top",
+            ha="left",
+        )
+
+
+def _figure(width: float = _SIZE[0]) -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, _SIZE[1]), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.grid(alpha=0.25)
+    return fig, ax
+
+
+def _empty(fig: Figure, ax: Axes, message: str) -> Figure:
+    ax.axis("off")
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        fontsize=10,
+        wrap=True,
+        color="#555555",
+        transform=ax.transAxes,
+    )
+    return fig
+
+
+def _finish(fig: Figure, path: str | Path | None) -> Figure:
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    return fig
+
+
+def _line(color: str, label: str, *, marker: str | None = None, width: float = 1.4) -> Any:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=color, label=label, marker=marker, linewidth=width)
+
+
+def _scalar_mappable(cmap: Any, norm: Any) -> Any:
+    from matplotlib.cm import ScalarMappable
+
+    return ScalarMappable(norm=norm, cmap=cmap)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)) or (
+        hasattr(value, "dtype") and value.dtype.kind in "iuf"
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
+    except (TypeError, ValueError):
+        return False
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float) or (hasattr(value, "dtype") and value.dtype.kind == "f"):
+        return f"{float(value):.3g}"
+    text = str(value)
+    return text if len(text) <= 12 else text[:11] + "…"

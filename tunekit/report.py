@@ -1,0 +1,254 @@
+"""One self-contained HTML page for a finished experiment (``tunekit report DIR --html FILE``).
+
+The page holds the summary, the best trial, the ranked trial table and the figures of
+``tunekit.plots``, inlined as base64 PNG: it can be mailed or attached to a ticket and
+opens anywhere without the experiment directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunekit.results import PARAM_PREFIX, TRACKING_FILE, ExperimentResults
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+FIGURE_TITLES = {
+    "learning_curves": "Learning curves",
+    "best_so_far": "Best so far against wall time",
+    "parallel_coordinates": "Parameters against the metric",
+    "param_importance": "Parameter importance",
+}
+STATUSES = ("completed", "pruned", "stopped", "failed", "running")
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222;
+       max-width: 1100px; margin: 24px auto; padding: 0 16px; }
+h1 { font-size: 22px; margin-bottom: 2px; } h2 { font-size: 17px; margin-top: 28px;
+     border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.sub { color: #666; margin-top: 0; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 8px 12px; min-width: 120px; }
+.card b { display: block; font-size: 18px; }
+.card span { color: #666; font-size: 12px; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
+th { background: #f6f6f6; position: sticky; top: 0; }
+td.text, th.text { text-align: left; }
+tr.best td { background: #eaf6ea; font-weight: 600; }
+.status-completed { color: #1f77b4; } .status-pruned { color: #d9730d; }
+.status-failed { color: #d62728; } .status-stopped { color: #7f7f7f; }
+.scroll { overflow-x: auto; max-height: 520px; overflow-y: auto; }
+figure { margin: 12px 0 24px; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #666; font-size: 12px; }
+code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
+"""
+
+
+def write_html(results: ExperimentResults, path: str | Path) -> Path:
+    """Writes the report page and returns its path.
+
+    Args:
+        results: a loaded experiment (``tunekit.load(dir)``).
+        path: the HTML file to write; its folder is created when missing.
+    """
+    from tunekit.plots import all_figures
+
+    figures = all_figures(results)
+    page = render_html(results, {name: _png_base64(fig) for name, fig in figures.items()})
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    return target
+
+
+def render_html(results: ExperimentResults, images: dict[str, str]) -> str:
+    """The page as a string; ``images`` maps figure names to base64 PNG data."""
+    name = str(results.spec.get("name", results.experiment_dir.name))
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>tunekit report: {_e(name)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{_e(name)}</h1>",
+        f'<p class="sub">{_e(str(results.experiment_dir))} · report written '
+        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p>",
+        "<h2>Summary</h2>",
+        _summary(results),
+        "<h2>Best trial</h2>",
+        _best(results),
+        "<h2>Trials, best first</h2>",
+        _trial_table(results),
+        "<h2>Figures</h2>",
+    ]
+    for key, title in FIGURE_TITLES.items():
+        if key in images:
+            parts.append(
+                f'<figure><img alt="{_e(title)}" src="data:image/png;base64,{images[key]}">'
+                f"<figcaption>{_e(title)}</figcaption></figure>"
+            )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# -------------------------------------------------------------------- sections
+
+
+def _summary(results: ExperimentResults) -> str:
+    trials = results.trials
+    spec = results.spec
+    budget = spec.get("budget", {})
+    counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
+    spent = int(trials["epochs"].sum()) if not trials.empty else 0
+    full = int(budget.get("num_samples", 0)) * int(budget.get("max_epochs", 0))
+    cards = [
+        (f"{len(trials)} / {budget.get('num_samples', '?')}", "trials run / planned"),
+        *[(str(counts.get(s, 0)), s) for s in STATUSES if counts.get(s, 0) or s in ("completed", "pruned")],
+        (f"{spent} / {full}" if full else str(spent), "epochs spent / every trial to the end"),
+        (_share(spent, full), "of the full budget"),
+        (_duration(_wall_seconds(trials)), "wall time"),
+        (
+            "-" if results.best is None else f"{results.best.metric:.4g}",
+            f"best {results.metric} ({results.mode})",
+        ),
+    ]
+    scheduler = spec.get("scheduler", {})
+    search = spec.get("search", {})
+    asha = (
+        f" (grace {_e(scheduler.get('grace_period'))}, reduction factor {_e(scheduler.get('reduction_factor'))})"
+        if scheduler.get("type") == "asha"
+        else ""
+    )
+    settings = (
+        f"search <code>{_e(search.get('algorithm', '?'))}</code> "
+        f"(seed {_e(search.get('seed', '?'))}), "
+        f"scheduler <code>{_e(scheduler.get('type', '?'))}</code>{asha}, "
+        f"up to {_e(budget.get('max_epochs', '?'))} epochs per trial, "
+        f"{_e(budget.get('max_concurrent', '?'))} at a time, "
+        f"trainable <code>{_e(spec.get('trainable', '?'))}</code>"
+    )
+    html_cards = "".join(
+        f'<div class="card"><b>{_e(value)}</b><span>{_e(label)}</span></div>' for value, label in cards
+    )
+    return f'<div class="cards">{html_cards}</div><p>{settings}</p>{_tracking(results)}'
+
+
+def _tracking(results: ExperimentResults) -> str:
+    record_path = results.experiment_dir / TRACKING_FILE
+    if not record_path.is_file():
+        return ""
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        return ""
+    return (
+        f"<p>MLflow: experiment <code>{_e(record.get('experiment_name'))}</code> at "
+        f"<code>{_e(record.get('tracking_uri'))}</code>, parent run "
+        f"<code>{_e(record.get('parent_run_id'))}</code></p>"
+    )
+
+
+def _best(results: ExperimentResults) -> str:
+    best = results.best
+    if best is None:
+        return "<p>No trial reported the metric.</p>"
+    rows = "".join(
+        f'<tr><td class="text">{_e(k)}</td><td class="text">{_e(_fmt(v))}</td></tr>' for k, v in best.config.items()
+    )
+    return (
+        f"<p>Trial <b>{_e(best.number)}</b> (<code>{_e(best.trial_id)}</code>): "
+        f"{_e(results.metric)} = <b>{best.metric:.4f}</b> "
+        f"after {best.epochs} epochs, {_e(best.status)}.</p>"
+        f'<table><tr><th class="text">parameter</th><th class="text">value</th></tr>{rows}</table>'
+    )
+
+
+def _trial_table(results: ExperimentResults) -> str:
+    if results.trials.empty:
+        return "<p>No trials recorded.</p>"
+    table = results.ranked()
+    params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
+    columns = [
+        ("rank", None),
+        ("trial", "number"),
+        ("id", "trial_id"),
+        ("status", "status"),
+        ("epochs", "epochs"),
+        ("rung", "rung"),
+        (f"final {results.metric}", "final_metric"),
+        (f"best {results.metric}", "best_metric"),
+        ("wall s", "wall_seconds"),
+        ("samples/s", "samples_per_second"),
+    ]
+    columns += [(c[len(PARAM_PREFIX) :], c) for c in params]
+    if "reason" in table.columns and table["reason"].notna().any():
+        columns.append(("reason", "reason"))
+    text_columns = {"trial_id", "status", "reason"}
+    head = "".join(f'<th class="{"text" if key in text_columns else ""}">{_e(label)}</th>' for label, key in columns)
+    best_id = results.best.trial_id if results.best else None
+    body = []
+    for rank, row in enumerate(_records(table), start=1):
+        cells = []
+        for _label, key in columns:
+            value = rank if key is None else row.get(key)
+            css = "text" if key in text_columns else ""
+            if key == "status":
+                css += f" status-{_e(value)}"
+            cells.append(f'<td class="{css.strip()}">{_e(_fmt(value))}</td>')
+        css_row = ' class="best"' if row.get("trial_id") == best_id else ""
+        body.append(f"<tr{css_row}>{''.join(cells)}</tr>")
+    return f'<div class="scroll"><table class="trials"><tr>{head}</tr>{"".join(body)}</table></div>'
+
+
+# ------------------------------------------------------------------- helpers
+
+
+def _png_base64(fig: Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [dict(zip(table.columns, values, strict=True)) for values in table.itertuples(index=False)]
+
+
+def _wall_seconds(trials: pd.DataFrame) -> float | None:
+    if trials.empty or "started_at" not in trials or trials["ended_at"].dropna().empty:
+        return None
+    return float(trials["ended_at"].max() - trials["started_at"].min())
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if hasattr(value, "item"):
+        return _fmt(value.item())
+    return str(value)
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
