@@ -29,9 +29,14 @@ def mapping(value: object, path: str, keys: Sequence[str]) -> Mapping[str, Any]:
     return value
 
 
+_PLAIN_KEY = re.compile(r"[\w-]+")
+
+
 def join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
+    if not _PLAIN_KEY.fullmatch(key):
+        return f"{path}[{key!r}]"  # keeps the message on one line and its path readable
     return f"{path}.{key}" if path else key
 
 
@@ -73,7 +78,13 @@ def integer(value: object, path: str, *, minimum: int | None = None) -> int:
 def number(value: object, path: str, *, above: float | None = None, at_least: float | None = None) -> float:
     """A finite int or float (or a YAML-1.1 string such as ``1e-4``), optionally bounded."""
     parsed = float(value) if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()) else value
-    if isinstance(parsed, bool) or not isinstance(parsed, int | float) or not math.isfinite(parsed):
+    if isinstance(parsed, bool) or not isinstance(parsed, int | float):
+        raise SpecError(path, "must be a finite number", value)
+    try:
+        parsed = float(parsed)  # an int beyond float's range overflows here
+    except OverflowError:
+        raise SpecError(path, "must be a finite number", value) from None
+    if not math.isfinite(parsed):
         raise SpecError(path, "must be a finite number", value)
     if above is not None and parsed <= above:
         raise SpecError(path, f"must be > {above:g}", value)

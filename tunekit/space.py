@@ -44,7 +44,7 @@ class FloatRange:
         return trial.suggest_float(name, self.low, self.high, log=self.log, step=self.step)
 
     def contains(self, value: object) -> bool:
-        return _is_number(value) and self.low <= float(value) <= self.high  # type: ignore[arg-type]
+        return _is_number(value) and self.low <= value <= self.high  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def _parse_float_range(body: Mapping[str, Any], path: str, *, log: bool) -> Floa
     if body.get("step") is not None:
         step = v.number(body["step"], v.join(path, "step"), above=0)
         span = (high - low) / step
-        if abs(span - round(span)) > 1e-9:
+        if not math.isfinite(span) or abs(span - round(span)) > 1e-9:
             raise SpecError(v.join(path, "step"), f"must divide high - low ({high - low:g})", step)
     return FloatRange(low, high, log=log, step=step)
 

@@ -165,6 +165,8 @@ def load_spec(
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
             raise SpecError(str(source), f"is not valid YAML{where}", got=False) from None
+        except ValueError:  # an integer of more than 4300 digits
+            raise SpecError(str(source), "holds a number too long to read", got=False) from None
     if not isinstance(raw, dict):
         raise SpecError("spec", "must be a mapping at the top level", raw)
     spec_dir = base_dir if isinstance(source, Mapping) else Path(source).parent
@@ -184,14 +186,17 @@ def _resolve_extends(raw: dict[str, Any], directory: Path, seen: set[Path]) -> d
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
-    parent_path = (directory / v.string(parent, "extends")).resolve()
+    try:
+        parent_path = (directory / v.string(parent, "extends")).resolve()
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name
+        raise SpecError("extends", "no such spec file", str(parent)) from None
     if parent_path in seen:
         raise SpecError("extends", "forms a cycle", str(parent))
     try:
         base = yaml.safe_load(parent_path.read_text())
     except OSError:
         raise SpecError("extends", "no such spec file", str(parent)) from None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):
         raise SpecError("extends", "is not valid YAML", str(parent)) from None
     if not isinstance(base, dict):
         raise SpecError("extends", "must name a spec that is a mapping", str(parent))
@@ -207,10 +212,14 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     if not sep or not key_path:
         raise SpecError("--set", "expected key.path=value", assignment)
     parts = key_path.split(".")
+    if not key_path.isprintable():
+        key_path = repr(key_path)  # keeps the message on one line
     try:
         value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
         raise SpecError(f"--set {key_path}", "value is not valid YAML", text) from None
+    if parts[0] == "extends":
+        raise SpecError("--set extends", "cannot be overridden; write extends in the spec file", got=False)
     section = parts[0]
     if section not in SECTION_KEYS[""]:
         raise SpecError(
@@ -245,15 +254,15 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
     trainable = locate_trainable(v.string(v.require(raw, "trainable", ""), "trainable"), base_dir=base_dir)
     space = parse_space(raw.get("space"), "space")
     metric = _metric(v.require(raw, "metric", ""))
-    search = _search(raw.get("search") or {}, space)
+    search = _search(_optional(raw, "search"), space)
     budget = _budget(v.require(raw, "budget", ""), search, space)
-    scheduler = _scheduler(raw.get("scheduler") or {}, budget)
-    resources = _resources(raw.get("resources") or {})
-    training = _training(raw.get("training") or {})
+    scheduler = _scheduler(_optional(raw, "scheduler"), budget)
+    resources = _resources(_optional(raw, "resources"))
+    training = _training(_optional(raw, "training"))
     _check_searched_training_keys(space)
-    storage = _storage(raw.get("storage") or {})
-    tracking = _tracking(raw.get("tracking") or {})
-    data = raw.get("data") or {}
+    storage = _storage(_optional(raw, "storage"))
+    tracking = _tracking(_optional(raw, "tracking"))
+    data = _optional(raw, "data")
     if not isinstance(data, Mapping):
         raise SpecError("data", "must be a mapping of settings for build_data", data)
     data_section: dict[str, Any] = copy.deepcopy(dict(data))
@@ -288,6 +297,12 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
     )
 
 
+def _optional(section: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """A missing or null section means its defaults; any other value must pass its checks."""
+    value = section.get(key)
+    return ({} if default is None else default) if value is None else value
+
+
 def _metric(raw: object) -> MetricSpec:
     section = v.mapping(raw, "metric", SECTION_KEYS["metric"])
     name = v.string(v.require(section, "name", "metric"), "metric.name")
@@ -300,7 +315,7 @@ def _search(raw: object, space: SearchSpace) -> SearchSettings:
     algorithm = v.one_of(section.get("algorithm", "tpe"), "search.algorithm", ALGORITHMS)
     seed = v.integer(section.get("seed", 0), "search.seed", minimum=0)
     startup = v.integer(section.get("n_startup_trials", 10), "search.n_startup_trials", minimum=0)
-    points = v.sequence(section.get("warm_start") or [], "search.warm_start")
+    points = v.sequence(_optional(section, "warm_start", []), "search.warm_start")
     if points and algorithm == "grid":
         raise SpecError("search.warm_start", "is not used by grid search; remove it", points)
     warm_start = []
