@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import ray
 
 import tunekit
 from tunekit.runner import ray_init_options
+from tunekit.testing import MlflowServer
 
 pytestmark = pytest.mark.slow
 
@@ -173,3 +176,35 @@ def test_asha_replay_rebuilds_rungs() -> None:
     assert rungs[1] == {"a": 0.9, "b": 0.8, "c": 0.7}
     assert rungs[2] == {"a": 0.92, "b": 0.85}
     assert scheduler.stopped == {"c"}
+
+
+def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MlflowServer(tmp_path / "mlflow").start()
+    experiment = tmp_path / "results" / "untracked-half"
+
+    def stop_server_after_two_trials() -> None:
+        deadline = time.monotonic() + 240
+        while len(_ended_trials(experiment / "trials.csv")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server.stop()
+
+    killer = threading.Thread(target=stop_server_after_two_trials, daemon=True)
+    killer.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+            results = tunekit.run(
+                DEFAULT_SPEC,
+                overrides=["budget.num_samples=6", "budget.max_epochs=3", "scheduler.type=fifo",
+                           f"tracking.uri={server.uri}", "tracking.experiment=vanishing"],
+                storage=tmp_path / "results", name="untracked-half", progress=False,
+            )
+    finally:
+        killer.join(timeout=300)
+        server.stop()
+    assert not server.answers()
+    assert len(results.trials) == 6
+    assert (results.trials["status"] == "completed").all()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("training goes on" in w for w in warnings), warnings
