@@ -1,0 +1,510 @@
+"""tunekit against plain Ray Tune on the default digits search: wall time and per-trial overhead.
+
+The same search is written twice:
+
+* with tunekit: ``tunekit.run`` on ``search_spaces/digits_mlp.yaml`` (TPE seed 0, ASHA
+  grace 2 rf 3, 2 trials at a time, 1 CPU each), tracking off;
+* by hand, the way a user would with plain Ray Tune defaults: a function trainable that
+  builds the same model with the same trainable code (``trainables.digits_mlp``), compiles
+  it, fits it with a per-epoch Keras callback that saves the weights and calls
+  ``ray.tune.report`` with a ``tune.Checkpoint``; ``OptunaSearch(seed=0)`` over the same
+  space in ``tune.loguniform/choice/uniform``; ``ASHAScheduler(grace 2, rf 3)``;
+  ``TuneConfig(max_concurrent_trials=2)``; ``MLflowLoggerCallback`` to SQLite in a temp dir.
+
+Each side runs in its own child process with its own ``ray.init``, one after the other.
+Both sides time the same work inside each trial (see DEFINITIONS), so the comparison of
+what happens around the training is like for like.
+
+When tunekit runs, the spec's trainable is this module: its ``build_data`` and
+``build_model`` call ``trainables.digits_mlp``'s and only note the time build started and
+ended in the trial's directory (tunekit has no per-trial build timer of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+NAME = "overhead"
+TITLE = "tunekit vs plain Ray Tune on the default digits search"
+TIMING_DIR_ENV = "TUNEKIT_BENCH_TIMING_DIR"  # set in the tunekit side's driver; Ray workers inherit it
+SLOTS = 2
+
+MODES: dict[str, dict[str, int]] = {
+    "smoke": {"num_samples": 3, "max_epochs": 2, "grace_period": 1},
+    "quick": {"num_samples": 12, "max_epochs": 20, "grace_period": 2},
+    "full": {"num_samples": 24, "max_epochs": 20, "grace_period": 2},  # the shipped default search
+}
+REDUCTION_FACTOR = 3
+SEED = 0
+
+DEFINITIONS = {
+    "time inside training": (
+        "per trial, measured inside the trial's process: the seconds from the start of build_data "
+        "to the return of build_model (data loading, tf.data pipeline, model construction), plus, for "
+        "every epoch, the seconds from Keras' on_epoch_begin to on_epoch_end (training steps and "
+        "validation). It excludes process start, TensorFlow import, device set-up, compile, and the "
+        "per-epoch checkpoint and report. tunekit's epoch times are epochs.csv's epoch_seconds; the "
+        "plain side's callback measures the same two points."
+    ),
+    "wall time": (
+        "seconds from just before ray.init (imports already done; tunekit.run calls ray.init "
+        "itself) to after ray.shutdown, in the side's own process"
+    ),
+    "slot time": "wall time x 2 slots (2 trials at a time, 1 CPU each)",
+    "per-trial overhead": "(slot time - total time inside training) / trials",
+    "share of slot time training": "total time inside training / slot time",
+    "best val_accuracy": "highest final val_accuracy among trials that trained every epoch",
+    "start-up": "seconds from the search's start to the first trial's build_data (Ray start, worker start, "
+    "TensorFlow import)",
+    "time between epochs": (
+        "for consecutive epochs of a trial: (time between their ends) - (the later epoch's time inside "
+        "training); the per-epoch checkpoint, report and wait for the driver. Epoch ends are the driver's "
+        "receipt of the report for tunekit (epochs.csv time) and the callback's clock for the plain side; "
+        "the difference of consecutive ends measures one full cycle either way"
+    ),
+}
+
+
+# ------------------------------------------------------- the tunekit side's trainable
+
+_build_started: dict[str, float] = {}
+
+
+def build_data(config: dict[str, Any], ctx: Any) -> tuple[Any, Any]:
+    """trainables.digits_mlp.build_data, noting when the trial's build started."""
+    _build_started[ctx.workdir] = time.time()
+    from trainables import digits_mlp
+
+    return digits_mlp.build_data(config, ctx)
+
+
+def build_model(config: dict[str, Any], ctx: Any) -> Any:
+    """trainables.digits_mlp.build_model (uncompiled: tunekit compiles it), noting when build ended."""
+    from trainables import digits_mlp
+
+    model = digits_mlp.build_model(config, ctx)
+    ended = time.time()
+    started = _build_started.pop(ctx.workdir, ended)
+    # ctx.workdir is the trial's scratch directory in Ray's session folder (its files do not
+    # reach the experiment directory), so the timings go to a folder the driver names.
+    trial_id = Path(ctx.workdir).name  # tunekit names trial directories after the trial id
+    Path(os.environ[TIMING_DIR_ENV], f"{trial_id}.json").write_text(
+        json.dumps({"trial_id": trial_id, "build_started": started, "build_ended": ended, "pid": os.getpid()})
+    )
+    return model
+
+
+# ------------------------------------------------------------- the plain Ray Tune side
+
+
+def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int) -> None:
+    """What a user writes for Ray Tune by hand around the same trainable code."""
+    import keras
+    from ray import tune
+
+    from trainables import digits_mlp
+    from tunekit.contract import TrialContext
+
+    keras.utils.set_random_seed(SEED)
+    context = tune.get_context()
+    trial_id = context.get_trial_id()
+    record: dict[str, Any] = {
+        "trial_id": trial_id,
+        "pid": os.getpid(),
+        "build_started": time.time(),
+        "epochs": [],
+        "config": dict(config),
+    }
+    batch_size = int(config["batch_size"])
+    ctx = TrialContext(
+        batch_size=batch_size,
+        per_replica_batch_size=batch_size,
+        replicas=1,
+        precision="float32",
+        seed=SEED,
+        workdir=context.get_trial_dir(),
+        cpus=1,
+        max_epochs=max_epochs,
+        jit_compile=False,
+        data={},
+    )
+    train_ds, val_ds = digits_mlp.build_data(config, ctx)
+    model = digits_mlp.build_model(config, ctx)
+    record["build_ended"] = time.time()
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=float(config["learning_rate"])),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    timing_path = Path(timing_dir) / f"{trial_id}.json"
+    checkpoint_root = Path(timing_dir) / "checkpoints"
+    checkpoint_root.mkdir(parents=True, exist_ok=True)
+
+    class ReportEachEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.began = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            seconds = time.perf_counter() - self.began
+            metrics = {key: float(value) for key, value in (logs or {}).items()}
+            record["epochs"].append(
+                {
+                    "epoch": epoch + 1,
+                    "seconds": seconds,
+                    "ended": time.time(),
+                    "val_accuracy": metrics.get("val_accuracy"),
+                }
+            )
+            timing_path.write_text(json.dumps(record))
+            directory = Path(tempfile.mkdtemp(dir=checkpoint_root))
+            self.model.save_weights(str(directory / "model.weights.h5"))
+            tune.report({**metrics, "epoch": epoch + 1}, checkpoint=tune.Checkpoint.from_directory(str(directory)))
+            shutil.rmtree(directory, ignore_errors=True)
+
+    model.fit(train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=[ReportEachEpoch()], verbose=0)
+
+
+def ray_tune_space(spec_space: dict[str, Any]) -> dict[str, Any]:
+    """The spec's space in Ray Tune's own sampling functions."""
+    from ray import tune
+
+    space: dict[str, Any] = {}
+    for name, param in spec_space.items():
+        kind = param["type"]
+        if kind == "loguniform":
+            space[name] = tune.loguniform(param["low"], param["high"])
+        elif kind == "uniform":
+            space[name] = tune.uniform(param["low"], param["high"])
+        elif kind == "choice":
+            space[name] = tune.choice(list(param["values"]))
+        else:  # pragma: no cover - the digits space uses only these three
+            raise ValueError(f"space.{name}: no Ray Tune translation for {kind}")
+    return space
+
+
+def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
+    import mlflow
+    import ray
+    from ray import tune
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    spec = common.digits_spec()
+    timing_dir = workdir / "plain-timing"
+    timing_dir.mkdir(parents=True, exist_ok=True)
+    tracking_uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    # A user's MLflow database already exists; creating its schema is not part of a search.
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("plain-ray-tune")
+
+    started = time.time()
+    ray.init()
+    trainable = tune.with_resources(
+        tune.with_parameters(plain_trainable, timing_dir=str(timing_dir), max_epochs=settings["max_epochs"]),
+        {"cpu": 1},
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space=ray_tune_space(spec["space"]),
+        tune_config=tune.TuneConfig(
+            metric="val_accuracy",
+            mode="max",
+            search_alg=OptunaSearch(seed=SEED),
+            scheduler=ASHAScheduler(
+                max_t=settings["max_epochs"], grace_period=settings["grace_period"], reduction_factor=REDUCTION_FACTOR
+            ),
+            num_samples=settings["num_samples"],
+            max_concurrent_trials=SLOTS,
+        ),
+        run_config=tune.RunConfig(
+            name="plain-ray-tune",
+            storage_path=str(workdir / "ray_results"),
+            callbacks=[MLflowLoggerCallback(tracking_uri=tracking_uri, experiment_name="plain-ray-tune")],
+        ),
+    )
+    grid = tuner.fit()
+    ray.shutdown()
+    wall = time.time() - started
+
+    trials = []
+    for record in common.read_json_files(timing_dir, "*.json"):
+        epochs = record["epochs"]
+        trials.append(
+            {
+                "trial_id": record["trial_id"],
+                "pid": record["pid"],
+                "build_started": record["build_started"],
+                "build_s": record["build_ended"] - record["build_started"],
+                "epoch_s": [e["seconds"] for e in epochs],
+                "epoch_end": [e["ended"] for e in epochs],
+                "epochs": len(epochs),
+                "final_val_accuracy": epochs[-1]["val_accuracy"] if epochs else None,
+                "best_val_accuracy": max((e["val_accuracy"] for e in epochs), default=None),
+            }
+        )
+    errors = grid.num_errors
+    return {
+        "side": "plain Ray Tune",
+        "started": started,
+        "wall_s": wall,
+        "trials": trials,
+        "trials_reported": len(grid),
+        "errors": errors,
+    }
+
+
+def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
+    import ray.tune  # noqa: F401 - imported before the clock, as on the plain side
+
+    import tunekit
+    import tunekit.recorder
+    import tunekit.runner
+
+    timing_dir = workdir / "tunekit-timing"
+    timing_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[TIMING_DIR_ENV] = str(timing_dir)
+    seen = common.capture_search_start()
+    spec = tunekit.load_spec(
+        common.digits_spec(
+            trainable="benchmarks.overhead",
+            budget={
+                "num_samples": settings["num_samples"],
+                "max_epochs": settings["max_epochs"],
+                "max_concurrent": SLOTS,
+            },
+            scheduler={"type": "asha", "grace_period": settings["grace_period"], "reduction_factor": REDUCTION_FACTOR},
+            tracking={"enabled": False},
+        )
+    )
+    started = time.time()
+    results = tunekit.run(spec, name="tunekit", storage=workdir, progress=False)
+    wall = time.time() - started
+
+    timings = {t["trial_id"]: t for t in common.read_json_files(timing_dir, "*.json")}
+    epochs = results.epochs
+    recorder_started = seen.get("started", started)
+    trials = []
+    for _, row in results.trials.iterrows():
+        trial_id = str(row["trial_id"])
+        timing = timings.get(trial_id)
+        rows = epochs[epochs["trial_id"] == trial_id] if not epochs.empty else epochs
+        trials.append(
+            {
+                "trial_id": trial_id,
+                "pid": None if timing is None else timing["pid"],
+                "build_started": None if timing is None else timing["build_started"],
+                "build_s": 0.0 if timing is None else timing["build_ended"] - timing["build_started"],
+                "epoch_s": [float(x) for x in rows["epoch_seconds"]] if len(rows) else [],
+                # when the driver received each epoch's report (after its checkpoint)
+                "epoch_end": [recorder_started + float(x) for x in rows["time"]] if len(rows) else [],
+                "epochs": int(row["epochs"]),
+                "status": str(row["status"]),
+                "final_val_accuracy": None if rows.empty else float(rows["val_accuracy"].iloc[-1]),
+                "best_val_accuracy": None if rows.empty else float(rows["val_accuracy"].max()),
+            }
+        )
+    missing = sum(t["pid"] is None for t in trials)
+    return {
+        "side": "tunekit",
+        "started": started,
+        "wall_s": wall,
+        "trials": trials,
+        "trials_reported": len(trials),
+        "trials_without_build_timing": missing,
+    }
+
+
+# -------------------------------------------------------------------------- analysis
+
+
+def summarise(side: dict[str, Any], max_epochs: int) -> dict[str, Any]:
+    trials = side["trials"]
+    training = sum(t["build_s"] + sum(t["epoch_s"]) for t in trials)
+    slot = side["wall_s"] * SLOTS
+    count = max(1, len(trials))
+    completed = [
+        t["final_val_accuracy"] for t in trials if t["epochs"] >= max_epochs and t["final_val_accuracy"] is not None
+    ]
+    epochs = sum(t["epochs"] for t in trials)
+    gaps = [
+        t["epoch_end"][k] - t["epoch_end"][k - 1] - t["epoch_s"][k]
+        for t in trials
+        for k in range(1, min(len(t["epoch_end"]), len(t["epoch_s"])))
+    ]
+    builds = [t["build_started"] for t in trials if t.get("build_started") is not None]
+    startup = min(builds) - side["started"] if builds and side.get("started") else None
+    return {
+        "startup_s": startup,
+        "between_epochs_median_s": common.median(gaps) if gaps else None,
+        "between_epochs_total_s": sum(gaps),
+        "between_epochs_share": sum(gaps) / slot if slot else None,
+        "wall_s": side["wall_s"],
+        "trials": len(trials),
+        "epochs_trained": epochs,
+        "training_s": training,
+        "build_s": sum(t["build_s"] for t in trials),
+        "slot_s": slot,
+        "overhead_per_trial_s": (slot - training) / count,
+        "training_share": training / slot if slot else None,
+        "wall_per_epoch_s": side["wall_s"] / epochs if epochs else None,
+        "best_val_accuracy": max(completed, default=None),
+        "best_val_accuracy_any_epoch": max(
+            (t["best_val_accuracy"] for t in trials if t["best_val_accuracy"] is not None), default=None
+        ),
+        "trials_trained_to_end": len(completed),
+        "worker_processes": len({t["pid"] for t in trials if t.get("pid") is not None}),
+    }
+
+
+def analyse(tk: dict[str, Any], plain: dict[str, Any], settings: dict[str, int]) -> dict[str, Any]:
+    a, b = summarise(tk, settings["max_epochs"]), summarise(plain, settings["max_epochs"])
+    speedup = common.ratio(b["wall_s"], a["wall_s"])
+    overhead_ratio = common.ratio(b["overhead_per_trial_s"], a["overhead_per_trial_s"])
+    per_epoch = common.ratio(b["wall_per_epoch_s"], a["wall_per_epoch_s"])
+    figures = [
+        common.figure(
+            "wall-time ratio (plain Ray Tune / tunekit)",
+            speedup,
+            "x",
+            ">= 2.5x",
+            None if speedup is None else speedup >= 2.5,
+        ),
+        common.figure("tunekit wall time", a["wall_s"], "s"),
+        common.figure("plain Ray Tune wall time", b["wall_s"], "s"),
+        common.figure("tunekit per-trial overhead", a["overhead_per_trial_s"], "s"),
+        common.figure("plain Ray Tune per-trial overhead", b["overhead_per_trial_s"], "s"),
+        common.figure("per-trial overhead ratio (plain / tunekit)", overhead_ratio, "x"),
+        common.figure(
+            "tunekit share of slot time training",
+            _pct(a["training_share"]),
+            "%",
+            ">= 85%",
+            None if a["training_share"] is None else a["training_share"] >= 0.85,
+        ),
+        common.figure("plain Ray Tune share of slot time training", _pct(b["training_share"]), "%"),
+        common.figure("tunekit epochs trained", a["epochs_trained"]),
+        common.figure("plain Ray Tune epochs trained", b["epochs_trained"]),
+        common.figure(
+            "wall time per trained epoch ratio (plain / tunekit)",
+            per_epoch,
+            "x",
+            note="corrects for the two searches training different numbers of epochs",
+        ),
+        common.figure("tunekit start-up (search start to first build_data)", a["startup_s"], "s"),
+        common.figure("plain Ray Tune start-up (search start to first build_data)", b["startup_s"], "s"),
+        common.figure("tunekit median time between epochs (report + checkpoint)", a["between_epochs_median_s"], "s"),
+        common.figure(
+            "plain Ray Tune median time between epochs (report + checkpoint)", b["between_epochs_median_s"], "s"
+        ),
+        common.figure("tunekit share of slot time between epochs", _pct(a["between_epochs_share"]), "%"),
+        common.figure("plain Ray Tune share of slot time between epochs", _pct(b["between_epochs_share"]), "%"),
+        common.figure("tunekit best val_accuracy", a["best_val_accuracy"]),
+        common.figure("plain Ray Tune best val_accuracy", b["best_val_accuracy"]),
+        common.figure("tunekit worker processes", a["worker_processes"]),
+        common.figure("plain Ray Tune worker processes", b["worker_processes"]),
+    ]
+    ratios = [
+        f"wall time: tunekit {common.fmt(a['wall_s'])} s vs plain Ray Tune {common.fmt(b['wall_s'])} s "
+        f"-> tunekit {common.fmt(speedup)}x faster",
+        f"per-trial overhead: tunekit {common.fmt(a['overhead_per_trial_s'])} s vs plain "
+        f"{common.fmt(b['overhead_per_trial_s'])} s -> {common.fmt(overhead_ratio)}x less",
+        f"share of slot time training: tunekit {common.fmt(_pct(a['training_share']))}% vs plain "
+        f"{common.fmt(_pct(b['training_share']))}%",
+        f"wall time per trained epoch: tunekit {common.fmt(a['wall_per_epoch_s'])} s vs plain "
+        f"{common.fmt(b['wall_per_epoch_s'])} s -> {common.fmt(per_epoch)}x",
+        f"best val_accuracy: tunekit {common.fmt(a['best_val_accuracy'])} vs plain "
+        f"{common.fmt(b['best_val_accuracy'])}",
+    ]
+    return {"figures": figures, "ratios": ratios, "summary": {"tunekit": a, "plain_ray_tune": b}}
+
+
+def _pct(share: float | None) -> float | None:
+    return None if share is None else 100 * share
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = common.parser(NAME, __doc__.splitlines()[0])
+    p.add_argument("--side", choices=("tunekit", "plain"), help=argparse_hidden())
+    p.add_argument("--workdir", type=Path, help=argparse_hidden())
+    p.add_argument("--result", type=Path, help=argparse_hidden())
+    args = p.parse_args(argv)
+    settings = MODES[args.mode]
+    if args.side:
+        runner = _run_tunekit if args.side == "tunekit" else _run_plain
+        common.write_json(args.result, common.clean(runner(settings, args.workdir)))
+        return 0
+
+    started, load_before = time.time(), os.getloadavg()
+    sides: dict[str, Any] = {}
+    with common.Workdir(NAME, args.keep) as workdir:
+        for side in ("tunekit", "plain"):  # one after the other, never at the same time
+            print(f"[{NAME}] running the {side} side ({args.mode}) ...", flush=True)
+            side_dir = workdir / side
+            sides[side] = common.run_child(
+                f"benchmarks.{NAME}",
+                [f"--{args.mode}", "--side", side, "--workdir", str(side_dir)],
+                side_dir,
+                side,
+            )
+    analysis = analyse(sides["tunekit"], sides["plain"], settings)
+    setup = {
+        "search": "search_spaces/digits_mlp.yaml: learning_rate, units, dropout, batch_size",
+        "trials": settings["num_samples"],
+        "max_epochs": settings["max_epochs"],
+        "concurrency": f"{SLOTS} trials at a time, 1 CPU each",
+        "searcher": f"TPE seed {SEED} (tunekit: its Optuna study; plain: OptunaSearch(seed={SEED}) defaults)",
+        "scheduler": f"ASHA grace {settings['grace_period']}, rf {REDUCTION_FACTOR}, max_t {settings['max_epochs']}",
+        "tracking": "tunekit: off; plain Ray Tune: MLflowLoggerCallback to SQLite",
+        "data": "scikit-learn digits, 1437 train / 360 validation",
+    }
+    notes = [
+        "The two searchers are both TPE seeded 0 but not identical (tunekit: 8 random start-up trials, "
+        "constant liar, multivariate, PRUNED bookkeeping; OptunaSearch: Optuna's defaults), so the trials "
+        "and epochs trained differ; per-trial overhead and wall time per trained epoch correct for that.",
+        "Plain Ray Tune defaults: a new worker process per trial (reuse_actors=False, so TensorFlow is "
+        "imported in every trial), Ray's JSON/CSV/TensorBoard loggers, TensorFlow's default thread pools "
+        "(every core, in each of the 2 concurrent trials). tunekit reuses workers and caps threads at the "
+        "trial's CPU share.",
+        "Plain Ray Tune logs every result to MLflow (SQLite, schema created before the clock); tunekit "
+        "runs with tracking.enabled: false here. benchmarks/logging_cost.py measures tracking's cost.",
+        "Other processes shared the CPU during this run; see load_before/load_after. Ratios are measured "
+        "side by side in one run, one side after the other.",
+    ]
+    details = {"sides": sides, "summary": analysis["summary"]}
+    payload = common.result_payload(
+        NAME,
+        args.mode,
+        TITLE,
+        analysis["figures"],
+        analysis["ratios"],
+        DEFINITIONS,
+        setup,
+        notes,
+        details,
+        started,
+        load_before,
+    )
+    return common.finish(payload, args.out)
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
