@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,7 +28,15 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 NODE_IP = "127.0.0.2"
+CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
 RAY = str(Path(sys.executable).parent / "ray")  # the ray CLI of the environment running the tests
+
+
+def _restore(path: Path, text: str | None) -> None:
+    if text is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(text)
 
 
 def _free_port() -> int:
@@ -61,10 +70,14 @@ def _stop(process: subprocess.Popen[bytes], marker: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     port = _free_port()
     logs = tmp_path_factory.mktemp("cluster-logs")
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    # `ray start --head` records itself as the machine's default cluster; put back what was there.
+    previous_cluster = CURRENT_CLUSTER_FILE.read_text() if CURRENT_CLUSTER_FILE.exists() else None
+    # The cluster's own token: ~/.ray/auth_token is shared by every Ray started on the
+    # machine, and another start can rewrite it between our head's start and our driver's.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     head = _start_node(
         [
             "--head",
@@ -88,11 +101,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             ["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}'], env, logs / "node2.log"
         )
         _wait_for_nodes(address, 2, env)
-        yield address
+        yield address, env["RAY_AUTH_TOKEN"]
     finally:
         if worker is not None:
             _stop(worker, f"--gcs-address={address}")
         _stop(head, f"{NODE_IP}:{port}")
+        _restore(CURRENT_CLUSTER_FILE, previous_cluster)
 
 
 def _wait_for_nodes(address: str, count: int, env: dict[str, str]) -> None:
@@ -105,15 +119,17 @@ def _wait_for_nodes(address: str, count: int, env: dict[str, str]) -> None:
     raise AssertionError(f"cluster at {address} did not reach {count} nodes:\n{status.stdout}\n{status.stderr}")
 
 
-def test_trials_run_on_both_nodes(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trials_run_on_both_nodes(cluster: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    address, token = cluster
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
     monkeypatch.chdir(REPO)
     results = tunekit.run(
         DEFAULT_SPEC,
         overrides=["budget.num_samples=4", "budget.max_epochs=2", "scheduler.type=fifo", "tracking.enabled=false"],
         storage=tmp_path,
         name="two-nodes",
-        address=cluster,
+        address=address,
         progress=False,
     )
     assert len(results.trials) == 4

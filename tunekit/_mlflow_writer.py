@@ -87,7 +87,7 @@ _DATA_ERRORS = {
 }
 _AUTH_ERRORS = {"PERMISSION_DENIED", "UNAUTHENTICATED"}
 # Trial info (from the trainable) recorded as tags, under these names.
-_INFO_TAGS = {
+INFO_TAGS = {  # trial info key -> child-run tag (results.load_from_mlflow reads them back)
     "device_names": "tunekit.device_names",
     "precision": "tunekit.precision",
     "replicas": "tunekit.replicas",
@@ -304,7 +304,7 @@ class MlflowWriter:
                 trial.pending.status = None
                 trial.pending.reopen = trial.run_id is not None
         elif isinstance(event, InfoEvent):
-            tags = {_INFO_TAGS[key]: _tag_value(value) for key, value in event.info.items() if key in _INFO_TAGS}
+            tags = {INFO_TAGS[key]: _tag_value(value) for key, value in event.info.items() if key in INFO_TAGS}
             self._trial(event.trial_id).pending.tags.update(tags)
         elif isinstance(event, TrialEndEvent):
             trial = self._trial(event.trial_id)
@@ -625,7 +625,7 @@ def _param_value(value: Any) -> str:
 
 def _tag_value(value: Any) -> str:
     if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
+        return ";".join(str(v) for v in value)  # as trials.csv writes lists
     return str(value)[:_MAX_TAG_LENGTH]
 
 

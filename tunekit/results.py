@@ -223,9 +223,10 @@ def load_from_mlflow(
     trials = pd.DataFrame(trial_rows)
     if not trials.empty:
         params = sorted(c for c in trials.columns if c.startswith(PARAM_PREFIX))
+        infos = sorted(c for c in trials.columns if c.startswith(INFO_PREFIX))
         trials = trials.sort_values(["number", "started_at"], na_position="last")
         trials = trials.reset_index(drop=True)
-        trials = trials[[*TRIAL_COLUMNS, *params]]
+        trials = trials[[*TRIAL_COLUMNS, *params, *infos]]
     epochs = pd.DataFrame(epoch_rows)
     if not epochs.empty:
         metrics = sorted(c for c in epochs.columns if c not in EPOCH_COLUMNS)
@@ -278,6 +279,7 @@ def _trial_from_run(
     client: Any, run: Any, spec: dict[str, Any], origin: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from tunekit import tracking as t
+    from tunekit._mlflow_writer import INFO_TAGS
 
     tags, metric = run.data.tags, spec["metric"]["name"]
     trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)
@@ -317,4 +319,9 @@ def _trial_from_run(
         "ended_at": ended,
     }
     trial.update({f"{PARAM_PREFIX}{k}": yaml.safe_load(v) for k, v in run.data.params.items()})
+    trial.update({
+        f"{INFO_PREFIX}{key}": yaml.safe_load(tags[tag]) if ";" not in tags[tag] else tags[tag]
+        for key, tag in INFO_TAGS.items()
+        if key != "node_id" and tag in tags
+    })
     return trial, epochs
