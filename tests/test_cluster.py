@@ -119,19 +119,21 @@ def _wait_for_nodes(address: str, count: int, env: dict[str, str]) -> None:
     raise AssertionError(f"cluster at {address} did not reach {count} nodes:\n{status.stdout}\n{status.stderr}")
 
 
-def test_trials_run_on_both_nodes(cluster: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trials_run_on_both_nodes(cluster: tuple[str, str], tmp_path: Path) -> None:
     address, token = cluster
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
-    monkeypatch.chdir(REPO)
-    results = tunekit.run(
-        DEFAULT_SPEC,
-        overrides=["budget.num_samples=4", "budget.max_epochs=2", "scheduler.type=fifo", "tracking.enabled=false"],
-        storage=tmp_path,
-        name="two-nodes",
-        address=address,
-        progress=False,
-    )
+    # A driver of its own, as a user would start it: Ray reads RAY_AUTH_MODE when it is
+    # first imported, so this (already Ray-importing) test process cannot switch it on.
+    command = [
+        sys.executable, "-m", "tunekit.cli", "run", str(DEFAULT_SPEC), "--address", address,
+        "--storage", str(tmp_path), "--name", "two-nodes",
+        "--set", "budget.num_samples=4", "--set", "budget.max_epochs=2", "--set", "scheduler.type=fifo",
+        "--set", "tracking.enabled=false",
+    ]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    driver = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert driver.returncode == 0, driver.stderr[-3000:]
+
+    results = tunekit.load(tmp_path / "two-nodes")
     assert len(results.trials) == 4
     assert (results.trials["status"] == "completed").all()
     nodes = set(results.trials["node_id"])
