@@ -61,7 +61,7 @@ MODES: dict[str, dict[str, Any]] = {
         "width": 8,
         "subset": {"learning_rate": 2, "weight_decay": 1, "augmentation": 1},
     },
-    "quick": {"max_epochs": 6, "num_samples": 10, "n_startup_trials": 5, "grace_period": 1, "width": 16},
+    "quick": {"max_epochs": 4, "num_samples": 8, "n_startup_trials": 4, "grace_period": 1, "width": 16},
     "full": {"max_epochs": 18, "num_samples": 16, "n_startup_trials": 6, "grace_period": 1, "width": 16},
 }
 

@@ -34,7 +34,7 @@ SLOTS = 2
 
 MODES: dict[str, dict[str, Any]] = {
     "smoke": {"seeds": [0], "budget_s": 30.0, "max_epochs": 4, "grace_period": 1},
-    "quick": {"seeds": [0, 1, 2], "budget_s": 60.0, "max_epochs": 20, "grace_period": 2},
+    "quick": {"seeds": [0, 1, 2], "budget_s": 45.0, "max_epochs": 20, "grace_period": 2},
     "full": {"seeds": [0, 1, 2, 3, 4], "budget_s": 300.0, "max_epochs": 20, "grace_period": 2},
 }
 
