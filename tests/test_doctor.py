@@ -276,7 +276,7 @@ def test_a_hanging_child_is_killed_with_its_children_at_the_deadline(tmp_path: P
         time.sleep(120)
     """)
     started = time.monotonic()
-    result = doctor._Child(code, (), timeout_s=2.0).result()
+    result = doctor._Child(["-c", code], timeout_s=2.0).result()
     assert result == {"error": "did not answer in 2 s"}
     assert time.monotonic() - started < 15
     grandchild = int(pid_file.read_text())

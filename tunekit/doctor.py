@@ -5,7 +5,7 @@ by one ``fix:`` line. The exit status is 0 when nothing is wrong and 1 otherwise
 
 The doctor never hangs and never imports TensorFlow or Ray in its own process:
 
-- TensorFlow (build info, GPUs) is checked in a ``python -c`` child, so a broken
+- TensorFlow (build info, GPUs) is checked in a child (``tunekit._doctor_probes``), so a broken
   install is reported instead of crashing the doctor, and its 4-8 s import runs while
   the fast checks go on.
 - A Ray cluster (``--address`` or ``RAY_ADDRESS``) is inspected in a second child:
@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from tunekit._doctor_probes import MARK, PROBE_PREFIX
+
 OK = "ok"
 PROBLEM = "PROBLEM"
 SKIP = "skip"
@@ -72,8 +74,6 @@ SECRET_ENV = (
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
 )
-_MARK = "TUNEKIT_DOCTOR_RESULT "
-_PROBE_PREFIX = ".tunekit-doctor-"
 
 
 @dataclass(frozen=True)
@@ -129,12 +129,12 @@ def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, s
 
     # The slow children start first and run while the fast checks print.
     quiet_tf = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    tensorflow_child = _Child(_TENSORFLOW_CODE, (), TENSORFLOW_TIMEOUT_S, env=quiet_tf)
+    tensorflow_child = _probe("tensorflow", (), TENSORFLOW_TIMEOUT_S, env=quiet_tf)
     ray_reachable = check_ray_reachable(address) if address else None
     ray_child = None
     if address and ray_reachable is None:
-        ray_child = _Child(
-            _RAY_CODE,
+        ray_child = _probe(
+            "ray",
             (address, "" if _is_uri(storage_path) else storage_path),
             RAY_TIMEOUT_S,
             env={"RAY_DEDUP_LOGS": "0"},
@@ -427,7 +427,7 @@ def _probe_directory(path: Path, *, create: bool) -> str:
             for folder in reversed(missing):
                 folder.mkdir()
                 created.append(folder)
-        probe = path / f"{_PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        probe = path / f"{PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with probe.open("x") as handle:
             handle.write("tunekit doctor probe\n")
         probe.unlink()
@@ -452,7 +452,7 @@ def _free_space(path: Path) -> str:
 
 
 def _check_storage_uri(uri: str) -> Check:
-    child = _Child(_URI_STORAGE_CODE, (uri,), 30.0)
+    child = _probe("storage-uri", (uri,), 30.0)
     result = child.result()
     name = f"storage {_show_uri(uri)}"
     if result.get("error"):
@@ -725,14 +725,19 @@ def _ray_fix(error: str) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-class _Child:
-    """A ``python -c`` child in its own process group, with a deadline; killed with its group."""
+def _probe(kind: str, args: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> _Child:
+    """Starts one of ``tunekit._doctor_probes`` in a child; its answer is read later."""
+    return _Child(["-m", "tunekit._doctor_probes", kind, *args], timeout_s, env)
 
-    def __init__(self, code: str, args: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> None:
+
+class _Child:
+    """A Python child in its own process group, with a deadline; killed with its group."""
+
+    def __init__(self, python_args: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
+            [sys.executable, *python_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -753,8 +758,8 @@ class _Child:
             self._result = {"error": f"did not answer in {self.timeout_s:g} s"}
             return self._result
         for line in reversed(stdout.splitlines()):
-            if line.startswith(_MARK):
-                self._result = dict(json.loads(line[len(_MARK) :]))
+            if line.startswith(MARK):
+                self._result = dict(json.loads(line[len(MARK) :]))
                 return self._result
         reason = _last_line(stderr) or f"exit status {self.process.returncode}"
         self._result = {"error": f"the check crashed ({reason})"}
@@ -821,155 +826,3 @@ def _redact(text: str) -> str:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
-
-
-# --------------------------------------------------------------------------- child code
-
-# Names the error and its causes: Ray wraps "InvalidAuthToken" in a bare ConnectionError.
-_DESCRIBE = """
-def describe(error):
-    parts, texts = [], []
-    while error is not None and len(parts) < 6:
-        texts.append(str(error))
-        text = (str(error).strip().splitlines() or [""])[0]
-        parts.append(type(error).__name__ + (": " + text if text else ""))
-        error = error.__cause__ or error.__context__
-    if any("InvalidAuthToken" in text for text in texts):
-        import os
-        mode = os.environ.get("RAY_AUTH_MODE", "unset")
-        return "InvalidAuthToken: the cluster wants its token (RAY_AUTH_MODE here: " + mode + ")"
-    return " <- ".join(parts[:3])[:500]
-"""
-
-_TENSORFLOW_CODE = (
-    _DESCRIBE
-    + f"""
-import json
-try:
-    import tensorflow as tf
-    info = dict(tf.sysconfig.get_build_info())
-    gpus = []
-    for device in tf.config.list_physical_devices("GPU"):
-        try:
-            details = tf.config.experimental.get_device_details(device)
-        except Exception:
-            details = {{}}
-        gpus.append({{"name": device.name, "model": details.get("device_name"),
-                      "compute_capability": details.get("compute_capability")}})
-    result = {{"version": tf.__version__, "cuda": info.get("cuda_version"),
-               "cudnn": info.get("cudnn_version"), "cuda_build": bool(info.get("is_cuda_build")),
-               "gpus": gpus}}
-except BaseException as error:
-    result = {{"error": describe(error)}}
-print({_MARK!r} + json.dumps(result, default=str), flush=True)
-"""
-)
-
-# Runs on the machine of the doctor; the probe functions are pickled by value onto every node.
-_RAY_CODE = (
-    _DESCRIBE
-    + f"""
-import json, os, socket, sys, uuid
-address, storage = sys.argv[1], sys.argv[2]
-MARK = {_MARK!r}
-PREFIX = {_PROBE_PREFIX!r}
-
-
-def write(path, token, node_id):
-    created = []
-    try:
-        node = path
-        missing = []
-        while not os.path.exists(node) and node != os.path.dirname(node):
-            missing.append(node)
-            node = os.path.dirname(node)
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            created.append(folder)
-        with open(os.path.join(path, PREFIX + token + "-" + node_id), "x") as handle:
-            handle.write("probe")
-        return [socket.gethostname(), "", created]
-    except OSError as error:
-        return [socket.gethostname(), error.strerror or str(error), created]
-
-
-def seen(path, token, node_ids):
-    return [n for n in node_ids if os.path.exists(os.path.join(path, PREFIX + token + "-" + n))]
-
-
-def clean(path, token, node_id, created):
-    try:
-        os.remove(os.path.join(path, PREFIX + token + "-" + node_id))
-    except OSError:
-        pass
-    for folder in reversed(created):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            pass
-
-
-try:
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    result = {{
-        "ray_version": ray.__version__,
-        "resources": ray.cluster_resources(),
-        "nodes": [{{"host": n.get("NodeManagerHostname"), "ip": n.get("NodeManagerAddress"),
-                    "resources": n.get("Resources", {{}}),
-                    "head": "node:__internal_head__" in n.get("Resources", {{}})}} for n in nodes],
-    }}
-    if storage:
-        token = uuid.uuid4().hex[:12]
-        ids = [n["NodeID"] for n in nodes]
-
-        def on(node_id, function):
-            strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-            task = ray.remote(num_cpus=0, max_retries=0)(function)
-            return task.options(scheduling_strategy=strategy)
-
-        written = ray.get([on(i, write).remote(storage, token, i) for i in ids], timeout=60)
-        hosts = {{i: w[0] for i, w in zip(ids, written)}}
-        errors = {{w[0]: w[1] for w in written if w[1]}}
-        ok_ids = [i for i, w in zip(ids, written) if not w[1]]
-        unseen = {{}}
-        if not errors:
-            views = ray.get([on(i, seen).remote(storage, token, ok_ids) for i in ids], timeout=60)
-            for i, view in zip(ids, views):
-                unseen[hosts[i]] = [hosts[o] for o in ok_ids if o not in view]
-            client = address.startswith("ray://")
-            if not client:
-                mine = seen(storage, token, ok_ids)
-                unseen["this machine"] = [hosts[o] for o in ok_ids if o not in mine]
-        ray.get([on(i, clean).remote(storage, token, i, w[2]) for i, w in zip(ids, written)],
-                timeout=60)
-        result["storage"] = {{"hosts": sorted(set(hosts.values())), "write_errors": errors,
-                              "unseen": unseen,
-                              "driver_checked": bool(unseen) and not address.startswith("ray://")}}
-except BaseException as error:
-    result = {{"error": describe(error)}}
-print(MARK + json.dumps(result, default=str), flush=True)
-"""
-)
-
-_URI_STORAGE_CODE = (
-    _DESCRIBE
-    + f"""
-import json, sys, uuid
-try:
-    from pyarrow import fs
-    filesystem, root = fs.FileSystem.from_uri(sys.argv[1])
-    filesystem.create_dir(root, recursive=True)
-    probe = root.rstrip("/") + "/{_PROBE_PREFIX}" + uuid.uuid4().hex[:8]
-    with filesystem.open_output_stream(probe) as stream:
-        stream.write(b"probe")
-    filesystem.delete_file(probe)
-    result = {{}}
-except BaseException as error:
-    result = {{"error": describe(error)}}
-print({_MARK!r} + json.dumps(result), flush=True)
-"""
-)
