@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import sys
@@ -111,7 +112,7 @@ def ray_probe(address: str, storage: str) -> dict[str, Any]:
     """Joins the cluster: its resources, its nodes and, given ``storage``, whether all share it."""
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     result: dict[str, Any] = {
         "ray_version": ray.__version__,
