@@ -170,8 +170,6 @@ def _plain(value: Any) -> Any:
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking)
 
 
-
-
 def load_from_mlflow(
     experiment_name: str,
     tracking_uri: str | None = None,
@@ -319,9 +317,11 @@ def _trial_from_run(
         "ended_at": ended,
     }
     trial.update({f"{PARAM_PREFIX}{k}": yaml.safe_load(v) for k, v in run.data.params.items()})
-    trial.update({
-        f"{INFO_PREFIX}{key}": yaml.safe_load(tags[tag]) if ";" not in tags[tag] else tags[tag]
-        for key, tag in INFO_TAGS.items()
-        if key != "node_id" and tag in tags
-    })
+    trial.update(
+        {
+            f"{INFO_PREFIX}{key}": yaml.safe_load(tags[tag]) if ";" not in tags[tag] else tags[tag]
+            for key, tag in INFO_TAGS.items()
+            if key != "node_id" and tag in tags
+        }
+    )
     return trial, epochs

@@ -32,16 +32,26 @@ class MlflowServer:
     def start(self, timeout: float = 120.0) -> MlflowServer:
         self.root.mkdir(parents=True, exist_ok=True)
         command = [
-            str(MLFLOW), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-            "--artifacts-destination", str(self.root / "artifacts"),
+            str(MLFLOW),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.root / "artifacts"),
         ]
         with self.log.open("wb") as log:
             # Own session: stopping it by its id also ends any worker it started.
             # No background job runner (huey consumers): tunekit needs none of MLflow's GenAI jobs.
             env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-                                            env=env, start_new_session=True)
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, env=env, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -114,7 +114,22 @@ def _worker_devices(spec: ExperimentSpec) -> WorkerDevices:
 
         os.environ.pop("MLFLOW_RUN_ID", None)  # a stray run id would hijack runs (mlflow#12639)
         _worker = configure_worker(spec.resources, [str(i) for i in ray.get_gpu_ids()])
+        _freeze_imported_objects()
     return _worker
+
+
+def _freeze_imported_objects() -> None:
+    """Moves what the imports created out of the garbage collector's sight.
+
+    TensorFlow and Keras leave ~420,000 tracked objects that live as long as the worker;
+    every trial's ``clear_session`` runs a full collection that walks them all (0.2-0.3 s
+    per trial on 2 cores). Frozen, they are skipped: the collection takes ~0.01 s and
+    still frees everything a trial created.
+    """
+    import gc
+
+    gc.collect()  # garbage at this point would otherwise be frozen with the rest
+    gc.freeze()
 
 
 def _reset_trial_state(precision: str, seed: int) -> None:
@@ -127,7 +142,7 @@ def _reset_trial_state(precision: str, seed: int) -> None:
 
 def _release_trial_state() -> None:
     # The next trial's clear_session frees this one's graphs and runs the garbage
-    # collector; doing it here too would cost ~0.3 s per trial for nothing.
+    # collector; doing it here too would only repeat it.
     import keras
 
     keras.mixed_precision.set_global_policy("float32")
