@@ -40,10 +40,10 @@ TARGET_RATIO = 10.0
 
 DEFINITIONS = {
     "blocking per epoch": "wall time spent inside the logging calls on the driver thread for one epoch's "
-                          "seven metrics, trial start and end callbacks shared out over the trial's epochs",
+    "seven metrics, trial start and end callbacks shared out over the trial's epochs",
     "final flush": "time experiment_ended waits for the tracker's thread to send what is still queued",
     "background start-up": "time the tracker's thread takes to import MLflow and open the experiment and "
-                           "parent run; the driver does not wait for it (experiment_started returns at once)",
+    "parent run; the driver does not wait for it (experiment_started returns at once)",
     "points present": "metric points found in MLflow afterwards (get_metric_history), over points logged",
 }
 
@@ -66,27 +66,58 @@ def main(argv: list[str] | None = None) -> int:
     figures = [
         common.figure("tunekit blocking per epoch", tunekit_side["per_epoch_ms"], "ms"),
         common.figure("synchronous log_metric blocking per epoch", sync_side["per_epoch_ms"], "ms"),
-        common.figure("synchronous / tunekit", ratio, "x", target=f">= {TARGET_RATIO:g}x",
-                      met=ratio is not None and ratio >= TARGET_RATIO),
+        common.figure(
+            "synchronous / tunekit",
+            ratio,
+            "x",
+            target=f">= {TARGET_RATIO:g}x",
+            met=ratio is not None and ratio >= TARGET_RATIO,
+        ),
         common.figure("tunekit final flush", tunekit_side["final_flush_s"], "s"),
         common.figure("tunekit experiment_started call", tunekit_side["experiment_started_ms"], "ms"),
-        common.figure("tunekit background start-up (MLflow import, parent run)",
-                      tunekit_side["background_start_s"], "s"),
-        common.figure("tunekit points present", tunekit_side["points_found"], f"of {points_expected}",
-                      target=str(points_expected), met=tunekit_side["points_found"] == points_expected),
-        common.figure("synchronous points present", sync_side["points_found"], f"of {points_expected}",
-                      target=str(points_expected), met=sync_side["points_found"] == points_expected),
+        common.figure(
+            "tunekit background start-up (MLflow import, parent run)", tunekit_side["background_start_s"], "s"
+        ),
+        common.figure(
+            "tunekit points present",
+            tunekit_side["points_found"],
+            f"of {points_expected}",
+            target=str(points_expected),
+            met=tunekit_side["points_found"] == points_expected,
+        ),
+        common.figure(
+            "synchronous points present",
+            sync_side["points_found"],
+            f"of {points_expected}",
+            target=str(points_expected),
+            met=sync_side["points_found"] == points_expected,
+        ),
     ]
-    ratios = [f"driver blocking per epoch: synchronous log_metric {common.fmt(sync_side['per_epoch_ms'])} ms / "
-              f"tunekit {common.fmt(tunekit_side['per_epoch_ms'])} ms = {common.fmt(ratio)}x"]
+    ratios = [
+        f"driver blocking per epoch: synchronous log_metric {common.fmt(sync_side['per_epoch_ms'])} ms / "
+        f"tunekit {common.fmt(tunekit_side['per_epoch_ms'])} ms = {common.fmt(ratio)}x"
+    ]
     payload = common.result_payload(
-        NAME, args.mode, TITLE, figures, ratios, DEFINITIONS,
-        setup={"trials": trials, "epochs": epochs, "metrics_per_epoch": len(METRICS),
-               "driver_gap_ms": DRIVER_GAP_S * 1000, "server": "mlflow server, SQLite backend, 127.0.0.1, 1 worker"},
-        notes=["tunekit's figure includes the trial start/end and tick callbacks; the synchronous side "
-               "counts only its log_metric calls (its run creation is left out, in its favour)."],
+        NAME,
+        args.mode,
+        TITLE,
+        figures,
+        ratios,
+        DEFINITIONS,
+        setup={
+            "trials": trials,
+            "epochs": epochs,
+            "metrics_per_epoch": len(METRICS),
+            "driver_gap_ms": DRIVER_GAP_S * 1000,
+            "server": "mlflow server, SQLite backend, 127.0.0.1, 1 worker",
+        },
+        notes=[
+            "tunekit's figure includes the trial start/end and tick callbacks; the synchronous side "
+            "counts only its log_metric calls (its run creation is left out, in its favour)."
+        ],
         details={"tunekit": tunekit_side, "synchronous": sync_side},
-        started=started, load_before=load_before,
+        started=started,
+        load_before=load_before,
     )
     return common.finish(payload, args.out)
 
@@ -99,8 +130,15 @@ def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
     from tunekit.spec import load_spec
     from tunekit.tracking import MlflowTracker
 
-    spec = load_spec(common.DIGITS_SPEC, [f"tracking.uri={uri}", "tracking.experiment=bench-tunekit",
-                                          f"budget.num_samples={trials}", f"budget.max_epochs={epochs}"])
+    spec = load_spec(
+        common.DIGITS_SPEC,
+        [
+            f"tracking.uri={uri}",
+            "tracking.experiment=bench-tunekit",
+            f"budget.num_samples={trials}",
+            f"budget.max_epochs={epochs}",
+        ],
+    )
     experiment_dir = work / "experiment"
     experiment_dir.mkdir()
     (experiment_dir / "spec.yaml").write_text(spec.to_yaml())
@@ -115,15 +153,24 @@ def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
     background_start = time.perf_counter() - connected
     blocked: list[float] = []
     for index in range(trials):
-        record = TrialRecord(f"bench{index:03d}", index, {"learning_rate": 10.0 ** -(1 + index % 4),
-                                                          "units": 64, "dropout": 0.1, "batch_size": 32})
+        record = TrialRecord(
+            f"bench{index:03d}",
+            index,
+            {"learning_rate": 10.0 ** -(1 + index % 4), "units": 64, "dropout": 0.1, "batch_size": 32},
+        )
         recorder.trials[record.trial_id] = record
         spent = _timed(tracker.trial_started, record)
         for epoch in range(1, epochs + 1):
             if epoch == 1:
                 record.info = {"precision": "float32", "replicas": 1, "device_names": ["/CPU:0"]}
-            row = EpochRow(record.trial_id, epoch, _metrics(index, epoch), 1, 0 if epoch == 1 else None,
-                           time.time() - recorder.started)
+            row = EpochRow(
+                record.trial_id,
+                epoch,
+                _metrics(index, epoch),
+                1,
+                0 if epoch == 1 else None,
+                time.time() - recorder.started,
+            )
             recorder.epochs.append(row)
             record.epochs, record.final_metric = epoch, row.metrics["val_accuracy"]
             spent += _timed(tracker.epoch_reported, record, row)
@@ -176,9 +223,15 @@ def _timed(function: Any, *args: Any) -> float:
 
 def _metrics(index: int, epoch: int) -> dict[str, float]:
     accuracy = 1.0 - 0.5 / (epoch + index % 3)
-    return {"accuracy": accuracy, "loss": 1.0 / epoch, "val_accuracy": accuracy - 0.02,
-            "val_loss": 1.1 / epoch, "epoch_seconds": 0.12, "samples_per_second": 12000.0 + epoch,
-            "memory_mb": 830.0}
+    return {
+        "accuracy": accuracy,
+        "loss": 1.0 / epoch,
+        "val_accuracy": accuracy - 0.02,
+        "val_loss": 1.1 / epoch,
+        "epoch_seconds": 0.12,
+        "samples_per_second": 12000.0 + epoch,
+        "memory_mb": 830.0,
+    }
 
 
 def _count_points(uri: str, experiment: str) -> int:
@@ -209,14 +262,25 @@ class _Server:
         import requests
 
         self.root.mkdir(parents=True)
-        command = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--workers", "1",
-                   "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-                   "--artifacts-destination", str(self.root / "artifacts")]
+        command = [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.root / "artifacts"),
+        ]
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with (self.root / "server.log").open("wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -80,7 +80,7 @@ def trial_infos(results: object) -> list[dict]:
     columns = [c for c in table.columns if c.startswith("info.")]
     infos = []
     for _, row in table.iterrows():
-        info = {c[len("info."):]: row[c] for c in columns}
+        info = {c[len("info.") :]: row[c] for c in columns}
         for key in ("ray_gpu_ids", "device_names"):
             value = info.get(key)
             if isinstance(value, float):  # pandas reads a column of single GPU ids as numbers

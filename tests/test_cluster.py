@@ -124,10 +124,25 @@ def test_trials_run_on_both_nodes(cluster: tuple[str, str], tmp_path: Path) -> N
     # A driver of its own, as a user would start it: Ray reads RAY_AUTH_MODE when it is
     # first imported, so this (already Ray-importing) test process cannot switch it on.
     command = [
-        sys.executable, "-m", "tunekit.cli", "run", str(DEFAULT_SPEC), "--address", address,
-        "--storage", str(tmp_path), "--name", "two-nodes",
-        "--set", "budget.num_samples=4", "--set", "budget.max_epochs=2", "--set", "scheduler.type=fifo",
-        "--set", "tracking.enabled=false",
+        sys.executable,
+        "-m",
+        "tunekit.cli",
+        "run",
+        str(DEFAULT_SPEC),
+        "--address",
+        address,
+        "--storage",
+        str(tmp_path),
+        "--name",
+        "two-nodes",
+        "--set",
+        "budget.num_samples=4",
+        "--set",
+        "budget.max_epochs=2",
+        "--set",
+        "scheduler.type=fifo",
+        "--set",
+        "tracking.enabled=false",
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     driver = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

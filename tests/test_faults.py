@@ -196,9 +196,16 @@ def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
         with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
             results = tunekit.run(
                 DEFAULT_SPEC,
-                overrides=["budget.num_samples=6", "budget.max_epochs=3", "scheduler.type=fifo",
-                           f"tracking.uri={server.uri}", "tracking.experiment=vanishing"],
-                storage=tmp_path / "results", name="untracked-half", progress=False,
+                overrides=[
+                    "budget.num_samples=6",
+                    "budget.max_epochs=3",
+                    "scheduler.type=fifo",
+                    f"tracking.uri={server.uri}",
+                    "tracking.experiment=vanishing",
+                ],
+                storage=tmp_path / "results",
+                name="untracked-half",
+                progress=False,
             )
     finally:
         killer.join(timeout=300)

@@ -32,8 +32,16 @@ def chromium(url: str, workdir: Path, *flags: str) -> str:
     """Loads ``url`` in headless Chromium, lets its scripts and requests run, returns stdout."""
     profile = workdir / "chromium-profile"
     command = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-        f"--user-data-dir={profile}", "--window-size=1400,1000", "--virtual-time-budget=20000", *flags, url,
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=20000",
+        *flags,
+        url,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, cwd=workdir)
     return done.stdout
@@ -67,8 +75,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         tracker.experiment_ended(recorder)
         parent, children = runs_of(server.uri, EXPERIMENT)
         experiment_id = client(server.uri).get_experiment_by_name(EXPERIMENT).experiment_id
-        yield {"uri": server.uri, "experiment_id": experiment_id, "parent": parent, "children": children,
-               "root": root}
+        yield {"uri": server.uri, "experiment_id": experiment_id, "parent": parent, "children": children, "root": root}
     finally:
         server.stop()
 

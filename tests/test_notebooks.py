@@ -25,14 +25,19 @@ def execute(path: Path, env: dict[str, str]) -> Any:
             patch.setenv(key, value)
         # A private local Ray, not one some other process started on this machine.
         patch.setenv("RAY_ADDRESS", "local")
-        NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        NotebookClient(
+            notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+        ).execute()
     return notebook
 
 
 def images(notebook: Any) -> int:
-    return sum("image/png" in output.get("data", {})
-               for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs)
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
 
 
 def text(notebook: Any) -> str:
@@ -47,8 +52,15 @@ def text(notebook: Any) -> str:
 def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str]:
     storage = tmp_path_factory.mktemp("notebook-results")
     uri = f"sqlite:///{storage / 'mlflow.db'}"
-    notebook = execute(QUICKSTART, {"TUNEKIT_NB_TRIALS": "4", "TUNEKIT_NB_EPOCHS": "3",
-                                    "TUNEKIT_NB_STORAGE": str(storage), "MLFLOW_TRACKING_URI": uri})
+    notebook = execute(
+        QUICKSTART,
+        {
+            "TUNEKIT_NB_TRIALS": "4",
+            "TUNEKIT_NB_EPOCHS": "3",
+            "TUNEKIT_NB_STORAGE": str(storage),
+            "MLFLOW_TRACKING_URI": uri,
+        },
+    )
     return notebook, storage, uri
 
 

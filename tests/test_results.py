@@ -34,9 +34,18 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Exper
     ray.init("local", num_cpus=2, **ray_init_options())
     try:
         results = tunekit.run(
-            DIGITS_SPEC, storage=root, name="small", progress=False,
-            overrides=["budget.num_samples=6", "budget.max_epochs=3", "scheduler.grace_period=1",
-                       "scheduler.reduction_factor=2", "search.n_startup_trials=3", f"tracking.uri={uri}"],
+            DIGITS_SPEC,
+            storage=root,
+            name="small",
+            progress=False,
+            overrides=[
+                "budget.num_samples=6",
+                "budget.max_epochs=3",
+                "scheduler.grace_period=1",
+                "scheduler.reduction_factor=2",
+                "search.n_startup_trials=3",
+                f"tracking.uri={uri}",
+            ],
         )
     finally:
         ray.shutdown()
@@ -46,28 +55,72 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Exper
 def made_up(tmp_path: Path, *, mode: str = "max") -> ExperimentResults:
     """Three trials: one completed, one pruned after epoch 1, one failed before any epoch."""
     spec = {
-        "name": "made-up", "metric": {"name": "score", "mode": mode},
+        "name": "made-up",
+        "metric": {"name": "score", "mode": mode},
         "budget": {"num_samples": 3, "max_epochs": 3, "max_concurrent": 1},
         "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
         "search": {"algorithm": "random", "seed": 0},
-        "space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1},
-                  "optimizer": {"type": "choice", "values": ["adam", "sgd"]}},
+        "space": {
+            "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1},
+            "optimizer": {"type": "choice", "values": ["adam", "sgd"]},
+        },
     }
-    trials = pd.DataFrame([
-        {"trial_id": "a", "number": 0, "status": "completed", "reason": None, "epochs": 3, "final_metric": 0.9,
-         "best_metric": 0.9, "rung": 1, "wall_seconds": 3.0, "started_at": 100.0, "ended_at": 103.0,
-         "params.lr": 0.01, "params.optimizer": "adam"},
-        {"trial_id": "b", "number": 1, "status": "pruned", "reason": None, "epochs": 1, "final_metric": 0.4,
-         "best_metric": 0.4, "rung": 0, "wall_seconds": 1.0, "started_at": 100.5, "ended_at": 101.5,
-         "params.lr": 0.0005, "params.optimizer": "sgd"},
-        {"trial_id": "c", "number": 2, "status": "failed", "reason": "TrialFailure: non-finite loss",
-         "epochs": 0, "final_metric": None, "best_metric": None, "rung": None, "wall_seconds": 0.5,
-         "started_at": 102.0, "ended_at": 102.5, "params.lr": 0.09, "params.optimizer": "sgd"},
-    ])
-    epochs = pd.DataFrame([
-        {"trial_id": "a", "epoch": e, "attempt": 1, "resumed_from_epoch": None, "time": float(e), "score": s}
-        for e, s in ((1, 0.5), (2, 0.8), (3, 0.9))
-    ] + [{"trial_id": "b", "epoch": 1, "attempt": 1, "resumed_from_epoch": 0, "time": 1.5, "score": 0.4}])
+    trials = pd.DataFrame(
+        [
+            {
+                "trial_id": "a",
+                "number": 0,
+                "status": "completed",
+                "reason": None,
+                "epochs": 3,
+                "final_metric": 0.9,
+                "best_metric": 0.9,
+                "rung": 1,
+                "wall_seconds": 3.0,
+                "started_at": 100.0,
+                "ended_at": 103.0,
+                "params.lr": 0.01,
+                "params.optimizer": "adam",
+            },
+            {
+                "trial_id": "b",
+                "number": 1,
+                "status": "pruned",
+                "reason": None,
+                "epochs": 1,
+                "final_metric": 0.4,
+                "best_metric": 0.4,
+                "rung": 0,
+                "wall_seconds": 1.0,
+                "started_at": 100.5,
+                "ended_at": 101.5,
+                "params.lr": 0.0005,
+                "params.optimizer": "sgd",
+            },
+            {
+                "trial_id": "c",
+                "number": 2,
+                "status": "failed",
+                "reason": "TrialFailure: non-finite loss",
+                "epochs": 0,
+                "final_metric": None,
+                "best_metric": None,
+                "rung": None,
+                "wall_seconds": 0.5,
+                "started_at": 102.0,
+                "ended_at": 102.5,
+                "params.lr": 0.09,
+                "params.optimizer": "sgd",
+            },
+        ]
+    )
+    epochs = pd.DataFrame(
+        [
+            {"trial_id": "a", "epoch": e, "attempt": 1, "resumed_from_epoch": None, "time": float(e), "score": s}
+            for e, s in ((1, 0.5), (2, 0.8), (3, 0.9))
+        ]
+        + [{"trial_id": "b", "epoch": 1, "attempt": 1, "resumed_from_epoch": 0, "time": 1.5, "score": 0.4}]
+    )
     from tunekit.results import _best
 
     return ExperimentResults(tmp_path, spec, trials, epochs, _best(trials, mode))
@@ -117,11 +170,16 @@ def test_importance_with_too_few_completed_trials_explains_itself(tmp_path: Path
     import optuna
 
     results = made_up(tmp_path)
-    study = optuna.create_study(study_name="made-up", storage=f"sqlite:///{tmp_path / 'study.db'}",
-                                direction="maximize")
-    study.add_trial(optuna.trial.create_trial(params={"lr": 0.01},
-                                              distributions={"lr": optuna.distributions.FloatDistribution(
-                                                  1e-4, 1e-1, log=True)}, value=0.9))
+    study = optuna.create_study(
+        study_name="made-up", storage=f"sqlite:///{tmp_path / 'study.db'}", direction="maximize"
+    )
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"lr": 0.01},
+            distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)},
+            value=0.9,
+        )
+    )
     fig = plots.param_importance(results)
     text = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "needs at least 2 completed trials, this study has 1" in text
@@ -171,8 +229,9 @@ def test_html_report_is_self_contained(experiment: tuple[ExperimentResults, str]
 
 
 @pytest.mark.slow
-def test_report_command_writes_the_page(experiment: tuple[ExperimentResults, str], tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_command_writes_the_page(
+    experiment: tuple[ExperimentResults, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     results, _ = experiment
     target = tmp_path / "out" / "report.html"
     assert cli_main(["report", str(results.experiment_dir), "--html", str(target)]) == 0

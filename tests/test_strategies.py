@@ -107,9 +107,7 @@ def ray_session() -> Any:
 
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_trial_runs_on_cpu(
-    ray_session: Any, tmp_path: Path, precision: str
-) -> None:
+def test_mixed_precision_trial_runs_on_cpu(ray_session: Any, tmp_path: Path, precision: str) -> None:
     import tunekit
 
     results = tunekit.run(

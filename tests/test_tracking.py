@@ -60,23 +60,36 @@ def recorder_for(spec: ExperimentSpec, experiment_dir: Path) -> Recorder:
     return Recorder(spec, experiment_dir, searcher=None, scheduler=None)
 
 
-def drive(tracker: MlflowTracker, recorder: Recorder, trials: int, epochs: int, *,
-          pause: float = 0.0, first: int = 0) -> None:
+def drive(
+    tracker: MlflowTracker, recorder: Recorder, trials: int, epochs: int, *, pause: float = 0.0, first: int = 0
+) -> None:
     """Feeds tracker and recorder what a search of ``trials`` trials would: odd trials pruned after epoch 1."""
     for index in range(first, first + trials):
-        record = TrialRecord(f"fake{index:03d}", index, {"learning_rate": 10.0 ** -(index % 4 + 1),
-                                                        "units": 32 * (index + 1), "dropout": 0.25})
+        record = TrialRecord(
+            f"fake{index:03d}",
+            index,
+            {"learning_rate": 10.0 ** -(index % 4 + 1), "units": 32 * (index + 1), "dropout": 0.25},
+        )
         recorder.trials[record.trial_id] = record
         tracker.trial_started(record)
         last = 1 if index % 2 else epochs
         for epoch in range(1, last + 1):
             if epoch == 1:
-                record.info = {"precision": "float32", "replicas": 1, "device_names": ["/CPU:0"],
-                               "node_ip": "127.0.0.1"}
+                record.info = {
+                    "precision": "float32",
+                    "replicas": 1,
+                    "device_names": ["/CPU:0"],
+                    "node_ip": "127.0.0.1",
+                }
             value = 0.5 + 0.1 * epoch + 0.01 * index
-            row = EpochRow(record.trial_id, epoch, {"val_accuracy": value, "loss": 1.0 / epoch,
-                                                    "epoch_seconds": 0.1}, 1, 0 if epoch == 1 else None,
-                           time.time() - recorder.started)
+            row = EpochRow(
+                record.trial_id,
+                epoch,
+                {"val_accuracy": value, "loss": 1.0 / epoch, "epoch_seconds": 0.1},
+                1,
+                0 if epoch == 1 else None,
+                time.time() - recorder.started,
+            )
             recorder.epochs.append(row)
             record.epochs, record.final_metric = epoch, value
             tracker.epoch_reported(record, row)
@@ -108,16 +121,19 @@ def runs_of(uri: str, experiment: str, experiment_dir: Path | None = None) -> tu
     found = mlflow_client.get_experiment_by_name(experiment)
     assert found is not None, f"no MLflow experiment {experiment!r}"
     runs = mlflow_client.search_runs([found.experiment_id], max_results=1000)
-    parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == "experiment"
-               and (experiment_dir is None or r.data.tags[TAG_EXPERIMENT_DIR] == str(experiment_dir))]
+    parents = [
+        r
+        for r in runs
+        if r.data.tags.get(TAG_ROLE) == "experiment"
+        and (experiment_dir is None or r.data.tags[TAG_EXPERIMENT_DIR] == str(experiment_dir))
+    ]
     assert len(parents) == 1, [r.data.tags for r in parents]
     children = [r for r in runs if r.data.tags.get(PARENT_RUN_TAG) == parents[0].info.run_id]
     return parents[0], children
 
 
 def tracking_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "tunekit.tracking" and r.levelno >= logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name == "tunekit.tracking" and r.levelno >= logging.WARNING]
 
 
 # --------------------------------------------------------------- fixtures
@@ -148,12 +164,17 @@ def ray_session() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def tracked(server: MlflowServer, ray_session: None,
-            tmp_path_factory: pytest.TempPathFactory) -> tunekit.ExperimentResults:
+def tracked(
+    server: MlflowServer, ray_session: None, tmp_path_factory: pytest.TempPathFactory
+) -> tunekit.ExperimentResults:
     """A small real search logged to the server: 5 trials, 3 epochs, some pruned."""
     storage = tmp_path_factory.mktemp("tracked-results")
     return tunekit.run(
-        DIGITS_SPEC, overrides=SMALL_SEARCH, storage=storage, name="tracked", progress=False,
+        DIGITS_SPEC,
+        overrides=SMALL_SEARCH,
+        storage=storage,
+        name="tracked",
+        progress=False,
         tracking={"uri": server.uri, "experiment": EXPERIMENT, "registered_model": REGISTERED_MODEL},
     )
 
@@ -211,8 +232,11 @@ def test_tracker_records_runs_and_a_replay_adds_nothing(tmp_path: Path, sqlite_u
 
 
 def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    secrets = {"MLFLOW_TRACKING_USERNAME": "user-4f1c", "MLFLOW_TRACKING_PASSWORD": "pw-9a7e",
-               "MLFLOW_TRACKING_TOKEN": "token-c0ffee"}
+    secrets = {
+        "MLFLOW_TRACKING_USERNAME": "user-4f1c",
+        "MLFLOW_TRACKING_PASSWORD": "pw-9a7e",
+        "MLFLOW_TRACKING_TOKEN": "token-c0ffee",
+    }
     for key, value in secrets.items():
         monkeypatch.setenv(key, value)
     uri = sqlite_uri
@@ -232,9 +256,7 @@ def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypat
     assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
 
 
-def test_unreachable_server_warns_once_and_returns_promptly(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_unreachable_server_warns_once_and_returns_promptly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     spec, experiment_dir = small_spec(tmp_path, f"http://127.0.0.1:{free_port()}")
     recorder = recorder_for(spec, experiment_dir)
     tracker = MlflowTracker(spec, experiment_dir)
@@ -282,8 +304,7 @@ def test_server_that_goes_away_mid_search_warns_once_and_blocks_nothing(
 
 
 @pytest.mark.slow
-def test_one_parent_run_and_one_child_run_per_trial(tracked: tunekit.ExperimentResults,
-                                                    server: MlflowServer) -> None:
+def test_one_parent_run_and_one_child_run_per_trial(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
     parent, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     assert len(children) == len(tracked.trials) == 5
     assert sorted(c.data.tags[TAG_TRIAL_ID] for c in children) == sorted(tracked.trials["trial_id"])
@@ -299,9 +320,9 @@ def test_child_params_are_the_trial_config(tracked: tunekit.ExperimentResults, s
     param_columns = [c for c in tracked.trials.columns if c.startswith("params.")]
     for row in tracked.trials.to_dict("records"):
         params = by_id[row["trial_id"]].data.params
-        assert sorted(params) == sorted(c[len("params."):] for c in param_columns)
+        assert sorted(params) == sorted(c[len("params.") :] for c in param_columns)
         for column in param_columns:
-            logged, expected = params[column[len("params."):]], row[column]
+            logged, expected = params[column[len("params.") :]], row[column]
             if isinstance(expected, float):
                 assert float(logged) == pytest.approx(expected, rel=1e-12)
             else:
@@ -338,11 +359,10 @@ def test_status_tags_match_the_trial_table(tracked: tunekit.ExperimentResults, s
 
 
 @pytest.mark.slow
-def test_nothing_but_reported_metrics_become_metrics(tracked: tunekit.ExperimentResults,
-                                                     server: MlflowServer) -> None:
+def test_nothing_but_reported_metrics_become_metrics(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
     _, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     reported = set(tracked.epochs.columns) - {"trial_id", "epoch", "attempt", "resumed_from_epoch", "time"}
-    config_keys = {c[len("params."):] for c in tracked.trials.columns if c.startswith("params.")}
+    config_keys = {c[len("params.") :] for c in tracked.trials.columns if c.startswith("params.")}
     for child in children:
         assert set(child.data.metrics) <= reported
         assert not set(child.data.metrics) & config_keys
@@ -377,8 +397,7 @@ def test_parent_run_holds_settings_summary_spec_and_best_model(
 
 
 @pytest.mark.slow
-def test_resume_adds_no_duplicate_runs_or_points(tracked: tunekit.ExperimentResults,
-                                                 server: MlflowServer) -> None:
+def test_resume_adds_no_duplicate_runs_or_points(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
     mlflow_client = client(server.uri)
     before_parent, before = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     points = {c.info.run_id: len(mlflow_client.get_metric_history(c.info.run_id, "val_accuracy")) for c in before}
@@ -402,9 +421,11 @@ def test_unreachable_tracking_uri_warns_once_and_the_search_completes(
     closed = f"http://127.0.0.1:{free_port()}"
     with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
         results = tunekit.run(
-            DIGITS_SPEC, storage=tmp_path, name="untracked", progress=False,
-            overrides=["budget.num_samples=2", "budget.max_epochs=2", "scheduler.type=fifo",
-                       f"tracking.uri={closed}"],
+            DIGITS_SPEC,
+            storage=tmp_path,
+            name="untracked",
+            progress=False,
+            overrides=["budget.num_samples=2", "budget.max_epochs=2", "scheduler.type=fifo", f"tracking.uri={closed}"],
         )
     assert list(results.trials["status"]) == ["completed", "completed"]
     warnings = tracking_warnings(caplog)
@@ -426,13 +447,34 @@ def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_ep
     server: MlflowServer, ray_session: None, tmp_path: Path
 ) -> None:
     storage, name, experiment = tmp_path / "results", "killed", "tunekit-killed"
-    overrides = [*SMALL_SEARCH, "budget.num_samples=6", "budget.max_epochs=4",
-                 f"tracking.uri={server.uri}", f"tracking.experiment={experiment}"]
-    command = [sys.executable, "-m", "tunekit.cli", "run", str(DIGITS_SPEC), "--storage", str(storage),
-               "--name", name, *[part for o in overrides for part in ("--set", o)]]
+    overrides = [
+        *SMALL_SEARCH,
+        "budget.num_samples=6",
+        "budget.max_epochs=4",
+        f"tracking.uri={server.uri}",
+        f"tracking.experiment={experiment}",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "tunekit.cli",
+        "run",
+        str(DIGITS_SPEC),
+        "--storage",
+        str(storage),
+        "--name",
+        name,
+        *[part for o in overrides for part in ("--set", o)],
+    ]
     # Its own session and its own local Ray: the driver and its Ray die together, as on a lost machine.
-    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True, env={**os.environ, "RAY_ADDRESS": "local"})
+    driver = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "RAY_ADDRESS": "local"},
+    )
     directory = storage / name
     deadline = time.monotonic() + 300
     try:
