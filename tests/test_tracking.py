@@ -231,6 +231,41 @@ def test_tracker_records_runs_and_a_replay_adds_nothing(tmp_path: Path, sqlite_u
     assert (experiment_dir / TRACKING_FILE).is_file()
 
 
+def test_resume_retires_the_run_of_a_trial_ray_never_saved(tmp_path: Path, sqlite_uri: str) -> None:
+    from mlflow.entities import ViewType
+
+    spec, experiment_dir = small_spec(tmp_path, sqlite_uri, "tracking.experiment=lost")
+    recorder = recorder_for(spec, experiment_dir)
+    tracker = MlflowTracker(spec, experiment_dir)
+    tracker.experiment_started(recorder)
+    drive(tracker, recorder, trials=3, epochs=2)
+    # Started and reporting when the driver died, but after Ray's last experiment
+    # checkpoint: the restored recorder will not know it.
+    lost = TrialRecord("fake003", 3, {"learning_rate": 0.01, "units": 64, "dropout": 0.25})
+    tracker.trial_started(lost)
+    tracker.epoch_reported(lost, EpochRow(lost.trial_id, 1, {"val_accuracy": 0.9}, 1, 0, 1.0))
+    assert tracker.flush(30)
+    tracker.experiment_ended(recorder)
+
+    resumed = MlflowTracker(spec, experiment_dir)
+    resumed.experiment_started(recorder)
+    drive(resumed, recorder, trials=1, epochs=2, first=4)
+    resumed.experiment_ended(recorder)
+
+    _, children = runs_of(sqlite_uri, "lost")
+    assert sorted(c.data.tags[TAG_TRIAL_ID] for c in children) == sorted(recorder.trials)
+    mlflow_client = client(sqlite_uri)
+    every = mlflow_client.search_runs(
+        [children[0].info.experiment_id], f"tags.`{TAG_TRIAL_ID}` = 'fake003'", run_view_type=ViewType.ALL
+    )
+    assert len(every) == 1
+    retired = every[0]
+    assert retired.info.lifecycle_stage == "deleted"
+    assert retired.info.status == "KILLED"
+    assert retired.data.tags[TAG_STATUS] == "lost"
+    assert "not resumed" in retired.data.tags["tunekit.reason"]
+
+
 def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     secrets = {
         "MLFLOW_TRACKING_USERNAME": "user-4f1c",

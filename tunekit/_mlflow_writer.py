@@ -76,6 +76,7 @@ _MAX_PARAMS_PER_BATCH = 100
 _MAX_TAGS_PER_BATCH = 100
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
+LOST_REASON = "started just before the driver stopped and not in Ray's last saved state; not resumed"
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")
 # Client errors: the request itself is wrong, so sending it again cannot help.
 _DATA_ERRORS = {
@@ -499,12 +500,33 @@ class MlflowWriter:
             self._send_metrics(self._parent_id, pending.metrics)
             pending.metrics.clear()
         if pending.status is not None:
+            self._retire_lost_trials()
             if self._model_trial is not None:
                 self._log_best_model(self._model_trial)
                 self._model_trial = None
             status, end_ms = pending.status
             client.set_terminated(self._parent_id, status=status, end_time=end_ms)
             pending.status = None
+
+    def _retire_lost_trials(self) -> None:
+        """Moves the runs of trials a killed driver started but Ray never saved to deleted runs.
+
+        Ray resumes from its last experiment checkpoint: a trial started after it is not
+        resumed, does not count toward ``num_samples`` and its Optuna trial is closed as
+        FAIL. Its run, tagged ``lost`` and KILLED, goes to MLflow's deleted runs (restorable
+        there), so the experiment keeps one active run per trial of ``trials.csv``.
+        """
+        if not self._children:
+            return  # a fresh search: every run is one of this session's trials
+        client = self._require_client()
+        for trial_id, run_id in list(self._children.items()):
+            if trial_id in self._trials:
+                continue
+            client.set_tag(run_id, TAG_STATUS, "lost")
+            client.set_tag(run_id, TAG_REASON, LOST_REASON)
+            client.set_terminated(run_id, status="KILLED")
+            client.delete_run(run_id)
+            del self._children[trial_id]  # a retry after an error goes on with the rest
 
     def _log_spec(self, path: Path) -> None:
         """The resolved spec; user:password in its tracking URI never leaves the machine."""
