@@ -167,11 +167,15 @@ def ray_session() -> Iterator[None]:
 def tracked(
     server: MlflowServer, ray_session: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tunekit.ExperimentResults:
-    """A small real search logged to the server: 5 trials, 3 epochs, some pruned."""
+    """A small real search logged to the server: 5 trials, 3 epochs, some pruned.
+
+    One trial at a time: with two, which trial reaches a rung first depends on timing,
+    and ASHA may then let all five through.
+    """
     storage = tmp_path_factory.mktemp("tracked-results")
     return tunekit.run(
         DIGITS_SPEC,
-        overrides=SMALL_SEARCH,
+        overrides=[*SMALL_SEARCH, "budget.max_concurrent=1", "search.n_startup_trials=5"],
         storage=storage,
         name="tracked",
         progress=False,
