@@ -226,36 +226,44 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def result_payload(
-    name: str,
-    mode: str,
-    title: str,
-    figures: list[dict[str, Any]],
-    ratios: list[str],
-    definitions: dict[str, str],
-    setup: dict[str, Any],
-    notes: list[str],
-    details: dict[str, Any],
-    started: float,
-    load_before: Sequence[float],
-) -> dict[str, Any]:
-    return clean(
-        {
-            "benchmark": name,
-            "mode": mode,
-            "title": title,
-            "figures": figures,
-            "ratios": ratios,
-            "definitions": definitions,
-            "setup": setup,
-            "notes": notes,
-            "details": details,
-            "elapsed_s": round(time.time() - started, 1),
-            "load_before": list(load_before),
-            "load_after": list(os.getloadavg()),
-            "date": _dt.datetime.now().isoformat(timespec="seconds"),
-        }
-    )
+class Report:
+    """One benchmark's run: notes when it began and how busy the machine was, then writes its JSON."""
+
+    def __init__(self, name: str, title: str, mode: str, out_dir: Path) -> None:
+        self.name, self.title, self.mode, self.out_dir = name, title, mode, out_dir
+        self.started = time.time()
+        self.load_before = os.getloadavg()
+
+    def finish(
+        self,
+        figures: list[dict[str, Any]],
+        ratios: list[str],
+        definitions: dict[str, str],
+        setup: dict[str, Any],
+        notes: list[str],
+        details: dict[str, Any],
+    ) -> int:
+        """Writes ``out_dir/<name>.json``, prints the summary and returns the exit status."""
+        payload = clean(
+            {
+                "benchmark": self.name,
+                "mode": self.mode,
+                "title": self.title,
+                "figures": figures,
+                "ratios": ratios,
+                "definitions": definitions,
+                "setup": setup,
+                "notes": notes,
+                "details": details,
+                "elapsed_s": round(time.time() - self.started, 1),
+                "load_before": list(self.load_before),
+                "load_after": list(os.getloadavg()),
+                "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            }
+        )
+        write_json(self.out_dir / f"{self.name}.json", payload)
+        print_summary(payload)
+        return 0
 
 
 def print_summary(payload: dict[str, Any], stream: Any = None) -> None:
@@ -271,12 +279,6 @@ def print_summary(payload: dict[str, Any], stream: Any = None) -> None:
     for note in payload.get("notes", []):
         print(f"  note: {note}", file=stream)
     stream.flush()
-
-
-def finish(payload: dict[str, Any], out_dir: Path) -> int:
-    write_json(out_dir / f"{payload['benchmark']}.json", payload)
-    print_summary(payload)
-    return 0
 
 
 # ------------------------------------------------------------------ machine and stack

@@ -21,7 +21,6 @@ Reported: the gap between the best grid point and tunekit's best fully trained t
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -341,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         common.write_json(args.result, common.clean(run))
         return 0
 
-    started, load_before = time.time(), os.getloadavg()
+    report = common.Report(NAME, TITLE, args.mode, args.out)
     kind = variant()
     sides: dict[str, Any] = {}
     with common.Workdir(NAME, args.keep) as workdir:
@@ -384,20 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         "gap": "100 x (best grid val_accuracy - tunekit's best val_accuracy among trials trained to max_epochs)",
         "share of epochs": "epochs tunekit trained / epochs the grid trained",
     }
-    payload = common.result_payload(
-        NAME,
-        args.mode,
-        TITLE,
+    return report.finish(
         analysis["figures"],
         analysis["ratios"],
         definitions,
         setup,
         notes,
         {"sides": sides, "summary": analysis["summary"]},
-        started,
-        load_before,
     )
-    return common.finish(payload, args.out)
 
 
 if __name__ == "__main__":

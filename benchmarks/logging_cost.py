@@ -20,16 +20,13 @@ so the tracker's thread runs alongside as it would during a search.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from tunekit.testing import MlflowServer
 
 NAME = "logging_cost"
 TITLE = "MLflow tracking: blocking time per epoch in the driver, tunekit vs synchronous log_metric"
@@ -51,10 +48,10 @@ DEFINITIONS = {
 def main(argv: list[str] | None = None) -> int:
     args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" lines
-    started, load_before = time.time(), os.getloadavg()
+    report = common.Report(NAME, TITLE, args.mode, args.out)
     trials, epochs = SIZES[args.mode]
     with common.Workdir(NAME, args.keep) as work:
-        server = _Server(work / "server")
+        server = MlflowServer(work / "server")
         try:
             server.start()
             tunekit_side = _tunekit(server.uri, work, trials, epochs)
@@ -97,29 +94,23 @@ def main(argv: list[str] | None = None) -> int:
         f"driver blocking per epoch: synchronous log_metric {common.fmt(sync_side['per_epoch_ms'])} ms / "
         f"tunekit {common.fmt(tunekit_side['per_epoch_ms'])} ms = {common.fmt(ratio)}x"
     ]
-    payload = common.result_payload(
-        NAME,
-        args.mode,
-        TITLE,
+    return report.finish(
         figures,
         ratios,
         DEFINITIONS,
-        setup={
+        {
             "trials": trials,
             "epochs": epochs,
             "metrics_per_epoch": len(METRICS),
             "driver_gap_ms": DRIVER_GAP_S * 1000,
             "server": "mlflow server, SQLite backend, 127.0.0.1, 1 worker",
         },
-        notes=[
+        [
             "tunekit's figure includes the trial start/end and tick callbacks; the synchronous side "
             "counts only its log_metric calls (its run creation is left out, in its favour)."
         ],
-        details={"tunekit": tunekit_side, "synchronous": sync_side},
-        started=started,
-        load_before=load_before,
+        {"tunekit": tunekit_side, "synchronous": sync_side},
     )
-    return common.finish(payload, args.out)
 
 
 # --------------------------------------------------------------------- the two sides
@@ -245,62 +236,6 @@ def _count_points(uri: str, experiment: str) -> int:
             continue
         total += sum(len(client.get_metric_history(run.info.run_id, key)) for key in METRICS)
     return total
-
-
-class _Server:
-    """A real ``mlflow server`` on 127.0.0.1 (SQLite, local artifacts), stopped by its process id."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 120.0) -> None:
-        import requests
-
-        self.root.mkdir(parents=True)
-        command = [
-            str(Path(sys.executable).with_name("mlflow")),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{self.root / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(self.root / "artifacts"),
-        ]
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        with (self.root / "server.log").open("wb") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"mlflow server exited; see {self.root / 'server.log'}")
-            try:
-                if requests.get(f"{self.uri}/health", timeout=2).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"mlflow server did not answer in {timeout:.0f} s")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         common.write_json(args.result, common.clean(_run_search(settings, args.workdir)))
         return 0
 
-    started, load_before = time.time(), os.getloadavg()
+    report = common.Report(NAME, TITLE, args.mode, args.out)
     with common.Workdir(NAME, args.keep) as workdir:
         print(
             f"[{NAME}] {settings['num_samples']} trials of {settings['max_epochs']} epoch(s), one at a time ...",
@@ -165,20 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "Trials sample different units and batch sizes, so part of the variation is the model's own "
         "size, not a leak; the slope shows a steady trend if there is one."
     ]
-    payload = common.result_payload(
-        NAME,
-        args.mode,
-        TITLE,
-        analysis["figures"],
-        analysis["ratios"],
-        DEFINITIONS,
-        setup,
-        notes,
-        {"run": run},
-        started,
-        load_before,
-    )
-    return common.finish(payload, args.out)
+    return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, {"run": run})
 
 
 if __name__ == "__main__":

@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         common.write_json(args.result, common.clean(runner(settings, args.workdir)))
         return 0
 
-    started, load_before = time.time(), os.getloadavg()
+    report = common.Report(NAME, TITLE, args.mode, args.out)
     sides: dict[str, Any] = {}
     with common.Workdir(NAME, args.keep) as workdir:
         for side in ("tunekit", "plain"):  # one after the other, never at the same time
@@ -484,20 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         "side by side in one run, one side after the other.",
     ]
     details = {"sides": sides, "summary": analysis["summary"]}
-    payload = common.result_payload(
-        NAME,
-        args.mode,
-        TITLE,
-        analysis["figures"],
-        analysis["ratios"],
-        DEFINITIONS,
-        setup,
-        notes,
-        details,
-        started,
-        load_before,
-    )
-    return common.finish(payload, args.out)
+    return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, details)
 
 
 def argparse_hidden() -> str:

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         common.write_json(args.result, common.clean(measure(args.data, settings["epochs"])))
         return 0
 
-    started, load_before = time.time(), os.getloadavg()
+    report = common.Report(NAME, TITLE, args.mode, args.out)
     with common.Workdir(NAME, args.keep) as workdir:
         data_dir = workdir / "images"
         count = write_image_folder(data_dir, settings["per_class"], settings["copies"], settings["disk_size"])
@@ -270,20 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "or a smaller model, raise it; a model whose step dwarfs decoding lowers it.",
         "Both sides run on the same cores; other load on the machine during the run skews both.",
     ]
-    payload = common.result_payload(
-        NAME,
-        args.mode,
-        TITLE,
-        analysis["figures"],
-        analysis["ratios"],
-        DEFINITIONS,
-        setup,
-        notes,
-        {"sides": sides},
-        started,
-        load_before,
-    )
-    return common.finish(payload, args.out)
+    return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, {"sides": sides})
 
 
 if __name__ == "__main__":

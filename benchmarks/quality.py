@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         common.write_json(args.result, common.clean(run))
         return 0
 
-    started, load_before = time.time(), os.getloadavg()
+    report = common.Report(NAME, TITLE, args.mode, args.out)
     runs = []
     with common.Workdir(NAME, args.keep) as workdir:
         for index, seed in enumerate(settings["seeds"]):
@@ -420,20 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_seed": analysis["per_seed"],
         "trials_started": [{k: r[k] for k in ("method", "seed", "trials", "ended_s")} for r in runs],
     }
-    payload = common.result_payload(
-        NAME,
-        args.mode,
-        TITLE,
-        analysis["figures"],
-        analysis["ratios"],
-        DEFINITIONS,
-        setup,
-        notes,
-        details,
-        started,
-        load_before,
-    )
-    return common.finish(payload, args.out)
+    return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, details)
 
 
 if __name__ == "__main__":
