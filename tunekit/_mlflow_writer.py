@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from tunekit.results import SPEC_FILE, TRACKING_FILE
 from tunekit.spec import ExperimentSpec
 from tunekit.tracking import (
+    INFO_TAGS,
     MODEL_ARTIFACT_DIR,
     MODEL_FILE,
     PARENT_RUN_TAG,
@@ -76,7 +77,7 @@ _MAX_PARAMS_PER_BATCH = 100
 _MAX_TAGS_PER_BATCH = 100
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
-LOST_REASON = "started just before the driver stopped and not in Ray's last saved state; not resumed"
+_LOST_REASON = "started just before the driver stopped and not in Ray's last saved state; not resumed"
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")
 # Client errors: the request itself is wrong, so sending it again cannot help.
 _DATA_ERRORS = {
@@ -87,19 +88,6 @@ _DATA_ERRORS = {
     "BAD_REQUEST",
 }
 _AUTH_ERRORS = {"PERMISSION_DENIED", "UNAUTHENTICATED"}
-# Trial info (from the trainable) recorded as tags, under these names.
-INFO_TAGS = {  # trial info key -> child-run tag (results.load_from_mlflow reads them back)
-    "device_names": "tunekit.device_names",
-    "precision": "tunekit.precision",
-    "replicas": "tunekit.replicas",
-    "batch_size": "tunekit.global_batch_size",
-    "jit_compile": "tunekit.jit_compile",
-    "ray_gpu_ids": "tunekit.ray_gpu_ids",
-    "node_ip": "tunekit.node_ip",
-    "node_id": "tunekit.node_id",
-    "cuda_version": "tunekit.env.cuda",
-    "cudnn_version": "tunekit.env.cudnn",
-}
 _RUN_STATUS = {
     "completed": "FINISHED",
     "pruned": "FINISHED",
@@ -523,7 +511,7 @@ class MlflowWriter:
             if trial_id in self._trials:
                 continue
             client.set_tag(run_id, TAG_STATUS, "lost")
-            client.set_tag(run_id, TAG_REASON, LOST_REASON)
+            client.set_tag(run_id, TAG_REASON, _LOST_REASON)
             client.set_terminated(run_id, status="KILLED")
             client.delete_run(run_id)
             del self._children[trial_id]  # a retry after an error goes on with the rest

@@ -277,7 +277,6 @@ def _trial_from_run(
     client: Any, run: Any, spec: dict[str, Any], origin: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from tunekit import tracking as t
-    from tunekit._mlflow_writer import INFO_TAGS
 
     tags, metric = run.data.tags, spec["metric"]["name"]
     trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)
@@ -320,7 +319,7 @@ def _trial_from_run(
     trial.update(
         {
             f"{INFO_PREFIX}{key}": yaml.safe_load(tags[tag]) if ";" not in tags[tag] else tags[tag]
-            for key, tag in INFO_TAGS.items()
+            for key, tag in t.INFO_TAGS.items()
             if key != "node_id" and tag in tags
         }
     )

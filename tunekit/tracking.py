@@ -74,7 +74,7 @@ TAG_ROLE = "tunekit.role"  # "experiment" on parent runs, "trial" on child runs
 TAG_EXPERIMENT_DIR = "tunekit.experiment_dir"
 TAG_TRIAL_ID = "tunekit.ray_trial_id"
 TAG_TRIAL_NUMBER = "tunekit.optuna_trial_number"
-TAG_STATUS = "tunekit.status"  # completed | pruned | stopped | failed | running
+TAG_STATUS = "tunekit.status"  # completed | pruned | stopped | failed | running | lost
 TAG_OUTCOME = "tunekit.outcome"  # the status in words: "pruned at rung 0 (epoch 1)"
 TAG_REASON = "tunekit.reason"
 TAG_RUNG = "tunekit.rung"
@@ -83,6 +83,19 @@ TAG_ATTEMPTS = "tunekit.attempts"
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
 PARENT_RUN_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
+# Trial info (from the trainable) recorded as tags, under these names.
+INFO_TAGS = {  # trial info key -> child-run tag
+    "device_names": "tunekit.device_names",
+    "precision": "tunekit.precision",
+    "replicas": "tunekit.replicas",
+    "batch_size": "tunekit.global_batch_size",
+    "jit_compile": "tunekit.jit_compile",
+    "ray_gpu_ids": "tunekit.ray_gpu_ids",
+    "node_ip": "tunekit.node_ip",
+    "node_id": "tunekit.node_id",
+    "cuda_version": "tunekit.env.cuda",
+    "cudnn_version": "tunekit.env.cudnn",
+}
 MODEL_ARTIFACT_DIR = "model"
 MODEL_FILE = "model.keras"
 
