@@ -436,10 +436,12 @@ def _pct(share: float | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     p = common.parser(NAME, __doc__.splitlines()[0])
-    p.add_argument("--side", choices=("tunekit", "plain"), help=argparse_hidden())
-    p.add_argument("--workdir", type=Path, help=argparse_hidden())
-    p.add_argument("--result", type=Path, help=argparse_hidden())
+    p.add_argument("--side", choices=("tunekit", "plain"), help=argparse.SUPPRESS)
+    p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     settings = MODES[args.mode]
     if args.side:
@@ -485,12 +487,6 @@ def main(argv: list[str] | None = None) -> int:
     ]
     details = {"sides": sides, "summary": analysis["summary"]}
     return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, details)
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":
