@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import tunekit
+from tunekit.layout import TRACKING_FILE
 from tunekit.recorder import EpochRow, Recorder, TrialRecord
-from tunekit.results import TRACKING_FILE
 from tunekit.spec import ExperimentSpec, load_spec
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking import (

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from tunekit.results import SPEC_FILE, TRACKING_FILE
+from tunekit.layout import FINAL_MODEL, SPEC_FILE, TRACKING_FILE
 from tunekit.spec import ExperimentSpec
 from tunekit.tracking import (
     INFO_TAGS,
     MODEL_ARTIFACT_DIR,
-    MODEL_FILE,
     PARENT_RUN_TAG,
     PROBE_TIMEOUT_S,
     STOP,
@@ -539,7 +538,7 @@ class MlflowWriter:
         if run_id is None or model is None:
             return
         logged = {item.path for item in client.list_artifacts(run_id, MODEL_ARTIFACT_DIR)}
-        if f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}" not in logged:
+        if f"{MODEL_ARTIFACT_DIR}/{FINAL_MODEL}" not in logged:
             client.log_artifact(run_id, str(model), MODEL_ARTIFACT_DIR)
         name = self.spec.tracking.registered_model
         if name:

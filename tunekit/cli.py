@@ -168,7 +168,8 @@ def _print_summary(results: object) -> None:
 
 
 def _table(results: object) -> str:
-    from tunekit.results import PARAM_PREFIX, ExperimentResults
+    from tunekit.layout import PARAM_PREFIX
+    from tunekit.results import ExperimentResults
 
     assert isinstance(results, ExperimentResults)
     if results.trials.empty:

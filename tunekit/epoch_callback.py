@@ -17,8 +17,8 @@ from ray import tune
 
 from tunekit.contract import TrialContext
 from tunekit.errors import FatalTrialError, TrialFailure
+from tunekit.layout import EPOCH_KEY
 from tunekit.resources import WorkerDevices
-from tunekit.search import EPOCH_KEY
 from tunekit.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ class EpochReporter(keras.callbacks.Callback):
         self._train_seconds = time.perf_counter() - self._epoch_started
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        from tunekit.trainable import INFO_KEY, memory_mb, save_checkpoint, trial_info
+        from tunekit.layout import INFO_KEY
+        from tunekit.trainable import memory_mb, save_checkpoint, trial_info
 
         completed = epoch + 1
         metrics = {key: float(value) for key, value in (logs or {}).items()}

@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.results import PARAM_PREFIX, ExperimentResults
-from tunekit.search import STUDY_FILE, asha_milestones, study_url
+from tunekit.layout import PARAM_PREFIX, STUDY_FILE
+from tunekit.results import ExperimentResults
+from tunekit.search import asha_milestones, study_url
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -21,10 +21,20 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.stopper import Stopper
 
-from tunekit.results import EPOCH_COLUMNS, EPOCHS_FILE, INFO_PREFIX, PARAM_PREFIX, TRIAL_COLUMNS, TRIALS_FILE
-from tunekit.search import EPOCH_KEY, FAILURE_KEY, pick_best, rung_of
+from tunekit.layout import (
+    EPOCH_COLUMNS,
+    EPOCH_KEY,
+    EPOCHS_FILE,
+    FAILURE_KEY,
+    FAILURE_KIND_KEY,
+    INFO_KEY,
+    INFO_PREFIX,
+    PARAM_PREFIX,
+    TRIAL_COLUMNS,
+    TRIALS_FILE,
+)
+from tunekit.search import pick_best, rung_of
 from tunekit.spec import ExperimentSpec
-from tunekit.trainable import FAILURE_KIND_KEY, INFO_KEY
 
 # How many trials may fail with one identical error, before any succeeds, before the
 # search is stopped as hopeless (the error is in the trainable, not in the configs).

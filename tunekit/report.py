@@ -16,7 +16,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.results import PARAM_PREFIX, TRACKING_FILE, ExperimentResults
+from tunekit.layout import PARAM_PREFIX, TRACKING_FILE
+from tunekit.results import ExperimentResults
 
 if TYPE_CHECKING:
     import pandas as pd

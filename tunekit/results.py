@@ -11,34 +11,19 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tunekit.errors import TunekitError
+from tunekit.layout import (
+    EPOCH_COLUMNS,
+    EPOCHS_FILE,
+    INFO_PREFIX,
+    PARAM_PREFIX,
+    SPEC_FILE,
+    TRIAL_COLUMNS,
+    TRIALS_FILE,
+)
 from tunekit.search import pick_best
 
 if TYPE_CHECKING:
     import pandas as pd
-
-SPEC_FILE = "spec.yaml"
-TRIALS_FILE = "trials.csv"
-EPOCHS_FILE = "epochs.csv"
-PARAM_PREFIX = "params."
-INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
-# The columns of trials.csv and the fixed columns of epochs.csv (tunekit.recorder writes them).
-TRIAL_COLUMNS = (
-    "trial_id",
-    "number",
-    "status",
-    "reason",
-    "epochs",
-    "final_metric",
-    "best_metric",
-    "rung",
-    "wall_seconds",
-    "samples_per_second",
-    "node_id",
-    "attempts",
-    "started_at",
-    "ended_at",
-)
-EPOCH_COLUMNS = ("trial_id", "epoch", "attempt", "resumed_from_epoch", "time")
 
 
 @dataclass(frozen=True)
@@ -166,8 +151,6 @@ def _plain(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------ from MLflow
-
-TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking)
 
 
 def load_from_mlflow(

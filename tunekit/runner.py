@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tunekit.errors import SearchAborted, StorageError
-from tunekit.results import SPEC_FILE, ExperimentResults, load
+from tunekit.layout import SPEC_FILE
+from tunekit.results import ExperimentResults, load
 from tunekit.spec import ExperimentSpec, load_spec
 
 # Settings of the driver's Ray Tune, and why:
@@ -176,8 +177,8 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
+    from tunekit.layout import EPOCH_KEY
     from tunekit.recorder import FailureGuard, Recorder, RecordingASHA
-    from tunekit.search import EPOCH_KEY
     from tunekit.searcher import OptunaStudySearcher
 
     searcher = OptunaStudySearcher(spec, experiment_dir)

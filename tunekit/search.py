@@ -21,13 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from tunekit.layout import STUDY_FILE
 from tunekit.spec import ExperimentSpec
 
 T = TypeVar("T")
-
-STUDY_FILE = "study.db"
-EPOCH_KEY = "epoch"  # the time attribute ASHA counts in: epochs completed, from 1
-FAILURE_KEY = "tunekit_failure"  # set in a trial's last result when it failed on its own
 
 
 def study_url(experiment_dir: Path) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 import optuna
 from ray.tune.search import Searcher
 
-from tunekit.search import EPOCH_KEY, FAILURE_KEY, STUDY_FILE, study_url
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, STUDY_FILE
+from tunekit.search import study_url
 from tunekit.spec import ExperimentSpec
 
 

@@ -25,7 +25,6 @@ ALGORITHMS = ("tpe", "random", "grid")
 SCHEDULERS = ("asha", "fifo")
 GPU_MEMORY_MODES = ("growth", "cap")
 # Training settings a trial may also take from its sampled config, when the space names them.
-SEARCHABLE_TRAINING_KEYS = ("batch_size", "precision", "jit_compile")
 
 # The one table of allowed keys: the section parsers and the --set checker both read it.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tunekit.layout import FINAL_MODEL
 from tunekit.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -82,7 +83,6 @@ TAG_EPOCHS = "tunekit.epochs"
 TAG_ATTEMPTS = "tunekit.attempts"
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
 PARENT_RUN_TAG = "mlflow.parentRunId"
-RUN_NAME_TAG = "mlflow.runName"
 # Trial info (from the trainable) recorded as tags, under these names.
 INFO_TAGS = {  # trial info key -> child-run tag
     "device_names": "tunekit.device_names",
@@ -97,7 +97,6 @@ INFO_TAGS = {  # trial info key -> child-run tag
     "cudnn_version": "tunekit.env.cudnn",
 }
 MODEL_ARTIFACT_DIR = "model"
-MODEL_FILE = "model.keras"
 
 FLUSH_TIMEOUT_ENV = "TUNEKIT_TRACKING_FLUSH_TIMEOUT_S"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
@@ -349,7 +348,7 @@ def environment_tags() -> dict[str, str]:
 
 def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
     """The trial's last saved model.keras (written at its final epoch), if any."""
-    candidates = sorted((Path(experiment_dir) / trial_id).glob(f"checkpoint_*/{MODEL_FILE}"))
+    candidates = sorted((Path(experiment_dir) / trial_id).glob(f"checkpoint_*/{FINAL_MODEL}"))
     return candidates[-1] if candidates else None
 
 

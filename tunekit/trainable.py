@@ -25,16 +25,9 @@ from typing import Any
 
 from tunekit.contract import TrialContext, load_trainable
 from tunekit.errors import FatalTrialError, TrialFailure
+from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY, FINAL_MODEL
 from tunekit.resources import WorkerDevices, configure_worker, resolve_precision
-from tunekit.search import EPOCH_KEY, FAILURE_KEY
 from tunekit.spec import ExperimentSpec
-
-FAILURE_KIND_KEY = "tunekit_failure_kind"
-INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resume point
-MEASUREMENT_KEYS = ("epoch_seconds", "samples_per_second", "memory_mb")
-CHECKPOINT_WEIGHTS = "weights.npz"
-CHECKPOINT_STATE = "state.json"
-FINAL_MODEL = "model.keras"
 
 _worker: WorkerDevices | None = None
 

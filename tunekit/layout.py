@@ -1,0 +1,66 @@
+"""The experiment's on-disk format and the keys of a trial's reports: one owner, stdlib only.
+
+The driver, the workers, the results loader, the tracker and the benchmarks all import
+these names from here, so a file name or a column is spelled in exactly one place and
+the driver never imports the worker (TensorFlow) for a constant.
+
+An experiment directory holds::
+
+    spec.yaml  study.db  trials.csv  epochs.csv  tracking.json  Ray's state files
+    <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
+    <trial id>/output.log     the trainable's stdout and stderr, every attempt
+    <trial id>/error.txt      the full traceback of a failed trial
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------ experiment files
+
+SPEC_FILE = "spec.yaml"
+STUDY_FILE = "study.db"
+TRIALS_FILE = "trials.csv"
+EPOCHS_FILE = "epochs.csv"
+TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking)
+
+# ----------------------------------------------------------------------- trial files
+
+OUTPUT_FILE = "output.log"
+ERROR_FILE = "error.txt"
+CHECKPOINT_WEIGHTS = "weights.npz"
+CHECKPOINT_STATE = "state.json"
+FINAL_MODEL = "model.keras"  # the whole model, when Keras can serialise it
+FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with build_model
+
+# ------------------------------------------------------------------------- tables
+
+PARAM_PREFIX = "params."
+INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
+# The columns of trials.csv and the fixed columns of epochs.csv (tunekit.recorder writes them).
+TRIAL_COLUMNS = (
+    "trial_id",
+    "number",
+    "status",
+    "reason",
+    "epochs",
+    "final_metric",
+    "best_metric",
+    "rung",
+    "wall_seconds",
+    "samples_per_second",
+    "node_id",
+    "attempts",
+    "started_at",
+    "ended_at",
+)
+EPOCH_COLUMNS = ("trial_id", "epoch", "attempt", "resumed_from_epoch", "time")
+
+# ------------------------------------------------------------- a trial's report keys
+
+EPOCH_KEY = "epoch"  # the time attribute ASHA counts in: epochs completed, from 1
+FAILURE_KEY = "tunekit_failure"  # set in a trial's last result when it failed on its own
+FAILURE_KIND_KEY = "tunekit_failure_kind"  # "fatal" stops the search, "trial" does not
+INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resume point
+# In INFO_KEY: set on the last epoch's report when the model's own callbacks ended
+# training (EarlyStopping, anything setting ``model.stop_training``).
+STOPPED_BY_MODEL = "stopped_by_model"
+EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
