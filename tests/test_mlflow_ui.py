@@ -7,6 +7,7 @@ the test reads the resulting DOM; screenshots land in the test's temporary direc
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from test_tracking import client, drive, recorder_for, runs_of, small_spec
 
+from tunekit.layout import TRACKING_FILE
 from tunekit.testing import MlflowServer
 from tunekit.tracking import MlflowTracker
 
@@ -67,27 +69,48 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("mlflow-ui")
     server = MlflowServer(root / "server").start()
     try:
-        spec, experiment_dir = small_spec(root, server.uri, f"tracking.experiment={EXPERIMENT}")
+        spec, experiment_dir = small_spec(
+            root, server.uri, f"tracking.experiment={EXPERIMENT}", directory="digits-ui-20261123-020000"
+        )
         recorder = recorder_for(spec, experiment_dir)
         tracker = MlflowTracker(spec, experiment_dir)
         tracker.experiment_started(recorder)
         drive(tracker, recorder, trials=TRIALS, epochs=3)
         tracker.experiment_ended(recorder)
         parent, children = runs_of(server.uri, EXPERIMENT)
-        experiment_id = client(server.uri).get_experiment_by_name(EXPERIMENT).experiment_id
-        yield {"uri": server.uri, "experiment_id": experiment_id, "parent": parent, "children": children, "root": root}
+        experiment = client(server.uri).get_experiment_by_name(EXPERIMENT)
+        record = json.loads((experiment_dir / TRACKING_FILE).read_text())
+        yield {
+            "uri": server.uri,
+            "experiment": experiment,
+            "experiment_id": experiment.experiment_id,
+            "experiment_dir": experiment_dir,
+            "record": record,
+            "parent": parent,
+            "children": children,
+            "root": root,
+        }
     finally:
         server.stop()
 
 
-def test_experiment_runs_table_lists_the_search(ui: dict[str, Any]) -> None:
-    url = f"{ui['uri']}/#/experiments/{ui['experiment_id']}/runs"
+def test_the_link_tunekit_records_opens_the_experiment_on_its_training_runs(ui: dict[str, Any]) -> None:
+    # MLflow 3.17's UI opens an experiment on the GenAI overview ("Traces 0", "No data
+    # available") unless told it is model training; the kind tag says so for the UIs that
+    # read it, the link's workflowType for 3.17, whose browser-wide switch starts on GenAI.
+    assert ui["experiment"].tags["mlflow.experimentKind"] == "custom_model_development"
+    url = ui["record"]["ui_url"]
+    assert url == f"{ui['uri']}/#/experiments/{ui['experiment_id']}/runs?workflowType=machine_learning"
     text = page_text(url, ui["root"], r"\d+ matching runs")
-    chromium(url, ui["root"], f"--screenshot={ui['root'] / 'runs.png'}")
-    assert "Training runs" in text, text[:2000]
+    shot = ui["root"] / "runs.png"
+    chromium(url, ui["root"], f"--screenshot={shot}")
     assert f"{TRIALS + 1} matching runs" in text, text[:2000]  # the parent and one child per trial
-    assert ui["parent"].info.run_name in text
-    assert (ui["root"] / "runs.png").stat().st_size > 10_000
+    assert ui["parent"].info.run_name == ui["experiment_dir"].name  # the parent is named after the experiment
+    assert ui["experiment_dir"].name in text, text[:2000]
+    assert "Run Name" in text and "Model training" in text, text[:2000]
+    for genai in ("Overview", "No data available", "Evaluation runs", "Training runs"):
+        assert genai not in text, (genai, text[:2000])
+    assert shot.stat().st_size > 10_000
 
 
 def test_parent_run_page_lists_every_trial_as_a_child_run(ui: dict[str, Any]) -> None:

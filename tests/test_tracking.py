@@ -7,6 +7,7 @@ digits spec on a real Ray runtime (slow).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -101,9 +102,9 @@ def drive(
         tracker.tick(recorder)
 
 
-def small_spec(tmp_path: Path, uri: str, *extra: str) -> tuple[ExperimentSpec, Path]:
+def small_spec(tmp_path: Path, uri: str, *extra: str, directory: str = "experiment") -> tuple[ExperimentSpec, Path]:
     spec = load_spec(DIGITS_SPEC, [f"tracking.uri={uri}", "budget.num_samples=4", "budget.max_epochs=3", *extra])
-    experiment_dir = tmp_path / "experiment"
+    experiment_dir = tmp_path / directory
     experiment_dir.mkdir()
     (experiment_dir / "spec.yaml").write_text(spec.to_yaml())
     return spec, experiment_dir
@@ -268,6 +269,31 @@ def test_resume_retires_the_run_of_a_trial_ray_never_saved(tmp_path: Path, sqlit
     assert retired.info.status == "KILLED"
     assert retired.data.tags[TAG_STATUS] == "lost"
     assert "not resumed" in retired.data.tags["tunekit.reason"]
+
+
+def test_experiments_are_marked_as_model_training_unless_someone_chose_a_kind(tmp_path: Path, sqlite_uri: str) -> None:
+    mlflow_client = client(sqlite_uri)
+    mlflow_client.create_experiment("made-elsewhere")
+    mlflow_client.create_experiment("kind-chosen", tags={"mlflow.experimentKind": "genai_development"})
+    for name in ("made-elsewhere", "kind-chosen", "made-by-tunekit"):
+        spec, experiment_dir = small_spec(tmp_path, sqlite_uri, f"tracking.experiment={name}", directory=name)
+        recorder = recorder_for(spec, experiment_dir)
+        tracker = MlflowTracker(spec, experiment_dir)
+        tracker.experiment_started(recorder)
+        drive(tracker, recorder, trials=1, epochs=1)
+        tracker.experiment_ended(recorder)
+        parent, _ = runs_of(sqlite_uri, name)
+        assert parent.info.run_name == name  # the parent run is named after the experiment directory
+        assert "ui_url" not in json.loads((experiment_dir / TRACKING_FILE).read_text())  # no server, no UI link
+    kinds = {
+        name: mlflow_client.get_experiment_by_name(name).tags["mlflow.experimentKind"]
+        for name in ("made-elsewhere", "kind-chosen", "made-by-tunekit")
+    }
+    assert kinds == {
+        "made-elsewhere": "custom_model_development",
+        "kind-chosen": "genai_development",
+        "made-by-tunekit": "custom_model_development",
+    }
 
 
 def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:

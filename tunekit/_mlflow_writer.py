@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 from tunekit.layout import FINAL_MODEL, SPEC_FILE, TRACKING_FILE
 from tunekit.spec import ExperimentSpec
 from tunekit.tracking import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
     INFO_TAGS,
     MODEL_ARTIFACT_DIR,
     PARENT_RUN_TAG,
@@ -51,6 +53,7 @@ from tunekit.tracking import (
     final_model_path,
     is_number,
     redact_uri,
+    ui_url,
 )
 
 if TYPE_CHECKING:
@@ -367,7 +370,7 @@ class MlflowWriter:
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             try:
-                self._experiment_id = client.create_experiment(name)
+                self._experiment_id = client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
             except MlflowException as error:  # created meanwhile by another search
                 if error.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
@@ -376,6 +379,8 @@ class MlflowWriter:
             if experiment.lifecycle_stage == "deleted":
                 raise _Disabled(f"MLflow experiment {name!r} is deleted; restore it or set tracking.experiment")
             self._experiment_id = experiment.experiment_id
+            if not experiment.tags.get(EXPERIMENT_KIND_TAG):  # a kind someone chose stays
+                client.set_experiment_tag(self._experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         assert self._experiment_id is not None
         directory = str(self.experiment_dir)
         parents = [
@@ -415,6 +420,9 @@ class MlflowWriter:
             "experiment_id": self._experiment_id,
             "parent_run_id": self._parent_id,
         }
+        link = ui_url(self.uri, self._experiment_id or "")
+        if link:
+            record["ui_url"] = link
         with contextlib.suppress(OSError):
             (self.experiment_dir / TRACKING_FILE).write_text(json.dumps(record, indent=2) + "\n")
 

@@ -151,10 +151,12 @@ def _tracking(results: ExperimentResults) -> str:
         record = json.loads(record_path.read_text())
     except (OSError, ValueError):
         return ""
+    link = record.get("ui_url")
+    opens = f' (<a href="{_e(link)}">open its runs in the MLflow UI</a>)' if link else ""
     return (
         f"<p>MLflow: experiment <code>{_e(record.get('experiment_name'))}</code> at "
         f"<code>{_e(record.get('tracking_uri'))}</code>, parent run "
-        f"<code>{_e(record.get('parent_run_id'))}</code></p>"
+        f"<code>{_e(record.get('parent_run_id'))}</code>{opens}</p>"
     )
 
 

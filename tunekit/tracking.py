@@ -17,12 +17,18 @@ line per run; it restores them when the search ends.
 
 What lands where:
 
-* Parent run (tag ``tunekit.experiment_dir``): the resolved ``spec.yaml`` as an
-  artifact; metric, search, scheduler, budget, resources, training and space settings
-  as params; the best value so far after every ended trial and, at the end, trial
-  counts, epochs spent against the epochs of training every trial to the end, and wall
-  time; the best trial's final ``model.keras`` goes to that trial's child run, and to
-  the model registry when ``tracking.registered_model`` is set.
+* Experiment: tagged ``mlflow.experimentKind=custom_model_development`` when tunekit
+  creates it or first uses it untagged, so MLflow 3's UI treats it as model training.
+  ``tracking.json`` in the experiment directory records where the runs are and, for a
+  tracking server, a UI link that opens on the runs table.
+* Parent run (named after the experiment directory, tag ``tunekit.experiment_dir``):
+  the resolved ``spec.yaml`` as an artifact; metric, search, scheduler, budget,
+  resources, training and space settings as params; the best value so far after every
+  ended trial and, at the end, trial counts, epochs spent against the epochs of
+  training every trial to the end, and wall time; the best trial's final model
+  (``model.keras``, else ``model.weights.h5`` when Keras could not save it whole) goes
+  to that trial's child run, and a whole model to the model registry when
+  ``tracking.registered_model`` is set.
 * Child run per trial (tags ``mlflow.parentRunId`` and ``tunekit.ray_trial_id``): the
   trial's config exactly as params; every numeric per-epoch metric with
   ``step=epoch``; tags for the outcome (status, ASHA rung, reason), the Ray trial id,
@@ -83,6 +89,15 @@ TAG_EPOCHS = "tunekit.epochs"
 TAG_ATTEMPTS = "tunekit.attempts"
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
 PARENT_RUN_TAG = "mlflow.parentRunId"
+# The experiment's kind, as MLflow 3's UI reads it (mlflow/server/js: ExperimentKind):
+# "custom_model_development" is classic model training, shown as "Machine learning";
+# without it the UI may take a tunekit experiment for a GenAI app.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI opens an experiment on whichever side its GenAI / Model training
+# switch is on (remembered by the browser, GenAI at first), whatever the kind tag says;
+# this query parameter picks the Model training side for one link.
+UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 # Trial info (from the trainable) recorded as tags, under these names.
 INFO_TAGS = {  # trial info key -> child-run tag
     "device_names": "tunekit.device_names",
@@ -350,6 +365,13 @@ def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
     """The trial's last saved model.keras (written at its final epoch), if any."""
     candidates = sorted((Path(experiment_dir) / trial_id).glob(f"checkpoint_*/{FINAL_MODEL}"))
     return candidates[-1] if candidates else None
+
+
+def ui_url(tracking_uri: str, experiment_id: str) -> str | None:
+    """The MLflow UI page of the experiment's runs table, when the tracking URI is a server."""
+    if urlsplit(tracking_uri).scheme not in ("http", "https"):
+        return None
+    return f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_WORKFLOW_QUERY}"
 
 
 def redact_uri(uri: str) -> str:
