@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 import tunekit
 from tunekit import plots
 from tunekit.cli import main as cli_main
+from tunekit.errors import TunekitError
 from tunekit.report import write_html
 from tunekit.results import ExperimentResults, load_from_mlflow
 
@@ -193,6 +194,42 @@ def test_figures_of_an_experiment_without_epochs_say_so(tmp_path: Path) -> None:
     assert "no epoch reported score" in plots.learning_curves(empty).axes[0].texts[0].get_text()
 
 
+def test_model_path_finds_the_final_model_or_weights_in_the_newest_checkpoint(tmp_path: Path) -> None:
+    results = made_up(tmp_path)
+    a = tmp_path / "a"
+    for checkpoint, name in (("checkpoint_9", "model.keras"), ("checkpoint_10", "model.weights.h5")):
+        (a / checkpoint).mkdir(parents=True)
+        (a / checkpoint / name).write_bytes(b"x")
+    (a / "checkpoint_11").mkdir()  # a checkpoint without a final model (written mid-training)
+    (tmp_path / "b" / "checkpoint_000000").mkdir(parents=True)
+    (tmp_path / "b" / "checkpoint_000000" / "weights.npz").write_bytes(b"x")
+    assert results.model_path() == a / "checkpoint_10" / "model.weights.h5"  # the best trial is a
+    assert results.model_path("a") == results.model_path(0) == results.model_path()
+    assert results.model_path("b") is None and results.model_path(2) is None  # pruned, failed: no final model
+    (a / "checkpoint_10" / "model.weights.h5").unlink()
+    assert results.model_path() == a / "checkpoint_9" / "model.keras"
+    with pytest.raises(TunekitError, match=re.escape(f"no trial 'zz' in {tmp_path}; trials: a, b, c")):
+        results.model_path("zz")
+    with pytest.raises(TunekitError, match=re.escape(f"no trial number 7 in {tmp_path}")):
+        results.model_path(7)
+
+
+def test_model_path_imports_no_tensorflow(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "spec.yaml").write_text("name: x\nmetric: {name: score, mode: max}\n")
+    (tmp_path / "trials.csv").write_text("trial_id,number,status,final_metric,epochs\nt1,0,completed,0.5,2\n")
+    (tmp_path / "t1" / "checkpoint_000001").mkdir(parents=True)
+    (tmp_path / "t1" / "checkpoint_000001" / "model.keras").write_bytes(b"x")
+    code = (
+        "import sys, tunekit; r = tunekit.load(sys.argv[1]); print(r.model_path()); "
+        "print(sorted(m for m in ('tensorflow', 'keras', 'ray', 'mlflow') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [str(tmp_path / "t1" / "checkpoint_000001" / "model.keras"), "[]"]
+
+
 # ------------------------------------------------------- a real small experiment
 
 
@@ -212,6 +249,17 @@ def test_plots_of_a_real_experiment(experiment: tuple[ExperimentResults, str], t
         assert len(importance.patches) == len([c for c in results.trials if c.startswith("params.")])
     else:
         assert "needs at least" in importance.texts[0].get_text()
+
+
+@pytest.mark.slow
+def test_model_path_of_a_real_experiment_is_the_best_trials_saved_model(
+    experiment: tuple[ExperimentResults, str],
+) -> None:
+    results, _ = experiment
+    assert results.best is not None and results.best.status == "completed"
+    path = results.model_path()
+    assert path is not None and path.is_file(), path
+    assert path.name == "model.keras" and path.parent.parent == results.experiment_dir / results.best.trial_id
 
 
 @pytest.mark.slow

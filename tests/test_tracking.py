@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import tunekit
-from tunekit.layout import TRACKING_FILE
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE
 from tunekit.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.spec import ExperimentSpec, load_spec
 from tunekit.testing import MlflowServer, free_port
@@ -294,6 +294,49 @@ def test_experiments_are_marked_as_model_training_unless_someone_chose_a_kind(tm
         "kind-chosen": "genai_development",
         "made-by-tunekit": "custom_model_development",
     }
+
+
+@pytest.mark.slow
+def test_best_trial_with_weights_only_gets_them_attached_and_is_not_registered(
+    tmp_path: Path, sqlite_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import keras
+    import numpy as np
+
+    spec, experiment_dir = small_spec(
+        tmp_path, sqlite_uri, "tracking.experiment=weights-only", "tracking.registered_model=weights-only-best"
+    )
+    recorder = recorder_for(spec, experiment_dir)
+    tracker = MlflowTracker(spec, experiment_dir)
+    tracker.experiment_started(recorder)
+    drive(tracker, recorder, trials=3, epochs=3)
+    best = recorder.best()
+    assert best is not None
+    # What the worker leaves when Keras cannot serialise the model: weights, in the last checkpoint.
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    stale = experiment_dir / best.trial_id / "checkpoint_000001" / FINAL_MODEL
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"an older checkpoint's model: not the one to attach")
+    final = experiment_dir / best.trial_id / "checkpoint_000002" / FINAL_WEIGHTS
+    final.parent.mkdir(parents=True)
+    model.save_weights(final)
+    with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+        tracker.experiment_ended(recorder)
+
+    mlflow_client = client(sqlite_uri)
+    _, children = runs_of(sqlite_uri, "weights-only")
+    run = next(c for c in children if c.data.tags[TAG_TRIAL_ID] == best.trial_id)
+    assert [a.path for a in mlflow_client.list_artifacts(run.info.run_id, "model")] == [f"model/{FINAL_WEIGHTS}"]
+    copy = mlflow_client.download_artifacts(run.info.run_id, f"model/{FINAL_WEIGHTS}", str(tmp_path))
+    rebuilt = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    rebuilt.load_weights(copy)
+    for mine, theirs in zip(model.get_weights(), rebuilt.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    assert mlflow_client.search_model_versions("name = 'weights-only-best'") == []
+    assert tracking_warnings(caplog) == [
+        f"tunekit: not registering 'weights-only-best': the best trial {best.trial_id} saved weights only "
+        f"({FINAL_WEIGHTS}, Keras could not save the model whole); they are attached to its run"
+    ]
 
 
 def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:

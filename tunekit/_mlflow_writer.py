@@ -538,7 +538,12 @@ class MlflowWriter:
             client.log_artifact(self._parent_id, str(path))
 
     def _log_best_model(self, trial_id: str) -> None:
-        """The best trial's final model.keras, on its child run (and in the registry when asked)."""
+        """The best trial's final model on its child run, and in the registry when asked.
+
+        The model is ``model.keras``, or ``model.weights.h5`` when Keras could not save it
+        whole; weights alone are attached but not registered (a registered model must
+        load on its own), with one warning.
+        """
         client = self._require_client()
         trial = self._trials.get(trial_id)
         run_id = trial.run_id if trial else (self._children or {}).get(trial_id)
@@ -546,11 +551,21 @@ class MlflowWriter:
         if run_id is None or model is None:
             return
         logged = {item.path for item in client.list_artifacts(run_id, MODEL_ARTIFACT_DIR)}
-        if f"{MODEL_ARTIFACT_DIR}/{FINAL_MODEL}" not in logged:
+        if f"{MODEL_ARTIFACT_DIR}/{model.name}" not in logged:
             client.log_artifact(run_id, str(model), MODEL_ARTIFACT_DIR)
         name = self.spec.tracking.registered_model
-        if name:
-            self._register(name, run_id)
+        if not name:
+            return
+        if model.name != FINAL_MODEL:
+            logger.warning(
+                "tunekit: not registering %r: the best trial %s saved weights only (%s, Keras could not "
+                "save the model whole); they are attached to its run",
+                name,
+                trial_id,
+                model.name,
+            )
+            return
+        self._register(name, run_id)
 
     def _register(self, name: str, run_id: str) -> None:
         from mlflow.exceptions import MlflowException

@@ -80,6 +80,35 @@ class ExperimentResults:
             columns="_order"
         )
 
+    def model_path(self, trial: str | int | None = None) -> Path | None:
+        """The final model a trial saved, from its newest checkpoint that holds one.
+
+        That is ``model.keras``, or ``model.weights.h5`` when Keras could not save the
+        model whole (rebuild it with the trainable's ``build_model``, then
+        ``load_weights``). None when the trial saved neither (it was pruned, stopped or
+        failed before its end) or its checkpoints are not on this machine.
+
+        Args:
+            trial: a trial id, or an Optuna trial number; the best trial when None.
+
+        Raises:
+            TunekitError: no such trial in this experiment.
+        """
+        from tunekit.tracking import final_model_path
+
+        if trial is None:
+            return None if self.best is None else final_model_path(self.experiment_dir, self.best.trial_id)
+        ids = [] if self.trials.empty else [str(t) for t in self.trials["trial_id"]]
+        if isinstance(trial, int) and not isinstance(trial, bool):
+            matches = [] if self.trials.empty else list(self.trials.loc[self.trials["number"] == trial, "trial_id"])
+            if not matches:
+                raise TunekitError(f"no trial number {trial} in {self.experiment_dir}")
+            return final_model_path(self.experiment_dir, str(matches[0]))
+        if str(trial) not in ids:
+            shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
+            raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
+        return final_model_path(self.experiment_dir, str(trial))
+
     def to_json(self) -> str:
         best = None if self.best is None else self.best.__dict__
         trials = json.loads(self.trials.to_json(orient="records"))

@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from tunekit.layout import FINAL_MODEL
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
 from tunekit.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -362,9 +362,25 @@ def environment_tags() -> dict[str, str]:
 
 
 def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
-    """The trial's last saved model.keras (written at its final epoch), if any."""
-    candidates = sorted((Path(experiment_dir) / trial_id).glob(f"checkpoint_*/{FINAL_MODEL}"))
-    return candidates[-1] if candidates else None
+    """The trial's final model from its newest checkpoint that holds one, if any.
+
+    That is ``model.keras`` (the whole model) or, when Keras could not serialise the
+    model, ``model.weights.h5`` (weights only; rebuild with the trainable's
+    ``build_model`` and ``load_weights``). A trial that never reached its end has none.
+    """
+    for checkpoint in sorted(
+        (Path(experiment_dir) / trial_id).glob("checkpoint_*"), key=_checkpoint_order, reverse=True
+    ):
+        for name in (FINAL_MODEL, FINAL_WEIGHTS):
+            if (checkpoint / name).is_file():
+                return checkpoint / name
+    return None
+
+
+def _checkpoint_order(path: Path) -> tuple[int, str]:
+    # Ray pads the index (checkpoint_000007); compare numbers anyway, not text.
+    suffix = path.name.rpartition("_")[2]
+    return (int(suffix) if suffix.isdigit() else -1, path.name)
 
 
 def ui_url(tracking_uri: str, experiment_id: str) -> str | None:
