@@ -15,7 +15,7 @@ import tunekit
 from tunekit import plots
 from tunekit.cli import main as cli_main
 from tunekit.errors import TunekitError
-from tunekit.report import write_html
+from tunekit.report import render_html, write_html
 from tunekit.results import ExperimentResults, load_from_mlflow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,6 +228,27 @@ def test_model_path_imports_no_tensorflow(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == [str(tmp_path / "t1" / "checkpoint_000001" / "model.keras"), "[]"]
+
+
+def test_report_table_says_why_each_trial_ended(tmp_path: Path) -> None:
+    results = made_up(tmp_path)
+    trials = results.trials.copy()
+    trials["reason"] = [
+        "stopped by the model at epoch 3",
+        "pruned by ASHA at rung 0 (epoch 1)",
+        "TrialFailure: non-finite loss\n" + "Traceback (most recent call last):\n" * 40,
+    ]
+    page = render_html(ExperimentResults(tmp_path, results.spec, trials, results.epochs, results.best), {})
+    table = page[page.index('<table class="trials">') :]
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert head[3:5] == ["status", "reason"], head
+    cells = re.findall(r'<td class="text reason"( title="[^"]*")?>([^<]*)</td>', table)
+    assert [shown for _, shown in cells] == [
+        "stopped by the model at epoch 3",
+        "pruned by ASHA at rung 0 (epoch 1)",
+        "TrialFailure: non-finite loss",
+    ]
+    assert cells[0][0] == "" and "Traceback (most recent call last):" in cells[2][0]  # all of it on hover
 
 
 # ------------------------------------------------------- a real small experiment

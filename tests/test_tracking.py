@@ -339,6 +339,50 @@ def test_best_trial_with_weights_only_gets_them_attached_and_is_not_registered(
     ]
 
 
+def test_run_status_and_outcome_follow_the_trial_status_and_reason(tmp_path: Path, sqlite_uri: str) -> None:
+    spec, experiment_dir = small_spec(tmp_path, sqlite_uri, "tracking.experiment=outcomes")
+    recorder = recorder_for(spec, experiment_dir)
+    tracker = MlflowTracker(spec, experiment_dir)
+    tracker.experiment_started(recorder)
+    endings = {  # trial id: (status, reason, epochs, rung) as the recorder ends trials (max_epochs=3)
+        "full": ("completed", "trained all 3 epochs", 3, None),
+        "early": ("completed", "stopped by the model at epoch 2", 2, None),
+        "weak": ("pruned", "pruned by ASHA at rung 0 (epoch 1)", 1, 0),
+        "late": ("stopped", "the search's time budget of 60 s ran out after 1 epochs", 1, None),
+        "broken": (
+            "failed",
+            "TrialFailure: non-finite loss at epoch 2\nTraceback (most recent call last): ...",
+            1,
+            None,
+        ),
+    }
+    for number, (trial_id, (status, reason, epochs, rung)) in enumerate(endings.items()):
+        record = TrialRecord(trial_id, number, {"units": 32})
+        recorder.trials[trial_id] = record
+        tracker.trial_started(record)
+        for epoch in range(1, epochs + 1):
+            row = EpochRow(trial_id, epoch, {"val_accuracy": 0.5 + 0.1 * epoch}, 1, None, 0.1 * epoch)
+            recorder.epochs.append(row)
+            record.epochs, record.final_metric = epoch, row.metrics["val_accuracy"]
+            tracker.epoch_reported(record, row)
+        record.status, record.reason, record.rung, record.ended_at = status, reason, rung, time.time()
+        tracker.trial_ended(record)
+    tracker.experiment_ended(recorder)
+
+    _, children = runs_of(sqlite_uri, "outcomes")
+    seen = {
+        c.data.tags[TAG_TRIAL_ID]: (c.info.status, c.data.tags["tunekit.outcome"], c.data.tags["tunekit.reason"])
+        for c in children
+    }
+    assert seen == {
+        "full": ("FINISHED", "completed: trained all 3 epochs", endings["full"][1]),
+        "early": ("FINISHED", "completed: stopped by the model at epoch 2", endings["early"][1]),
+        "weak": ("FINISHED", "pruned at rung 0 (epoch 1)", endings["weak"][1]),
+        "late": ("KILLED", "stopped: the search's time budget of 60 s ran out after 1 epochs", endings["late"][1]),
+        "broken": ("FAILED", "failed after 1 epochs: TrialFailure: non-finite loss at epoch 2", endings["broken"][1]),
+    }
+
+
 def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     secrets = {
         "MLFLOW_TRACKING_USERNAME": "user-4f1c",

@@ -79,6 +79,7 @@ _MAX_PARAMS_PER_BATCH = 100
 _MAX_TAGS_PER_BATCH = 100
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
+_MAX_OUTCOME_REASON = 300  # the outcome tag holds a reason's first line, cut here; the reason tag holds it all
 _LOST_REASON = "started just before the driver stopped and not in Ray's last saved state; not resumed"
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")
 # Client errors: the request itself is wrong, so sending it again cannot help.
@@ -90,6 +91,8 @@ _DATA_ERRORS = {
     "BAD_REQUEST",
 }
 _AUTH_ERRORS = {"PERMISSION_DENIED", "UNAUTHENTICATED"}
+# A trial the model ended itself (EarlyStopping) is "completed": a normal end, FINISHED.
+# "stopped" is the search stopping around it (time budget, Ctrl-C): KILLED.
 _RUN_STATUS = {
     "completed": "FINISHED",
     "pruned": "FINISHED",
@@ -302,7 +305,7 @@ class MlflowWriter:
             trial.pending.tags.update(
                 {
                     TAG_STATUS: event.status,
-                    TAG_OUTCOME: _outcome(event.status, event.rung, event.epochs),
+                    TAG_OUTCOME: _outcome(event.status, event.rung, event.epochs, event.reason),
                     TAG_EPOCHS: str(event.epochs),
                     TAG_ATTEMPTS: str(event.attempts),
                     **({TAG_RUNG: str(event.rung)} if event.rung is not None else {}),
@@ -637,10 +640,17 @@ def _probe(uri: str) -> None:
         raise ConnectionError(f"no answer from {redact_uri(uri)} ({type(error).__name__})") from None
 
 
-def _outcome(status: str, rung: int | None, epochs: int) -> str:
+def _outcome(status: str, rung: int | None, epochs: int, reason: str = "") -> str:
+    """The status in words, for the runs table: "completed: stopped by the model at epoch 7"."""
     if status == "pruned":
         return f"pruned at rung {rung} (epoch {epochs})" if rung is not None else f"pruned at epoch {epochs}"
-    return f"{status} after {epochs} epochs"
+    lines = reason.strip().splitlines()
+    brief = lines[0][:_MAX_OUTCOME_REASON] if lines else ""
+    if not brief:
+        return f"{status} after {epochs} epochs"
+    if status == "failed":  # the reason is an error message: say when it struck
+        return f"failed after {epochs} epochs: {brief}"
+    return f"{status}: {brief}"
 
 
 def _metric_key(name: str) -> str:

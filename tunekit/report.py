@@ -30,6 +30,7 @@ FIGURE_TITLES = {
     "param_importance": "Parameter importance",
 }
 STATUSES = ("completed", "pruned", "stopped", "failed", "running")
+_REASON_WIDTH = 80  # characters of a reason shown in the trial table
 
 _CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222;
@@ -192,9 +193,10 @@ def _trial_table(results: ExperimentResults) -> str:
         ("wall s", "wall_seconds"),
         ("samples/s", "samples_per_second"),
     ]
+    # Why each trial ended (trained all epochs, stopped by the model, pruned at a rung,
+    # the search stopped, the error): next to the status, before the parameters.
+    columns.insert(4, ("reason", "reason"))
     columns += [(c[len(PARAM_PREFIX) :], c) for c in params]
-    if "reason" in table.columns and table["reason"].notna().any():
-        columns.append(("reason", "reason"))
     text_columns = {"trial_id", "status", "reason"}
     head = "".join(f'<th class="{"text" if key in text_columns else ""}">{_e(label)}</th>' for label, key in columns)
     best_id = results.best.trial_id if results.best else None
@@ -206,6 +208,9 @@ def _trial_table(results: ExperimentResults) -> str:
             css = "text" if key in text_columns else ""
             if key == "status":
                 css += f" status-{_e(value)}"
+            if key == "reason":
+                cells.append(_reason_cell(_fmt(value)))
+                continue
             cells.append(f'<td class="{css.strip()}">{_e(_fmt(value))}</td>')
         css_row = ' class="best"' if row.get("trial_id") == best_id else ""
         body.append(f"<tr{css_row}>{''.join(cells)}</tr>")
@@ -213,6 +218,16 @@ def _trial_table(results: ExperimentResults) -> str:
 
 
 # ------------------------------------------------------------------- helpers
+
+
+def _reason_cell(reason: str) -> str:
+    """The reason's first line, cut to fit a table row; all of it on hover."""
+    lines = reason.strip().splitlines()
+    shown = lines[0] if lines else ""
+    if len(shown) > _REASON_WIDTH:
+        shown = shown[: _REASON_WIDTH - 1] + "…"
+    title = f' title="{_e(reason)}"' if shown != reason else ""
+    return f'<td class="text reason"{title}>{_e(shown)}</td>'
 
 
 def _png_base64(fig: Figure) -> str:
