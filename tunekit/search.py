@@ -48,9 +48,17 @@ class Plan:
     num_samples: int
     planned_epochs: int  # what the search spends when ASHA keeps 1/rf at each rung
     exhaustive_epochs: int  # what training every trial to the end would cost
+    grid_size: int | None = None  # distinct configurations, for grid search
+    repeats: int = 1  # how many times grid search trains each configuration
 
     def describe(self) -> str:
-        lines = [f"{'rung':>4}  {'at epoch':>8}  {'trials':>6}"]
+        lines = []
+        if self.grid_size is not None:
+            lines.append(f"grid: {_count(self.grid_size, 'configuration')} x {_count(self.repeats, 'repeat')}")
+        if not self.rungs:  # FIFO: nothing is stopped, there are no rungs to show
+            lines.append(f"fifo: every trial trains {self.max_epochs} epochs; epochs: {self.exhaustive_epochs}")
+            return "\n".join(lines)
+        lines.append(f"{'rung':>4}  {'at epoch':>8}  {'trials':>6}")
         lines += [f"{r.index:>4}  {r.epoch:>8}  {r.trials:>6}" for r in self.rungs]
         share = self.planned_epochs / self.exhaustive_epochs
         lines.append(
@@ -58,6 +66,10 @@ class Plan:
             f"for every trial to the end ({share:.0%})"
         )
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def asha_milestones(grace_period: int, reduction_factor: float, max_epochs: int) -> list[int]:
@@ -71,8 +83,10 @@ def plan_budget(spec: ExperimentSpec) -> Plan:
     """Predicts rung occupancy and epochs spent, assuming ASHA keeps the top 1/rf at each rung."""
     budget, scheduler = spec.budget, spec.scheduler
     n, max_epochs = budget.num_samples, budget.max_epochs
+    grid_size = spec.space.grid_size() if spec.search.algorithm == "grid" else None
+    repeats = n // grid_size if grid_size else 1
     if scheduler.type != "asha":
-        return Plan((), max_epochs, n, n * max_epochs, n * max_epochs)
+        return Plan((), max_epochs, n, n * max_epochs, n * max_epochs, grid_size, repeats)
     milestones = asha_milestones(scheduler.grace_period, scheduler.reduction_factor, max_epochs)
     rungs = [Rung(i, m, max(1, math.ceil(n / scheduler.reduction_factor**i))) for i, m in enumerate(milestones)]
     finishers = max(1, math.ceil(n / scheduler.reduction_factor ** len(milestones)))
@@ -83,7 +97,7 @@ def plan_budget(spec: ExperimentSpec) -> Plan:
         previous_epoch = rung.epoch
     epochs += finishers * (max_epochs - previous_epoch)
     rungs.append(Rung(len(rungs), max_epochs, finishers))
-    return Plan(tuple(rungs), max_epochs, n, epochs, n * max_epochs)
+    return Plan(tuple(rungs), max_epochs, n, epochs, n * max_epochs, grid_size, repeats)
 
 
 def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:

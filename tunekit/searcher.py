@@ -1,53 +1,119 @@
 """The Ray ``Searcher`` that drives an Optuna study (imported only where Ray already is).
 
 See ``tunekit.search`` for why tunekit does not use Ray's ``OptunaSearch``.
+
+Grid search is tunekit's own: Optuna's ``GridSampler`` takes a cartesian product, which
+would count a conditional parameter where it is inactive. The searcher enumerates the
+distinct configurations (``SearchSpace.grid_points``), shuffles them with
+``search.seed`` and hands out slot k to the k-th Ray trial (repeats after the whole
+grid has run once), pinning the study trial's values to that point: the study holds
+exactly the parameters each trial ran. Slots follow the Ray trials the searcher knows
+(saved with Ray's experiment state), so a resumed grid neither re-runs nor skips one.
+
+TPE and random search never train the same configuration twice: see
+``OptunaStudySearcher.suggest``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, STUDY_FILE
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE
 from tunekit.search import study_url
+from tunekit.space import REPEAT_SEED_KEY
 from tunekit.spec import ExperimentSpec
 
+# User attributes tunekit sets on study trials.
+RAY_TRIAL_ATTR = "ray_trial_id"
+DUPLICATE_ATTR = "tunekit_duplicate_of"  # a repeated proposal, told the outcome of this trial number
+GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
+REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
+# Proposals in a row that may repeat an earlier trial before the searcher picks an unseen
+# configuration itself.
+MAX_REPEATED_PROPOSALS = 20
+_RANDOM_DRAWS = 1000  # unseen-configuration draws in a space too large to enumerate
 
-class _GridSampler(optuna.samplers.GridSampler):
-    """Optuna's grid sampler without its end-of-grid ``study.stop()``.
 
-    That call raises outside ``study.optimize`` (tunekit asks and tells itself and stops
-    at num_samples), which made Ray count the last trial of every grid as failed.
+class _PinnableSampler(optuna.samplers.BaseSampler):
+    """The study's sampler, or a fixed point when one is pinned.
+
+    Pinning is how grid points and the searcher's own fallback choices reach the study
+    through the public sampler interface: the trial's params are exactly the point, and
+    no WAITING trial is left behind if the driver dies mid-ask (as ``enqueue_trial`` would).
     """
 
-    def after_trial(self, *args: Any, **kwargs: Any) -> None:
-        pass
+    def __init__(self, base: optuna.samplers.BaseSampler) -> None:
+        self.base = base
+        self.point: Mapping[str, Any] | None = None
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self.point is not None:
+            return {}
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if self.point is not None:
+            return {}
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        if self.point is not None:
+            return self.point[param_name]
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
 
 
-def build_sampler(spec: ExperimentSpec) -> optuna.samplers.BaseSampler:
+def build_sampler(spec: ExperimentSpec) -> _PinnableSampler:
     search = spec.search
-    if search.algorithm == "grid":
-        return _GridSampler(spec.space.grid(), seed=search.seed)
-    if search.algorithm == "random":
-        return optuna.samplers.RandomSampler(seed=search.seed)
+    if search.algorithm in ("grid", "random"):
+        # Grid search pins every trial's point; the random sampler is never asked.
+        return _PinnableSampler(optuna.samplers.RandomSampler(seed=search.seed))
     # constant_liar: running trials count as bad guesses, so parallel trials spread out.
-    return optuna.samplers.TPESampler(
-        seed=search.seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
+    return _PinnableSampler(
+        optuna.samplers.TPESampler(
+            seed=search.seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
+        )
     )
 
 
-def open_study(spec: ExperimentSpec, experiment_dir: Path) -> optuna.Study:
-    """Creates the study (enqueuing warm starts) or, when it exists, loads it unchanged."""
+def open_study(
+    spec: ExperimentSpec, experiment_dir: Path, storage: optuna.storages.BaseStorage | None = None
+) -> optuna.Study:
+    """Creates the study (enqueuing warm starts) or, when it exists, loads it unchanged.
+
+    The study lives in the experiment's SQLite file unless ``storage`` is given (tests
+    pass an in-memory one).
+    """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = study_url(experiment_dir)
-    existed = (experiment_dir / STUDY_FILE).exists() and spec.name in {
-        s.study_name for s in optuna.get_all_study_summaries(url)
-    }
+    url: str | optuna.storages.BaseStorage = storage if storage is not None else study_url(experiment_dir)
+    if storage is not None:
+        existed = spec.name in {s.study_name for s in storage.get_all_studies()}
+    else:
+        existed = (experiment_dir / STUDY_FILE).exists() and spec.name in {
+            s.study_name for s in optuna.get_all_study_summaries(url)
+        }
     study = optuna.create_study(
         storage=url,
         study_name=spec.name,
@@ -64,37 +130,173 @@ def open_study(spec: ExperimentSpec, experiment_dir: Path) -> optuna.Study:
 class OptunaStudySearcher(Searcher):
     """Asks an Optuna study in SQLite for configs; tells it COMPLETE, PRUNED or FAIL.
 
-    A trial is COMPLETE only when it trained ``max_epochs`` epochs; one that stopped
-    earlier (ASHA, time budget) is PRUNED with its per-epoch intermediate values.
+    A trial is COMPLETE when it trained ``max_epochs`` epochs or the model's own
+    callbacks ended it (EarlyStopping); one that stopped earlier for any other reason
+    (ASHA, time budget) is PRUNED with its per-epoch intermediate values.
+
+    Attributes the driver may show:
+        skipped_repeats: proposals that repeated a configuration an earlier (or running)
+            trial trained, told to the study without training (user attr ``DUPLICATE_ATTR``).
+        exhausted_reason: set when the search ended before ``num_samples`` trials because
+            every configuration of the space had run; None otherwise.
     """
 
-    def __init__(self, spec: ExperimentSpec, experiment_dir: Path) -> None:
+    def __init__(
+        self, spec: ExperimentSpec, experiment_dir: Path, storage: optuna.storages.BaseStorage | None = None
+    ) -> None:
         super().__init__(metric=spec.metric.name, mode=spec.metric.mode)
         self._spec = spec
         self._experiment_dir = experiment_dir
+        self._storage = storage  # None: the experiment's study.db
         # Ray trial id -> Optuna trial number; saved with Ray's experiment state so a
-        # resumed run maps its trials back onto the same study trials.
+        # resumed run maps its trials back onto the same study trials. Its order is the
+        # order trials were asked for: a grid's slots follow it.
         self._numbers: dict[str, int] = {}
         self._study: optuna.Study | None = None
         self._live: dict[str, optuna.Trial] = {}
         self._reported: dict[int, int] = {}  # Optuna trial number -> last epoch reported
+        self._grid: tuple[list[dict[str, Any]], list[int]] | None = None  # rebuilt from the spec
+        self._ran: dict[tuple[Any, ...], int] | None = None  # config key -> number of the Ray trial that ran it
+        self.skipped_repeats = 0
+        self.exhausted_reason: str | None = None
 
     @property
     def study(self) -> optuna.Study:
         if self._study is None:
-            self._study = open_study(self._spec, self._experiment_dir)
+            self._study = open_study(self._spec, self._experiment_dir, self._storage)
         return self._study
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        """The next configuration, or ``Searcher.FINISHED``.
+
+        A TPE or random proposal equal to a configuration a Ray trial already ran is not
+        trained again: the study is told that trial's outcome for it (COMPLETE with its
+        value, PRUNED with its intermediate values, FAIL; FAIL when that trial still
+        runs), marked ``DUPLICATE_ATTR``, and asked again, up to
+        ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration is picked at
+        random, and when none is left the search ends with ``exhausted_reason`` set.
+        """
         if trial_id in self._numbers:  # Ray asks again for a trial it restores
             return None
-        if len(self._numbers) >= self._spec.budget.num_samples:
+        if self.exhausted_reason is not None or len(self._numbers) >= self._spec.budget.num_samples:
             return Searcher.FINISHED  # type: ignore[return-value]  # Ray's "no more trials" sentinel
-        trial = self.study.ask()
-        trial.set_user_attr("ray_trial_id", trial_id)
+        if self._spec.search.algorithm == "grid":
+            trial, config = self._ask_grid(len(self._numbers))
+        else:
+            asked = self._ask_new()
+            if asked is None:
+                return Searcher.FINISHED  # type: ignore[return-value]
+            trial, config = asked
+            self._runs().setdefault(self._spec.space.key(config), trial.number)
+        trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
         self._numbers[trial_id] = trial.number
         self._live[trial_id] = trial
-        return self._spec.space.sample(trial)
+        return config
+
+    # ------------------------------------------------------------------------ grid
+
+    def _grid_points(self) -> tuple[list[dict[str, Any]], list[int]]:
+        """The grid in spec order, and the order trials take its points in."""
+        if self._grid is None:
+            points = self._spec.space.grid_points()
+            # Shuffled, as Optuna's GridSampler did: a search cut short by its time budget
+            # still covers the space evenly. Deterministic, so a resume sees the same order.
+            order = list(range(len(points)))
+            random.Random(self._spec.search.seed).shuffle(order)
+            self._grid = (points, order)
+        return self._grid
+
+    def _ask_grid(self, slot: int) -> tuple[optuna.Trial, dict[str, Any]]:
+        points, order = self._grid_points()
+        repeat, position = divmod(slot, len(points))
+        index = order[position]
+        trial, config = self._ask_pinned(points[index])
+        trial.set_user_attr(GRID_POINT_ATTR, index)
+        if self._spec.budget.num_samples > len(points):
+            # Repeats of a point differ only in their seed; every pass carries it, so the
+            # trials table shows which pass a row belongs to.
+            config[REPEAT_SEED_KEY] = self._spec.training.seed + repeat
+            trial.set_user_attr(REPEAT_ATTR, repeat)
+            trial.set_user_attr(REPEAT_SEED_KEY, config[REPEAT_SEED_KEY])
+        return trial, config
+
+    def _ask_pinned(self, point: Mapping[str, Any]) -> tuple[optuna.Trial, dict[str, Any]]:
+        sampler = self.study.sampler
+        assert isinstance(sampler, _PinnableSampler)  # open_study builds it
+        sampler.point = point
+        try:
+            trial = self.study.ask()
+            config = self._spec.space.sample(trial)
+        finally:
+            sampler.point = None
+        return trial, config
+
+    # -------------------------------------------------------------- no repeated work
+
+    def _ask_new(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
+        space = self._spec.space
+        for _ in range(MAX_REPEATED_PROPOSALS):
+            trial = self.study.ask()
+            config = space.sample(trial)
+            earlier = self._runs().get(space.key(config))
+            if earlier is None:
+                return trial, config
+            self._tell_repeat(trial, earlier)
+        point = self._unseen_configuration()
+        if point is None:
+            return None
+        return self._ask_pinned(point)
+
+    def _runs(self) -> dict[tuple[Any, ...], int]:
+        """Which Ray trial ran each configuration (rebuilt from the study after a restore)."""
+        if self._ran is None:
+            trials = self.study.get_trials(deepcopy=False)
+            self._ran = {}
+            for number in self._numbers.values():
+                self._ran.setdefault(self._spec.space.key(trials[number].params), number)
+        return self._ran
+
+    def _tell_repeat(self, trial: optuna.Trial, earlier_number: int) -> None:
+        earlier = self.study.get_trials(deepcopy=False)[earlier_number]
+        trial.set_user_attr(DUPLICATE_ATTR, earlier_number)
+        self.skipped_repeats += 1
+        if earlier.state == TrialState.RUNNING:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return
+        for step, value in sorted(earlier.intermediate_values.items()):
+            trial.report(value, step=step)
+        if earlier.state == TrialState.COMPLETE:
+            self.study.tell(trial, earlier.value)
+        elif earlier.state == TrialState.PRUNED:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def _unseen_configuration(self) -> dict[str, Any] | None:
+        """A configuration no Ray trial ran, drawn at random; None (and why) when none is left."""
+        space, runs = self._spec.space, self._runs()
+        rng = random.Random(f"{self._spec.search.seed}/{len(self._numbers)}")
+        everything = space.configurations()
+        if everything is not None:
+            unseen = [point for point in everything if space.key(point) not in runs]
+            if unseen:
+                return rng.choice(unseen)
+            self.exhausted_reason = (
+                f"every configuration of the space has run ({len(everything)} distinct); "
+                f"{len(self._numbers)} of budget.num_samples={self._spec.budget.num_samples} trials"
+            )
+            return None
+        for _ in range(_RANDOM_DRAWS):
+            point = space.random_configuration(rng)
+            if space.key(point) not in runs:
+                return point
+        self.exhausted_reason = (
+            f"no configuration left that has not run ({_RANDOM_DRAWS} random draws repeated one); "
+            f"{len(self._numbers)} of budget.num_samples={self._spec.budget.num_samples} trials"
+        )
+        return None
+
+    # ------------------------------------------------------------------- outcomes
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         trial = self._open_trial(trial_id)
@@ -121,14 +323,18 @@ class OptunaStudySearcher(Searcher):
         # so that last epoch reaches the study here.
         self._report(trial, result)
         value = _finite(result.get(self._spec.metric.name))
+        info = result.get(INFO_KEY)
+        # EarlyStopping (or any callback setting model.stop_training) ended it: the model
+        # is finished as its author meant it, not cut short by the search.
+        stopped_by_model = isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
         if error or result.get(FAILURE_KEY) or value is None:
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        elif int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        elif stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
             self.study.tell(trial, value, skip_if_finished=True)
         else:
             # Stopped before the end: Optuna keeps the last intermediate value as the
             # trial's value and its samplers treat it as the partial run it was.
-            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+            self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
 
     def trial_number(self, trial_id: str) -> int | None:
         return self._numbers.get(trial_id)
@@ -143,6 +349,11 @@ class OptunaStudySearcher(Searcher):
         if frozen.state.is_finished():
             return None
         trial = optuna.Trial(self.study, frozen._trial_id)
+        # Reopened after a resume: epochs the study already holds are not reported again
+        # (Optuna would warn for each), even when Ray's pickled state predates them.
+        if frozen.intermediate_values:
+            last = max(frozen.intermediate_values)
+            self._reported[number] = max(self._reported.get(number, 0), last)
         self._live[trial_id] = trial
         return trial
 
@@ -152,14 +363,21 @@ class OptunaStudySearcher(Searcher):
         state = self.__dict__.copy()
         state["_study"] = None
         state["_live"] = {}
+        state["_grid"] = None  # rebuilt from the spec: up to 100,000 configurations
+        state["_ran"] = None  # rebuilt from the study
         return state
 
     def save(self, checkpoint_path: str) -> None:
-        Path(checkpoint_path).write_text(json.dumps({"numbers": self._numbers}))
+        state = {"numbers": self._numbers, "skipped_repeats": self.skipped_repeats, "exhausted": self.exhausted_reason}
+        Path(checkpoint_path).write_text(json.dumps(state))
 
     def restore(self, checkpoint_path: str) -> None:
-        self._numbers = json.loads(Path(checkpoint_path).read_text())["numbers"]
+        state = json.loads(Path(checkpoint_path).read_text())
+        self._numbers = state["numbers"]
+        self.skipped_repeats = state.get("skipped_repeats", 0)
+        self.exhausted_reason = state.get("exhausted")
         self._live = {}
+        self._ran = None
         self._close_orphans()
 
     def _close_orphans(self) -> None:
@@ -167,11 +385,12 @@ class OptunaStudySearcher(Searcher):
 
         The driver died between asking Optuna and saving Ray's state: Ray will never run
         those trials, so they must not stay RUNNING (samplers would count them forever).
+        A grid point such a trial held goes to the next trial Ray asks for.
         """
         known = set(self._numbers.values())
-        for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if frozen.number not in known:
-                self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+                self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def _finite(value: object) -> float | None:

@@ -4,12 +4,18 @@ A space is an ordered tuple of parameters. Sampling is define-by-run: parameters
 drawn in spec order, and a parameter with ``when`` is drawn only if the parameters it
 depends on (drawn earlier) took one of the listed values. Optuna's samplers then see
 exactly the parameters each trial really used.
+
+A grid is the list of distinct full configurations: choice values, int ranges with
+their step and uniform ranges with a step expand to their values, and a conditional
+parameter is expanded only where its condition holds (no configuration carries an
+inactive parameter, so none is counted twice).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import random
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +26,13 @@ if TYPE_CHECKING:
     import optuna
 
 Scalar = str | int | float | bool | None
+
+# A grid larger than this is refused: nobody trains 100,000 models on purpose, and
+# enumerating far more would stall ``tunekit validate``.
+MAX_GRID_POINTS = 100_000
+# The config key a repeated grid point's seed travels in (training.seed + repeat index),
+# set only when budget.num_samples is a multiple > 1 of the grid size.
+REPEAT_SEED_KEY = "seed"
 
 DISTRIBUTION_TYPES = ("uniform", "loguniform", "int", "choice", "fixed")
 _KEYS: dict[str, tuple[str, ...]] = {
@@ -126,12 +139,76 @@ class SearchSpace:
             config[param.name] = dist.value if isinstance(dist, Fixed) else dist.suggest(trial, param.name)
         return config
 
-    def grid(self) -> dict[str, list[Scalar]]:
-        """The searched axes of a full grid, for Optuna's GridSampler."""
-        return {p.name: list(p.distribution.values) for p in self.params if isinstance(p.distribution, Choice)}
+    def grid(self) -> dict[str, list[Any]]:
+        """The values grid search gives each searched (non-fixed) parameter.
+
+        Raises:
+            SpecError: a parameter grid search cannot expand (a range without step, a
+                log range), or one with more than ``MAX_GRID_POINTS`` values.
+        """
+        return {p.name: list(_grid_axis(p)) for p in self.params if not isinstance(p.distribution, Fixed)}
 
     def grid_size(self) -> int:
-        return math.prod(len(values) for values in self.grid().values())
+        """The number of distinct configurations of the grid (conditional parameters counted where active).
+
+        Raises:
+            SpecError: as ``grid()``, and when the grid holds more than ``MAX_GRID_POINTS``
+                configurations.
+        """
+        axes = {p.name: _grid_axis(p) for p in self.params}
+        size = _count(self.params, axes, MAX_GRID_POINTS)
+        if size > MAX_GRID_POINTS:
+            conditional = any(p.when for p in self.params)
+            total = "more than 100,000" if conditional else f"{math.prod(len(a) for a in axes.values()):,}"
+            raise SpecError(
+                "space", f"grid search covers at most {MAX_GRID_POINTS:,} configurations, got {total}", got=False
+            )
+        return size
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every distinct configuration of the grid, in spec order (fixed values included)."""
+        self.grid_size()  # the checks, before anything is enumerated
+        return list(_enumerate(self.params, {p.name: _grid_axis(p) for p in self.params}))
+
+    def configurations(self, limit: int = MAX_GRID_POINTS) -> list[dict[str, Any]] | None:
+        """Every configuration the space can produce, or None when it is infinite or above ``limit``.
+
+        Unlike ``grid_points`` this never raises: log int ranges count with every integer.
+        """
+        axes: dict[str, Sequence[Any]] = {}
+        for param in self.params:
+            axis = _axis(param.distribution)
+            if axis is None or len(axis) > limit:
+                return None
+            axes[param.name] = axis
+        if _count(self.params, axes, limit) > limit:
+            return None
+        return list(_enumerate(self.params, axes))
+
+    def random_configuration(self, rng: random.Random) -> dict[str, Any]:
+        """A configuration drawn uniformly per parameter (log-uniformly for log ranges), no Optuna."""
+        config: dict[str, Any] = {}
+        for param in self.params:
+            if param.is_active(config):
+                config[param.name] = _draw(param.distribution, rng)
+        return config
+
+    def key(self, config: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        """What identifies a configuration: its searched values, stepped floats as grid indices.
+
+        Two proposals with the same key train the same model (floats on a step can differ
+        in their last bits depending on how a sampler computed them).
+        """
+        parts: list[tuple[str, Any]] = []
+        for param in self.params:
+            dist = param.distribution
+            if isinstance(dist, Fixed) or param.name not in config:
+                continue
+            value = config[param.name]
+            if isinstance(dist, FloatRange) and dist.step is not None and _is_number(value):
+                value = round((value - dist.low) / dist.step)
+            parts.append((param.name, (isinstance(value, bool), value)))
+        return tuple(parts)
 
     def check_point(self, point: Mapping[str, Any], path: str) -> dict[str, Any]:
         """Validates a warm-start point; returns the part the sampler must be told."""
@@ -238,6 +315,117 @@ def _parse_when(raw: object, path: str, name: str, earlier: list[Param]) -> dict
                 raise SpecError(parent_path, f"must be a value {parent} can take ({_describe(dist)})", option)
         when[parent] = options
     return when
+
+
+def _axis(dist: Distribution) -> Sequence[Any] | None:
+    """Every value a distribution can take, or None for a continuous range (or a huge one)."""
+    if isinstance(dist, Choice):
+        return dist.values
+    if isinstance(dist, Fixed):
+        return (dist.value,)
+    if isinstance(dist, IntRange):
+        return range(dist.low, dist.high + 1, dist.step)  # lazy: len() is free
+    if dist.step is None:
+        return None
+    count = round((dist.high - dist.low) / dist.step) + 1
+    if count > MAX_GRID_POINTS:
+        return None
+    # As suggest_float(step=) would: low + k * step, without the float noise (0.1 * 3).
+    return tuple(min(dist.high, float(f"{dist.low + k * dist.step:.12g}")) for k in range(count))
+
+
+def _grid_axis(param: Param) -> Sequence[Any]:
+    """A parameter's grid values, or the SpecError saying why grid search cannot expand it."""
+    dist, path = param.distribution, f"space.{param.name}"
+    if isinstance(dist, FloatRange):
+        if dist.log:
+            raise SpecError(
+                v.join(path, "type"),
+                "grid search cannot expand a loguniform range (it has no step); list its values with choice",
+                "loguniform",
+            )
+        if dist.step is None:
+            raise SpecError(v.join(path, "step"), "grid search needs a step for uniform ranges (or use choice)", None)
+        count = round((dist.high - dist.low) / dist.step) + 1
+    elif isinstance(dist, IntRange):
+        if dist.log:
+            # Expanding would make every integer a point, not the powers the user had in mind.
+            raise SpecError(
+                v.join(path, "log"), "grid search cannot expand a log int range; list its values with choice", True
+            )
+        count = (dist.high - dist.low) // dist.step + 1
+    else:
+        count = 1 if isinstance(dist, Fixed) else len(dist.values)
+    axis = _axis(dist) if count <= MAX_GRID_POINTS else None
+    if axis is None:
+        raise SpecError(
+            path,
+            f"grid search covers at most {MAX_GRID_POINTS:,} configurations, got {count:,} values here alone",
+            got=False,
+        )
+    return axis
+
+
+def _count(params: tuple[Param, ...], axes: Mapping[str, Sequence[Any]], cap: int) -> int:
+    """How many distinct configurations the axes make, conditions applied; stops above ``cap``.
+
+    Only parameters that a ``when`` refers to are branched on; the others multiply.
+    """
+    parents = {name for p in params for name in p.when}
+
+    def count(index: int, config: dict[str, Any]) -> int:
+        total = 1
+        for position in range(index, len(params)):
+            param = params[position]
+            if not param.is_active(config):
+                continue
+            axis = axes[param.name]
+            if param.name in parents:
+                branches = 0
+                for value in axis:
+                    branches += count(position + 1, {**config, param.name: value})
+                    if total * branches > cap:
+                        return cap + 1
+                return total * branches
+            total *= len(axis)
+            if total > cap:
+                return cap + 1
+        return total
+
+    return count(0, {})
+
+
+def _enumerate(params: tuple[Param, ...], axes: Mapping[str, Sequence[Any]]) -> Iterator[dict[str, Any]]:
+    def walk(index: int, config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if index == len(params):
+            yield dict(config)
+            return
+        param = params[index]
+        if not param.is_active(config):
+            yield from walk(index + 1, config)
+            return
+        for value in axes[param.name]:
+            config[param.name] = value
+            yield from walk(index + 1, config)
+        del config[param.name]
+
+    return walk(0, {})
+
+
+def _draw(dist: Distribution, rng: random.Random) -> Any:
+    if isinstance(dist, Fixed):
+        return dist.value
+    if isinstance(dist, Choice):
+        return rng.choice(dist.values)
+    if isinstance(dist, IntRange):
+        if dist.log:
+            return min(dist.high, round(math.exp(rng.uniform(math.log(dist.low), math.log(dist.high)))))
+        return rng.choice(range(dist.low, dist.high + 1, dist.step))
+    if dist.log:
+        return math.exp(rng.uniform(math.log(dist.low), math.log(dist.high)))
+    if dist.step is not None:
+        return rng.choice(_axis(dist) or (dist.low,))
+    return rng.uniform(dist.low, dist.high)
 
 
 def kind_name(dist: Distribution) -> str:

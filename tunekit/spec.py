@@ -18,7 +18,7 @@ import yaml
 from tunekit import _validate as v
 from tunekit.contract import TrainableRef, locate_trainable
 from tunekit.errors import SpecError
-from tunekit.space import Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
+from tunekit.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 ALGORITHMS = ("tpe", "random", "grid")
@@ -325,27 +325,24 @@ def _search(raw: object, space: SearchSpace) -> SearchSettings:
         space.check_point(point, point_path)
         warm_start.append(dict(point))
     if algorithm == "grid":
-        for param in space.params:
-            if param.when:
-                raise SpecError(
-                    f"space.{param.name}.when", "conditional parameters need tpe or random search", dict(param.when)
-                )
-            if not isinstance(param.distribution, Choice | Fixed):
-                raise SpecError(
-                    f"space.{param.name}.type",
-                    "grid search needs choice or fixed parameters",
-                    kind_name(param.distribution),
-                )
+        space.grid_size()  # every parameter expands, and the grid is of a sane size
     return SearchSettings(algorithm, seed, startup, tuple(warm_start))
 
 
 def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSpec:
     section = v.mapping(raw, "budget", SECTION_KEYS["budget"])
     if search.algorithm == "grid":
+        # Omitted: every configuration once. A multiple: each configuration that many
+        # times, every repeat with its own seed (in the config key REPEAT_SEED_KEY).
         size = space.grid_size()
-        num_samples = v.integer(section.get("num_samples", size), "budget.num_samples", minimum=1)
-        if num_samples != size:
-            raise SpecError("budget.num_samples", f"must equal the grid size ({size}) for grid search", num_samples)
+        num_samples = v.integer(_optional(section, "num_samples", size), "budget.num_samples", minimum=1)
+        if num_samples % size:
+            raise SpecError(
+                "budget.num_samples", f"must be a multiple of the grid size ({size}) for grid search", num_samples
+            )
+        if num_samples > size and REPEAT_SEED_KEY in space.names:
+            rule = f"repeats each grid point with its own {REPEAT_SEED_KEY}, which the space searches itself"
+            raise SpecError("budget.num_samples", f"{rule}; use {size}", num_samples)
     else:
         num_samples = v.integer(v.require(section, "num_samples", "budget"), "budget.num_samples", minimum=1)
     max_epochs = v.integer(v.require(section, "max_epochs", "budget"), "budget.max_epochs", minimum=1)

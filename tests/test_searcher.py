@@ -1,0 +1,295 @@
+"""The Ray searcher driven directly with made-up results on a real SQLite study: no Ray run."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL
+from tunekit.searcher import DUPLICATE_ATTR, GRID_POINT_ATTR, OptunaStudySearcher
+from tunekit.space import REPEAT_SEED_KEY
+from tunekit.spec import ExperimentSpec, load_spec
+
+METRIC = "val_accuracy"
+CONDITIONAL = {
+    "optimizer": {"type": "choice", "values": ["adam", "sgd"]},
+    "momentum": {"type": "uniform", "low": 0.5, "high": 0.9, "step": 0.2, "when": {"optimizer": "sgd"}},
+    "layers": {"type": "int", "low": 1, "high": 2},
+    "loss": {"type": "fixed", "value": "sparse_categorical_crossentropy"},
+}
+SMALL = {"a": {"type": "choice", "values": [1, 2]}, "b": {"type": "choice", "values": ["x", "y", "z"]}}
+
+
+def make_spec(
+    space: dict[str, Any], algorithm: str = "tpe", *, max_epochs: int = 2, seed: int = 0, **budget: Any
+) -> ExperimentSpec:
+    if algorithm != "grid":
+        budget.setdefault("num_samples", 6)
+    return load_spec(
+        {
+            "name": "searcher",
+            "trainable": "trainables.digits_mlp",
+            "metric": {"name": METRIC, "mode": "max"},
+            "budget": {"max_epochs": max_epochs, **budget},
+            "search": {"algorithm": algorithm, "seed": 0, "n_startup_trials": 2},
+            "scheduler": {"type": "fifo"},
+            "training": {"seed": seed},
+            "space": space,
+        }
+    )
+
+
+def in_memory(spec: ExperimentSpec, tmp_path: Path) -> OptunaStudySearcher:
+    """A searcher on an in-memory study: a fresh SQLite schema costs half a second."""
+    return OptunaStudySearcher(spec, tmp_path, storage=optuna.storages.InMemoryStorage())
+
+
+def result(value: float, epoch: int, **extra: Any) -> dict[str, Any]:
+    return {METRIC: value, EPOCH_KEY: epoch, **extra}
+
+
+def train(searcher: OptunaStudySearcher, trial_id: str, values: list[float], **last: Any) -> None:
+    """Reports one value per epoch, then completes the trial with the last result, as Ray does."""
+    for epoch, value in enumerate(values, start=1):
+        searcher.on_trial_result(trial_id, result(value, epoch))
+    searcher.on_trial_complete(trial_id, result(values[-1], len(values), **last))
+
+
+def frozen(searcher: OptunaStudySearcher, trial_id: str) -> optuna.trial.FrozenTrial:
+    number = searcher.trial_number(trial_id)
+    assert number is not None
+    return searcher.study.trials[number]
+
+
+def searched(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in ("loss", REPEAT_SEED_KEY)}
+
+
+# ------------------------------------------------------------------------------ grid
+
+
+def test_grid_hands_out_every_configuration_once_then_finishes(tmp_path: Path) -> None:
+    spec = make_spec(CONDITIONAL, "grid")
+    searcher = in_memory(spec, tmp_path)
+    configs = [searcher.suggest(f"t{i}") for i in range(spec.budget.num_samples)]
+    assert searcher.suggest("extra") == Searcher.FINISHED
+    assert len(configs) == 2 + 3 * 2
+    assert sorted(map(repr, configs)) == sorted(map(repr, spec.space.grid_points()))
+    assert all(REPEAT_SEED_KEY not in c for c in configs if c)  # one pass: no seed key
+    for i, config in enumerate(configs):
+        assert config is not None
+        trial = frozen(searcher, f"t{i}")
+        # the study holds exactly what the trial runs: no inactive momentum for adam
+        assert trial.params == searched(config)
+        assert spec.space.grid_points()[trial.user_attrs[GRID_POINT_ATTR]] == config
+
+
+def test_grid_repeats_each_point_with_its_own_seed(tmp_path: Path) -> None:
+    spec = make_spec({"units": {"type": "int", "low": 8, "high": 24, "step": 8}}, "grid", seed=5, num_samples=9)
+    searcher = in_memory(spec, tmp_path)
+    configs = [searcher.suggest(f"t{i}") for i in range(9)]
+    assert searcher.suggest("extra") == Searcher.FINISHED
+    passes = [configs[0:3], configs[3:6], configs[6:9]]
+    for repeat, configs_of_pass in enumerate(passes):
+        assert sorted(c["units"] for c in configs_of_pass) == [8, 16, 24]  # type: ignore[index]
+        assert {c[REPEAT_SEED_KEY] for c in configs_of_pass} == {5 + repeat}  # type: ignore[index]
+    assert frozen(searcher, "t4").user_attrs["tunekit_repeat"] == 1
+    assert "seed" not in frozen(searcher, "t4").params
+
+
+def test_resumed_grid_neither_reruns_nor_skips_a_point(tmp_path: Path) -> None:
+    spec = make_spec(CONDITIONAL, "grid")
+    searcher = OptunaStudySearcher(spec, tmp_path)
+    first = {f"t{i}": searcher.suggest(f"t{i}") for i in range(3)}
+    train(searcher, "t0", [0.5, 0.6])
+    # Ray's last experiment checkpoint: the pickled searcher plus its save()
+    pickled = pickle.dumps(searcher)
+    searcher.save(str(tmp_path / "searcher-state.json"))
+    orphan = searcher.suggest("lost")  # asked after that checkpoint; then the driver died
+    assert orphan is not None
+    lost_number = searcher.trial_number("lost")
+
+    resumed: OptunaStudySearcher = pickle.loads(pickled)
+    resumed.restore(str(tmp_path / "searcher-state.json"))
+    assert resumed.study.trials[lost_number].state == TrialState.FAIL  # type: ignore[index]
+    train(resumed, "t1", [0.4, 0.45])  # trials Ray restores report as before
+    rest: list[dict[str, Any] | None] = []
+    while (config := resumed.suggest(f"r{len(rest)}")) != Searcher.FINISHED:
+        rest.append(config)
+    ran = list(first.values()) + rest
+    assert sorted(map(repr, ran)) == sorted(map(repr, spec.space.grid_points()))
+    assert orphan in rest  # the lost trial's point was not skipped
+
+
+# ------------------------------------------------------------------- no repeated work
+
+
+def test_tpe_never_trains_a_configuration_twice(tmp_path: Path) -> None:
+    spec = make_spec(SMALL, num_samples=6)
+    searcher = in_memory(spec, tmp_path)
+    configs = []
+    for i in range(6):
+        config = searcher.suggest(f"t{i}")
+        assert isinstance(config, dict)
+        configs.append(config)
+        value = 0.1 * config["a"] + {"x": 0.0, "y": 0.3, "z": 0.1}[config["b"]]
+        if i % 2:
+            train(searcher, f"t{i}", [value])  # pruned after 1 of 2 epochs
+        else:
+            train(searcher, f"t{i}", [value - 0.05, value])
+    assert searcher.suggest("t6") == Searcher.FINISHED  # num_samples caps Ray trials, not study trials
+    assert len({(c["a"], c["b"]) for c in configs}) == 6
+    study = searcher.study
+    repeats = [t for t in study.trials if DUPLICATE_ATTR in t.user_attrs]
+    # TPE on six points proposes repeats: the check must have had work to do
+    assert searcher.skipped_repeats == len(repeats) > 0
+    assert len(study.trials) == 6 + len(repeats)
+    for repeat in repeats:
+        original = study.trials[repeat.user_attrs[DUPLICATE_ATTR]]
+        assert "ray_trial_id" not in repeat.user_attrs
+        assert repeat.params == original.params
+        assert (repeat.state, repeat.value, repeat.intermediate_values) == (
+            original.state,
+            original.value,
+            original.intermediate_values,
+        )
+    assert {t.state for t in repeats} <= {TrialState.COMPLETE, TrialState.PRUNED}
+
+
+@pytest.mark.parametrize(
+    ("ending", "state", "value"),
+    [
+        ("running", TrialState.FAIL, None),
+        ("completed", TrialState.COMPLETE, 0.7),
+        ("pruned", TrialState.PRUNED, 0.6),
+        ("failed", TrialState.FAIL, None),
+    ],
+)
+def test_repeats_get_the_earlier_outcome_and_an_exhausted_space_ends_the_search(
+    tmp_path: Path, ending: str, state: TrialState, value: float | None
+) -> None:
+    spec = make_spec({"units": {"type": "choice", "values": [32]}, "rate": {"type": "fixed", "value": 0.1}})
+    searcher = in_memory(spec, tmp_path)
+    assert searcher.suggest("t0") == {"units": 32, "rate": 0.1}
+    if ending == "completed":
+        train(searcher, "t0", [0.6, 0.7])
+    elif ending == "pruned":
+        train(searcher, "t0", [0.6])
+    elif ending == "failed":
+        train(searcher, "t0", [0.6], **{FAILURE_KEY: "non-finite loss at epoch 1"})
+
+    assert searcher.suggest("t1") == Searcher.FINISHED
+    assert searcher.exhausted_reason == (
+        "every configuration of the space has run (1 distinct); 1 of budget.num_samples=6 trials"
+    )
+    assert searcher.suggest("t2") == Searcher.FINISHED
+    repeats = searcher.study.trials[1:]
+    assert len(repeats) == searcher.skipped_repeats == 20
+    for repeat in repeats:
+        assert repeat.user_attrs[DUPLICATE_ATTR] == 0
+        assert (repeat.state, repeat.value) == (state, value)
+    assert searcher.trial_number("t1") is None
+
+
+def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(tmp_path: Path) -> None:
+    spec = make_spec({"units": {"type": "choice", "values": [32, 64]}}, num_samples=3)
+    searcher = in_memory(spec, tmp_path)
+    # a sampler stuck on one point, as TPE gets on a small space it has modelled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        stuck = optuna.samplers.PartialFixedSampler({"units": 32}, optuna.samplers.RandomSampler(seed=0))
+    searcher.study.sampler.base = stuck  # type: ignore[union-attr]
+    assert searcher.suggest("t0") == {"units": 32}
+    assert searcher.suggest("t1") == {"units": 64}  # t0 still runs: its 20 repeats are told FAIL
+    assert frozen(searcher, "t1").params == {"units": 64}
+    repeats = [t for t in searcher.study.trials if DUPLICATE_ATTR in t.user_attrs]
+    assert len(repeats) == 20
+    assert all(t.state == TrialState.FAIL and t.params == {"units": 32} for t in repeats)
+    assert searcher.exhausted_reason is None
+    assert searcher.suggest("t2") == Searcher.FINISHED
+    assert searcher.exhausted_reason == (
+        "every configuration of the space has run (2 distinct); 2 of budget.num_samples=3 trials"
+    )
+
+
+def test_continuous_spaces_are_not_held_back(tmp_path: Path) -> None:
+    spec = make_spec({"rate": {"type": "uniform", "low": 0.0, "high": 1.0}}, algorithm="random", num_samples=5)
+    searcher = in_memory(spec, tmp_path)
+    for i in range(5):
+        assert isinstance(searcher.suggest(f"t{i}"), dict)
+    assert searcher.skipped_repeats == 0 and len(searcher.study.trials) == 5
+
+
+def test_repeat_count_and_exhaustion_survive_a_resume(tmp_path: Path) -> None:
+    spec = make_spec({"units": {"type": "choice", "values": [32]}})
+    searcher = OptunaStudySearcher(spec, tmp_path)
+    searcher.suggest("t0")
+    train(searcher, "t0", [0.5, 0.6])
+    assert searcher.suggest("t1") == Searcher.FINISHED
+    searcher.save(str(tmp_path / "state.json"))
+    resumed = OptunaStudySearcher(spec, tmp_path)
+    resumed.restore(str(tmp_path / "state.json"))
+    assert (resumed.skipped_repeats, resumed.exhausted_reason) == (20, searcher.exhausted_reason)
+    assert resumed.suggest("t2") == Searcher.FINISHED
+
+
+# ----------------------------------------------------------------- reports and ends
+
+
+def test_resume_does_not_report_an_epoch_twice(tmp_path: Path) -> None:
+    spec = make_spec(SMALL, max_epochs=5)
+    searcher = OptunaStudySearcher(spec, tmp_path)
+    searcher.suggest("t0")
+    searcher.on_trial_result("t0", result(0.1, 1))
+    pickled = pickle.dumps(searcher)  # Ray's last saved state: one epoch reported
+    searcher.save(str(tmp_path / "state.json"))
+    searcher.on_trial_result("t0", result(0.2, 2))
+    searcher.on_trial_result("t0", result(0.3, 3))  # then the driver died
+
+    resumed: OptunaStudySearcher = pickle.loads(pickled)
+    resumed.restore(str(tmp_path / "state.json"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Optuna's "The reported value is ignored ..." would raise
+        # the trial resumes from its epoch-2 checkpoint: epoch 3 is trained and reported again
+        resumed.on_trial_result("t0", result(0.35, 3))
+        resumed.on_trial_result("t0", result(0.4, 4))
+        resumed.on_trial_complete("t0", result(0.5, 5))
+    trial = frozen(resumed, "t0")
+    assert trial.intermediate_values == {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5}
+    assert (trial.state, trial.value) == (TrialState.COMPLETE, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("info", "state", "value"),
+    [
+        ({STOPPED_BY_MODEL: True}, TrialState.COMPLETE, 0.8),
+        ({STOPPED_BY_MODEL: False}, TrialState.PRUNED, 0.8),
+        ({}, TrialState.PRUNED, 0.8),
+        (None, TrialState.PRUNED, 0.8),
+    ],
+)
+def test_a_trial_its_model_stopped_is_complete(
+    tmp_path: Path, info: dict[str, Any] | None, state: TrialState, value: float
+) -> None:
+    spec = make_spec(SMALL, max_epochs=10)
+    searcher = in_memory(spec, tmp_path)
+    searcher.suggest("t0")
+    extra = {} if info is None else {INFO_KEY: info}
+    train(searcher, "t0", [0.6, 0.7, 0.8], **extra)  # 3 of 10 epochs
+    trial = frozen(searcher, "t0")
+    assert (trial.state, trial.value) == (state, value)
+    assert trial.intermediate_values == {1: 0.6, 2: 0.7, 3: 0.8}
+
+
+def test_a_failed_self_stopped_trial_is_still_failed(tmp_path: Path) -> None:
+    searcher = in_memory(make_spec(SMALL, max_epochs=10), tmp_path)
+    searcher.suggest("t0")
+    train(searcher, "t0", [0.6], **{INFO_KEY: {STOPPED_BY_MODEL: True}, FAILURE_KEY: "non-finite loss at epoch 1"})
+    assert frozen(searcher, "t0").state == TrialState.FAIL
