@@ -52,9 +52,12 @@ MALFORMED = [
     ),
     (
         ("trainable", "trainables.nope"),
-        "trainable: cannot import module: not found on the Python path, got 'trainables.nope'",
+        "trainable: cannot import module: not found in {spec_dir}, {cwd} or on the Python path, got 'trainables.nope'",
     ),
-    (("trainable", "missing_file.py"), "trainable: no such trainable file, got 'missing_file.py'"),
+    (
+        ("trainable", "missing_file.py"),
+        "trainable: no such trainable file (looked for {spec_dir}/missing_file.py, {cwd}/missing_file.py), got 'missing_file.py'",
+    ),
     (
         ("trainable", "tunekit.errors"),
         "trainable: must define build_data(config, ctx) and build_model(config, ctx), got 'tunekit.errors'",
@@ -144,7 +147,8 @@ def test_malformed_spec_gives_exact_message_exit_2_and_writes_nothing(
     status = main(["run", str(spec_file), "--storage", str(storage)])
 
     assert status == 2
-    assert capsys.readouterr().err == f"tunekit: error: {message}\n"
+    expected = message.replace("{spec_dir}", str(tmp_path.resolve())).replace("{cwd}", str(REPO.resolve()))
+    assert capsys.readouterr().err == f"tunekit: error: {expected}\n"
     assert not storage.exists()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from ray import tune
 
 from tunekit.contract import TrialContext
 from tunekit.errors import FatalTrialError, TrialFailure
-from tunekit.layout import EPOCH_KEY
+from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, STOPPED_BY_MODEL
 from tunekit.resources import WorkerDevices
 from tunekit.spec import ExperimentSpec
 
@@ -27,7 +28,12 @@ if TYPE_CHECKING:
 
 class EpochReporter(keras.callbacks.Callback):
     """Checks the epoch's metrics, checkpoints, and reports; ``tune.report`` blocks until
-    the driver has seen the result, and raises ``SystemExit`` when ASHA stops the trial."""
+    the driver has seen the result, and raises ``SystemExit`` when ASHA stops the trial.
+
+    It runs after the trainable's own callbacks (it is last in the list), so a learning
+    rate that ReduceLROnPlateau lowered is in the checkpoint, and a ``stop_training`` that
+    EarlyStopping set is seen at the same epoch's end.
+    """
 
     def __init__(
         self,
@@ -46,6 +52,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._steps = steps
         self._epoch_started = 0.0
         self._train_seconds = 0.0
+        self._last: tuple[int, dict[str, float], dict[str, Any]] | None = None
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_started = time.perf_counter()
@@ -56,8 +63,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._train_seconds = time.perf_counter() - self._epoch_started
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        from tunekit.layout import INFO_KEY
-        from tunekit.trainable import memory_mb, save_checkpoint, trial_info
+        from tunekit.trainable import memory_mb, trial_info
 
         completed = epoch + 1
         metrics = {key: float(value) for key, value in (logs or {}).items()}
@@ -71,9 +77,34 @@ class EpochReporter(keras.callbacks.Callback):
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch
             bookkeeping["info"] = trial_info(self._ctx, self._devices)
-        checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
-        save_checkpoint(checkpoint_dir, self.model, completed, final=completed == self._spec.budget.max_epochs)
         self._progress.epoch = completed
+        if completed < self._spec.budget.max_epochs and not self.model.stop_training:
+            self._report(completed, metrics, bookkeeping, final=False)
+            return
+        # The last epoch, by the budget or because the model's own callbacks (EarlyStopping)
+        # stopped training: reported from on_train_end, after those callbacks have finished
+        # (EarlyStopping restores its best weights there), so the exported model is final.
+        if completed < self._spec.budget.max_epochs:
+            bookkeeping[STOPPED_BY_MODEL] = completed
+        self._last = (completed, metrics, bookkeeping)
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._last is not None:
+            completed, metrics, bookkeeping = self._last
+            self._last = None
+            self._report(completed, metrics, bookkeeping, final=True)
+
+    def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
+        """Checkpoints and reports; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
+        from tunekit.trainable import export_model, save_checkpoint
+
+        checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
+        save_checkpoint(checkpoint_dir, self.model, completed)
+        if final:
+            note = export_model(checkpoint_dir, self.model)
+            if note:
+                print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
+                bookkeeping[EXPORT_NOTE] = note
         try:
             tune.report(
                 {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,11 +26,13 @@ from tunekit.layout import (
     EPOCH_COLUMNS,
     EPOCH_KEY,
     EPOCHS_FILE,
+    EXPORT_NOTE,
     FAILURE_KEY,
     FAILURE_KIND_KEY,
     INFO_KEY,
     INFO_PREFIX,
     PARAM_PREFIX,
+    STOPPED_BY_MODEL,
     TRIAL_COLUMNS,
     TRIALS_FILE,
 )
@@ -59,6 +62,7 @@ class TrialRecord:
     attempts: int = 1
     info: dict[str, Any] = field(default_factory=dict)
     rated_epochs: int = 0  # epochs averaged into samples_per_second
+    stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
 
     @property
     def wall_seconds(self) -> float:
@@ -166,6 +170,8 @@ class Recorder(Callback):
         self.trials: dict[str, TrialRecord] = {}
         self.epochs: list[EpochRow] = []
         self.started = time.time()
+        self.export_notes: set[str] = set()
+        self._row_index: dict[tuple[str, int], int] = {}  # (trial id, epoch) -> its row in self.epochs
 
     # ----------------------------------------------------------------- Ray callbacks
 
@@ -188,6 +194,10 @@ class Recorder(Callback):
             record.reason = str(result[FAILURE_KEY])
             return
         bookkeeping = result.get(INFO_KEY, {})
+        if STOPPED_BY_MODEL in bookkeeping:
+            record.stopped_by_model = int(bookkeeping[STOPPED_BY_MODEL])
+        if bookkeeping.get(EXPORT_NOTE):
+            self._warn_export(record, str(bookkeeping[EXPORT_NOTE]))
         names = bookkeeping.get("metrics", [])
         metrics = {name: float(result[name]) for name in names if name in result}
         if "info" in bookkeeping:
@@ -201,7 +211,7 @@ class Recorder(Callback):
             bookkeeping.get("resumed_from_epoch"),
             time.time() - self.started,
         )
-        self.epochs.append(row)
+        self._add_row(row)
         self._update_metric(record, row)
         for listener in self.listeners:
             listener.epoch_reported(record, row)
@@ -212,11 +222,18 @@ class Recorder(Callback):
             record.status = "failed"
         elif record.epochs >= self.spec.budget.max_epochs:
             record.status = "completed"
+            record.reason = f"trained all {record.epochs} epochs"
+        elif record.stopped_by_model is not None and record.epochs == record.stopped_by_model:
+            # EarlyStopping and the like: the model decided it was done, a normal ending.
+            record.status = "completed"
+            record.reason = f"stopped by the model at epoch {record.epochs}"
         elif trial.trial_id in getattr(self.scheduler, "stopped", ()):
             record.status = "pruned"
             record.rung = rung_of(record.epochs, self.spec)
+            record.reason = f"pruned by ASHA at rung {record.rung} (epoch {record.epochs})"
         else:
-            record.status = "stopped"  # time budget or a stopped search
+            record.status = "stopped"
+            record.reason = self._stop_reason(record)
         self._end(record)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -224,6 +241,34 @@ class Recorder(Callback):
         record.status = "failed"
         record.reason = record.reason or _ray_error(trial)
         self._end(record)
+
+    def _stop_reason(self, record: TrialRecord) -> str:
+        """Why a trial that neither finished nor was pruned ended: the search stopped around it."""
+        budget = self.spec.budget.time_budget_s
+        if budget is not None and time.time() - self.started >= budget:
+            return f"the search's time budget of {budget:g} s ran out after {record.epochs} epochs"
+        return f"the search was stopped after {record.epochs} epochs"
+
+    def _warn_export(self, record: TrialRecord, note: str) -> None:
+        """One warning line per search: every trial of one model class fails its export alike."""
+        first = not self.export_notes
+        self.export_notes.add(note)
+        if first:
+            print(
+                f"tunekit: warning: trial {record.number}: {note}; rebuild such a model with build_model "
+                f"and model.load_weights (shown once; see output.log of each trial)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _add_row(self, row: EpochRow) -> None:
+        """One row per trial per epoch: an epoch trained again after a restore replaces its row."""
+        index = self._row_index.get((row.trial_id, row.epoch))
+        if index is not None:
+            self.epochs[index] = row
+            return
+        self._row_index[(row.trial_id, row.epoch)] = len(self.epochs)
+        self.epochs.append(row)
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         for listener in self.listeners:
@@ -314,6 +359,7 @@ class Recorder(Callback):
     def set_state(self, state: dict[str, Any]) -> None:
         self.trials = {r["trial_id"]: TrialRecord(**r) for r in state["trials"]}
         self.epochs = [EpochRow(**r) for r in state["epochs"]]
+        self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.started = state["started"]
         if isinstance(self.scheduler, RecordingASHA):
             values: dict[str, dict[int, float]] = {}

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from tunekit import _validate as v
-from tunekit.contract import TrainableRef, locate_trainable
+from tunekit.contract import Trainable, TrainableRef, locate_trainable
 from tunekit.errors import SpecError
 from tunekit.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 
@@ -117,7 +117,7 @@ class TrackingSpec:
 @dataclass(frozen=True)
 class ExperimentSpec:
     name: str
-    trainable: TrainableRef
+    trainable: Trainable  # a module named in the spec, or builder functions passed from Python
     metric: MetricSpec
     budget: BudgetSpec
     search: SearchSettings
@@ -138,6 +138,7 @@ def load_spec(
     source: str | Path | Mapping[str, Any],
     overrides: Iterable[str] = (),
     sections: Mapping[str, Any] | None = None,
+    trainable: Trainable | None = None,
 ) -> ExperimentSpec:
     """Reads, overrides and validates a spec.
 
@@ -145,11 +146,12 @@ def load_spec(
         source: a YAML file path, or an already-parsed mapping.
         overrides: ``key.path=value`` strings (the CLI's ``--set``); values are YAML.
         sections: nested mappings deep-merged over the spec (the Python API's keywords).
+        trainable: builders passed from Python; the spec's ``trainable`` is then ignored
+            and may be omitted.
 
     Raises:
         SpecError: with the spec path, the rule and the offending value.
     """
-    base_dir = Path.cwd()
     if isinstance(source, Mapping):
         raw: Any = copy.deepcopy(dict(source))
     else:
@@ -168,13 +170,14 @@ def load_spec(
             raise SpecError(str(source), "holds a number too long to read", got=False) from None
     if not isinstance(raw, dict):
         raise SpecError("spec", "must be a mapping at the top level", raw)
-    spec_dir = base_dir if isinstance(source, Mapping) else Path(source).parent
-    raw = _resolve_extends(raw, spec_dir, set())
+    # Relative paths in a spec file (extends, the trainable) start from the file's folder.
+    spec_dir = None if isinstance(source, Mapping) else Path(source).resolve().parent
+    raw = _resolve_extends(raw, spec_dir or Path.cwd(), set())
     for key, value in (sections or {}).items():
         _deep_merge(raw, key, value)
     for assignment in overrides:
         apply_override(raw, assignment)
-    return parse_spec(raw, base_dir)
+    return parse_spec(raw, spec_dir, trainable)
 
 
 def _resolve_extends(raw: dict[str, Any], directory: Path, seen: set[Path]) -> dict[str, Any]:
@@ -241,8 +244,12 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
-    """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source."""
+def parse_spec(raw: Mapping[str, Any], spec_dir: Path | None, trainable: Trainable | None = None) -> ExperimentSpec:
+    """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source.
+
+    ``spec_dir`` is the spec file's folder, where relative trainable paths are looked for
+    first (then the working directory); None for a spec given as a mapping.
+    """
     v.mapping(raw, "spec", SECTION_KEYS[""])
     name = v.string(
         v.require(raw, "name", ""),
@@ -250,7 +257,8 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
         pattern=_NAME,
         rule="must start with a letter or digit and use only letters, digits, '_', '.' and '-'",
     )
-    trainable = locate_trainable(v.string(v.require(raw, "trainable", ""), "trainable"), base_dir=base_dir)
+    if trainable is None:
+        trainable = _trainable(v.require(raw, "trainable", ""), spec_dir)
     space = parse_space(raw.get("space"), "space")
     metric = _metric(v.require(raw, "metric", ""))
     search = _search(_optional(raw, "search"), space)
@@ -267,7 +275,7 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
     data_section: dict[str, Any] = copy.deepcopy(dict(data))
     filled = {
         "name": name,
-        "trainable": trainable.reference if not trainable.is_file else str(trainable.source),
+        "trainable": _resolved_trainable(trainable),
         "metric": asdict(metric),
         "budget": asdict(budget),
         "search": {**asdict(search), "warm_start": [dict(p) for p in search.warm_start]},
@@ -294,6 +302,39 @@ def parse_spec(raw: Mapping[str, Any], base_dir: Path) -> ExperimentSpec:
         data_section,
         filled,
     )
+
+
+def _trainable(raw: object, spec_dir: Path | None) -> TrainableRef:
+    """``trainable: NAME_OR_FILE``, or ``{module: NAME, path: FOLDER}`` for a module in a folder."""
+    if isinstance(raw, Mapping):
+        v.mapping(raw, "trainable", ("module", "path"))
+        module = v.string(v.require(raw, "module", "trainable"), "trainable.module")
+        folder = Path(v.string(v.require(raw, "path", "trainable"), "trainable.path")).expanduser()
+        if not folder.is_absolute():
+            folder = (spec_dir or Path.cwd()) / folder
+        if not folder.is_dir():
+            raise SpecError("trainable.path", "no such folder", str(folder))
+        return locate_trainable(module, "trainable.module", folder)
+    reference = v.string(raw, "trainable")
+    if reference.startswith("python:"):
+        raise SpecError(
+            "trainable",
+            "this experiment's builders were passed from Python; pass them again, "
+            "e.g. tunekit.resume(DIR, build_data=..., build_model=...)",
+            reference,
+        )
+    return locate_trainable(reference, "trainable", spec_dir)
+
+
+def _resolved_trainable(trainable: Trainable) -> str | dict[str, str]:
+    """How spec.yaml records the trainable so that ``tunekit resume`` finds it from anywhere."""
+    if not isinstance(trainable, TrainableRef):
+        return trainable.describe()
+    if trainable.is_file:
+        return str(trainable.source)
+    if trainable.installed:
+        return trainable.reference
+    return {"module": trainable.reference, "path": str(trainable.import_root)}
 
 
 def _optional(section: Mapping[str, Any], key: str, default: Any = None) -> Any:
