@@ -9,7 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tunekit.contract import TrialContext
-from tunekit.errors import SearchAborted, SpecError, StorageError, TunekitError
+from tunekit.errors import (
+    NoResultError,
+    ResourceError,
+    SearchAborted,
+    SearchInterrupted,
+    SpecError,
+    StorageError,
+    TunekitError,
+)
 from tunekit.results import ExperimentResults, load
 from tunekit.search import Plan, plan_budget
 from tunekit.spec import ExperimentSpec, load_spec
@@ -20,8 +28,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ExperimentResults",
     "ExperimentSpec",
+    "NoResultError",
     "Plan",
+    "ResourceError",
     "SearchAborted",
+    "SearchInterrupted",
     "SpecError",
     "StorageError",
     "TrialContext",
@@ -31,6 +42,7 @@ __all__ = [
     "plan_budget",
     "resume",
     "run",
+    "shutdown",
 ]
 __version__ = "0.1.0"
 
@@ -47,3 +59,13 @@ def resume(experiment_dir: str | Path, **kwargs: Any) -> ExperimentResults:
     from tunekit.runner import resume as _resume
 
     return _resume(experiment_dir, **kwargs)
+
+
+def shutdown() -> None:
+    """Stops the Ray that ``tunekit.run`` started and kept for later runs (also done at exit).
+
+    A Ray you started yourself with ``ray.init`` is never shut down by tunekit.
+    """
+    from tunekit.runner import shutdown as _shutdown
+
+    _shutdown()

@@ -1,17 +1,24 @@
 """The ``tunekit`` command.
 
 ``--help``, ``validate`` and ``plan`` import neither Ray nor TensorFlow and answer in
-well under a second. Errors print one line (``--debug`` shows the traceback):
-exit status 2 for an invalid spec or usage, 1 for anything else.
+well under a second. Errors print one line (``--debug`` shows the traceback).
+
+Exit status: 0 when at least one trial reported the metric; 1 when none did (every
+trial failed, or the time budget ran out first), when a fatal trial error stopped the
+search, or for any other tunekit error; 2 for an invalid spec or usage; 128 + the
+signal when SIGINT (130) or SIGTERM (143) stopped the search, which ``tunekit resume
+DIR`` continues.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
-from tunekit.errors import SpecError, TunekitError
+from tunekit.errors import SearchInterrupted, SpecError, TunekitError
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -24,11 +31,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except SpecError as error:
         return _fail(args, error, EXIT_USAGE)
+    except SearchInterrupted as error:
+        if args.debug:
+            raise
+        where = error.experiment_dir or "EXPERIMENT_DIR"
+        name = signal.Signals(error.signal_number).name
+        print(f"tunekit: interrupted by {name}; `tunekit resume {where}` continues the search", file=sys.stderr)
+        return 128 + error.signal_number
     except TunekitError as error:
         return _fail(args, error, EXIT_FAILURE)
     except KeyboardInterrupt:
         print("tunekit: interrupted; `tunekit resume EXPERIMENT_DIR` continues the search", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # `tunekit report DIR | head -1`: the reader left; exit quietly, as cat does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 def _fail(args: argparse.Namespace, error: Exception, status: int) -> int:
@@ -73,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with tables and plots")
     report.set_defaults(handler=_report)
 
+    logs = commands.add_parser("logs", help="a trial's output (stdout and stderr) and its error, if it failed")
+    logs.add_argument("experiment_dir")
+    logs.add_argument("trial", help="the trial's number (as in `tunekit report`) or its Ray trial id")
+    logs.set_defaults(handler=_logs)
+
     doctor = commands.add_parser("doctor", help="check the stack, GPUs, cluster, tracking and storage")
     doctor.add_argument("--address", help="Ray cluster address to inspect")
     doctor.add_argument("--tracking-uri", help="MLflow tracking URI to check")
@@ -108,9 +132,13 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from tunekit.resources import local_fit_warning
     from tunekit.spec import load_spec
 
-    load_spec(args.spec, args.set)
+    spec = load_spec(args.spec, args.set)
+    warning = local_fit_warning(spec.resources)
+    if warning:
+        print(f"tunekit: warning: {warning}", file=sys.stderr)
     print("ok")
     return 0
 
@@ -176,9 +204,56 @@ def _table(results: object) -> str:
         return "no trials recorded"
     table = results.ranked()
     params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
-    shown = table[["number", "status", "epochs", "final_metric", "best_metric", "wall_seconds", *params]]
+    shown = table[["number", "status", "epochs", "final_metric", "best_metric", "wall_seconds", *params, "reason"]]
     shown = shown.rename(columns={c: c[len(PARAM_PREFIX) :] for c in params} | {"final_metric": results.metric})
+    shown = shown.assign(reason=shown["reason"].map(_short_reason))
     return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+
+
+REASON_WIDTH = 60
+
+
+def _short_reason(value: object) -> str:
+    """One line of at most REASON_WIDTH characters (empty for no reason)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    text = " ".join(str(value).split())
+    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."
+
+
+def _logs(args: argparse.Namespace) -> int:
+    import csv
+    from pathlib import Path
+
+    from tunekit.errors import StorageError
+    from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
+
+    directory = Path(args.experiment_dir).expanduser().resolve()
+    table = directory / TRIALS_FILE
+    if not table.is_file():
+        raise StorageError(f"{directory}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
+    with table.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    wanted = str(args.trial).strip()
+    match = [r for r in rows if wanted in (r.get("trial_id"), r.get("number"))]
+    if not match:
+        known = ", ".join(f"{r.get('number') or '?'} ({r.get('trial_id')})" for r in rows) or "none"
+        raise TunekitError(f"trial {wanted}: not in {table}; trials: {known}")
+    trial_id = str(match[0]["trial_id"])
+    output, error = directory / trial_id / OUTPUT_FILE, directory / trial_id / ERROR_FILE
+    if not output.is_file() and not error.is_file():
+        raise TunekitError(
+            f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {directory / trial_id}"
+        )
+    if output.is_file():
+        sys.stdout.write(output.read_text(errors="replace"))
+    else:
+        print(f"({OUTPUT_FILE}: none in {directory / trial_id})")
+    if error.is_file():
+        print(f"--- {error}")
+        sys.stdout.write(error.read_text(errors="replace"))
+    sys.stdout.flush()
+    return 0
 
 
 if __name__ == "__main__":

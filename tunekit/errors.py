@@ -25,7 +25,44 @@ class SpecError(TunekitError, ValueError):
 
 
 class SearchAborted(TunekitError):
-    """The search was stopped on purpose: a fatal trial error or one repeated in every trial."""
+    """The search was stopped on purpose: a fatal trial error or one repeated in every trial.
+
+    ``experiment_dir`` is the experiment directory (results so far stay loadable), when known.
+    """
+
+    def __init__(self, message: str, experiment_dir: object = None) -> None:
+        super().__init__(message)
+        self.experiment_dir = experiment_dir
+
+
+class NoResultError(TunekitError):
+    """The search ran, but no trial reported the metric (all failed, or the time budget ended first).
+
+    The experiment directory is complete and loadable: ``tunekit.load(error.experiment_dir)``.
+    """
+
+    def __init__(self, message: str, experiment_dir: object = None) -> None:
+        super().__init__(message)
+        self.experiment_dir = experiment_dir
+
+
+class SearchInterrupted(TunekitError):
+    """SIGINT (Ctrl-C) or SIGTERM stopped the search; ``tunekit resume`` continues it.
+
+    Attributes:
+        experiment_dir: the experiment directory (a ``Path``), or None when the signal came
+            before it existed.
+        signal_number: the signal that stopped the search (``signal.SIGINT`` or ``SIGTERM``).
+    """
+
+    def __init__(self, message: str, experiment_dir: object = None, signal_number: int = 2) -> None:
+        super().__init__(message)
+        self.experiment_dir = experiment_dir
+        self.signal_number = signal_number
+
+
+class ResourceError(TunekitError):
+    """A trial asks for more CPUs or GPUs than any node of the cluster can ever give."""
 
 
 class StorageError(TunekitError):

@@ -1,50 +1,103 @@
-"""Live progress on the terminal: one redrawn status line on a TTY, one line per ended trial otherwise."""
+"""Live progress on the terminal.
+
+Start-up is shown phase by phase (starting Ray, waiting for the first workers, the first
+trial and its first epoch), because on a small machine it takes longer than the first
+trials. Then, on a TTY, one redrawn status line (trials done, running, pruned, failed, the
+best so far, elapsed time and an estimate of the time left); otherwise (logs) one plain
+line per ended trial, with its reason. A failed trial always gets its own line, with the
+condensed reason and where its full traceback is.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
+
+from tunekit.layout import ERROR_FILE
 
 if TYPE_CHECKING:
     from tunekit.recorder import EpochRow, Recorder, TrialRecord
+    from tunekit.spec import ExperimentSpec
 
 
 class ConsoleProgress:
-    """A recorder listener that shows trials running, pruned, finished and failed, and the best so far."""
+    """A recorder listener that shows start-up, trials running, pruned, finished and failed, and the best so far.
 
-    def __init__(self, metric: str, num_samples: int, stream: TextIO | None = None) -> None:
-        self._metric = metric
-        self._num_samples = num_samples
+    Called from the driver's main thread only (Ray Tune's callbacks and ``tunekit.runner``).
+    """
+
+    def __init__(self, spec: ExperimentSpec, stream: TextIO | None = None, *, live: bool | None = None) -> None:
+        from tunekit.search import plan_budget
+
+        self._metric = spec.metric.name
+        self._num_samples = spec.budget.num_samples
+        self._planned_epochs = max(1, plan_budget(spec).planned_epochs)
         self._stream = stream or sys.stdout
-        self._live = self._stream.isatty()
+        self._live = _isatty(self._stream) if live is None else live
         self._started = time.monotonic()
         self._last_draw = 0.0
+        self._drawn = False
         self._recorder: Recorder | None = None
+        self._experiment_dir: Path | None = None
+        self._first_trial_seen = False
+        self._first_epoch_seen = False
+        self._resumed_epochs = 0
+        self._first_epoch_at: float | None = None
+
+    # ----------------------------------------------------------------- start-up
+
+    def header(self, experiment_dir: Path, tracking_uri: str | None) -> None:
+        """The first lines: where the results go, before anything slow starts."""
+        self._experiment_dir = experiment_dir
+        self._line(f"experiment: {experiment_dir}")
+        self._line(f"tracking: {tracking_uri}" if tracking_uri else "tracking: off")
+
+    def phase(self, text: str) -> None:
+        """One start-up step, as it begins."""
+        self._line(f"[{self._elapsed()}] {text}")
+
+    # ----------------------------------------------------------------- listener
 
     def experiment_started(self, recorder: Recorder) -> None:
         self._recorder = recorder
+        self._experiment_dir = recorder.experiment_dir
+        self._resumed_epochs = len(recorder.epochs)
+        if recorder.trials:
+            self._first_trial_seen = self._first_epoch_seen = True
 
     def trial_started(self, record: TrialRecord) -> None:
-        pass
+        if not self._first_trial_seen:
+            self._first_trial_seen = True
+            self.phase(f"first trial started (trial {_name(record)}); its worker is importing TensorFlow")
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
-        pass
+        if self._first_epoch_at is None:
+            self._first_epoch_at = time.monotonic()
+        if not self._first_epoch_seen:
+            self._first_epoch_seen = True
+            self.phase(f"first epoch reported (trial {_name(record)}); training")
 
     def trial_ended(self, record: TrialRecord) -> None:
         if self._recorder is None:
             return
-        if self._live:
+        if self._live and record.status != "failed":
             self._draw(force=True)
             return
         detail = f" ({record.reason})" if record.reason else ""
         value = "" if record.final_metric is None else f" {self._metric}={record.final_metric:.4f}"
-        print(
-            f"[{self._elapsed()}] trial {record.number} {record.status} after {record.epochs} epochs"
-            f"{value}{detail} | {self.status_line()}",
-            file=self._stream,
-            flush=True,
-        )
+        where = ""
+        if record.status == "failed" and self._experiment_dir is not None:
+            error_file = self._experiment_dir / record.trial_id / ERROR_FILE
+            if error_file.is_file():
+                where = f", see {error_file}"
+        text = f"[{self._elapsed()}] trial {_name(record)} {record.status} after {record.epochs} epochs{value}{detail}"
+        if self._live:  # a failed trial on a TTY: its own line above the status line
+            self._line(f"{_condense(text, 200)}{where}")
+            self._draw(force=True)
+        else:
+            self._line(f"{text}{where} | {self.status_line()}")
 
     def tick(self, recorder: Recorder) -> None:
         self._recorder = recorder
@@ -55,29 +108,83 @@ class ConsoleProgress:
         self.finish()
 
     def finish(self) -> None:
-        if self._live and self._recorder is not None:
+        if self._live and self._drawn:
             self._draw(force=True)
-            print(file=self._stream, flush=True)
+            self._stream.write("\n")
+            self._stream.flush()
+            self._drawn = False
+
+    # ----------------------------------------------------------------- text
 
     def status_line(self) -> str:
         assert self._recorder is not None
         counts = self._recorder.counts()
         best = self._recorder.best()
         best_text = "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"
-        return (
-            f"running {counts['running']}, completed {counts['completed']}, pruned {counts['pruned']}, "
-            f"failed {counts['failed']}, started {len(self._recorder.trials)}/{self._num_samples}; "
-            f"best {self._metric} {best_text}"
+        done = counts["completed"] + counts["pruned"] + counts["stopped"] + counts["failed"]
+        line = (
+            f"done {done}/{self._num_samples}: completed {counts['completed']}, pruned {counts['pruned']}, "
+            f"failed {counts['failed']}; running {counts['running']}; best {self._metric} {best_text}"
         )
+        left = self.time_left()
+        return line + (f"; about {_duration(left)} left" if left is not None else "")
+
+    def time_left(self) -> float | None:
+        """Seconds left: the epochs the planner expects still to come, at the pace since the first epoch."""
+        if self._recorder is None or self._first_epoch_at is None:
+            return None
+        trained = len(self._recorder.epochs) - self._resumed_epochs - 1  # epochs since the first one
+        remaining = self._planned_epochs - self._resumed_epochs - trained - 1
+        counts = self._recorder.counts()
+        if trained < 1 or (counts["running"] == 0 and len(self._recorder.trials) >= self._num_samples):
+            return None
+        pace = (time.monotonic() - self._first_epoch_at) / trained
+        return max(0.0, remaining * pace)
+
+    # ----------------------------------------------------------------- output
+
+    def _line(self, text: str) -> None:
+        prefix = "\r\x1b[2K" if self._live and self._drawn else ""
+        self._stream.write(f"{prefix}{text}\n")
+        self._stream.flush()
+        self._drawn = False
 
     def _draw(self, *, force: bool) -> None:
+        if self._recorder is None:
+            return
         now = time.monotonic()
         if not force and now - self._last_draw < 1.0:
             return
         self._last_draw = now
         self._stream.write(f"\r\x1b[2K[{self._elapsed()}] {self.status_line()}")
         self._stream.flush()
+        self._drawn = True
 
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self._started)
         return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _name(record: TrialRecord) -> str:
+    return str(record.number) if record.number is not None else record.trial_id
+
+
+def _condense(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
