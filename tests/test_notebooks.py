@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -93,5 +94,11 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(quickstart: tu
     assert images(notebook) == 4  # curves, best so far, parallel coordinates, importance
     output = text(notebook)
     assert "4 child runs; the same trials as the directory: True" in output
+    assert re.search(r"PosixPath\('.*/checkpoint_\d+/model\.keras'\)", output), output[:3000]
     assert (experiment / "report.html").is_file()
-    assert "Traceback" not in output and "Warning" not in output
+    # 4 trials are too few for parameter importance: the one warning expected, and no other.
+    few = re.compile(
+        r".*FewTrialsWarning: parameter importance needs at least 5 completed trials, this study has \d .*\n.*\n"
+    )
+    assert len(few.findall(output)) == 1, output[-3000:]
+    assert "Traceback" not in output and "Warning" not in few.sub("", output)

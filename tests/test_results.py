@@ -167,23 +167,63 @@ def test_importance_without_a_study_explains_itself(tmp_path: Path) -> None:
     assert "no Optuna study" in " ".join(t.get_text() for t in fig.axes[0].texts)
 
 
-def test_importance_with_too_few_completed_trials_explains_itself(tmp_path: Path) -> None:
+def study_with_completed_trials(tmp_path: Path, count: int) -> None:
+    """The made-up experiment's study.db with ``count`` completed trials (and one pruned)."""
     import optuna
 
-    results = made_up(tmp_path)
     study = optuna.create_study(
         study_name="made-up", storage=f"sqlite:///{tmp_path / 'study.db'}", direction="maximize"
     )
+    distributions = {
+        "lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True),
+        "optimizer": optuna.distributions.CategoricalDistribution(["adam", "sgd"]),
+    }
+    for index in range(count):
+        lr = 10.0 ** -(1 + 3 * index / max(count, 2))
+        params = {"lr": lr, "optimizer": ("adam", "sgd")[index % 2]}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=1.0 - lr))
     study.add_trial(
         optuna.trial.create_trial(
-            params={"lr": 0.01},
-            distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)},
-            value=0.9,
+            params={"lr": 0.05, "optimizer": "sgd"},
+            distributions=distributions,
+            state=optuna.trial.TrialState.PRUNED,
+            intermediate_values={1: 0.3},
         )
     )
-    fig = plots.param_importance(results)
-    text = " ".join(t.get_text() for t in fig.axes[0].texts)
-    assert "needs at least 2 completed trials, this study has 1" in text
+
+
+def test_importance_from_too_few_completed_trials_draws_nothing_and_warns(tmp_path: Path) -> None:
+    results = made_up(tmp_path)
+    study_with_completed_trials(tmp_path, 4)
+    expected = "needs at least 5 completed trials, this study has 4 (pruned trials do not count)"
+    with pytest.warns(plots.FewTrialsWarning) as caught:
+        fig = plots.param_importance(results)
+    assert [str(w.message) for w in caught] == [f"parameter importance {expected}"]
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert not fig.axes[0].patches
+    assert [t.get_text() for t in fig.axes[0].texts] == [expected]
+
+
+def test_importance_from_enough_completed_trials_draws_one_bar_per_parameter(tmp_path: Path) -> None:
+    import warnings
+
+    results = made_up(tmp_path)
+    study_with_completed_trials(tmp_path, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", plots.FewTrialsWarning)
+        fig = plots.param_importance(results)
+    assert len(fig.axes[0].patches) == 2
+    assert fig.axes[0].get_title() == "parameter importance, from 5 completed trials"
+
+
+def test_report_figures_do_not_warn_about_what_the_page_shows(tmp_path: Path) -> None:
+    import warnings
+
+    study_with_completed_trials(tmp_path, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", plots.FewTrialsWarning)
+        figures = plots.all_figures(made_up(tmp_path))
+    assert "needs at least 5" in figures["param_importance"].axes[0].texts[0].get_text()
 
 
 def test_figures_of_an_experiment_without_epochs_say_so(tmp_path: Path) -> None:

@@ -31,7 +31,15 @@ STATUS_COLORS = {
     "failed": "#d62728",
 }
 BEST_COLOR = "#2ca02c"
-MIN_TRIALS_FOR_IMPORTANCE = 2
+
+
+class FewTrialsWarning(UserWarning):
+    """Parameter importance was asked of a study with too few completed trials to estimate it."""
+
+
+# fANOVA fits a random forest to (config, value) pairs: from fewer completed trials than
+# this, its ranking is noise (from 2 it always split importance between whatever differed).
+MIN_TRIALS_FOR_IMPORTANCE = 5
 _SIZE = (8.0, 4.5)
 
 
@@ -212,7 +220,11 @@ def parallel_coordinates(results: ExperimentResults, *, path: str | Path | None 
 
 
 def param_importance(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
-    """fANOVA parameter importance from the experiment's Optuna study (completed trials only)."""
+    """fANOVA parameter importance from the experiment's Optuna study (completed trials only).
+
+    With fewer than ``MIN_TRIALS_FOR_IMPORTANCE`` completed trials (pruned ones carry no
+    final value) the figure draws no bars and says why, and a ``FewTrialsWarning`` is issued.
+    """
     fig, ax = _figure()
     importances, note = _importances(results)
     if importances is None:
@@ -229,11 +241,16 @@ def param_importance(results: ExperimentResults, *, path: str | Path | None = No
 
 def all_figures(results: ExperimentResults) -> dict[str, Figure]:
     """Every figure above, by name, in the order a report shows them."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewTrialsWarning)  # the figure itself says so
+        importance = param_importance(results)
     return {
         "learning_curves": learning_curves(results),
         "best_so_far": best_so_far(results),
         "parallel_coordinates": parallel_coordinates(results),
-        "param_importance": param_importance(results),
+        "param_importance": importance,
     }
 
 
@@ -261,10 +278,12 @@ def _importances(results: ExperimentResults) -> tuple[dict[str, float] | None, s
         return None, f"cannot open the Optuna study: {error}"
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:
-        return None, (
+        note = (
             f"needs at least {MIN_TRIALS_FOR_IMPORTANCE} completed trials, this study has "
             f"{len(complete)} (pruned trials do not count)"
         )
+        warnings.warn(f"parameter importance {note}", FewTrialsWarning, stacklevel=3)
+        return None, note
     try:
         importances = optuna.importance.get_param_importances(
             study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
