@@ -40,3 +40,17 @@ def test_pick_best_prefers_trials_trained_to_the_end() -> None:
     assert pick_best(candidates, "min") == "a"
     assert pick_best([("pruned", 0.5, "p"), ("pruned", float("nan"), "n")], "max") == "p"
     assert pick_best([("failed", None, "f")], "max") is None
+
+
+def test_fifo_plan_prints_no_rung_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml", ["scheduler.type=fifo"])
+    plan = plan_budget(spec)
+    assert plan.rungs == ()
+    assert plan.describe() == "fifo: every trial trains 20 epochs; epochs: 480"
+
+
+def test_grid_plan_of_the_shipped_grid_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    plan = plan_budget(load_spec(REPO / "search_spaces" / "cifar_resnet_grid.yaml"))
+    assert plan.describe() == "grid: 27 configurations x 1 repeat\nfifo: every trial trains 50 epochs; epochs: 1350"
