@@ -102,3 +102,56 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(quickstart: tu
     )
     assert len(few.findall(output)) == 1, output[-3000:]
     assert "Traceback" not in output and "Warning" not in few.sub("", output)
+
+
+@pytest.mark.slow
+def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path) -> None:
+    """What the README's `pip install -e ".[notebooks]" && jupyter lab notebooks/` gives (skipped without it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    from tunekit.testing import free_port
+
+    pytest.importorskip("jupyterlab", reason='needs the notebooks extra: pip install -e ".[notebooks]"')
+    port, token = free_port(), "tunekit-test"
+    command = [
+        str(Path(sys.executable).with_name("jupyter")),
+        "lab",
+        "notebooks/",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.runtime_dir={tmp_path}",
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+    ]
+    log = (tmp_path / "jupyter.log").open("wb")
+    server = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+        while True:
+            assert server.poll() is None, (tmp_path / "jupyter.log").read_text()[-2000:]
+            try:
+                lab = requests.get(f"{base}/lab", params={"token": token}, timeout=5)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, "jupyter lab did not answer in 120 s"
+                time.sleep(0.5)
+        assert lab.status_code == 200 and "<title>JupyterLab</title>" in lab.text
+        contents = requests.get(f"{base}/api/contents", params={"token": token}, timeout=10).json()
+        assert {item["name"] for item in contents["content"]} >= {QUICKSTART.name, EXPLORE.name}
+        specs = requests.get(f"{base}/api/kernelspecs", params={"token": token}, timeout=10).json()
+        assert "python3" in specs["kernelspecs"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+        log.close()
