@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -80,6 +81,41 @@ def test_nested_conditions_count_like_the_enumeration() -> None:
     )
     # a=1: 2; a in (2, 3): (b=x: 2, b=y: 5 x 2) = 12 each
     assert space.grid_size() == len(space.grid_points()) == 2 + 2 * 12
+
+
+def random_conditional_space(rng: random.Random) -> dict[str, Any]:
+    space: dict[str, Any] = {}
+    for index in range(rng.randint(1, 5)):
+        kind = rng.choice(["choice", "int", "uniform", "fixed"])
+        bodies: dict[str, dict[str, Any]] = {
+            "choice": {"type": "choice", "values": list(range(rng.randint(1, 4)))},
+            "int": {"type": "int", "low": 0, "high": rng.randint(0, 4)},
+            "uniform": {"type": "uniform", "low": 0.0, "high": 1.0, "step": rng.choice([0.25, 0.5, 1.0])},
+            "fixed": {"type": "fixed", "value": 7},
+        }
+        body = bodies[kind]
+        if space and rng.random() < 0.6:
+            parent = rng.choice(list(space))
+            unconditional = {k: v for k, v in space[parent].items() if k != "when"}
+            values = parse_space({parent: unconditional}).configurations()
+            assert values is not None
+            options = [point[parent] for point in values]
+            body["when"] = {parent: rng.sample(options, rng.randint(1, len(options)))}
+        space[f"p{index}"] = body
+    return space
+
+
+def test_grid_size_counts_what_the_enumeration_yields_on_random_conditional_spaces() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        raw = random_conditional_space(rng)
+        space = parse_space(raw)
+        points = space.grid_points()
+        keys = {space.key(point) for point in points}
+        assert space.grid_size() == len(points) == len(keys), raw
+        for point in points:  # every point is a configuration sampling could produce
+            assert all(p.is_active(point) == (p.name in point) for p in space.params), (raw, point)
+        assert space.key(space.random_configuration(rng)) in keys, raw
 
 
 def test_num_samples_omitted_is_the_grid_size() -> None:
