@@ -16,7 +16,7 @@ from ray.tune.search import Searcher
 
 import tunekit
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL
-from tunekit.searcher import DUPLICATE_ATTR, GRID_POINT_ATTR, OptunaStudySearcher
+from tunekit.searcher import DUPLICATE_ATTR, GRID_POINT_ATTR, UNSEEN_PICK_ATTR, OptunaStudySearcher
 from tunekit.space import REPEAT_SEED_KEY
 from tunekit.spec import ExperimentSpec, load_spec
 
@@ -213,6 +213,8 @@ def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(tmp_pat
     assert searcher.suggest("t0") == {"units": 32}
     assert searcher.suggest("t1") == {"units": 64}  # t0 still runs: its 20 repeats are told FAIL
     assert frozen(searcher, "t1").params == {"units": 64}
+    assert frozen(searcher, "t1").user_attrs[UNSEEN_PICK_ATTR] is True
+    assert UNSEEN_PICK_ATTR not in frozen(searcher, "t0").user_attrs
     repeats = [t for t in searcher.study.trials if DUPLICATE_ATTR in t.user_attrs]
     assert len(repeats) == 20
     assert all(t.state == TrialState.FAIL and t.params == {"units": 32} for t in repeats)

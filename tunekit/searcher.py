@@ -38,6 +38,9 @@ RAY_TRIAL_ATTR = "ray_trial_id"
 DUPLICATE_ATTR = "tunekit_duplicate_of"  # a repeated proposal, told the outcome of this trial number
 GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
 REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
+# On a trial whose configuration tunekit picked (unseen, at random) after the sampler
+# proposed only repeats: the sampler did not choose it.
+UNSEEN_PICK_ATTR = "tunekit_unseen_pick"
 # Proposals in a row that may repeat an earlier trial before the searcher picks an unseen
 # configuration itself.
 MAX_REPEATED_PROPOSALS = 20
@@ -245,7 +248,9 @@ class OptunaStudySearcher(Searcher):
         point = self._unseen_configuration()
         if point is None:
             return None
-        return self._ask_pinned(point)
+        trial, config = self._ask_pinned(point)
+        trial.set_user_attr(UNSEEN_PICK_ATTR, True)
+        return trial, config
 
     def _runs(self) -> dict[tuple[Any, ...], int]:
         """Which Ray trial ran each configuration (rebuilt from the study after a restore)."""
@@ -325,8 +330,11 @@ class OptunaStudySearcher(Searcher):
         value = _finite(result.get(self._spec.metric.name))
         info = result.get(INFO_KEY)
         # EarlyStopping (or any callback setting model.stop_training) ended it: the model
-        # is finished as its author meant it, not cut short by the search.
-        stopped_by_model = isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
+        # is finished as its author meant it, not cut short by the search. Ray hands
+        # searchers flattened results ("tunekit/stopped_by_model"); tests pass nested ones.
+        stopped_by_model = bool(result.get(f"{INFO_KEY}/{STOPPED_BY_MODEL}")) or (
+            isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
+        )
         if error or result.get(FAILURE_KEY) or value is None:
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         elif stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
