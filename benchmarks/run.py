@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, str] = {
     "quality": "search quality vs KerasTuner Hyperband and random search + ASHA",
     "pipeline": "input pipeline (benchmarks/pipeline.py)",
     "logging_cost": "cost of MLflow tracking (benchmarks/logging_cost.py)",
+    "warm": "a second tunekit.run in one process (warm Ray) vs the first",
 }
 # Written by others; run when present.
 EXTERNAL = ("pipeline", "logging_cost")
