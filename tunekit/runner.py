@@ -483,6 +483,8 @@ def _ray_session(
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "local":  # Ray's own word for "start a new local instance"
+        address = None
     options = ray_init_options(spec, cluster=address is not None)
     key = json.dumps({"address": address, "runtime_env": options["runtime_env"]}, sort_keys=True, default=str)
     if ray.is_initialized():
