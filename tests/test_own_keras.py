@@ -1,0 +1,229 @@
+"""Keras projects written by someone else, run unchanged, on a real Ray runtime.
+
+The project in ``tests/projects/own_keras`` is what a new user brings: a file trainable
+importing a module beside it, a subclassed model with a custom ``train_step`` and no
+``get_config``, EarlyStopping, ReduceLROnPlateau and class weights. It runs from another
+working directory. The notebook test passes builder functions defined in ``__main__``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+import ray
+
+import tunekit
+from tunekit.contract import TrialContext, load_builders
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, OUTPUT_FILE, STUDY_FILE
+from tunekit.runner import ray_init_options
+
+pytestmark = pytest.mark.slow
+
+PROJECT = Path(__file__).resolve().parent / "projects" / "own_keras"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def project_run(tmp_path_factory: pytest.TempPathFactory) -> tunekit.ExperimentResults:
+    """The project copied to a folder of its own and searched from an unrelated directory."""
+    project = tmp_path_factory.mktemp("user") / "project"
+    shutil.copytree(PROJECT, project)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(elsewhere)
+        return tunekit.run(project / "spec.yaml", name="own", progress=False)
+
+
+def _trial(results: tunekit.ExperimentResults, early_stop: bool) -> Any:
+    rows = results.trials[results.trials["params.early_stop"] == early_stop]
+    assert len(rows) == 1, results.trials
+    return rows.iloc[0]
+
+
+def test_no_trial_fails_and_the_self_stopped_one_is_completed(project_run: tunekit.ExperimentResults) -> None:
+    assert list(project_run.trials["status"]) == ["completed", "completed"], project_run.trials[["status", "reason"]]
+    stopped, full = _trial(project_run, True), _trial(project_run, False)
+    assert (stopped.epochs, stopped.reason) == (2, "stopped by the model at epoch 2")
+    assert (full.epochs, full.reason) == (5, "trained all 5 epochs")
+    assert project_run.best is not None and project_run.best.status == "completed"
+
+
+def test_self_stopped_trial_is_complete_in_optuna_with_its_final_value(
+    project_run: tunekit.ExperimentResults,
+) -> None:
+    study = optuna.load_study(study_name="own-keras", storage=f"sqlite:///{project_run.experiment_dir / STUDY_FILE}")
+    by_ray_id = {t.user_attrs["ray_trial_id"]: t for t in study.trials}
+    for row in project_run.trials.itertuples():
+        trial = by_ray_id[row.trial_id]
+        assert trial.state == optuna.trial.TrialState.COMPLETE, row
+        assert trial.value == pytest.approx(row.final_metric)
+        assert sorted(trial.intermediate_values) == list(range(1, row.epochs + 1))
+
+
+def test_every_trial_leaves_weights_that_load_into_a_rebuilt_model(project_run: tunekit.ExperimentResults) -> None:
+    builders = load_builders(tunekit.load_spec(project_run.experiment_dir / "spec.yaml").trainable)
+    for row in project_run.trials.itertuples():
+        final = sorted((project_run.experiment_dir / row.trial_id).glob("checkpoint_*"))[-1]
+        assert not (final / FINAL_MODEL).exists()
+        assert (final / FINAL_WEIGHTS).is_file()
+        config = {
+            "early_stop": bool(project_run.trials.loc[row.Index, "params.early_stop"]),
+            "units": 24,
+            "learning_rate": 0.01,
+        }
+        ctx = _context(project_run.experiment_dir)
+        train, val = builders.build_data(config, ctx)
+        model = builders.build_model(config, ctx)
+        model(next(iter(val))[0])  # a subclassed model makes its weights on its first call
+        model.load_weights(final / FINAL_WEIGHTS)
+        _, accuracy = model.evaluate(val, verbose=0)
+        # The last epoch's weights: the project's EarlyStopping does not restore older ones.
+        assert accuracy == pytest.approx(row.final_metric, abs=1e-6)
+    assert project_run.model_path() is not None and project_run.model_path().name == FINAL_WEIGHTS
+
+
+def test_checkpoint_keeps_the_learning_rate_reduce_lr_on_plateau_lowered(
+    project_run: tunekit.ExperimentResults,
+) -> None:
+    for early_stop, epochs in ((True, 2), (False, 5)):
+        row = _trial(project_run, early_stop)
+        final = sorted((project_run.experiment_dir / row.trial_id).glob("checkpoint_*"))[-1]
+        with np.load(final / "weights.npz") as arrays:
+            scalars = [float(arrays[k]) for k in arrays.files if k.startswith("o") and arrays[k].shape == ()]
+        halved = 0.01 * 0.5 ** (epochs - 1)
+        assert any(value == pytest.approx(halved, rel=1e-5) for value in scalars), (epochs, scalars)
+
+
+def test_trainable_output_lands_in_each_trial_folder(project_run: tunekit.ExperimentResults) -> None:
+    for row in project_run.trials.itertuples():
+        log = (project_run.experiment_dir / row.trial_id / OUTPUT_FILE).read_text()
+        assert "building data for units=24" in log
+        assert "saved weights only (model.weights.h5): model.keras failed (NotImplementedError:" in log
+
+
+def test_spec_yaml_records_where_the_trainable_file_was_found(project_run: tunekit.ExperimentResults) -> None:
+    trainable = Path(project_run.spec["trainable"])
+    assert trainable.is_absolute() and trainable.name == "model.py"
+    assert trainable.parent.name == "project"
+
+
+NOTEBOOK = '''
+import keras
+import tensorflow as tf
+from sklearn.datasets import load_digits
+
+def arrays():
+    x, y = load_digits(return_X_y=True)
+    return (x / 16.0).astype("float32"), y
+
+def build_data(config, ctx):
+    x, y = arrays()
+    targets = {"digit": y, "parity": (y % 2).astype("float32")}
+    split = 1400
+    train = tf.data.Dataset.from_tensor_slices((x[:split], {k: v[:split] for k, v in targets.items()}))
+    val = tf.data.Dataset.from_tensor_slices((x[split:], {k: v[split:] for k, v in targets.items()}))
+    return train.batch(ctx.batch_size), val.batch(ctx.batch_size)
+
+def build_model(config, ctx):
+    inputs = keras.Input((64,))
+    hidden = keras.layers.Dense(config["units"], activation="relu")(inputs)
+    digit = keras.layers.Dense(10, activation="softmax", name="digit")(hidden)
+    parity = keras.layers.Dense(1, activation="sigmoid", name="parity")(hidden)
+    model = keras.Model(inputs, {"digit": digit, "parity": parity})
+    model.compile(
+        optimizer="adam",
+        loss={"digit": "sparse_categorical_crossentropy", "parity": "binary_crossentropy"},
+        metrics={"digit": ["accuracy"], "parity": ["accuracy"]},
+    )
+    return model
+
+def numpy_data(config, ctx):
+    return arrays(), arrays()
+'''
+
+
+def _notebook() -> dict[str, Any]:
+    """Functions as a notebook cell defines them: in ``__main__``, so Ray ships them by value."""
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(textwrap.dedent(NOTEBOOK), namespace)
+    return namespace
+
+
+NOTEBOOK_SPEC = {
+    "name": "notebook",
+    "metric": {"name": "val_digit_accuracy", "mode": "max"},
+    "budget": {"num_samples": 2, "max_epochs": 2, "max_concurrent": 2},
+    "search": {"algorithm": "grid"},
+    "scheduler": {"type": "fifo"},
+    "space": {"units": {"type": "choice", "values": [16, 32]}},
+    "tracking": {"enabled": False},
+}
+
+
+def test_notebook_functions_search_a_multi_output_model(tmp_path: Path) -> None:
+    cell = _notebook()
+
+    results = tunekit.run(
+        NOTEBOOK_SPEC,
+        build_data=cell["build_data"],
+        build_model=cell["build_model"],
+        storage=tmp_path,
+        progress=False,
+    )
+
+    assert list(results.trials["status"]) == ["completed", "completed"]
+    assert {"val_digit_accuracy", "val_parity_accuracy"} <= set(results.epochs.columns)
+    assert results.best is not None and results.best.metric > 0.5
+    assert results.spec["trainable"] == "python: __main__.build_data, __main__.build_model"
+    assert results.model_path() is not None and results.model_path().name == FINAL_MODEL
+
+
+def test_builders_returning_arrays_stop_the_search_at_once_with_one_line(tmp_path: Path) -> None:
+    cell = _notebook()
+
+    with pytest.raises(tunekit.SearchAborted) as raised:
+        tunekit.run(
+            NOTEBOOK_SPEC,
+            build_data=cell["numpy_data"],
+            build_model=cell["build_model"],
+            storage=tmp_path,
+            name="arrays",
+            progress=False,
+        )
+
+    message = str(raised.value)
+    assert message.startswith("search stopped: trial ")
+    assert message.endswith(
+        "failed with an error every trial would hit: build_data must return (train_ds, val_ds), two "
+        "tf.data.Datasets batched with ctx.batch_size; its train set is a tuple of 2 (numpy.ndarray, "
+        "numpy.ndarray) (wrap arrays: tf.data.Dataset.from_tensor_slices((x, y)).batch(ctx.batch_size))"
+    )
+    trials = tunekit.load(tmp_path / "arrays").trials
+    assert (trials["epochs"] == 0).all()
+
+
+def _context(workdir: Path) -> TrialContext:
+    return TrialContext(
+        batch_size=32,
+        per_replica_batch_size=32,
+        replicas=1,
+        precision="float32",
+        seed=0,
+        workdir=str(workdir),
+        cpus=1,
+        max_epochs=5,
+        jit_compile=False,
+    )
