@@ -85,7 +85,7 @@ def test_every_trial_leaves_weights_that_load_into_a_rebuilt_model(project_run: 
             "learning_rate": 0.01,
         }
         ctx = _context(project_run.experiment_dir)
-        train, val = builders.build_data(config, ctx)
+        _, val = builders.build_data(config, ctx)
         model = builders.build_model(config, ctx)
         model(next(iter(val))[0])  # a subclassed model makes its weights on its first call
         model.load_weights(final / FINAL_WEIGHTS)
@@ -120,7 +120,7 @@ def test_spec_yaml_records_where_the_trainable_file_was_found(project_run: tunek
     assert trainable.parent.name == "project"
 
 
-NOTEBOOK = '''
+NOTEBOOK = """
 import keras
 import tensorflow as tf
 from sklearn.datasets import load_digits
@@ -152,7 +152,7 @@ def build_model(config, ctx):
 
 def numpy_data(config, ctx):
     return arrays(), arrays()
-'''
+"""
 
 
 def _notebook() -> dict[str, Any]:
