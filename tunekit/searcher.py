@@ -89,6 +89,7 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
 
 
 def build_sampler(spec: ExperimentSpec) -> _PinnableSampler:
+    """The study's sampler for ``search.algorithm``, seeded, wrapped so points can be pinned."""
     search = spec.search
     if search.algorithm in ("grid", "random"):
         # Grid search pins every trial's point; the random sampler is never asked.
