@@ -314,6 +314,7 @@ def test_a_trial_no_node_can_place_fails_at_once(warm_ray: None, tmp_path: Path)
     with pytest.raises(tunekit.ResourceError) as raised:
         _run_small(tmp_path, "gpu", "resources.gpu=1")
     assert str(raised.value) == "resources.gpu: 1 per trial, but the cluster has 0 GPUs (run tunekit doctor)"
+    assert raised.value.experiment_dir == tmp_path / "gpu"
     with pytest.raises(tunekit.ResourceError) as raised:
         _run_small(tmp_path, "cpu", "resources.cpu=3")
     assert str(raised.value) == "resources.cpu: 3 per trial, but the largest node has 2 CPUs"
@@ -336,10 +337,10 @@ def test_every_trial_failing_raises_no_result_with_the_first_reason(warm_ray: No
     directory = tmp_path / "broken"
     # nothing of MLflow stays behind for the next run in this process
     assert mlflow.active_run() is None and "MLFLOW_RUN_ID" not in os.environ
-    parents = mlflow.MlflowClient(uri).search_runs(
-        [mlflow.MlflowClient(uri).get_experiment_by_name("digits-mlp").experiment_id],
-        "tags.`tunekit.role` = 'experiment'",
-    )
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("digits-mlp")
+    assert experiment is not None
+    parents = client.search_runs([experiment.experiment_id], "tags.`tunekit.role` = 'experiment'")
     assert [r.info.status for r in parents] == ["FINISHED"] or [r.info.status for r in parents] == ["FAILED"]
     assert raised.value.experiment_dir == directory
     trials = tunekit.load(directory).trials  # the results are still there

@@ -62,7 +62,15 @@ class SearchInterrupted(TunekitError):
 
 
 class ResourceError(TunekitError):
-    """A trial asks for more CPUs or GPUs than any node of the cluster can ever give."""
+    """A trial asks for more CPUs or GPUs than any node of the cluster can ever give.
+
+    ``experiment_dir`` holds the spec only; ``tunekit resume DIR --address`` can run it on a
+    bigger cluster.
+    """
+
+    def __init__(self, message: str, experiment_dir: object = None) -> None:
+        super().__init__(message)
+        self.experiment_dir = experiment_dir
 
 
 class StorageError(TunekitError):

@@ -172,7 +172,7 @@ def _fit(
     if console:
         console.header(experiment_dir, _tracking_uri(spec))
     with _StopSignals(experiment_dir) as signals, _driver_env(), _ray_session(address, spec, console, signals):
-        _check_cluster_fits(spec)
+        _check_cluster_fits(spec, experiment_dir)
         check_storage_shared(experiment_dir)
         if restore and not _has_tune_state(experiment_dir):
             restore = False  # stopped during start-up, before Ray Tune saved anything: start afresh
@@ -552,7 +552,7 @@ def _wait_for_released_resources(timeout: float = 10.0) -> None:
         time.sleep(0.1)
 
 
-def _check_cluster_fits(spec: ExperimentSpec) -> None:
+def _check_cluster_fits(spec: ExperimentSpec, experiment_dir: Path) -> None:
     """Refuses a trial no alive node can ever place (Ray Tune would wait forever, silently)."""
     import ray
 
@@ -561,7 +561,7 @@ def _check_cluster_fits(spec: ExperimentSpec) -> None:
     nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
     problem = unplaceable(trial_resources(spec.resources), nodes, ray.cluster_resources())
     if problem:
-        raise ResourceError(problem)
+        raise ResourceError(problem, experiment_dir)
 
 
 def _tracking_uri(spec: ExperimentSpec) -> str | None:
