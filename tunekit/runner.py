@@ -511,6 +511,9 @@ def _ray_session(
         if signals is not None:
             signals.received = signal.SIGTERM
         raise SearchInterrupted("interrupted by SIGTERM while starting Ray", where, signal.SIGTERM) from None
+    except BaseException:
+        ray.shutdown()  # a half-started Ray (SIGINT during start) must not outlive the process
+        raise
     _OWNED_RAY = {"key": key}
     if not _ATEXIT_REGISTERED:
         atexit.register(shutdown)
