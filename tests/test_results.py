@@ -291,6 +291,24 @@ def test_report_table_says_why_each_trial_ended(tmp_path: Path) -> None:
     assert cells[0][0] == "" and "Traceback (most recent call last):" in cells[2][0]  # all of it on hover
 
 
+def test_report_links_the_mlflow_runs_when_a_server_holds_them(tmp_path: Path) -> None:
+    import json
+
+    from tunekit.layout import TRACKING_FILE
+
+    record = {"tracking_uri": "sqlite:///m.db", "experiment_name": "made-up", "parent_run_id": "p1"}
+    (tmp_path / TRACKING_FILE).write_text(json.dumps(record))
+    page = render_html(made_up(tmp_path), {})
+    assert "experiment <code>made-up</code> at <code>sqlite:///m.db</code>, parent run <code>p1</code></p>" in page
+    assert "<a href" not in page
+    link = "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
+    (tmp_path / TRACKING_FILE).write_text(
+        json.dumps({**record, "tracking_uri": "http://127.0.0.1:5000", "ui_url": link})
+    )
+    page = render_html(made_up(tmp_path), {})
+    assert f'(<a href="{link}">open its runs in the MLflow UI</a>)' in page
+
+
 # ------------------------------------------------------- a real small experiment
 
 
