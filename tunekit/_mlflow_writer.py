@@ -383,7 +383,12 @@ class MlflowWriter:
                 raise _Disabled(f"MLflow experiment {name!r} is deleted; restore it or set tracking.experiment")
             self._experiment_id = experiment.experiment_id
             if not experiment.tags.get(EXPERIMENT_KIND_TAG):  # a kind someone chose stays
-                client.set_experiment_tag(self._experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+                try:
+                    client.set_experiment_tag(self._experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+                except MlflowException as error:  # only how the UI shows it: not worth the search's tracking
+                    logger.info(
+                        "tunekit: could not tag MLflow experiment %r as model training: %s", name, _brief(error)
+                    )
         assert self._experiment_id is not None
         directory = str(self.experiment_dir)
         parents = [
