@@ -206,8 +206,14 @@ def _table(results: object) -> str:
     params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
     shown = table[["number", "status", "epochs", "final_metric", "best_metric", "wall_seconds", *params, "reason"]]
     shown = shown.rename(columns={c: c[len(PARAM_PREFIX) :] for c in params} | {"final_metric": results.metric})
-    shown = shown.assign(reason=shown["reason"].map(_short_reason))
-    return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+    reasons = shown["reason"].map(_short_reason)
+    width = max(len("reason"), *(len(r) for r in reasons))
+    # text reads from the left: pad so pandas' right alignment leaves the column flush left
+    shown = shown.assign(reason=[r.ljust(width) for r in reasons])
+    shown = shown.rename(columns={"reason": "reason".ljust(width)})
+    return "\n".join(
+        line.rstrip() for line in shown.to_string(index=False, float_format=lambda x: f"{x:.4g}").splitlines()
+    )
 
 
 REASON_WIDTH = 60
