@@ -367,6 +367,51 @@ def test_a_time_budget_that_ends_before_the_first_epoch_raises_no_result(warm_ra
     assert raised.value.experiment_dir == tmp_path / "budget"
 
 
+@pytest.mark.slow
+def test_a_run_from_another_directory_restarts_ray_and_says_so(
+    warm_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The working directory is on the workers' PYTHONPATH, fixed when Ray starts.
+    monkeypatch.chdir(tmp_path)
+    trainable = f"trainable={REPO / 'trainables' / 'digits_mlp.py'}"
+    for name in ("moved", "again"):
+        stream = io.StringIO()
+        with pytest.raises(tunekit.ResourceError):
+            tunekit.run(
+                DEFAULT_SPEC,
+                overrides=[*SMALL, trainable, "resources.gpu=1"],
+                storage=tmp_path,
+                name=name,
+                progress=stream,
+            )
+        phases = [line.split("] ", 1)[1] for line in stream.getvalue().splitlines() if line.startswith("[")]
+        if name == "moved":
+            assert phases[0] == (
+                "restarting Ray: the workers' environment changed (working directory, PYTHONPATH or the code "
+                "shipped to nodes)"
+            )
+        else:
+            assert phases == ["reusing the Ray this process started"]
+
+
+@pytest.mark.slow
+def test_a_ray_the_caller_started_is_used_and_never_shut_down(warm_ray: None, tmp_path: Path) -> None:
+    import ray
+
+    from tunekit.runner import ray_init_options
+
+    tunekit.shutdown()
+    ray.init("local", num_cpus=2, num_gpus=1, **ray_init_options())  # one logical GPU
+    try:
+        with pytest.raises(tunekit.ResourceError) as raised:
+            _run_small(tmp_path, "gpus", "resources.gpu=2")
+        assert str(raised.value) == "resources.gpu: 2 per trial, but the largest node has 1 GPU"
+        tunekit.shutdown()
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()
+
+
 # --------------------------------------------------------------- signals, real processes
 
 
@@ -457,18 +502,20 @@ def test_sigterm_during_start_up_then_resume_starts_the_search(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
+    # Ctrl-C twice: the first starts Tune's graceful stop, the second ends the process.
     log = tmp_path / "run.log"
     sets = [arg for o in [*SMALL, "budget.num_samples=1"] for arg in ("--set", o)]
     process = _start(["run", str(DEFAULT_SPEC), *sets, "--storage", str(tmp_path), "--name", "twice"], log)
     _wait_for(log, "waiting for the first trial workers", process)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGINT)
     time.sleep(0.3)
-    code, took, stderr = _stop(process, signal.SIGTERM)
-    assert (code, took < 5) == (143, True), (code, took, stderr)
-    assert stderr.splitlines()[-1] == (
-        f"tunekit: second SIGTERM: exiting now; `tunekit resume {tmp_path / 'twice'}` continues from Ray's last "
-        "saved state"
-    )
+    code, took, stderr = _stop(process, signal.SIGINT)
+    assert (code, took < 5) == (130, True), (code, took, stderr)
+    assert [line for line in stderr.splitlines() if line] == [
+        "tunekit: SIGINT received: stopping the search and saving its state (again to force)",
+        f"tunekit: second SIGINT: exiting now; `tunekit resume {tmp_path / 'twice'}` continues from Ray's last "
+        "saved state",
+    ]
 
 
 @pytest.mark.slow

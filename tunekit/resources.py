@@ -46,13 +46,14 @@ def unplaceable(
         need = float(wanted.get(key, 0.0))
         if need <= 0:
             continue
-        ray_key, unit = _UNITS[key]
+        ray_key, units = _UNITS[key]
         largest = max((float(n.get(ray_key, 0.0)) for n in nodes), default=0.0)
         if largest + 1e-9 >= need:
             continue
         total = float((totals or {}).get(ray_key, sum(float(n.get(ray_key, 0.0)) for n in nodes)))
         if total <= 0:
-            return f"resources.{key}: {need:g} per trial, but the cluster has 0 {unit} (run tunekit doctor)"
+            return f"resources.{key}: {need:g} per trial, but the cluster has 0 {units} (run tunekit doctor)"
+        unit = units if largest != 1 else units[:-1]
         return f"resources.{key}: {need:g} per trial, but the largest node has {largest:g} {unit}"
     return None
 
