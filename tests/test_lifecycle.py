@@ -322,6 +322,17 @@ def test_a_trial_no_node_can_place_fails_at_once(warm_ray: None, tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_the_command_exits_1_with_one_line(warm_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main as cli_main
+
+    args = ["run", str(DEFAULT_SPEC), "--set", "resources.cpu=3", "--set", "tracking.enabled=false"]
+    assert cli_main([*args, "--storage", str(tmp_path), "--name", "big"]) == 1
+    printed = capsys.readouterr()
+    assert printed.err == "tunekit: error: resources.cpu: 3 per trial, but the largest node has 2 CPUs\n"
+    assert printed.out.splitlines()[:2] == [f"experiment: {tmp_path / 'big'}", "tracking: off"]
+
+
+@pytest.mark.slow
 def test_every_trial_failing_raises_no_result_with_the_first_reason(warm_ray: None, tmp_path: Path) -> None:
     import mlflow
 
@@ -516,14 +527,3 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
         f"tunekit: second SIGINT: exiting now; `tunekit resume {tmp_path / 'twice'}` continues from Ray's last "
         "saved state",
     ]
-
-
-@pytest.mark.slow
-def test_a_failed_search_exits_non_zero_with_one_line(tmp_path: Path) -> None:
-    done = _tunekit(
-        "run", str(DEFAULT_SPEC), "--set", "resources.cpu=3", "--set", "tracking.enabled=false",
-        "--storage", str(tmp_path), "--name", "big",
-    )  # fmt: skip
-    assert done.returncode == 1
-    assert done.stderr == "tunekit: error: resources.cpu: 3 per trial, but the largest node has 2 CPUs\n"
-    assert done.stdout.splitlines()[:2] == [f"experiment: {tmp_path / 'big'}", "tracking: off"]
