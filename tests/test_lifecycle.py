@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 
 import tunekit
@@ -518,10 +519,15 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     sets = [arg for o in [*SMALL, "budget.num_samples=1"] for arg in ("--set", o)]
     process = _start(["run", str(DEFAULT_SPEC), *sets, "--storage", str(tmp_path), "--name", "twice"], log)
     _wait_for(log, "waiting for the first trial workers", process)
+    ray_processes = psutil.Process(process.pid).children(recursive=True)
+    assert ray_processes
     process.send_signal(signal.SIGINT)
     time.sleep(0.3)
     code, took, stderr = _stop(process, signal.SIGINT)
     assert (code, took < 5) == (130, True), (code, took, stderr)
+    # the local Ray it started goes with it (workers importing TensorFlow would linger)
+    _, alive = psutil.wait_procs(ray_processes, timeout=5)
+    assert alive == []
     assert [line for line in stderr.splitlines() if line] == [
         "tunekit: SIGINT received: stopping the search and saving its state (again to force)",
         f"tunekit: second SIGINT: exiting now; `tunekit resume {tmp_path / 'twice'}` continues from Ray's last "

@@ -514,7 +514,7 @@ def _ray_session(
     except BaseException:
         ray.shutdown()  # a half-started Ray (SIGINT during start) must not outlive the process
         raise
-    _OWNED_RAY = {"key": key}
+    _OWNED_RAY = {"key": key, "local": address is None}
     if not _ATEXIT_REGISTERED:
         atexit.register(shutdown)
         _ATEXIT_REGISTERED = True
@@ -582,6 +582,24 @@ def _tracking_uri(spec: ExperimentSpec) -> str | None:
 # --------------------------------------------------------------------------- signals
 
 
+def _kill_local_ray() -> None:
+    """Kills the local Ray this process started (its GCS, raylet, agents and workers), at once.
+
+    For the forced exit only: without it, workers busy importing TensorFlow and Ray's
+    agents outlive the driver for a minute or more.
+    """
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                command = " ".join(child.cmdline()[:2])
+                if command.startswith("ray::") or "/ray/" in command:  # Ray's processes, no other child
+                    child.kill()
+    except Exception:  # best effort on the way out
+        pass
+
+
 class _StopSignals:
     """SIGINT and SIGTERM stop a search the way Ray Tune's Ctrl-C does, in every phase.
 
@@ -639,6 +657,8 @@ class _StopSignals:
                 f"`tunekit resume {self.experiment_dir}` continues from Ray's last saved state\n"
             )
             sys.stderr.flush()
+            if _OWNED_RAY is not None and _OWNED_RAY["local"]:
+                _kill_local_ray()
             os._exit(128 + number)
         self.received = number
         name = signal.Signals(number).name
