@@ -106,7 +106,8 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(quickstart: tu
 
 @pytest.mark.slow
 def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path) -> None:
-    """What the README's `pip install -e ".[notebooks]" && jupyter lab notebooks/` gives (skipped without it)."""
+    """What the README's `pip install -e ".[notebooks]" && jupyter lab notebooks/` gives (`.ci/bootstrap --test`
+    installs the extra, so the suite always runs this)."""
     import os
     import signal
     import subprocess
@@ -117,7 +118,6 @@ def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path
 
     from tunekit.testing import free_port
 
-    pytest.importorskip("jupyterlab", reason='needs the notebooks extra: pip install -e ".[notebooks]"')
     port, token = free_port(), "tunekit-test"
     command = [
         str(Path(sys.executable).with_name("jupyter")),

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from tunekit.errors import SearchInterrupted, SpecError, TunekitError
 
@@ -193,6 +194,22 @@ def _print_summary(results: object) -> None:
         f"after {best.epochs} epochs, {best.status}"
     )
     print("best config: " + ", ".join(f"{k}={v}" for k, v in best.config.items()))
+    link = _mlflow_link(results.experiment_dir)
+    if link:
+        print(f"mlflow: {link}")
+
+
+def _mlflow_link(experiment_dir: Path) -> str | None:
+    """The MLflow UI page of the experiment's runs, when tracking went to a server."""
+    import json
+
+    from tunekit.layout import TRACKING_FILE
+
+    record = experiment_dir / TRACKING_FILE
+    if not record.is_file():
+        return None
+    link = json.loads(record.read_text()).get("ui_url")
+    return str(link) if link else None
 
 
 def _table(results: object) -> str:

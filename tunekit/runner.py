@@ -88,6 +88,10 @@ def run(
     Raises:
         SpecError: the spec is invalid; nothing was written.
         SearchAborted: a trial error every trial would hit stopped the search.
+        NoResultError: no trial reported the metric (all failed, or the time budget ended first).
+        ResourceError: no node of the cluster can ever give a trial its CPUs or GPUs.
+        SearchInterrupted: SIGINT or SIGTERM stopped the search; ``tunekit.resume`` continues it.
+        Each of these but SpecError carries ``experiment_dir``, whose results stay loadable.
     """
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     if not isinstance(spec, ExperimentSpec):
@@ -167,6 +171,7 @@ def _fit(
     spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream: TextIO | None, *, restore: bool
 ) -> None:
     from tunekit.progress import ConsoleProgress
+    from tunekit.searcher import exhausted_reason
 
     console = ConsoleProgress(spec, stream) if stream else None
     if console:
@@ -189,6 +194,8 @@ def _fit(
             finally:
                 recorder.write_tables()
         _wait_for_released_resources()
+    if console and (exhausted := exhausted_reason(spec, experiment_dir)):
+        console.phase(f"the search ended early: {exhausted}")
     if signals.received is not None:
         raise SearchInterrupted(
             f"interrupted by {signal.Signals(signals.received).name}; "

@@ -37,6 +37,7 @@ from tunekit.spec import ExperimentSpec
 RAY_TRIAL_ATTR = "ray_trial_id"
 DUPLICATE_ATTR = "tunekit_duplicate_of"  # a repeated proposal, told the outcome of this trial number
 GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
+EXHAUSTED_ATTR = "tunekit_exhausted"  # on the study: why the search ended before num_samples trials
 REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
 # On a trial whose configuration tunekit picked (unseen, at random) after the sampler
 # proposed only repeats: the sampler did not choose it.
@@ -291,6 +292,7 @@ class OptunaStudySearcher(Searcher):
                 f"every configuration of the space has run ({len(everything)} distinct); "
                 f"{len(self._numbers)} of budget.num_samples={self._spec.budget.num_samples} trials"
             )
+            self.study.set_user_attr(EXHAUSTED_ATTR, self.exhausted_reason)
             return None
         for _ in range(_RANDOM_DRAWS):
             point = space.random_configuration(rng)
@@ -300,6 +302,7 @@ class OptunaStudySearcher(Searcher):
             f"no configuration left that has not run ({_RANDOM_DRAWS} random draws repeated one); "
             f"{len(self._numbers)} of budget.num_samples={self._spec.budget.num_samples} trials"
         )
+        self.study.set_user_attr(EXHAUSTED_ATTR, self.exhausted_reason)
         return None
 
     # ------------------------------------------------------------------- outcomes
@@ -407,3 +410,10 @@ def _finite(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def exhausted_reason(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
+    """Why the search ended before ``num_samples`` trials, as the study recorded it, or None."""
+    study = optuna.load_study(study_name=spec.name, storage=study_url(experiment_dir))
+    reason = study.user_attrs.get(EXHAUSTED_ATTR)
+    return str(reason) if reason else None
