@@ -370,7 +370,7 @@ def capture_search_start() -> dict[str, float]:
     clock as another tool's need that instant, so this wraps ``Recorder.__init__`` in the
     benchmark's own driver process (tunekit's code is not changed).
     """
-    from tunekit.recorder import Recorder
+    from tunekit.driver.recorder import Recorder
 
     seen: dict[str, float] = {}
     original: Callable[..., None] = Recorder.__init__

@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
-    from tunekit.recorder import EpochRow, Recorder, TrialRecord
-    from tunekit.spec import load_spec
-    from tunekit.tracking import MlflowTracker
+    from tunekit.config.spec import load_spec
+    from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
+    from tunekit.tracking.tracker import MlflowTracker
 
     spec = load_spec(
         common.DIGITS_SPEC,

@@ -267,8 +267,8 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     import ray.tune  # noqa: F401 - imported before the clock, as on the plain side
 
     import tunekit
-    import tunekit.recorder
-    import tunekit.runner
+    import tunekit.driver.recorder
+    import tunekit.driver.runner
 
     timing_dir = workdir / "tunekit-timing"
     timing_dir.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import doctor
 from tunekit.cli import main
-from tunekit.doctor import OK, PROBLEM, NvidiaView, check_storage, check_tracking, run_checks
+from tunekit.doctor import checks as doctor
+from tunekit.doctor.checks import OK, PROBLEM, NvidiaView, check_storage, check_tracking, run_checks
 
 STORAGE_FIX = "fix: choose a writable --storage or fix permissions"
 TRACKING_FIX = "or fix --tracking-uri"

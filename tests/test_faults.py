@@ -18,7 +18,7 @@ import pytest
 import ray
 
 import tunekit
-from tunekit.runner import ray_init_options
+from tunekit.driver.session import ray_init_options
 from tunekit.testing import MlflowServer
 
 pytestmark = pytest.mark.slow
@@ -168,7 +168,7 @@ def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -
 
 
 def test_asha_replay_rebuilds_rungs() -> None:
-    from tunekit.recorder import RecordingASHA
+    from tunekit.search.schedulers import RecordingASHA
 
     scheduler = RecordingASHA(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2)
     scheduler.replay({"a": {1: 0.9, 2: 0.92}, "b": {1: 0.8, 2: 0.85}, "c": {1: 0.7}}, stopped={"c"})
@@ -193,7 +193,7 @@ def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
     killer = threading.Thread(target=stop_server_after_two_trials, daemon=True)
     killer.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+        with caplog.at_level(logging.WARNING, logger="tunekit.tracking.tracker"):
             results = tunekit.run(
                 DEFAULT_SPEC,
                 overrides=[

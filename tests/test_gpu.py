@@ -28,7 +28,7 @@ def test_four_quarter_gpu_trials_share_one_gpu(digits_folder: Path, tmp_path: Pa
     import ray
 
     import tunekit
-    from tunekit.runner import ray_init_options
+    from tunekit.driver.session import ray_init_options
 
     ray.init(address="local", num_gpus=1, **ray_init_options())
     try:

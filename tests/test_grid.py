@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from tunekit.config.space import parse_space
+from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
-from tunekit.search import plan_budget
-from tunekit.space import parse_space
-from tunekit.spec import ExperimentSpec, load_spec
+from tunekit.search.plan import plan_budget
 
 
 def grid_spec(space: dict[str, Any], **budget: Any) -> ExperimentSpec:

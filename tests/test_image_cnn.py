@@ -12,7 +12,7 @@ import pytest
 import tunekit
 from tunekit import load_spec
 from tunekit.contract import TrialContext
-from tunekit.runner import ray_init_options
+from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 

@@ -23,11 +23,12 @@ import psutil
 import pytest
 
 import tunekit
+from tunekit.config.resources import local_fit_warning, unplaceable
+from tunekit.config.spec import ResourcesSpec, load_spec
+from tunekit.driver.progress import ConsoleProgress
+from tunekit.driver.runner import no_result_reason
+from tunekit.driver.session import _DRIVER_ENV
 from tunekit.layout import ERROR_FILE, OUTPUT_FILE
-from tunekit.progress import ConsoleProgress
-from tunekit.resources import local_fit_warning, unplaceable
-from tunekit.runner import _DRIVER_ENV, no_result_reason
-from tunekit.spec import ResourcesSpec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -410,7 +411,7 @@ def test_a_run_from_another_directory_restarts_ray_and_says_so(
 def test_a_ray_the_caller_started_is_used_and_never_shut_down(warm_ray: None, tmp_path: Path) -> None:
     import ray
 
-    from tunekit.runner import ray_init_options
+    from tunekit.driver.session import ray_init_options
 
     tunekit.shutdown()
     ray.init("local", num_cpus=2, num_gpus=1, **ray_init_options())  # one logical GPU

@@ -21,7 +21,7 @@ from test_tracking import client, drive, recorder_for, runs_of, small_spec
 
 from tunekit.layout import TRACKING_FILE
 from tunekit.testing import MlflowServer
-from tunekit.tracking import MlflowTracker
+from tunekit.tracking.tracker import MlflowTracker
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ import ray
 
 import tunekit
 from tunekit.contract import TrialContext, load_builders
+from tunekit.driver.session import ray_init_options
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, OUTPUT_FILE, STUDY_FILE
-from tunekit.runner import ray_init_options
 
 pytestmark = pytest.mark.slow
 

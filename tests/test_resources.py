@@ -15,8 +15,8 @@ import pytest
 from conftest import trial_infos
 
 import tunekit
-from tunekit.resources import LOGICAL_GPUS_ENV
-from tunekit.runner import ray_init_options
+from tunekit.driver.session import ray_init_options
+from tunekit.worker.devices import LOGICAL_GPUS_ENV
 
 pytestmark = pytest.mark.slow
 

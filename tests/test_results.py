@@ -15,8 +15,9 @@ import tunekit
 from tunekit import plots
 from tunekit.cli import main as cli_main
 from tunekit.errors import TunekitError
-from tunekit.report import render_html, write_html
-from tunekit.results import ExperimentResults, load_from_mlflow
+from tunekit.results.load import ExperimentResults
+from tunekit.results.mlflow import load_from_mlflow
+from tunekit.results.report import render_html, write_html
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -28,7 +29,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Exper
     """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite: (results, tracking URI)."""
     import ray
 
-    from tunekit.runner import ray_init_options
+    from tunekit.driver.session import ray_init_options
 
     root = tmp_path_factory.mktemp("results-experiment")
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -122,9 +123,9 @@ def made_up(tmp_path: Path, *, mode: str = "max") -> ExperimentResults:
         ]
         + [{"trial_id": "b", "epoch": 1, "attempt": 1, "resumed_from_epoch": 0, "time": 1.5, "score": 0.4}]
     )
-    from tunekit.results import _best
+    from tunekit.results.load import best_trial
 
-    return ExperimentResults(tmp_path, spec, trials, epochs, _best(trials, mode))
+    return ExperimentResults(tmp_path, spec, trials, epochs, best_trial(trials, mode))
 
 
 def line_count(fig: Figure) -> int:

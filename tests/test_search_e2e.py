@@ -12,7 +12,7 @@ import ray
 
 import tunekit
 from tunekit.cli import main as cli_main
-from tunekit.runner import ray_init_options
+from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 

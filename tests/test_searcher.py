@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 import tunekit
+from tunekit.config.space import REPEAT_SEED_KEY
+from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL
-from tunekit.searcher import DUPLICATE_ATTR, GRID_POINT_ATTR, UNSEEN_PICK_ATTR, OptunaStudySearcher
-from tunekit.space import REPEAT_SEED_KEY
-from tunekit.spec import ExperimentSpec, load_spec
+from tunekit.search.searcher import DUPLICATE_ATTR, GRID_POINT_ATTR, UNSEEN_PICK_ATTR, OptunaStudySearcher
 
 REPO = Path(__file__).resolve().parents[1]
 METRIC = "val_accuracy"
@@ -310,7 +310,7 @@ QUIET = {"tracking": {"enabled": False}, "training": {"precision": "float32", "s
 def ray_session() -> Iterator[None]:
     import ray
 
-    from tunekit.runner import ray_init_options
+    from tunekit.driver.session import ray_init_options
 
     ray.init("local", num_cpus=2, **ray_init_options())
     yield

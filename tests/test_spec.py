@@ -13,7 +13,7 @@ import yaml
 
 from tunekit import SpecError, load_spec
 from tunekit.cli import main
-from tunekit.space import Choice, FloatRange, IntRange
+from tunekit.config.space import Choice, FloatRange, IntRange
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import trial_infos
 
-from tunekit.runner import ray_init_options
+from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +158,7 @@ def float16_model(keras: Any) -> Any:
 def test_float16_output_is_cast_to_float32(float16_policy: Any) -> None:
     import numpy as np
 
-    from tunekit.trainable import _ensure_float32_output
+    from tunekit.worker.trial import _ensure_float32_output
 
     keras = float16_policy
     model = float16_model(keras)
@@ -174,7 +174,7 @@ def test_float16_output_is_cast_to_float32(float16_policy: Any) -> None:
 
 def test_compiled_float16_output_is_a_fatal_error(float16_policy: Any) -> None:
     from tunekit.errors import FatalTrialError
-    from tunekit.trainable import _ensure_float32_output
+    from tunekit.worker.trial import _ensure_float32_output
 
     model = float16_model(float16_policy)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")

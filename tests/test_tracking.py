@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 import tunekit
+from tunekit.config.spec import ExperimentSpec, load_spec
+from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE
-from tunekit.recorder import EpochRow, Recorder, TrialRecord
-from tunekit.spec import ExperimentSpec, load_spec
 from tunekit.testing import MlflowServer, free_port
-from tunekit.tracking import (
+from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
     TAG_EXPERIMENT_DIR,
     TAG_ROLE,
@@ -34,9 +34,8 @@ from tunekit.tracking import (
     TAG_STATUS,
     TAG_TRIAL_ID,
     TAG_TRIAL_NUMBER,
-    MlflowTracker,
-    redact_uri,
 )
+from tunekit.tracking.tracker import MlflowTracker, redact_uri
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -134,7 +133,9 @@ def runs_of(uri: str, experiment: str, experiment_dir: Path | None = None) -> tu
 
 
 def tracking_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tunekit.tracking" and r.levelno >= logging.WARNING]
+    return [
+        r.getMessage() for r in caplog.records if r.name == "tunekit.tracking.tracker" and r.levelno >= logging.WARNING
+    ]
 
 
 # --------------------------------------------------------------- fixtures
@@ -157,7 +158,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
 def ray_session() -> Iterator[None]:
     import ray
 
-    from tunekit.runner import ray_init_options
+    from tunekit.driver.session import ray_init_options
 
     ray.init("local", num_cpus=2, **ray_init_options())
     yield
@@ -320,7 +321,7 @@ def test_best_trial_with_weights_only_gets_them_attached_and_is_not_registered(
     final = experiment_dir / best.trial_id / "checkpoint_000002" / FINAL_WEIGHTS
     final.parent.mkdir(parents=True)
     model.save_weights(final)
-    with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+    with caplog.at_level(logging.WARNING, logger="tunekit.tracking.tracker"):
         tracker.experiment_ended(recorder)
 
     mlflow_client = client(sqlite_uri)
@@ -412,7 +413,7 @@ def test_unreachable_server_warns_once_and_returns_promptly(tmp_path: Path, capl
     spec, experiment_dir = small_spec(tmp_path, f"http://127.0.0.1:{free_port()}")
     recorder = recorder_for(spec, experiment_dir)
     tracker = MlflowTracker(spec, experiment_dir)
-    with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+    with caplog.at_level(logging.WARNING, logger="tunekit.tracking.tracker"):
         tracker.experiment_started(recorder)
         drive(tracker, recorder, trials=3, epochs=2)
         started = time.monotonic()
@@ -433,7 +434,7 @@ def test_server_that_goes_away_mid_search_warns_once_and_blocks_nothing(
         spec, experiment_dir = small_spec(tmp_path, own.uri, "tracking.experiment=vanishing")
         recorder = recorder_for(spec, experiment_dir)
         tracker = MlflowTracker(spec, experiment_dir, flush_timeout=5)
-        with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+        with caplog.at_level(logging.WARNING, logger="tunekit.tracking.tracker"):
             tracker.experiment_started(recorder)
             drive(tracker, recorder, trials=2, epochs=2)
             assert tracker.flush(timeout=60)
@@ -571,7 +572,7 @@ def test_unreachable_tracking_uri_warns_once_and_the_search_completes(
     ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
-    with caplog.at_level(logging.WARNING, logger="tunekit.tracking"):
+    with caplog.at_level(logging.WARNING, logger="tunekit.tracking.tracker"):
         results = tunekit.run(
             DIGITS_SPEC,
             storage=tmp_path,

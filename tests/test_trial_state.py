@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from tunekit.trainable import _reset_trial_state
+from tunekit.worker.trial import _reset_trial_state
 
 
 def _alive_graphs() -> int:

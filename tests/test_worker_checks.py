@@ -15,16 +15,10 @@ import pytest
 import tensorflow as tf
 
 from tunekit.contract import Builders
-from tunekit.errors import FatalTrialError
+from tunekit.errors import FatalTrialError, describe_error
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
-from tunekit.trainable import (
-    _check_model_takes_data,
-    _checked_data,
-    _checked_model,
-    _fit_options,
-    export_model,
-    reason,
-)
+from tunekit.worker.checkpoints import export_model
+from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 
 X = np.random.default_rng(0).random((40, 8), dtype=np.float32)
 Y = np.arange(40) % 3
@@ -54,14 +48,14 @@ class NoConfig(keras.Model):
 
 
 def test_two_batched_datasets_pass() -> None:
-    train, val = _checked_data((batched(), batched()))
-    _check_model_takes_data(functional(), train, "train")
+    train, val = checked_data((batched(), batched()))
+    check_model_takes_data(functional(), train, "train")
     assert val.element_spec[0].shape.as_list() == [None, 8]
 
 
 def test_arrays_instead_of_datasets_name_what_came_back() -> None:
     with pytest.raises(FatalTrialError) as raised:
-        _checked_data(((X, Y), (X, Y)))
+        checked_data(((X, Y), (X, Y)))
     assert str(raised.value) == (
         f"{EXPECTED}; its train set is a tuple of 2 (numpy.ndarray, numpy.ndarray) "
         "(wrap arrays: tf.data.Dataset.from_tensor_slices((x, y)).batch(ctx.batch_size))"
@@ -70,14 +64,14 @@ def test_arrays_instead_of_datasets_name_what_came_back() -> None:
 
 def test_one_dataset_instead_of_two() -> None:
     with pytest.raises(FatalTrialError) as raised:
-        _checked_data(batched())
+        checked_data(batched())
     assert str(raised.value).startswith(f"{EXPECTED}; it returned tensorflow.")
 
 
 def test_unbatched_dataset_with_scalar_targets() -> None:
     unbatched = tf.data.Dataset.from_tensor_slices((X, Y))
     with pytest.raises(FatalTrialError) as raised:
-        _checked_data((batched(), unbatched))
+        checked_data((batched(), unbatched))
     assert str(raised.value) == (
         f"{EXPECTED}; its validation set is not batched: its elements have shapes ((8,), ()), "
         "with scalar targets; add .batch(ctx.batch_size)"
@@ -87,7 +81,7 @@ def test_unbatched_dataset_with_scalar_targets() -> None:
 def test_unbatched_inputs_against_a_functional_model() -> None:
     one_hot = tf.data.Dataset.from_tensor_slices((X, np.eye(3, dtype=np.float32)[Y]))  # targets of rank 1
     with pytest.raises(FatalTrialError) as raised:
-        _check_model_takes_data(functional(), one_hot, "train")
+        check_model_takes_data(functional(), one_hot, "train")
     assert str(raised.value) == (
         "build_data's train set is not batched: its inputs have shape (8,) but the model takes (None, 8); "
         "add .batch(ctx.batch_size)"
@@ -96,7 +90,7 @@ def test_unbatched_inputs_against_a_functional_model() -> None:
 
 def test_dataset_of_bare_tensors_is_refused() -> None:
     with pytest.raises(FatalTrialError) as raised:
-        _checked_data((tf.data.Dataset.from_tensor_slices(X).batch(8), batched()))
+        checked_data((tf.data.Dataset.from_tensor_slices(X).batch(8), batched()))
     assert str(raised.value) == (
         f"{EXPECTED}; its train set yields (None, 8), not (inputs, targets) or (inputs, targets, sample_weights)"
     )
@@ -104,13 +98,13 @@ def test_dataset_of_bare_tensors_is_refused() -> None:
 
 def test_build_model_must_return_a_model() -> None:
     with pytest.raises(FatalTrialError) as raised:
-        _checked_model(None)
+        checked_model(None)
     assert str(raised.value) == "build_model must return a keras.Model; it returned None"
 
 
 def _options(returned: object) -> dict[str, Any]:
     builders = Builders(lambda c, x: None, lambda c, x: None, lambda config, ctx: returned)
-    return _fit_options(builders, functional(), {}, None)  # type: ignore[arg-type]
+    return checked_fit_options(builders, functional(), {}, None)  # type: ignore[arg-type]
 
 
 def test_fit_options_pass_through_with_callbacks_as_a_list() -> None:
@@ -184,8 +178,8 @@ def test_a_serialisable_model_is_saved_whole(tmp_path: Path) -> None:
 
 def test_reason_keeps_type_and_whole_multi_line_message() -> None:
     error = ValueError("Exception encountered when calling Dense.call().\n\n  Input 0 is incompatible:\n  expected 8")
-    assert reason(error) == (
+    assert describe_error(error) == (
         "ValueError: Exception encountered when calling Dense.call(). Input 0 is incompatible: expected 8"
     )
-    assert reason(RuntimeError("x" * 1000), limit=40) == "RuntimeError: " + "x" * 25 + "…"
-    assert reason(KeyError()) == "KeyError"
+    assert describe_error(RuntimeError("x" * 1000), limit=40) == "RuntimeError: " + "x" * 25 + "…"
+    assert describe_error(KeyError()) == "KeyError"

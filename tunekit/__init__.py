@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import TrialContext
 from tunekit.errors import (
     NoResultError,
@@ -18,9 +19,8 @@ from tunekit.errors import (
     StorageError,
     TunekitError,
 )
-from tunekit.results import ExperimentResults, load
-from tunekit.search import Plan, plan_budget
-from tunekit.spec import ExperimentSpec, load_spec
+from tunekit.results.load import ExperimentResults, load
+from tunekit.search.plan import Plan, plan_budget
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,15 +48,15 @@ __version__ = "0.1.0"
 
 
 def run(spec: Any, **kwargs: Any) -> ExperimentResults:
-    """Runs a search; see ``tunekit.runner.run`` for the arguments."""
-    from tunekit.runner import run as _run
+    """Runs a search; see ``tunekit.driver.runner.run`` for the arguments."""
+    from tunekit.driver.runner import run as _run
 
     return _run(spec, **kwargs)
 
 
 def resume(experiment_dir: str | Path, **kwargs: Any) -> ExperimentResults:
-    """Finishes an interrupted search; see ``tunekit.runner.resume``."""
-    from tunekit.runner import resume as _resume
+    """Finishes an interrupted search; see ``tunekit.driver.runner.resume``."""
+    from tunekit.driver.runner import resume as _resume
 
     return _resume(experiment_dir, **kwargs)
 
@@ -66,6 +66,15 @@ def shutdown() -> None:
 
     A Ray you started yourself with ``ray.init`` is never shut down by tunekit.
     """
-    from tunekit.runner import shutdown as _shutdown
+    from tunekit.driver.session import shutdown as _shutdown
 
     _shutdown()
+
+
+def __getattr__(name: str) -> Any:
+    """``from tunekit import plots``: the plots module (matplotlib), imported on first use."""
+    if name == "plots":
+        from tunekit.results import plots
+
+        return plots
+    raise AttributeError(f"module 'tunekit' has no attribute {name!r}")

@@ -117,7 +117,7 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tunekit.runner import run
+    from tunekit.driver.runner import run
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
     results = run(args.spec, overrides=overrides, name=args.name, storage=args.storage, address=args.address)
@@ -126,15 +126,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from tunekit.runner import resume
+    from tunekit.driver.runner import resume
 
     _print_summary(resume(args.experiment_dir, address=args.address))
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from tunekit.resources import local_fit_warning
-    from tunekit.spec import load_spec
+    from tunekit.config.resources import local_fit_warning
+    from tunekit.config.spec import load_spec
 
     spec = load_spec(args.spec, args.set)
     warning = local_fit_warning(spec.resources)
@@ -145,8 +145,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from tunekit.search import plan_budget
-    from tunekit.spec import load_spec
+    from tunekit.config.spec import load_spec
+    from tunekit.search.plan import plan_budget
 
     spec = load_spec(args.spec, args.set)
     print(
@@ -158,7 +158,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from tunekit.results import load
+    from tunekit.results.load import load
 
     results = load(args.experiment_dir)
     if args.format == "json":
@@ -166,20 +166,20 @@ def _report(args: argparse.Namespace) -> int:
     else:
         print(_table(results))
     if args.html:
-        from tunekit.report import write_html
+        from tunekit.results.report import write_html
 
         write_html(results, args.html)
     return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from tunekit.doctor import run_checks
+    from tunekit.doctor.checks import run_checks
 
     return run_checks(address=args.address, tracking_uri=args.tracking_uri, storage=args.storage)
 
 
 def _print_summary(results: object) -> None:
-    from tunekit.results import ExperimentResults
+    from tunekit.results.load import ExperimentResults
 
     assert isinstance(results, ExperimentResults)
     counts = results.trials["status"].value_counts().to_dict() if not results.trials.empty else {}
@@ -214,7 +214,7 @@ def _mlflow_link(experiment_dir: Path) -> str | None:
 
 def _table(results: object) -> str:
     from tunekit.layout import PARAM_PREFIX
-    from tunekit.results import ExperimentResults
+    from tunekit.results.load import ExperimentResults
 
     assert isinstance(results, ExperimentResults)
     if results.trials.empty:

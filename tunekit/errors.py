@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class TunekitError(Exception):
     """Base of every error tunekit raises on purpose."""
@@ -100,3 +102,14 @@ def _show(value: object) -> str:
     if isinstance(value, list):
         return f"a list of {len(value)}"
     return repr(value)
+
+
+def describe_error(error: BaseException, limit: int = 500) -> str:
+    """The exception's type and message on one line, condensed but whole where it fits.
+
+    Keras's messages run over several lines and open with a line that says little
+    ("Exception encountered when calling ..."), so lines are joined, not cut to the first.
+    """
+    text = re.sub(r"\s+", " ", str(error)).strip()
+    line = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"

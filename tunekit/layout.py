@@ -20,7 +20,7 @@ SPEC_FILE = "spec.yaml"
 STUDY_FILE = "study.db"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
-TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking)
+TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)
 
 # ----------------------------------------------------------------------- trial files
 
@@ -35,7 +35,7 @@ FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with b
 
 PARAM_PREFIX = "params."
 INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
-# The columns of trials.csv and the fixed columns of epochs.csv (tunekit.recorder writes them).
+# The columns of trials.csv and the fixed columns of epochs.csv (tunekit.driver.recorder writes them).
 TRIAL_COLUMNS = (
     "trial_id",
     "number",

@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from tunekit import _validate as v
+from tunekit.config import _validate as v
+from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 from tunekit.contract import Trainable, TrainableRef, locate_trainable
 from tunekit.errors import SpecError
-from tunekit.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 ALGORITHMS = ("tpe", "random", "grid")

@@ -1,10 +1,7 @@
-"""Finished experiments as tables: loaded from the experiment directory alone, no Ray needed."""
+"""The same tables as tunekit.load, rebuilt from an MLflow tracking server (no experiment directory needed)."""
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,173 +10,15 @@ import yaml
 from tunekit.errors import TunekitError
 from tunekit.layout import (
     EPOCH_COLUMNS,
-    EPOCHS_FILE,
     INFO_PREFIX,
     PARAM_PREFIX,
     SPEC_FILE,
     TRIAL_COLUMNS,
-    TRIALS_FILE,
 )
-from tunekit.search import pick_best
+from tunekit.results.load import ExperimentResults, best_trial
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-
-@dataclass(frozen=True)
-class BestTrial:
-    trial_id: str
-    number: int | None
-    config: dict[str, Any]
-    metric: float
-    epochs: int
-    status: str
-
-
-@dataclass(frozen=True)
-class ExperimentResults:
-    """What a search left behind.
-
-    Attributes:
-        experiment_dir: where Ray's files, the spec, the study and the tables live.
-        spec: the resolved spec, as written to ``spec.yaml``.
-        trials: one row per trial (id, status, reason, epochs, final and best metric,
-            rung, wall time, samples/s, node, ``params.*``).
-        epochs: one row per trial per reported epoch, with every reported metric.
-        best: the best trial (trained to the end if any trial was), or None.
-    """
-
-    experiment_dir: Path
-    spec: dict[str, Any]
-    trials: pd.DataFrame
-    epochs: pd.DataFrame
-    best: BestTrial | None
-
-    @property
-    def metric(self) -> str:
-        return str(self.spec["metric"]["name"])
-
-    @property
-    def mode(self) -> str:
-        return str(self.spec["metric"]["mode"])
-
-    @property
-    def best_config(self) -> dict[str, Any] | None:
-        return None if self.best is None else self.best.config
-
-    @property
-    def best_metric(self) -> float | None:
-        return None if self.best is None else self.best.metric
-
-    def ranked(self) -> pd.DataFrame:
-        """Trials best first: completed before pruned, then by final metric."""
-        order = {"completed": 0, "pruned": 1, "stopped": 2, "running": 3, "failed": 4}
-        table = self.trials.assign(_order=self.trials["status"].map(order))
-        ascending = self.mode == "min"
-        return table.sort_values(["_order", "final_metric"], ascending=[True, ascending], na_position="last").drop(
-            columns="_order"
-        )
-
-    def model_path(self, trial: str | int | None = None) -> Path | None:
-        """The final model a trial saved, from its newest checkpoint that holds one.
-
-        That is ``model.keras``, or ``model.weights.h5`` when Keras could not save the
-        model whole (rebuild it with the trainable's ``build_model``, then
-        ``load_weights``). None when the trial saved neither (it was pruned, stopped or
-        failed before its end) or its checkpoints are not on this machine.
-
-        Args:
-            trial: a trial id, or an Optuna trial number; the best trial when None.
-
-        Raises:
-            TunekitError: no such trial in this experiment.
-        """
-        from tunekit.tracking import final_model_path
-
-        if trial is None:
-            return None if self.best is None else final_model_path(self.experiment_dir, self.best.trial_id)
-        ids = [] if self.trials.empty else [str(t) for t in self.trials["trial_id"]]
-        if isinstance(trial, int) and not isinstance(trial, bool):
-            matches = [] if self.trials.empty else list(self.trials.loc[self.trials["number"] == trial, "trial_id"])
-            if not matches:
-                raise TunekitError(f"no trial number {trial} in {self.experiment_dir}")
-            return final_model_path(self.experiment_dir, str(matches[0]))
-        if str(trial) not in ids:
-            shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
-            raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
-        return final_model_path(self.experiment_dir, str(trial))
-
-    def to_json(self) -> str:
-        best = None if self.best is None else self.best.__dict__
-        trials = json.loads(self.trials.to_json(orient="records"))
-        return json.dumps(
-            {
-                "experiment_dir": str(self.experiment_dir),
-                "metric": self.metric,
-                "mode": self.mode,
-                "best": best,
-                "trials": trials,
-            },
-            indent=2,
-        )
-
-
-def load(experiment_dir: str | Path) -> ExperimentResults:
-    """Loads a finished (or interrupted) experiment from its directory.
-
-    Raises:
-        TunekitError: when the directory holds no tunekit experiment.
-    """
-    import pandas as pd
-
-    directory = Path(experiment_dir).expanduser().resolve()
-    spec_path = directory / SPEC_FILE
-    if not spec_path.is_file():
-        raise TunekitError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
-    spec = yaml.safe_load(spec_path.read_text())
-    trials = _read_csv(pd, directory / TRIALS_FILE)
-    epochs = _read_csv(pd, directory / EPOCHS_FILE)
-    return ExperimentResults(directory, spec, trials, epochs, _best(trials, spec["metric"]["mode"]))
-
-
-def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
-    if not path.is_file() or path.stat().st_size == 0:
-        return pd.DataFrame()
-    return pd.read_csv(path)
-
-
-def _best(trials: pd.DataFrame, mode: str) -> BestTrial | None:
-    if trials.empty:
-        return None
-    candidates = [(str(row["status"]), _number(row["final_metric"]), row) for _, row in trials.iterrows()]
-    row = pick_best(candidates, mode)
-    if row is None:
-        return None
-    config = {
-        column[len(PARAM_PREFIX) :]: _plain(row[column])
-        for column in trials.columns
-        if column.startswith(PARAM_PREFIX) and not _is_missing(row[column])
-    }
-    number = None if _is_missing(row["number"]) else int(row["number"])
-    return BestTrial(
-        str(row["trial_id"]), number, config, float(row["final_metric"]), int(row["epochs"]), str(row["status"])
-    )
-
-
-def _number(value: Any) -> float | None:
-    return None if _is_missing(value) else float(value)
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _plain(value: Any) -> Any:
-    # numpy scalars out of pandas -> plain Python values a config can hold
-    return value.item() if hasattr(value, "item") else value
-
-
-# ------------------------------------------------------------------ from MLflow
+    pass
 
 
 def load_from_mlflow(
@@ -189,7 +28,7 @@ def load_from_mlflow(
     experiment_dir: str | Path | None = None,
     parent_run_id: str | None = None,
 ) -> ExperimentResults:
-    """Loads an experiment from the runs ``tunekit.tracking`` logged, without its directory.
+    """Loads an experiment from the runs ``tunekit.tracking.tracker`` logged, without its directory.
 
     The trials and epochs tables have the columns ``load`` gives; what MLflow does not
     hold (an epoch's attempt and resume point) is left empty.
@@ -206,7 +45,7 @@ def load_from_mlflow(
     import pandas as pd
     from mlflow import MlflowClient
 
-    from tunekit.tracking import PARENT_RUN_TAG, TAG_EXPERIMENT_DIR, TAG_ROLE
+    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_EXPERIMENT_DIR, TAG_ROLE
 
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment = client.get_experiment_by_name(experiment_name)
@@ -243,7 +82,7 @@ def load_from_mlflow(
         epochs = epochs.sort_values(["time", "trial_id", "epoch"]).reset_index(drop=True)
         epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
-    return ExperimentResults(directory, spec, trials, epochs, _best(trials, spec["metric"]["mode"]))
+    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, spec["metric"]["mode"]))
 
 
 def _all_runs(client: Any, experiment_ids: list[str], filter_string: str) -> list[Any]:
@@ -288,7 +127,7 @@ def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
 def _trial_from_run(
     client: Any, run: Any, spec: dict[str, Any], origin: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from tunekit import tracking as t
+    from tunekit.tracking import tags as t
 
     tags, metric = run.data.tags, spec["metric"]["name"]
     trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)

@@ -1,7 +1,7 @@
 """One self-contained HTML page for a finished experiment (``tunekit report DIR --html FILE``).
 
 The page holds the summary, the best trial, the ranked trial table and the figures of
-``tunekit.plots``, inlined as base64 PNG: it can be mailed or attached to a ticket and
+``tunekit.results.plots``, inlined as base64 PNG: it can be mailed or attached to a ticket and
 opens anywhere without the experiment directory.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import PARAM_PREFIX, TRACKING_FILE
-from tunekit.results import ExperimentResults
+from tunekit.results.load import ExperimentResults
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,7 +63,7 @@ def write_html(results: ExperimentResults, path: str | Path) -> Path:
         results: a loaded experiment (``tunekit.load(dir)``).
         path: the HTML file to write; its folder is created when missing.
     """
-    from tunekit.plots import all_figures
+    from tunekit.results.plots import all_figures
 
     figures = all_figures(results)
     page = render_html(results, {name: _png_base64(fig) for name, fig in figures.items()})
@@ -87,7 +87,7 @@ def render_html(results: ExperimentResults, images: dict[str, str]) -> str:
         "<h2>Summary</h2>",
         _summary(results),
         "<h2>Best trial</h2>",
-        _best(results),
+        best_trial(results),
         "<h2>Trials, best first</h2>",
         _trial_table(results),
         "<h2>Figures</h2>",
@@ -161,7 +161,7 @@ def _tracking(results: ExperimentResults) -> str:
     )
 
 
-def _best(results: ExperimentResults) -> str:
+def best_trial(results: ExperimentResults) -> str:
     best = results.best
     if best is None:
         return "<p>No trial reported the metric.</p>"

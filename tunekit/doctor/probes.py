@@ -1,4 +1,4 @@
-"""The doctor's slow checks, each run as ``python -m tunekit._doctor_probes KIND ARGS...``.
+"""The doctor's slow checks, each run as ``python -m tunekit.doctor.probes KIND ARGS...``.
 
 They run in a child process so that a broken TensorFlow or Ray install is reported
 instead of crashing the doctor, and so that a hang can be killed at a deadline. Each

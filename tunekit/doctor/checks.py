@@ -5,7 +5,7 @@ by one ``fix:`` line. The exit status is 0 when nothing is wrong and 1 otherwise
 
 The doctor never hangs and never imports TensorFlow or Ray in its own process:
 
-- TensorFlow (build info, GPUs) is checked in a child (``tunekit._doctor_probes``), so a broken
+- TensorFlow (build info, GPUs) is checked in a child (``tunekit.doctor.probes``), so a broken
   install is reported instead of crashing the doctor, and its 4-8 s import runs while
   the fast checks go on.
 - A Ray cluster (``--address`` or ``RAY_ADDRESS``) is inspected in a second child:
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tunekit._doctor_probes import MARK, PROBE_PREFIX
+from tunekit.doctor.probes import MARK, PROBE_PREFIX
 
 OK = "ok"
 PROBLEM = "PROBLEM"
@@ -726,8 +726,8 @@ def _ray_fix(error: str) -> str:
 
 
 def _probe(kind: str, args: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> _Child:
-    """Starts one of ``tunekit._doctor_probes`` in a child; its answer is read later."""
-    return _Child(["-m", "tunekit._doctor_probes", kind, *args], timeout_s, env)
+    """Starts one of ``tunekit.doctor.probes`` in a child; its answer is read later."""
+    return _Child(["-m", "tunekit.doctor.probes", kind, *args], timeout_s, env)
 
 
 class _Child:

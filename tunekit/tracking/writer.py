@@ -1,6 +1,6 @@
-"""The background half of ``tunekit.tracking``: turns queued events into MLflow calls.
+"""The background half of ``tunekit.tracking.tracker``: turns queued events into MLflow calls.
 
-Runs in one daemon thread of the Ray driver (see ``tunekit.tracking`` for the design).
+Runs in one daemon thread of the Ray driver (see ``tunekit.tracking.tracker`` for the design).
 Events are applied to in-memory state first (``_Pending`` per run), then ``_sync``
 sends whatever is pending; a failed call leaves its work pending, so the next attempt
 picks up where the last one stopped and nothing is sent twice.
@@ -23,16 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import FINAL_MODEL, SPEC_FILE, TRACKING_FILE
-from tunekit.spec import ExperimentSpec
-from tunekit.tracking import (
+from tunekit.tracking.tags import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     INFO_TAGS,
     MODEL_ARTIFACT_DIR,
     PARENT_RUN_TAG,
-    PROBE_TIMEOUT_S,
-    STOP,
     TAG_ATTEMPTS,
     TAG_BEST_TRIAL,
     TAG_EPOCHS,
@@ -44,6 +42,10 @@ from tunekit.tracking import (
     TAG_STATUS,
     TAG_TRIAL_ID,
     TAG_TRIAL_NUMBER,
+)
+from tunekit.tracking.tracker import (
+    PROBE_TIMEOUT_S,
+    STOP,
     EpochEvent,
     InfoEvent,
     ProgressEvent,
@@ -59,7 +61,7 @@ from tunekit.tracking import (
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-logger = logging.getLogger("tunekit.tracking")
+logger = logging.getLogger("tunekit.tracking.tracker")
 
 RETRY_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 LINGER_S = 0.2  # gather a burst of events into one request

@@ -1,6 +1,6 @@
 """The Ray ``Searcher`` that drives an Optuna study (imported only where Ray already is).
 
-See ``tunekit.search`` for why tunekit does not use Ray's ``OptunaSearch``.
+See ``tunekit.search.plan`` for why tunekit does not use Ray's ``OptunaSearch``.
 
 Grid search is tunekit's own: Optuna's ``GridSampler`` takes a cartesian product, which
 would count a conditional parameter where it is inactive. The searcher enumerates the
@@ -28,10 +28,10 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
+from tunekit.config.space import REPEAT_SEED_KEY
+from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE
-from tunekit.search import study_url
-from tunekit.space import REPEAT_SEED_KEY
-from tunekit.spec import ExperimentSpec
+from tunekit.search.plan import study_url
 
 # User attributes tunekit sets on study trials.
 RAY_TRIAL_ATTR = "ray_trial_id"

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunekit import _validate as v
+from tunekit.config import _validate as v
 from tunekit.errors import SpecError
 
 if TYPE_CHECKING:

@@ -19,16 +19,16 @@ from typing import Any, Protocol
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import (
     EPOCH_COLUMNS,
     EPOCH_KEY,
     EPOCHS_FILE,
     EXPORT_NOTE,
     FAILURE_KEY,
-    FAILURE_KIND_KEY,
     INFO_KEY,
     INFO_PREFIX,
     PARAM_PREFIX,
@@ -36,12 +36,8 @@ from tunekit.layout import (
     TRIAL_COLUMNS,
     TRIALS_FILE,
 )
-from tunekit.search import pick_best, rung_of
-from tunekit.spec import ExperimentSpec
-
-# How many trials may fail with one identical error, before any succeeds, before the
-# search is stopped as hopeless (the error is in the trainable, not in the configs).
-REPEATED_FAILURE_LIMIT = 3
+from tunekit.search.plan import pick_best, rung_of
+from tunekit.search.schedulers import RecordingASHA
 
 
 @dataclass
@@ -88,67 +84,6 @@ class Listener(Protocol):
     def trial_ended(self, record: TrialRecord) -> None: ...
     def tick(self, recorder: Recorder) -> None: ...
     def experiment_ended(self, recorder: Recorder) -> None: ...
-
-
-class RecordingASHA(ASHAScheduler):
-    """ASHA that remembers which trials it stopped, so 'pruned' means pruned by ASHA.
-
-    Ray does not save scheduler state with the experiment (a restored ASHA starts with
-    empty rungs and would promote everything), so ``replay`` rebuilds the rungs from
-    the recorded epochs when a search is resumed.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stopped: set[str] = set()
-
-    def replay(self, values: dict[str, dict[int, float]], stopped: set[str]) -> None:
-        """Records each trial's metric at every rung it reached, as ASHA saw it live."""
-        self.stopped = set(stopped)
-        for bracket in self._brackets:
-            for milestone, recorded in bracket._rungs:
-                for trial_id, by_epoch in values.items():
-                    if int(milestone) in by_epoch:
-                        recorded[trial_id] = (self._metric_op or 1.0) * by_epoch[int(milestone)]
-
-    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
-        decision = super().on_trial_result(tune_controller, trial, result)
-        if decision == TrialScheduler.STOP and result.get(EPOCH_KEY, 0) < self._max_t:
-            self.stopped.add(trial.trial_id)
-        return decision
-
-
-class FailureGuard(Stopper):
-    """Stops the whole search on a fatal trial error, or on one error repeated in every trial."""
-
-    def __init__(self) -> None:
-        self.abort_reason: str | None = None
-        self._any_success = False
-        self._failures: list[str] = []
-
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        reason = result.get(FAILURE_KEY)
-        if not reason:
-            self._any_success = True
-            return False
-        if result.get(FAILURE_KIND_KEY) == "fatal" and self.abort_reason is None:
-            self.abort_reason = f"trial {trial_id} failed with an error every trial would hit: {reason}"
-        self._failures.append(str(reason))
-        recent = self._failures[-REPEATED_FAILURE_LIMIT:]
-        if (
-            not self._any_success
-            and len(recent) == REPEATED_FAILURE_LIMIT
-            and len(set(recent)) == 1
-            and self.abort_reason is None
-        ):
-            self.abort_reason = (
-                f"the first {REPEATED_FAILURE_LIMIT} trials all failed with the same error, "
-                f"so the trainable is broken, not the configs: {reason}"
-            )
-        return True
-
-    def stop_all(self) -> bool:
-        return self.abort_reason is not None
 
 
 class Recorder(Callback):

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import PARAM_PREFIX, STUDY_FILE
-from tunekit.results import ExperimentResults
-from tunekit.search import asha_milestones, study_url
+from tunekit.results.load import ExperimentResults
+from tunekit.search.plan import asha_milestones, study_url
 
 if TYPE_CHECKING:
     import pandas as pd

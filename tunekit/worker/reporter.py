@@ -11,19 +11,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 from ray import tune
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
 from tunekit.errors import FatalTrialError, TrialFailure
 from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, STOPPED_BY_MODEL
-from tunekit.resources import WorkerDevices
-from tunekit.spec import ExperimentSpec
-
-if TYPE_CHECKING:
-    from tunekit.trainable import TrialProgress
+from tunekit.worker.checkpoints import TrialProgress, export_model, save_checkpoint
+from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
 
 
 class EpochReporter(keras.callbacks.Callback):
@@ -63,7 +61,6 @@ class EpochReporter(keras.callbacks.Callback):
         self._train_seconds = time.perf_counter() - self._epoch_started
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        from tunekit.trainable import memory_mb, trial_info
 
         completed = epoch + 1
         metrics = {key: float(value) for key, value in (logs or {}).items()}
@@ -96,8 +93,6 @@ class EpochReporter(keras.callbacks.Callback):
 
     def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
         """Checkpoints and reports; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
-        from tunekit.trainable import export_model, save_checkpoint
-
         checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
         save_checkpoint(checkpoint_dir, self.model, completed)
         if final:

@@ -10,7 +10,7 @@ loop, which every trial's ``tune.report`` waits on, so each callback here only c
 what it needs into a queue (microseconds). A background thread imports MLflow, opens
 the runs and sends everything with batched ``MlflowClient.log_batch`` calls;
 ``experiment_ended`` waits for it to flush, for at most ``TUNEKIT_TRACKING_FLUSH_TIMEOUT_S``
-seconds (default 30). That thread lives in ``tunekit._mlflow_writer``. While it talks to an
+seconds (default 30). That thread lives in ``tunekit.tracking.writer``. While it talks to an
 HTTP server it sets MLflow's ``MLFLOW_HTTP_REQUEST_*`` retry settings (when unset) so a
 dead server is noticed in seconds, not minutes, and stops MLflow printing a "View run"
 line per run; it restores them when the search ends.
@@ -69,49 +69,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
-from tunekit.spec import ExperimentSpec
+from tunekit.tracking.tags import UI_WORKFLOW_QUERY
 
 if TYPE_CHECKING:
-    from tunekit._mlflow_writer import MlflowWriter
-    from tunekit.recorder import EpochRow, Recorder, TrialRecord
+    from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
+    from tunekit.tracking.writer import MlflowWriter
 
-# Tags tunekit sets; load_from_mlflow and resume look runs up by them.
-TAG_ROLE = "tunekit.role"  # "experiment" on parent runs, "trial" on child runs
-TAG_EXPERIMENT_DIR = "tunekit.experiment_dir"
-TAG_TRIAL_ID = "tunekit.ray_trial_id"
-TAG_TRIAL_NUMBER = "tunekit.optuna_trial_number"
-TAG_STATUS = "tunekit.status"  # completed | pruned | stopped | failed | running | lost
-TAG_OUTCOME = "tunekit.outcome"  # the status in words: "pruned at rung 0 (epoch 1)"
-TAG_REASON = "tunekit.reason"
-TAG_RUNG = "tunekit.rung"
-TAG_EPOCHS = "tunekit.epochs"
-TAG_ATTEMPTS = "tunekit.attempts"
-TAG_BEST_TRIAL = "tunekit.best_trial_id"
-PARENT_RUN_TAG = "mlflow.parentRunId"
-# The experiment's kind, as MLflow 3's UI reads it (mlflow/server/js: ExperimentKind):
-# "custom_model_development" is classic model training, shown as "Machine learning";
-# without it the UI may take a tunekit experiment for a GenAI app.
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
-# MLflow 3.17's UI opens an experiment on whichever side its GenAI / Model training
-# switch is on (remembered by the browser, GenAI at first), whatever the kind tag says;
-# this query parameter picks the Model training side for one link.
-UI_WORKFLOW_QUERY = "workflowType=machine_learning"
-# Trial info (from the trainable) recorded as tags, under these names.
-INFO_TAGS = {  # trial info key -> child-run tag
-    "device_names": "tunekit.device_names",
-    "precision": "tunekit.precision",
-    "replicas": "tunekit.replicas",
-    "batch_size": "tunekit.global_batch_size",
-    "jit_compile": "tunekit.jit_compile",
-    "ray_gpu_ids": "tunekit.ray_gpu_ids",
-    "node_ip": "tunekit.node_ip",
-    "node_id": "tunekit.node_id",
-    "cuda_version": "tunekit.env.cuda",
-    "cudnn_version": "tunekit.env.cudnn",
-}
-MODEL_ARTIFACT_DIR = "model"
 
 FLUSH_TIMEOUT_ENV = "TUNEKIT_TRACKING_FLUSH_TIMEOUT_S"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
@@ -229,7 +194,7 @@ class MlflowTracker:
     # ------------------------------------------------------------ listener (driver)
 
     def experiment_started(self, recorder: Recorder) -> None:
-        from tunekit._mlflow_writer import MlflowWriter
+        from tunekit.tracking.writer import MlflowWriter
 
         self._started = recorder.started
         if self._thread is None:

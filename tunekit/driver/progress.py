@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, TextIO
 from tunekit.layout import ERROR_FILE
 
 if TYPE_CHECKING:
-    from tunekit.recorder import EpochRow, Recorder, TrialRecord
-    from tunekit.spec import ExperimentSpec
+    from tunekit.config.spec import ExperimentSpec
+    from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 
 
 class ConsoleProgress:
     """A recorder listener that shows start-up, trials running, pruned, finished and failed, and the best so far.
 
-    Called from the driver's main thread only (Ray Tune's callbacks and ``tunekit.runner``).
+    Called from the driver's main thread only (Ray Tune's callbacks and ``tunekit.driver.runner``).
     """
 
     def __init__(self, spec: ExperimentSpec, stream: TextIO | None = None, *, live: bool | None = None) -> None:
-        from tunekit.search import plan_budget
+        from tunekit.search.plan import plan_budget
 
         self._metric = spec.metric.name
         self._num_samples = spec.budget.num_samples

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import STUDY_FILE
-from tunekit.spec import ExperimentSpec
 
 T = TypeVar("T")
 

@@ -1,0 +1,329 @@
+"""Building the Ray Tune run for a spec, running it, and resuming it.
+
+The driver never imports TensorFlow: trials configure their own devices in their
+worker processes (see ``tunekit.worker.devices``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
+
+from tunekit.config.spec import ExperimentSpec, load_spec
+from tunekit.contract import builders_from
+from tunekit.driver.session import (
+    check_cluster_fits,
+    check_storage_shared,
+    driver_env,
+    kill_owned_local_ray,
+    ray_session,
+    wait_for_released_resources,
+)
+from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
+from tunekit.errors import NoResultError, SearchAborted, SearchInterrupted, StorageError
+from tunekit.layout import ERROR_FILE, SPEC_FILE
+from tunekit.results.load import ExperimentResults, load
+
+
+def run(
+    spec: str | Path | Mapping[str, Any] | ExperimentSpec,
+    *,
+    overrides: Sequence[str] = (),
+    name: str | None = None,
+    storage: str | Path | None = None,
+    address: str | None = None,
+    progress: TextIO | bool | None = True,
+    trainable: ModuleType | None = None,
+    build_data: Callable[..., Any] | None = None,
+    build_model: Callable[..., Any] | None = None,
+    fit_options: Callable[..., Any] | None = None,
+    **sections: Any,
+) -> ExperimentResults:
+    """Runs a search and returns its results.
+
+    Args:
+        spec: a spec file path, a parsed mapping, or a loaded ``ExperimentSpec``.
+        trainable, build_data, build_model, fit_options: the trainable as a module object,
+            or its builder functions (from a notebook); the spec's ``trainable`` is then
+            ignored and may be omitted. Functions travel to the workers by Ray's
+            serialisation.
+        overrides: ``key.path=value`` strings, as ``tunekit run --set``.
+        name: the experiment directory's name (default: the spec's name and a timestamp).
+        storage: where experiment directories live (default: the spec's ``storage.path``).
+        address: a Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray).
+        progress: a stream for live progress, True for stdout, False for silence.
+        **sections: spec sections deep-merged over the spec, e.g. ``budget={"num_samples": 4}``.
+
+    Raises:
+        SpecError: the spec is invalid; nothing was written.
+        SearchAborted: a trial error every trial would hit stopped the search.
+        NoResultError: no trial reported the metric (all failed, or the time budget ended first).
+        ResourceError: no node of the cluster can ever give a trial its CPUs or GPUs.
+        SearchInterrupted: SIGINT or SIGTERM stopped the search; ``tunekit.resume`` continues it.
+        Each of these but SpecError carries ``experiment_dir``, whose results stay loadable.
+    """
+    python_trainable = builders_from(trainable, build_data, build_model, fit_options)
+    if not isinstance(spec, ExperimentSpec):
+        spec = load_spec(spec, overrides, sections, python_trainable)
+    elif python_trainable is not None:
+        spec = dataclasses.replace(spec, trainable=python_trainable)
+    experiment_dir = create_experiment_dir(spec, name, storage)
+    stream = sys.stdout if progress is True else (progress or None)
+    _fit(spec, experiment_dir, address, stream, restore=False)
+    return load(experiment_dir)
+
+
+def resume(
+    experiment_dir: str | Path,
+    *,
+    address: str | None = None,
+    progress: TextIO | bool | None = True,
+    trainable: ModuleType | None = None,
+    build_data: Callable[..., Any] | None = None,
+    build_model: Callable[..., Any] | None = None,
+    fit_options: Callable[..., Any] | None = None,
+) -> ExperimentResults:
+    """Finishes an interrupted search from its directory.
+
+    A search whose builders were passed from Python needs them passed again here.
+    """
+    directory = Path(experiment_dir).expanduser().resolve()
+    if not (directory / SPEC_FILE).is_file():
+        raise StorageError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
+    spec = load_spec(directory / SPEC_FILE, trainable=builders_from(trainable, build_data, build_model, fit_options))
+    stream = sys.stdout if progress is True else (progress or None)
+    links = _bridge_rotated_checkpoints(directory)
+    try:
+        _fit(spec, directory, address, stream, restore=True)
+    finally:
+        for link in links:
+            link.unlink(missing_ok=True)
+    return load(directory)
+
+
+def _bridge_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
+    """Makes checkpoints that Ray's last saved state names, but rotation deleted, resolvable.
+
+    A killed driver leaves Ray's experiment state up to a second old; meanwhile trials
+    kept reporting and the oldest checkpoints were rotated away. Ray refuses to restore a
+    trial whose recorded checkpoint is gone, so each missing name below a trial's oldest
+    kept checkpoint becomes a link to its newest one: the trial resumes from the newest
+    state it really reached (the trainable reads the epoch from the checkpoint itself).
+    """
+    links: list[Path] = []
+    for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
+        kept = sorted(trial_dir.glob("checkpoint_*"))
+        if not kept:
+            continue
+        oldest, newest = int(kept[0].name.split("_")[1]), kept[-1]
+        for index in range(oldest):
+            link = trial_dir / f"checkpoint_{index:06d}"
+            link.symlink_to(newest.name, target_is_directory=True)
+            links.append(link)
+    return links
+
+
+def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:
+    root = Path(storage or spec.storage.path).expanduser().resolve()
+    directory = root / (name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if directory.exists():
+        raise StorageError(f"{directory} already exists; pick another --name or `tunekit resume` it")
+    try:
+        directory.mkdir(parents=True)
+    except OSError as error:
+        raise StorageError(f"cannot create {directory}: {error.strerror}") from None
+    (directory / SPEC_FILE).write_text(spec.to_yaml())
+    return directory
+
+
+def _fit(
+    spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream: TextIO | None, *, restore: bool
+) -> None:
+    from tunekit.driver.progress import ConsoleProgress
+    from tunekit.search.searcher import exhausted_reason
+
+    console = ConsoleProgress(spec, stream) if stream else None
+    if console:
+        console.header(experiment_dir, _tracking_uri(spec))
+    with (
+        StopSignals(experiment_dir, kill_owned_local_ray) as signals,
+        driver_env(),
+        ray_session(address, spec, console, signals),
+    ):
+        check_cluster_fits(spec, experiment_dir)
+        check_storage_shared(experiment_dir)
+        if restore and not _has_tune_state(experiment_dir):
+            restore = False  # stopped during start-up, before Ray Tune saved anything: start afresh
+        if console:
+            console.phase("preparing the study and the Tuner")
+        from tunekit.driver.guard import FailureGuard
+
+        tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
+        if console:
+            console.phase("waiting for the first trial workers (each imports TensorFlow)")
+        with signals.fitting(), quiet_trial_tracebacks():
+            try:
+                tuner.fit()
+            finally:
+                recorder.write_tables()
+        wait_for_released_resources()
+    if console and (exhausted := exhausted_reason(spec, experiment_dir)):
+        console.phase(f"the search ended early: {exhausted}")
+    if signals.received is not None:
+        raise SearchInterrupted(
+            f"interrupted by {signal.Signals(signals.received).name}; "
+            f"`tunekit resume {experiment_dir}` continues the search",
+            experiment_dir,
+            signals.received,
+        )
+    if isinstance(guard, FailureGuard) and guard.abort_reason:
+        raise SearchAborted(f"search stopped: {guard.abort_reason}", experiment_dir)
+    reason = no_result_reason(spec, experiment_dir, list(recorder.trials.values()), time.time() - recorder.started)
+    if reason:
+        raise NoResultError(reason, experiment_dir)
+
+
+def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:
+    """A new Tuner, or the experiment's restored one with this process's listeners attached."""
+    from ray import tune
+
+    from tunekit.driver.recorder import Recorder
+
+    listeners = _listeners(spec, experiment_dir, console)
+    if not restore:
+        return _build_tuner(spec, experiment_dir, listeners)
+    tuner = tune.Tuner.restore(
+        str(experiment_dir), trainable=_trainable(spec, experiment_dir), resume_unfinished=True, resume_errored=True
+    )
+    # Ray restores searcher, scheduler and callbacks from its pickle; listeners
+    # (console, tracker) are per process and are attached again here.
+    assert tuner._local_tuner is not None  # tunekit never runs Tune through Ray Client
+    run_config = tuner._local_tuner.get_run_config()
+    recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
+    recorder.listeners = listeners
+    return tuner, recorder, run_config.stop
+
+
+def _has_tune_state(experiment_dir: Path) -> bool:
+    return any(experiment_dir.glob("experiment_state-*.json"))
+
+
+def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequence[Any], elapsed: float) -> str:
+    """Why no trial reported the metric, in one line, or "" when one did.
+
+    Args:
+        spec: the experiment's spec (metric name, time budget).
+        experiment_dir: where each trial's ``error.txt`` lives.
+        records: the recorder's ``TrialRecord``s.
+        elapsed: seconds the search ran.
+    """
+    if any(r.final_metric is not None or r.best_metric is not None for r in records):
+        return ""
+    name = spec.metric.name
+    failed = [r for r in records if r.status == "failed"]
+    budget = spec.budget.time_budget_s
+    if failed:
+        first = min(failed, key=lambda r: r.ended_at or r.started_at)
+        text = f"no trial reported {name}: {len(failed)} failed (first: {first.reason or 'no reason recorded'})"
+        error_file = experiment_dir / first.trial_id / ERROR_FILE
+        return text + (f", see {error_file}" if error_file.is_file() else "")
+    if budget is not None and elapsed >= budget * 0.95:
+        trained = any(r.epochs for r in records)
+        what = "before any trial reported it" if trained else "before any trial finished an epoch"
+        return f"no trial reported {name}: the time budget of {budget:g} s ran out {what}"
+    if not records:
+        return f"no trial reported {name}: no trial started"
+    return f"no trial reported {name}: {len(records)} trials ended without reporting it"
+
+
+def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
+    """Who hears about the search as it goes: the console and, when enabled, MLflow."""
+    listeners: list[Any] = [console] if console else []
+    if spec.tracking.enabled:
+        from tunekit.tracking.tracker import MlflowTracker
+
+        listeners.append(MlflowTracker(spec, experiment_dir))
+    return listeners
+
+
+def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
+    from ray import tune
+
+    from tunekit.driver.guard import FailureGuard
+    from tunekit.driver.recorder import Recorder
+    from tunekit.layout import EPOCH_KEY
+    from tunekit.search.schedulers import RecordingASHA
+    from tunekit.search.searcher import OptunaStudySearcher
+
+    searcher = OptunaStudySearcher(spec, experiment_dir)
+    searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
+    if spec.scheduler.type == "asha":
+        scheduler: Any = RecordingASHA(
+            time_attr=EPOCH_KEY,
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            max_t=spec.budget.max_epochs,
+            grace_period=spec.scheduler.grace_period,
+            reduction_factor=spec.scheduler.reduction_factor,
+        )
+    else:
+        scheduler = tune.schedulers.FIFOScheduler()
+    recorder = Recorder(spec, experiment_dir, searcher, scheduler, listeners)
+    guard = FailureGuard()
+    tuner = tune.Tuner(
+        _trainable(spec, experiment_dir),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=spec.budget.num_samples,
+            # Ray keeps one pending trial for custom searchers unless a limit is set.
+            max_concurrent_trials=spec.budget.max_concurrent,
+            time_budget_s=spec.budget.time_budget_s,
+            # Reused workers pay TensorFlow's import and device set-up once, not per trial.
+            reuse_actors=True,
+            trial_dirname_creator=lambda trial: trial.trial_id,
+        ),
+        run_config=tune.RunConfig(
+            name=experiment_dir.name,
+            storage_path=str(experiment_dir.parent),
+            callbacks=[recorder],
+            stop=guard,
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )
+    return tuner, recorder, guard
+
+
+def _trainable(spec: ExperimentSpec, experiment_dir: Path) -> Any:
+    from ray import tune
+
+    from tunekit.config.resources import trial_resources
+    from tunekit.worker.trial import run_trial
+
+    return tune.with_resources(
+        tune.with_parameters(run_trial, spec=spec, experiment_dir=str(experiment_dir)), trial_resources(spec.resources)
+    )
+
+
+def _tracking_uri(spec: ExperimentSpec) -> str | None:
+    """The MLflow tracking URI the search will use (credentials removed), without importing MLflow."""
+    if not spec.tracking.enabled:
+        return None
+    from tunekit.tracking.tracker import redact_uri
+
+    mlflow = sys.modules.get("mlflow")  # set_tracking_uri in this process counts, when MLflow is loaded
+    uri = spec.tracking.uri or (mlflow.get_tracking_uri() if mlflow else None)
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    return redact_uri(str(uri))
+
+
+# --------------------------------------------------------------------------- signals

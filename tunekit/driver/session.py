@@ -1,0 +1,287 @@
+"""The Ray session a search runs in: started once per process and kept, or joined.
+
+Also the driver's and workers' environment, the code shipped to cluster nodes, and the
+checks that the cluster can run the search (resources, shared storage).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tunekit.config.spec import ExperimentSpec
+from tunekit.contract import TrainableRef
+from tunekit.driver.signals import StopSignals
+from tunekit.errors import ResourceError, SearchInterrupted, StorageError
+
+# Settings of the driver's Ray Tune, and why:
+_DRIVER_ENV = {
+    # tunekit writes its own trial and epoch tables; Ray's per-result JSON, CSV and
+    # TensorBoard loggers would only slow the driver loop every trial waits on.
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    # A failed trial's last report has no metric; the trainable checks metric names
+    # itself and fails with the list of names it did see.
+    "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
+    # Save Ray's experiment state (trials, searcher and recorder state) every second,
+    # so a killed driver loses at most a second of bookkeeping.
+    "TUNE_GLOBAL_CHECKPOINT_S": "1",
+    # verbose=0 alone still prints the new output engine's banner; tunekit shows its own progress.
+    "RAY_AIR_NEW_OUTPUT": "0",
+    # tunekit handles SIGINT and SIGTERM itself (StopSignals) and stops Tune through the
+    # same event Ray's Ctrl-C handler sets, so both signals stop a search the same way.
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
+}
+
+
+# ...and of the workers:
+_WORKER_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    # ASHA's STOP reaches a reused worker as SystemExit inside report(). Ray waits only
+    # 2 s (read in the worker) for that thread to unwind, then fails the *next* trial
+    # outright, without retry; on a busy machine Keras needs longer.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "60",
+    # Relative paths in a trainable (data folders) resolve against the launch directory.
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
+}
+
+
+@contextlib.contextmanager
+def driver_env() -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in _DRIVER_ENV}
+    os.environ.update(_DRIVER_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def ray_init_options(spec: ExperimentSpec | None = None, *, cluster: bool = False) -> dict[str, Any]:
+    """Keyword arguments for ``ray.init`` that tunekit's workers rely on.
+
+    Pass them when starting Ray yourself (for example with logical GPUs:
+    ``ray.init("local", num_gpus=2, **ray_init_options())``) before calling ``tunekit.run``.
+    On a cluster, the trainable's top-level package and tunekit itself travel to every
+    node through the runtime environment, so nodes need no manual copy.
+    """
+    cwd = str(Path.cwd())
+    python_path = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
+    runtime_env: dict[str, Any] = {"env_vars": {**_WORKER_ENV, "PYTHONPATH": python_path}}
+    if cluster and spec is not None:
+        runtime_env["py_modules"] = _code_for_nodes(spec)
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "runtime_env": runtime_env}
+    if not cluster:
+        options["include_dashboard"] = False  # only a new local Ray takes this
+    return options
+
+
+def _code_for_nodes(spec: ExperimentSpec) -> list[str]:
+    """Directories that must exist on every node: tunekit and the trainable's package."""
+    import tunekit
+
+    modules = [str(Path(tunekit.__file__).parent)]
+    trainable = spec.trainable
+    if not isinstance(trainable, TrainableRef):
+        return modules  # builders passed from Python travel by value, pickled by Ray
+    parts = trainable.reference.split(".")
+    if not trainable.is_file and len(parts) > 1:
+        # trainables/digits_mlp.py for "trainables.digits_mlp": ship the whole package
+        modules.append(str(trainable.source.parents[len(parts) - 2]))
+    return modules
+
+
+def check_storage_shared(experiment_dir: Path) -> None:
+    """On a multi-node cluster, every node must be able to write the experiment directory.
+
+    Since Ray 2.7 nothing is synced to the head node, so trial checkpoints written to a
+    node-local path are lost to the driver. Each node writes a probe file; the driver must
+    see them all.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    if len(nodes) < 2:
+        return
+
+    @ray.remote(num_cpus=0)
+    def probe(directory: str, name: str) -> str:
+        try:
+            Path(directory, name).write_text("tunekit storage probe")
+            return ""
+        except OSError as error:
+            return str(error)
+
+    names = {n["NodeID"]: f".storage-probe-{n['NodeID'][:12]}" for n in nodes}
+    errors = ray.get(
+        [
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                str(experiment_dir), names[n["NodeID"]]
+            )
+            for n in nodes
+        ]
+    )
+    problems = []
+    for node, error in zip(nodes, errors, strict=True):
+        probe_file = experiment_dir / names[node["NodeID"]]
+        if error or not probe_file.exists():
+            problems.append(f"node {node['NodeManagerAddress']} ({error or 'its file is not visible here'})")
+        probe_file.unlink(missing_ok=True)
+    if problems:
+        raise StorageError(
+            f"storage {experiment_dir} is not shared by every node: {'; '.join(problems)}; "
+            "mount one shared filesystem at the same path on every node and pass it with --storage"
+        )
+
+
+# The Ray tunekit started in this process and kept for later runs (notebooks call
+# ``tunekit.run`` again and again; starting Ray costs seconds each time). None when
+# tunekit started none, or shut it down.
+OWNED_RAY: dict[str, Any] | None = None
+_ATEXIT_REGISTERED = False
+
+
+def shutdown() -> None:
+    """Stops the Ray that ``tunekit.run`` started in this process and kept for later runs.
+
+    A Ray started by the caller (``ray.init`` before ``tunekit.run``) is left alone. Called
+    at interpreter exit too; calling it again is harmless.
+    """
+    global OWNED_RAY
+    if OWNED_RAY is None:
+        return
+    OWNED_RAY = None
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_session(
+    address: str | None, spec: ExperimentSpec, console: Any = None, signals: StopSignals | None = None
+) -> Iterator[None]:
+    """Joins ``address`` (or RAY_ADDRESS) or starts a local Ray, once per process.
+
+    A Ray the caller started is used as it is and never shut down. One tunekit started is
+    kept for the next run when that run would start it the same way (same address and
+    runtime environment: the workers' PYTHONPATH, which holds the working directory, and
+    their environment are fixed at ``ray.init``); otherwise it is restarted, and says so.
+    """
+    global OWNED_RAY, _ATEXIT_REGISTERED
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "local":  # Ray's own word for "start a new local instance"
+        address = None
+    options = ray_init_options(spec, cluster=address is not None)
+    key = json.dumps({"address": address, "runtime_env": options["runtime_env"]}, sort_keys=True, default=str)
+    if ray.is_initialized():
+        if OWNED_RAY is None:  # the caller's Ray
+            yield
+            return
+        if OWNED_RAY["key"] == key:
+            if console:
+                console.phase("reusing the Ray this process started")
+            yield
+            return
+        if console:
+            console.phase(f"restarting Ray: {_why_restart(OWNED_RAY['key'], key)}")
+        shutdown()
+    if console:
+        console.phase(f"starting Ray ({'joining ' + address if address else 'local'})")
+    try:
+        # "local": without an address, a new local Ray, never a cluster that happens to run here.
+        ray.init(address=address or "local", **options)
+    except SystemExit:
+        # ray.init's own SIGTERM handler exits; turn it into tunekit's interruption.
+        ray.shutdown()
+        where = signals.experiment_dir if signals is not None else None
+        if signals is not None:
+            signals.received = signal.SIGTERM
+        raise SearchInterrupted("interrupted by SIGTERM while starting Ray", where, signal.SIGTERM) from None
+    except BaseException:
+        ray.shutdown()  # a half-started Ray (SIGINT during start) must not outlive the process
+        raise
+    OWNED_RAY = {"key": key, "local": address is None}
+    if not _ATEXIT_REGISTERED:
+        atexit.register(shutdown)
+        _ATEXIT_REGISTERED = True
+    if signals is not None:
+        signals.install()  # ray.init replaced the SIGTERM handler with its own
+    if console:
+        resources = ray.cluster_resources()
+        console.phase(
+            f"Ray is up: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs"
+            f" on {len([n for n in ray.nodes() if n['Alive']])} node(s)"
+        )
+    yield
+
+
+def _why_restart(old_key: str, new_key: str) -> str:
+    old, new = json.loads(old_key), json.loads(new_key)
+    if old["address"] != new["address"]:
+        return f"the address changed from {old['address'] or 'local'} to {new['address'] or 'local'}"
+    return "the workers' environment changed (working directory, PYTHONPATH or the code shipped to nodes)"
+
+
+def wait_for_released_resources(timeout: float = 10.0) -> None:
+    """Waits until Tune's reused trial actors have released their CPUs and GPUs.
+
+    Tune removes its cached actors when ``fit`` returns, but Ray frees their resources a
+    moment later; a run started right after (a notebook) would otherwise see a busy node.
+    Only for a Ray tunekit owns: in the caller's Ray other work may hold resources.
+    """
+    if OWNED_RAY is None:
+        return
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        if all(free.get(k, 0.0) >= total.get(k, 0.0) - 1e-6 for k in ("CPU", "GPU")):
+            return
+        time.sleep(0.1)
+
+
+def check_cluster_fits(spec: ExperimentSpec, experiment_dir: Path) -> None:
+    """Refuses a trial no alive node can ever place (Ray Tune would wait forever, silently)."""
+    import ray
+
+    from tunekit.config.resources import trial_resources, unplaceable
+
+    nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+    problem = unplaceable(trial_resources(spec.resources), nodes, ray.cluster_resources())
+    if problem:
+        raise ResourceError(problem, experiment_dir)
+
+
+def kill_owned_local_ray() -> None:
+    """Kills the local Ray this process started (its GCS, raylet, agents and workers), at once.
+
+    For the forced exit only: without it, workers busy importing TensorFlow and Ray's
+    agents outlive the driver for a minute or more. A Ray on a cluster, or the caller's,
+    is left alone.
+    """
+    if OWNED_RAY is None or not OWNED_RAY["local"]:
+        return
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                command = " ".join(child.cmdline()[:2])
+                if command.startswith("ray::") or "/ray/" in command:  # Ray's processes, no other child
+                    child.kill()
+    except Exception:  # best effort on the way out
+        pass

@@ -1,0 +1,125 @@
+"""SIGINT and SIGTERM during a search: stop Ray Tune the way Ctrl-C does, in every phase.
+
+Also quiets the traceback dumps Ray logs for failed trials (tunekit prints one line each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tunekit.errors import SearchInterrupted
+
+
+class _TrialTracebackFilter(logging.Filter):
+    """Drops Ray Tune's log records that dump a failed trial's traceback on the console.
+
+    A failed trial gets one line from tunekit's progress, with the path of its full
+    traceback (``<trial id>/error.txt``); Ray's copy would bury the progress lines.
+    """
+
+    DROPPED = ("Trial task failed for trial", "Trials did not complete")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.DROPPED)
+
+
+@contextlib.contextmanager
+def quiet_trial_tracebacks() -> Iterator[None]:
+    quiet = _TrialTracebackFilter()
+    loggers = [logging.getLogger(name) for name in ("ray.tune.execution.tune_controller", "ray.tune.tune")]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM stop a search the way Ray Tune's Ctrl-C does, in every phase.
+
+    Before ``Tuner.fit`` (starting Ray, building the study and the Tuner) the first signal
+    raises ``SearchInterrupted`` at once. During ``fit`` it sets Tune's own stop event (Ray
+    installs its handler for SIGUSR1 too, and tunekit sets ``TUNE_DISABLE_SIGINT_HANDLER``),
+    so Tune ends its loop, saves the experiment state and removes its actors, including
+    trials still waiting for resources; ``fit`` returns and the tables are written. A
+    second signal exits at once with status 128 + signal.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, experiment_dir: Path, on_forced_exit: Callable[[], None] | None = None) -> None:
+        """``on_forced_exit`` runs before a second signal ends the process (kills a local Ray)."""
+        self.experiment_dir = experiment_dir
+        self._on_forced_exit = on_forced_exit
+        self.received: int | None = None
+        self._in_fit = False
+        self._saved: dict[int, Any] = {}
+        self._active = threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> StopSignals:
+        if self._active:
+            self._saved = {s: signal.getsignal(s) for s in (*self._SIGNALS, signal.SIGUSR1)}
+            self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._active:
+            for number, handler in self._saved.items():
+                signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+    def install(self) -> None:
+        if self._active:
+            for number in self._SIGNALS:
+                signal.signal(number, self._handle)
+
+    @contextlib.contextmanager
+    def fitting(self) -> Iterator[None]:
+        if self.received is not None:
+            raise SearchInterrupted("interrupted", self.experiment_dir, self.received)
+        if self._active:
+            # Whatever handles SIGUSR1 once fit runs is Ray's stop handler (a stale one from
+            # an earlier fit in this process would set an event nobody waits on).
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        self._in_fit = True
+        try:
+            yield
+        finally:
+            self._in_fit = False
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            sys.stderr.write(
+                f"\ntunekit: second {signal.Signals(number).name}: exiting now; "
+                f"`tunekit resume {self.experiment_dir}` continues from Ray's last saved state\n"
+            )
+            sys.stderr.flush()
+            if self._on_forced_exit is not None:
+                self._on_forced_exit()
+            os._exit(128 + number)
+        self.received = number
+        name = signal.Signals(number).name
+        if not self._in_fit:
+            raise SearchInterrupted(f"interrupted by {name} during start-up", self.experiment_dir, number)
+        sys.stderr.write(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
+        sys.stderr.flush()
+        threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
+
+    def _stop_tune(self) -> None:
+        """Sends SIGUSR1 once Ray's handler is in place (it is set at the start of fit)."""
+        while self._in_fit:
+            if callable(signal.getsignal(signal.SIGUSR1)):
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.05)

@@ -1,0 +1,78 @@
+"""MLflow tag names and other MLflow-side names tunekit writes and reads: one owner for all of them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    pass
+
+
+# Tags tunekit sets; load_from_mlflow and resume look runs up by them.
+TAG_ROLE = "tunekit.role"  # "experiment" on parent runs, "trial" on child runs
+
+
+TAG_EXPERIMENT_DIR = "tunekit.experiment_dir"
+
+
+TAG_TRIAL_ID = "tunekit.ray_trial_id"
+
+
+TAG_TRIAL_NUMBER = "tunekit.optuna_trial_number"
+
+
+TAG_STATUS = "tunekit.status"  # completed | pruned | stopped | failed | running | lost
+
+
+TAG_OUTCOME = "tunekit.outcome"  # the status in words: "pruned at rung 0 (epoch 1)"
+
+
+TAG_REASON = "tunekit.reason"
+
+
+TAG_RUNG = "tunekit.rung"
+
+
+TAG_EPOCHS = "tunekit.epochs"
+
+
+TAG_ATTEMPTS = "tunekit.attempts"
+
+
+TAG_BEST_TRIAL = "tunekit.best_trial_id"
+
+
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+# The experiment's kind, as MLflow 3's UI reads it (mlflow/server/js: ExperimentKind):
+# "custom_model_development" is classic model training, shown as "Machine learning";
+# without it the UI may take a tunekit experiment for a GenAI app.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+
+
+EXPERIMENT_KIND = "custom_model_development"
+
+
+# MLflow 3.17's UI opens an experiment on whichever side its GenAI / Model training
+# switch is on (remembered by the browser, GenAI at first), whatever the kind tag says;
+# this query parameter picks the Model training side for one link.
+UI_WORKFLOW_QUERY = "workflowType=machine_learning"
+
+
+# Trial info (from the trainable) recorded as tags, under these names.
+INFO_TAGS = {  # trial info key -> child-run tag
+    "device_names": "tunekit.device_names",
+    "precision": "tunekit.precision",
+    "replicas": "tunekit.replicas",
+    "batch_size": "tunekit.global_batch_size",
+    "jit_compile": "tunekit.jit_compile",
+    "ray_gpu_ids": "tunekit.ray_gpu_ids",
+    "node_ip": "tunekit.node_ip",
+    "node_id": "tunekit.node_id",
+    "cuda_version": "tunekit.env.cuda",
+    "cudnn_version": "tunekit.env.cudnn",
+}
+
+
+MODEL_ARTIFACT_DIR = "model"
