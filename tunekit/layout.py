@@ -14,6 +14,11 @@ An experiment directory holds::
 
 from __future__ import annotations
 
+import math
+import numbers
+from enum import StrEnum
+from typing import Any
+
 # ------------------------------------------------------------------ experiment files
 
 SPEC_FILE = "spec.yaml"
@@ -64,3 +69,46 @@ INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resu
 # training (EarlyStopping, anything setting ``model.stop_training``).
 STOPPED_BY_MODEL = "stopped_by_model"
 EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
+
+
+# ------------------------------------------------------------------- trial statuses
+
+
+class TrialStatus(StrEnum):
+    """Where a trial stands, as written in trials.csv, the MLflow status tag and reports.
+
+    A ``StrEnum``: each member is its plain string (``TrialStatus.COMPLETED == "completed"``),
+    so CSV cells, JSON and tags keep the same spelling and older experiments still compare.
+    """
+
+    RUNNING = "running"
+    COMPLETED = "completed"  # trained all epochs, or the model's own callbacks ended it
+    PRUNED = "pruned"  # stopped early by the scheduler (ASHA)
+    STOPPED = "stopped"  # the search stopped around it (time budget, Ctrl-C)
+    FAILED = "failed"  # failed for its own reasons; the reason says why
+    LOST = "lost"  # its driver went away before it ended (found later in MLflow)
+
+    def is_finished(self) -> bool:
+        """Whether the trial has ended, one way or another (everything but running)."""
+        return self is not TrialStatus.RUNNING
+
+
+# The statuses a search ends trials with, in the order reports list them.
+ENDED_STATUSES = (TrialStatus.COMPLETED, TrialStatus.PRUNED, TrialStatus.STOPPED, TrialStatus.FAILED)
+# The statuses the driver counts while a search runs.
+SEARCH_STATUSES = (TrialStatus.RUNNING, *ENDED_STATUSES)
+
+
+# -------------------------------------------------------------------------- numbers
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite real number, else None.
+
+    None, NaN, infinities, text and bools are not metrics; numpy scalars are. The one
+    check the recorder, searcher, results and tracker use before they trust a value.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
