@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tunekit.errors import SearchInterrupted, SpecError, TunekitError
+from tunekit.layout import ENDED_STATUSES
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -184,7 +185,7 @@ def _print_summary(results: object) -> None:
     assert isinstance(results, ExperimentResults)
     counts = results.trials["status"].value_counts().to_dict() if not results.trials.empty else {}
     print(f"experiment: {results.experiment_dir}")
-    print("trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("completed", "pruned", "stopped", "failed")))
+    print("trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ENDED_STATUSES))
     best = results.best
     if best is None:
         print("best: none (no trial reported the metric)")

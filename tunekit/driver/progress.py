@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from tunekit.layout import ERROR_FILE
+from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -82,13 +82,13 @@ class ConsoleProgress:
     def trial_ended(self, record: TrialRecord) -> None:
         if self._recorder is None:
             return
-        if self._live and record.status != "failed":
+        if self._live and record.status != TrialStatus.FAILED:
             self._draw(force=True)
             return
         detail = f" ({record.reason})" if record.reason else ""
         value = "" if record.final_metric is None else f" {self._metric}={record.final_metric:.4f}"
         where = ""
-        if record.status == "failed" and self._experiment_dir is not None:
+        if record.status == TrialStatus.FAILED and self._experiment_dir is not None:
             error_file = self._experiment_dir / record.trial_id / ERROR_FILE
             if error_file.is_file():
                 where = f", see {error_file}"
@@ -121,10 +121,11 @@ class ConsoleProgress:
         counts = self._recorder.counts()
         best = self._recorder.best()
         best_text = "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"
-        done = counts["completed"] + counts["pruned"] + counts["stopped"] + counts["failed"]
+        done = sum(counts[status] for status in ENDED_STATUSES)
         line = (
-            f"done {done}/{self._num_samples}: completed {counts['completed']}, pruned {counts['pruned']}, "
-            f"failed {counts['failed']}; running {counts['running']}; best {self._metric} {best_text}"
+            f"done {done}/{self._num_samples}: completed {counts[TrialStatus.COMPLETED]}, "
+            f"pruned {counts[TrialStatus.PRUNED]}, failed {counts[TrialStatus.FAILED]}; "
+            f"running {counts[TrialStatus.RUNNING]}; best {self._metric} {best_text}"
         )
         left = self.time_left()
         return line + (f"; about {_duration(left)} left" if left is not None else "")
@@ -136,7 +137,7 @@ class ConsoleProgress:
         trained = len(self._recorder.epochs) - self._resumed_epochs - 1  # epochs since the first one
         remaining = self._planned_epochs - self._resumed_epochs - trained - 1
         counts = self._recorder.counts()
-        if trained < 1 or (counts["running"] == 0 and len(self._recorder.trials) >= self._num_samples):
+        if trained < 1 or (counts[TrialStatus.RUNNING] == 0 and len(self._recorder.trials) >= self._num_samples):
             return None
         pace = (time.monotonic() - self._first_epoch_at) / trained
         return max(0.0, remaining * pace)

@@ -9,7 +9,6 @@ into the experiment directory as trials end, and forwards each change to listene
 from __future__ import annotations
 
 import csv
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -32,9 +31,12 @@ from tunekit.layout import (
     INFO_KEY,
     INFO_PREFIX,
     PARAM_PREFIX,
+    SEARCH_STATUSES,
     STOPPED_BY_MODEL,
     TRIAL_COLUMNS,
     TRIALS_FILE,
+    TrialStatus,
+    finite,
 )
 from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
@@ -45,7 +47,7 @@ class TrialRecord:
     trial_id: str
     number: int | None
     params: dict[str, Any]
-    status: str = "running"  # running | completed | pruned | stopped | failed
+    status: TrialStatus = TrialStatus.RUNNING
     reason: str = ""
     epochs: int = 0
     final_metric: float | None = None
@@ -59,6 +61,9 @@ class TrialRecord:
     info: dict[str, Any] = field(default_factory=dict)
     rated_epochs: int = 0  # epochs averaged into samples_per_second
     stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
+
+    def __post_init__(self) -> None:
+        self.status = TrialStatus(self.status)  # a plain string from a state saved before the enum
 
     @property
     def wall_seconds(self) -> float:
@@ -117,7 +122,7 @@ class Recorder(Callback):
             self.trials[trial.trial_id] = record
         else:  # restarted after a worker died, or resumed
             record.attempts += 1
-            record.status = "running"
+            record.status = TrialStatus.RUNNING
         for listener in self.listeners:
             listener.trial_started(record)
 
@@ -154,26 +159,26 @@ class Recorder(Callback):
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
         if record.reason:
-            record.status = "failed"
+            record.status = TrialStatus.FAILED
         elif record.epochs >= self.spec.budget.max_epochs:
-            record.status = "completed"
+            record.status = TrialStatus.COMPLETED
             record.reason = f"trained all {record.epochs} epochs"
         elif record.stopped_by_model is not None and record.epochs == record.stopped_by_model:
             # EarlyStopping and the like: the model decided it was done, a normal ending.
-            record.status = "completed"
+            record.status = TrialStatus.COMPLETED
             record.reason = f"stopped by the model at epoch {record.epochs}"
         elif trial.trial_id in getattr(self.scheduler, "stopped", ()):
-            record.status = "pruned"
+            record.status = TrialStatus.PRUNED
             record.rung = rung_of(record.epochs, self.spec)
             record.reason = f"pruned by ASHA at rung {record.rung} (epoch {record.epochs})"
         else:
-            record.status = "stopped"
+            record.status = TrialStatus.STOPPED
             record.reason = self._stop_reason(record)
         self._end(record)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
-        record.status = "failed"
+        record.status = TrialStatus.FAILED
         record.reason = record.reason or _ray_error(trial)
         self._end(record)
 
@@ -228,7 +233,7 @@ class Recorder(Callback):
     # -------------------------------------------------------------------- queries
 
     def counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(("running", "completed", "pruned", "stopped", "failed"), 0)
+        counts: dict[str, int] = dict.fromkeys(SEARCH_STATUSES, 0)
         for record in self.trials.values():
             counts[record.status] += 1
         return counts
@@ -248,7 +253,7 @@ class Recorder(Callback):
         """Ray ends some trials without a callback (a failed actor reuse); record them anyway."""
         for trial in trials:
             record = self._record(trial)
-            if record.status != "running":
+            if record.status.is_finished():
                 continue
             if trial.status == Trial.ERROR:
                 self.on_trial_error(0, trials, trial)
@@ -257,8 +262,8 @@ class Recorder(Callback):
 
     def _update_metric(self, record: TrialRecord, row: EpochRow) -> None:
         record.epochs = row.epoch
-        value = row.metrics.get(self.spec.metric.name)
-        if value is not None and math.isfinite(value):
+        value = finite(row.metrics.get(self.spec.metric.name))
+        if value is not None:
             record.final_metric = value
             better = record.best_metric is None or (
                 value > record.best_metric if self.spec.metric.mode == "max" else value < record.best_metric
@@ -273,7 +278,7 @@ class Recorder(Callback):
 
     def _end(self, record: TrialRecord) -> None:
         record.ended_at = time.time()
-        if record.status == "completed":
+        if record.status == TrialStatus.COMPLETED:
             record.rung = rung_of(record.epochs, self.spec)
         self.write_tables()
         for listener in self.listeners:
@@ -301,7 +306,7 @@ class Recorder(Callback):
             for row in self.epochs:
                 if self.spec.metric.name in row.metrics:
                     values.setdefault(row.trial_id, {})[row.epoch] = row.metrics[self.spec.metric.name]
-            pruned = {r.trial_id for r in self.trials.values() if r.status == "pruned"}
+            pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
             self.scheduler.replay(values, pruned)
 
     # Ray pickles callbacks with the tuner; listeners hold consoles and clients.

@@ -28,7 +28,7 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, SearchAborted, SearchInterrupted, StorageError
-from tunekit.layout import ERROR_FILE, SPEC_FILE
+from tunekit.layout import ERROR_FILE, SPEC_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults, load
 
 
@@ -227,7 +227,7 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     if any(r.final_metric is not None or r.best_metric is not None for r in records):
         return ""
     name = spec.metric.name
-    failed = [r for r in records if r.status == "failed"]
+    failed = [r for r in records if r.status == TrialStatus.FAILED]
     budget = spec.budget.time_budget_s
     if failed:
         first = min(failed, key=lambda r: r.ended_at or r.started_at)

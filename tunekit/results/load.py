@@ -16,6 +16,8 @@ from tunekit.layout import (
     PARAM_PREFIX,
     SPEC_FILE,
     TRIALS_FILE,
+    TrialStatus,
+    finite,
 )
 from tunekit.search.plan import pick_best
 
@@ -70,7 +72,13 @@ class ExperimentResults:
 
     def ranked(self) -> pd.DataFrame:
         """Trials best first: completed before pruned, then by final metric."""
-        order = {"completed": 0, "pruned": 1, "stopped": 2, "running": 3, "failed": 4}
+        order = {
+            TrialStatus.COMPLETED: 0,
+            TrialStatus.PRUNED: 1,
+            TrialStatus.STOPPED: 2,
+            TrialStatus.RUNNING: 3,
+            TrialStatus.FAILED: 4,
+        }
         table = self.trials.assign(_order=self.trials["status"].map(order))
         ascending = self.mode == "min"
         return table.sort_values(["_order", "final_metric"], ascending=[True, ascending], na_position="last").drop(
@@ -148,7 +156,7 @@ def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
 def best_trial(trials: pd.DataFrame, mode: str) -> BestTrial | None:
     if trials.empty:
         return None
-    candidates = [(str(row["status"]), _number(row["final_metric"]), row) for _, row in trials.iterrows()]
+    candidates = [(str(row["status"]), finite(row["final_metric"]), row) for _, row in trials.iterrows()]
     row = pick_best(candidates, mode)
     if row is None:
         return None
@@ -161,10 +169,6 @@ def best_trial(trials: pd.DataFrame, mode: str) -> BestTrial | None:
     return BestTrial(
         str(row["trial_id"]), number, config, float(row["final_metric"]), int(row["epochs"]), str(row["status"])
     )
-
-
-def _number(value: Any) -> float | None:
-    return None if _is_missing(value) else float(value)
 
 
 def _is_missing(value: Any) -> bool:

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.layout import PARAM_PREFIX, STUDY_FILE
+from tunekit.layout import PARAM_PREFIX, STUDY_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults
 from tunekit.search.plan import asha_milestones, study_url
 
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-STATUS_COLORS = {
-    "completed": "#1f77b4",
-    "pruned": "#ff7f0e",
-    "stopped": "#7f7f7f",
-    "running": "#9467bd",
-    "failed": "#d62728",
+STATUS_COLORS: dict[str, str] = {
+    TrialStatus.COMPLETED: "#1f77b4",
+    TrialStatus.PRUNED: "#ff7f0e",
+    TrialStatus.STOPPED: "#7f7f7f",
+    TrialStatus.RUNNING: "#9467bd",
+    TrialStatus.FAILED: "#d62728",
 }
 BEST_COLOR = "#2ca02c"
 
@@ -62,7 +62,7 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
     seen: dict[str, int] = {}
     for trial_id, rows in epochs.groupby("trial_id", sort=False):
         rows = rows.sort_values("epoch").drop_duplicates("epoch", keep="last")
-        status = str(status_of.get(trial_id, "running"))
+        status = str(status_of.get(trial_id, TrialStatus.RUNNING))
         seen[status] = seen.get(status, 0) + 1
         color = STATUS_COLORS.get(status, "#7f7f7f")
         is_best = trial_id == best_id
@@ -77,7 +77,7 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
             markersize=3,
         )
         last = rows.iloc[-1]
-        if status in ("pruned", "stopped", "failed"):
+        if status in (TrialStatus.PRUNED, TrialStatus.STOPPED, TrialStatus.FAILED):
             ax.plot(
                 [last["epoch"]],
                 [last[metric]],
@@ -89,7 +89,7 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
             )
     _rung_lines(ax, results)
     handles = [
-        _line(STATUS_COLORS.get(s, "#7f7f7f"), f"{s} ({n})", marker="x" if s != "completed" else None)
+        _line(STATUS_COLORS.get(s, "#7f7f7f"), f"{s} ({n})", marker="x" if s != TrialStatus.COMPLETED else None)
         for s, n in sorted(
             seen.items(),
             key=lambda item: list(STATUS_COLORS).index(item[0]) if item[0] in STATUS_COLORS else 99,
@@ -126,7 +126,7 @@ def best_so_far(results: ExperimentResults, *, path: str | Path | None = None) -
     status_of = (
         dict(zip(results.trials["trial_id"], results.trials["status"], strict=True)) if not results.trials.empty else {}
     )
-    colors = [STATUS_COLORS.get(str(status_of.get(t, "running")), "#7f7f7f") for t in rows["trial_id"]]
+    colors = [STATUS_COLORS.get(str(status_of.get(t, TrialStatus.RUNNING)), "#7f7f7f") for t in rows["trial_id"]]
     ax.scatter(rows["time"], rows[metric], s=12, c=colors, alpha=0.45, linewidths=0, label="each epoch")
     ax.step(
         rows["time"],

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.layout import PARAM_PREFIX, TRACKING_FILE
+from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, TRACKING_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ FIGURE_TITLES = {
     "parallel_coordinates": "Parameters against the metric",
     "param_importance": "Parameter importance",
 }
-STATUSES = ("completed", "pruned", "stopped", "failed", "running")
+STATUSES = (*ENDED_STATUSES, TrialStatus.RUNNING)
 _REASON_WIDTH = 80  # characters of a reason shown in the trial table
 
 _CSS = """
@@ -114,7 +114,11 @@ def _summary(results: ExperimentResults) -> str:
     full = int(budget.get("num_samples", 0)) * int(budget.get("max_epochs", 0))
     cards = [
         (f"{len(trials)} / {budget.get('num_samples', '?')}", "trials run / planned"),
-        *[(str(counts.get(s, 0)), s) for s in STATUSES if counts.get(s, 0) or s in ("completed", "pruned")],
+        *[
+            (str(counts.get(s, 0)), s)
+            for s in STATUSES
+            if counts.get(s, 0) or s in (TrialStatus.COMPLETED, TrialStatus.PRUNED)
+        ],
         (f"{spent} / {full}" if full else str(spent), "epochs spent / every trial to the end"),
         (_share(spent, full), "of the full budget"),
         (_duration(_wall_seconds(trials)), "wall time"),

@@ -17,12 +17,13 @@ Ray is imported lazily: the planner and ``tunekit plan`` must stay fast.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import STUDY_FILE
+from tunekit.layout import STUDY_FILE, TrialStatus, finite
 
 T = TypeVar("T")
 
@@ -112,18 +113,18 @@ def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:
 # -------------------------------------------------------------------- best trial
 
 
-def pick_best(candidates: list[tuple[str, float | None, T]], mode: str) -> T | None:
+def pick_best(candidates: Sequence[tuple[str, float | None, T]], mode: str) -> T | None:
     """The best item among (status, final metric, item) triples.
 
     Trials that trained to the end are preferred: a pruned trial's early score is not
     a model one can ship. Failed trials and trials without a metric never win.
     """
     scored = [
-        (status, value, item)
+        (status, number, item)
         for status, value, item in candidates
-        if value is not None and math.isfinite(value) and status != "failed"
+        if (number := finite(value)) is not None and status != TrialStatus.FAILED
     ]
-    pool = [c for c in scored if c[0] == "completed"] or scored
+    pool = [c for c in scored if c[0] == TrialStatus.COMPLETED] or scored
     if not pool:
         return None
     sign = 1.0 if mode == "max" else -1.0

@@ -17,7 +17,6 @@ TPE and random search never train the same configuration twice: see
 from __future__ import annotations
 
 import json
-import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +29,7 @@ from ray.tune.search import Searcher
 
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE, finite
 from tunekit.search.plan import study_url
 
 # User attributes tunekit sets on study trials.
@@ -313,7 +312,7 @@ class OptunaStudySearcher(Searcher):
             self._report(trial, result)
 
     def _report(self, trial: optuna.Trial, result: dict[str, Any]) -> None:
-        value = _finite(result.get(self._spec.metric.name))
+        value = finite(result.get(self._spec.metric.name))
         if value is None or EPOCH_KEY not in result:
             return
         step = int(result[EPOCH_KEY])
@@ -331,7 +330,7 @@ class OptunaStudySearcher(Searcher):
         # Ray skips on_trial_result for the result on which the scheduler stops a trial,
         # so that last epoch reaches the study here.
         self._report(trial, result)
-        value = _finite(result.get(self._spec.metric.name))
+        value = finite(result.get(self._spec.metric.name))
         info = result.get(INFO_KEY)
         # EarlyStopping (or any callback setting model.stop_training) ended it: the model
         # is finished as its author meant it, not cut short by the search. Ray hands
@@ -403,13 +402,6 @@ class OptunaStudySearcher(Searcher):
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if frozen.number not in known:
                 self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
-
-
-def _finite(value: object) -> float | None:
-    """The metric as a float, or None when missing or not finite."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def exhausted_reason(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
