@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -348,41 +348,10 @@ def digits_spec(**sections: Any) -> dict[str, Any]:
     """The shipped digits spec as a mapping, with sections deep-merged over it."""
     import yaml
 
-    raw = yaml.safe_load(DIGITS_SPEC.read_text())
-    for key, value in sections.items():
-        _merge(raw, key, value)
-    return raw
+    from tunekit.config.spec import merge_sections
 
-
-def _merge(raw: dict[str, Any], key: str, value: Any) -> None:
-    if isinstance(value, dict) and isinstance(raw.get(key), dict):
-        for sub_key, sub_value in value.items():
-            _merge(raw[key], sub_key, sub_value)
-    else:
-        raw[key] = value
-
-
-def capture_search_start() -> dict[str, float]:
-    """Records when tunekit's recorder starts its clock, in wall-clock seconds.
-
-    ``epochs.csv``'s ``time`` column counts seconds from the recorder's creation, which
-    tunekit does not write anywhere. Benchmarks that put tunekit's epochs on the same
-    clock as another tool's need that instant, so this wraps ``Recorder.__init__`` in the
-    benchmark's own driver process (tunekit's code is not changed).
-    """
-    from tunekit.driver.recorder import Recorder
-
-    seen: dict[str, float] = {}
-    original: Callable[..., None] = Recorder.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        seen.setdefault("started", self.started)
-
-    if not getattr(Recorder.__init__, "_bench_wrapped", False):
-        init._bench_wrapped = True  # type: ignore[attr-defined]
-        Recorder.__init__ = init  # type: ignore[method-assign]
-    return seen
+    # The spec's own merge rules: a distribution given whole replaces the shipped one.
+    return merge_sections(yaml.safe_load(DIGITS_SPEC.read_text()), sections)
 
 
 def read_json_files(directory: Path, pattern: str) -> list[dict[str, Any]]:

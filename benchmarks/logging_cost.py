@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from tunekit.layout import TrialStatus
 from tunekit.testing import MlflowServer
 
 NAME = "logging_cost"
@@ -167,7 +168,7 @@ def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
             spent += _timed(tracker.epoch_reported, record, row)
             spent += _timed(tracker.tick, recorder)
             time.sleep(DRIVER_GAP_S)
-        record.status, record.ended_at = "completed", time.time()
+        record.status, record.ended_at = TrialStatus.COMPLETED, time.time()
         spent += _timed(tracker.trial_ended, record)
         spent += _timed(tracker.tick, recorder)
         blocked.extend([spent / epochs] * epochs)

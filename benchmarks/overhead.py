@@ -273,7 +273,6 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     timing_dir = workdir / "tunekit-timing"
     timing_dir.mkdir(parents=True, exist_ok=True)
     os.environ[TIMING_DIR_ENV] = str(timing_dir)
-    seen = common.capture_search_start()
     spec = tunekit.load_spec(
         common.digits_spec(
             trainable="benchmarks.overhead",
@@ -292,7 +291,7 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
 
     timings = {t["trial_id"]: t for t in common.read_json_files(timing_dir, "*.json")}
     epochs = results.epochs
-    recorder_started = seen.get("started", started)
+    recorder_started = results.started_at or started
     trials = []
     for _, row in results.trials.iterrows():
         trial_id = str(row["trial_id"])

@@ -60,7 +60,6 @@ DEFINITIONS = {
 def _run_tunekit(method: str, seed: int, settings: dict[str, Any], t0: float, workdir: Path) -> dict[str, Any]:
     import tunekit
 
-    seen = common.capture_search_start()
     remaining = max(5.0, settings["budget_s"] - (time.time() - t0))
     spec = tunekit.load_spec(
         common.digits_spec(
@@ -77,7 +76,7 @@ def _run_tunekit(method: str, seed: int, settings: dict[str, Any], t0: float, wo
         )
     )
     results = tunekit.run(spec, name=f"{method}-{seed}", storage=workdir, progress=False)
-    started = seen.get("started")
+    started = results.started_at
     epochs = results.epochs
     points = []
     if started is not None and not epochs.empty:

@@ -100,7 +100,24 @@ class Builders:
         return "python: " + ", ".join(names)
 
 
-Trainable = TrainableRef | Builders
+@dataclass(frozen=True)
+class RecordedTrainable:
+    """The trainable as an experiment's ``spec.yaml`` recorded it, not looked for.
+
+    Loading results needs no code: the module may have moved since, or the builders were
+    passed from Python (``python: ...``). Such a spec describes an experiment; it cannot
+    run one (``load_builders`` refuses it).
+    """
+
+    recorded: str | Mapping[str, str]
+
+    def describe(self) -> str:
+        if isinstance(self.recorded, Mapping):
+            return f"{self.recorded.get('module', '')} in {self.recorded.get('path', '')}"
+        return self.recorded
+
+
+Trainable = TrainableRef | Builders | RecordedTrainable
 
 
 def locate_trainable(reference: str, path: str = "trainable", spec_dir: Path | None = None) -> TrainableRef:
@@ -148,6 +165,10 @@ def load_builders(trainable: Trainable) -> Builders:
     """The builder functions (in a worker). Import errors propagate to the caller."""
     if isinstance(trainable, Builders):
         return trainable
+    if isinstance(trainable, RecordedTrainable):
+        raise SpecError(
+            "trainable", "was read from a finished experiment's record, not located; load the spec again", got=False
+        )
     module = _import(trainable)
     return Builders(module.build_data, module.build_model, getattr(module, "fit_options", None))
 

@@ -104,12 +104,20 @@ def _show(value: object) -> str:
     return repr(value)
 
 
-def describe_error(error: BaseException, limit: int = 500) -> str:
-    """The exception's type and message on one line, condensed but whole where it fits.
+def describe_error(error: BaseException | str, limit: int = 500) -> str:
+    """A failure's brief reason on one line: the one helper for trial reasons.
 
-    Keras's messages run over several lines and open with a line that says little
-    ("Exception encountered when calling ..."), so lines are joined, not cut to the first.
+    For an exception: its type and message, condensed but whole where it fits. Keras's
+    messages run over several lines and open with a line that says little ("Exception
+    encountered when calling ..."), so lines are joined, not cut to the first.
+
+    For a traceback as text (Ray's ``Trial.error_msg``): its last line, which names the
+    error; ``""`` when the text is empty.
     """
-    text = re.sub(r"\s+", " ", str(error)).strip()
-    line = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    if isinstance(error, str):
+        lines = [line for line in error.strip().splitlines() if line.strip()]
+        line = re.sub(r"\s+", " ", lines[-1]).strip() if lines else ""
+    else:
+        text = re.sub(r"\s+", " ", str(error)).strip()
+        line = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return line if len(line) <= limit else line[: limit - 1] + "…"

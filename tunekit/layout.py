@@ -6,7 +6,7 @@ the driver never imports the worker (TensorFlow) for a constant.
 
 An experiment directory holds::
 
-    spec.yaml  study.db  trials.csv  epochs.csv  tracking.json  Ray's state files
+    spec.yaml  study.db  trials.csv  epochs.csv  started.json  tracking.json  Ray's state files
     <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
     <trial id>/output.log     the trainable's stdout and stderr, every attempt
     <trial id>/error.txt      the full traceback of a failed trial
@@ -26,6 +26,10 @@ STUDY_FILE = "study.db"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)
+# {"started_at": wall-clock seconds}: when the search's clock started; epochs.csv's time
+# column counts from it (kept across resumes). Written by tunekit.driver.recorder.
+STARTED_FILE = "started.json"
+STARTED_KEY = "started_at"
 
 # ----------------------------------------------------------------------- trial files
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tunekit.errors import SpecError
+
+_Word = TypeVar("_Word", bound=str)
 
 # PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string. Users mean a number.
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -54,10 +56,11 @@ def string(value: object, path: str, *, pattern: re.Pattern[str] | None = None, 
     return value
 
 
-def one_of(value: object, path: str, options: Sequence[str]) -> str:
-    if value not in options:
+def one_of(value: object, path: str, options: Sequence[_Word]) -> _Word:
+    """``value`` as the member of ``options`` it equals (a Literal type's values keep their type)."""
+    if not isinstance(value, str) or value not in options:
         raise SpecError(path, f"must be one of {', '.join(options)}", value)
-    return str(value)
+    return options[options.index(value)]
 
 
 def boolean(value: object, path: str) -> bool:

@@ -11,19 +11,28 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
 from tunekit.config import _validate as v
 from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
-from tunekit.contract import Trainable, TrainableRef, locate_trainable
+from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable
 from tunekit.errors import SpecError
 
-PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-ALGORITHMS = ("tpe", "random", "grid")
-SCHEDULERS = ("asha", "fifo")
-GPU_MEMORY_MODES = ("growth", "cap")
+# The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
+MetricMode = Literal["max", "min"]
+Algorithm = Literal["tpe", "random", "grid"]
+SchedulerType = Literal["asha", "fifo"]
+Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
+# "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
+GpuMemoryMode = Literal["growth", "cap"]
+
+METRIC_MODES: tuple[MetricMode, ...] = get_args(MetricMode)
+ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
+SCHEDULERS: tuple[SchedulerType, ...] = get_args(SchedulerType)
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+GPU_MEMORY_MODES: tuple[GpuMemoryMode, ...] = get_args(GpuMemoryMode)
 # Training settings a trial may also take from its sampled config, when the space names them.
 
 # The one table of allowed keys: the section parsers and the --set checker both read it.
@@ -58,7 +67,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 @dataclass(frozen=True)
 class MetricSpec:
     name: str
-    mode: str  # "max" or "min"
+    mode: MetricMode
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ class BudgetSpec:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    algorithm: str
+    algorithm: Algorithm
     seed: int
     n_startup_trials: int
     warm_start: tuple[Mapping[str, Any], ...]
@@ -79,7 +88,7 @@ class SearchSettings:
 
 @dataclass(frozen=True)
 class SchedulerSpec:
-    type: str
+    type: SchedulerType
     grace_period: int
     reduction_factor: float
 
@@ -88,13 +97,13 @@ class SchedulerSpec:
 class ResourcesSpec:
     cpu: float
     gpu: float
-    gpu_memory: str  # "growth": grow on demand; "cap": hard limit of gpu share × device memory
+    gpu_memory: GpuMemoryMode
 
 
 @dataclass(frozen=True)
 class TrainingSpec:
     batch_size: int
-    precision: str
+    precision: Precision
     jit_compile: bool
     scale_lr: bool
     seed: int
@@ -132,6 +141,14 @@ class ExperimentSpec:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(_plain(self.raw), sort_keys=False)
+
+    # ``ExperimentResults.spec`` was the spec.yaml mapping before it was an ExperimentSpec;
+    # notebooks that read ``results.spec["name"]`` keep working.
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.raw.get(key, default)
 
 
 def load_spec(
@@ -173,8 +190,7 @@ def load_spec(
     # Relative paths in a spec file (extends, the trainable) start from the file's folder.
     spec_dir = None if isinstance(source, Mapping) else Path(source).resolve().parent
     raw = _resolve_extends(raw, spec_dir or Path.cwd(), set())
-    for key, value in (sections or {}).items():
-        _deep_merge(raw, key, value)
+    merge_sections(raw, sections or {})
     for assignment in overrides:
         apply_override(raw, assignment)
     return parse_spec(raw, spec_dir, trainable)
@@ -244,11 +260,21 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def parse_spec(raw: Mapping[str, Any], spec_dir: Path | None, trainable: Trainable | None = None) -> ExperimentSpec:
+def parse_spec(
+    raw: Mapping[str, Any],
+    spec_dir: Path | None,
+    trainable: Trainable | None = None,
+    *,
+    locate_trainable: bool = True,
+) -> ExperimentSpec:
     """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source.
 
     ``spec_dir`` is the spec file's folder, where relative trainable paths are looked for
     first (then the working directory); None for a spec given as a mapping.
+
+    With ``locate_trainable=False`` the spec is one an experiment recorded (its
+    ``spec.yaml``): the trainable is kept as written (a ``RecordedTrainable``), never looked
+    for, so results load after the code moved or when the builders came from Python.
     """
     v.mapping(raw, "spec", SECTION_KEYS[""])
     name = v.string(
@@ -258,8 +284,13 @@ def parse_spec(raw: Mapping[str, Any], spec_dir: Path | None, trainable: Trainab
         rule="must start with a letter or digit and use only letters, digits, '_', '.' and '-'",
     )
     if trainable is None:
-        trainable = _trainable(v.require(raw, "trainable", ""), spec_dir)
-    space = parse_space(raw.get("space"), "space")
+        if locate_trainable:
+            trainable = _trainable(v.require(raw, "trainable", ""), spec_dir)
+        else:
+            trainable = RecordedTrainable(copy.deepcopy(raw.get("trainable") or ""))
+    # A record without its space (MLflow params leave it out) still describes the search.
+    recorded_without_space = not locate_trainable and not raw.get("space")
+    space = SearchSpace(()) if recorded_without_space else parse_space(raw.get("space"), "space")
     metric = _metric(v.require(raw, "metric", ""))
     search = _search(_optional(raw, "search"), space)
     budget = _budget(v.require(raw, "budget", ""), search, space)
@@ -282,7 +313,7 @@ def parse_spec(raw: Mapping[str, Any], spec_dir: Path | None, trainable: Trainab
         "scheduler": asdict(scheduler),
         "resources": asdict(resources),
         "training": asdict(training),
-        "space": copy.deepcopy(dict(raw["space"])),
+        "space": copy.deepcopy(dict(raw.get("space") or {})),
         "data": data_section,
         "storage": asdict(storage),
         "tracking": asdict(tracking),
@@ -328,6 +359,8 @@ def _trainable(raw: object, spec_dir: Path | None) -> TrainableRef:
 
 def _resolved_trainable(trainable: Trainable) -> str | dict[str, str]:
     """How spec.yaml records the trainable so that ``tunekit resume`` finds it from anywhere."""
+    if isinstance(trainable, RecordedTrainable):
+        return copy.deepcopy(trainable.recorded) if isinstance(trainable.recorded, str) else dict(trainable.recorded)
     if not isinstance(trainable, TrainableRef):
         return trainable.describe()
     if trainable.is_file:
@@ -346,7 +379,7 @@ def _optional(section: Mapping[str, Any], key: str, default: Any = None) -> Any:
 def _metric(raw: object) -> MetricSpec:
     section = v.mapping(raw, "metric", SECTION_KEYS["metric"])
     name = v.string(v.require(section, "name", "metric"), "metric.name")
-    mode = v.one_of(v.require(section, "mode", "metric"), "metric.mode", ("max", "min"))
+    mode = v.one_of(v.require(section, "mode", "metric"), "metric.mode", METRIC_MODES)
     return MetricSpec(name, mode)
 
 
@@ -465,6 +498,18 @@ def _tracking(raw: object) -> TrackingSpec:
         experiment=optional["experiment"],
         registered_model=optional["registered_model"],
     )
+
+
+def merge_sections(raw: dict[str, Any], sections: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merges ``sections`` over a raw spec, in place, by the spec's rules; returns ``raw``.
+
+    Mappings merge key by key, except a distribution (a mapping with a ``type``), which
+    replaces the one below whole; anything else replaces. ``extends`` and ``load_spec``'s
+    ``sections`` follow these rules; so should any code that builds a spec from another.
+    """
+    for key, value in sections.items():
+        _deep_merge(raw, key, value)
+    return raw
 
 
 def _deep_merge(raw: dict[str, Any], key: str, value: Any) -> None:

@@ -9,6 +9,7 @@ into the experiment directory as trials end, and forwards each change to listene
 from __future__ import annotations
 
 import csv
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tunekit.config.spec import ExperimentSpec
+from tunekit.errors import describe_error
 from tunekit.layout import (
     EPOCH_COLUMNS,
     EPOCH_KEY,
@@ -32,6 +34,8 @@ from tunekit.layout import (
     INFO_PREFIX,
     PARAM_PREFIX,
     SEARCH_STATUSES,
+    STARTED_FILE,
+    STARTED_KEY,
     STOPPED_BY_MODEL,
     TRIAL_COLUMNS,
     TRIALS_FILE,
@@ -179,7 +183,9 @@ class Recorder(Callback):
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
         record.status = TrialStatus.FAILED
-        record.reason = record.reason or _ray_error(trial)
+        if not record.reason:
+            traceback = str(getattr(trial, "error_msg", "") or "")
+            record.reason = describe_error(traceback, limit=300) or "the trial's worker failed"
         self._end(record)
 
     def _stop_reason(self, record: TrialRecord) -> str:
@@ -221,6 +227,7 @@ class Recorder(Callback):
         total_num_samples: int | None = None,
         **info: Any,
     ) -> None:
+        self._write_started()
         for listener in self.listeners:
             listener.experiment_started(self)
 
@@ -284,6 +291,12 @@ class Recorder(Callback):
         for listener in self.listeners:
             listener.trial_ended(record)
 
+    def _write_started(self) -> None:
+        """Persists when the search's clock started, so epochs.csv's times can be placed."""
+        partial = self.experiment_dir / f"{STARTED_FILE}.partial"
+        partial.write_text(json.dumps({STARTED_KEY: self.started}))
+        partial.replace(self.experiment_dir / STARTED_FILE)
+
     def write_tables(self) -> None:
         write_trials_csv(self.experiment_dir / TRIALS_FILE, list(self.trials.values()))
         write_epochs_csv(self.experiment_dir / EPOCHS_FILE, self.epochs)
@@ -301,6 +314,7 @@ class Recorder(Callback):
         self.epochs = [EpochRow(**r) for r in state["epochs"]]
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.started = state["started"]
+        self._write_started()  # a resumed search keeps its first clock
         if isinstance(self.scheduler, RecordingASHA):
             values: dict[str, dict[int, float]] = {}
             for row in self.epochs:
@@ -368,9 +382,3 @@ def _cell(value: Any) -> Any:
 
 def _params(config: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in config.items() if not key.startswith("_")}
-
-
-def _ray_error(trial: Trial) -> str:
-    text = str(getattr(trial, "error_msg", "") or "")
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else "the trial's worker failed")[:300]

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tunekit.errors import TunekitError
+from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
+from tunekit.errors import SpecError, TunekitError
 from tunekit.layout import (
     EPOCHS_FILE,
     PARAM_PREFIX,
     SPEC_FILE,
+    STARTED_FILE,
+    STARTED_KEY,
     TRIALS_FILE,
     TrialStatus,
     finite,
@@ -41,7 +45,9 @@ class ExperimentResults:
 
     Attributes:
         experiment_dir: where Ray's files, the spec, the study and the tables live.
-        spec: the resolved spec, as written to ``spec.yaml``.
+        spec: the experiment's spec, parsed from ``spec.yaml`` without locating the
+            trainable (``spec.trainable`` is a ``RecordedTrainable``; ``spec.raw`` is the
+            file's mapping). A mapping passed here is parsed the same way.
         trials: one row per trial (id, status, reason, epochs, final and best metric,
             rung, wall time, samples/s, node, ``params.*``).
         epochs: one row per trial per reported epoch, with every reported metric.
@@ -49,18 +55,34 @@ class ExperimentResults:
     """
 
     experiment_dir: Path
-    spec: dict[str, Any]
+    spec: ExperimentSpec
     trials: pd.DataFrame
     epochs: pd.DataFrame
     best: BestTrial | None
 
-    @property
-    def metric(self) -> str:
-        return str(self.spec["metric"]["name"])
+    def __post_init__(self) -> None:
+        if isinstance(self.spec, Mapping):  # a spec.yaml mapping (MLflow's copy, older callers)
+            object.__setattr__(self, "spec", recorded_spec(self.spec))
 
     @property
-    def mode(self) -> str:
-        return str(self.spec["metric"]["mode"])
+    def metric(self) -> str:
+        return self.spec.metric.name
+
+    @property
+    def mode(self) -> MetricMode:
+        return self.spec.metric.mode
+
+    @property
+    def started_at(self) -> float | None:
+        """When the search's clock started (wall-clock seconds); epochs' ``time`` counts from it.
+
+        None for an experiment written before tunekit recorded it, or not on this machine.
+        """
+        try:
+            value = json.loads((self.experiment_dir / STARTED_FILE).read_text()).get(STARTED_KEY)
+        except (OSError, ValueError, AttributeError):
+            return None
+        return finite(value)
 
     @property
     def best_config(self) -> dict[str, Any] | None:
@@ -141,10 +163,29 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     spec_path = directory / SPEC_FILE
     if not spec_path.is_file():
         raise TunekitError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
-    spec = yaml.safe_load(spec_path.read_text())
     trials = _read_csv(pd, directory / TRIALS_FILE)
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
-    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, spec["metric"]["mode"]))
+    spec = recorded_spec(yaml.safe_load(spec_path.read_text()), directory, trials)
+    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, spec.metric.mode))
+
+
+def recorded_spec(raw: Any, spec_dir: Path | None = None, trials: pd.DataFrame | None = None) -> ExperimentSpec:
+    """An experiment's recorded spec, parsed without looking for its trainable.
+
+    The trainable may have moved, or been passed from Python (``python: ...``); loading
+    results needs neither. A record without its budget (a hand-made or very old
+    ``spec.yaml``) takes it from the trials table: as many trials and epochs as ran.
+    """
+    if not isinstance(raw, Mapping):
+        raise SpecError(SPEC_FILE, "must be a mapping at the top level", raw)
+    record = dict(raw)
+    if not isinstance(record.get("budget"), Mapping):
+        ran, most = 1, None
+        if trials is not None and not trials.empty:
+            ran = len(trials)
+            most = finite(trials["epochs"].max()) if "epochs" in trials.columns else None
+        record["budget"] = {"num_samples": ran, "max_epochs": max(1, int(most or 1))}
+    return parse_spec(record, spec_dir, locate_trainable=False)
 
 
 def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
@@ -153,7 +194,7 @@ def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def best_trial(trials: pd.DataFrame, mode: str) -> BestTrial | None:
+def best_trial(trials: pd.DataFrame, mode: MetricMode) -> BestTrial | None:
     if trials.empty:
         return None
     candidates = [(str(row["status"]), finite(row["final_metric"]), row) for _, row in trials.iterrows()]

@@ -14,9 +14,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunekit.config.space import Choice, Fixed, FloatRange, IntRange
 from tunekit.layout import PARAM_PREFIX, STUDY_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults
-from tunekit.search.plan import asha_milestones, study_url
+from tunekit.search.plan import spec_milestones, study_url
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -273,7 +274,7 @@ def _importances(results: ExperimentResults) -> tuple[dict[str, float] | None, s
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=str(results.spec["name"]), storage=study_url(results.experiment_dir))
+        study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
     except Exception as error:  # a missing or foreign study.db: say so instead of failing the report
         return None, f"cannot open the Optuna study: {error}"
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -312,12 +313,11 @@ class _Axis:
 
 def _axis(results: ExperimentResults, column: str) -> _Axis:
     name = column[len(PARAM_PREFIX) :]
-    definition = results.spec.get("space", {}).get(name, {}) or {}
+    dist = next((p.distribution for p in results.spec.space.params if p.name == name), None)
     values = results.trials[column].dropna()
-    kind = definition.get("type")
     numeric = not values.empty and all(_is_number(v) for v in values)
-    if kind == "choice" or kind == "fixed" or not numeric:
-        categories = list(definition.get("values", [])) if kind == "choice" else []
+    if isinstance(dist, Choice | Fixed) or not numeric:
+        categories = list(dist.values) if isinstance(dist, Choice) else []
         for value in values:
             if not any(_same(value, c) for c in categories):
                 categories.append(value)
@@ -337,9 +337,10 @@ def _axis(results: ExperimentResults, column: str) -> _Axis:
             [(s, _short(c)) for s, c in zip(spots, categories, strict=True)],
             categorical,
         )
-    log = kind == "loguniform" or bool(definition.get("log"))
-    low = float(definition.get("low", values.min()))
-    high = float(definition.get("high", values.max()))
+    ranged = dist if isinstance(dist, FloatRange | IntRange) else None
+    log = ranged is not None and ranged.log
+    low = float(values.min() if ranged is None else ranged.low)
+    high = float(values.max() if ranged is None else ranged.high)
     low, high = min(low, float(values.min())), max(high, float(values.max()))
     if log and low <= 0:
         log = False
@@ -371,12 +372,7 @@ def _param_columns(results: ExperimentResults) -> list[str]:
 
 
 def _rung_lines(ax: Axes, results: ExperimentResults) -> None:
-    scheduler = results.spec.get("scheduler", {})
-    if scheduler.get("type") != "asha":
-        return
-    max_epochs = int(results.spec["budget"]["max_epochs"])
-    milestones = asha_milestones(int(scheduler["grace_period"]), float(scheduler["reduction_factor"]), max_epochs)
-    for index, epoch in enumerate(milestones):
+    for index, epoch in enumerate(spec_milestones(results.spec)):
         ax.axvline(epoch, color="#999999", linestyle=":", linewidth=1, zorder=1)
         ax.text(
             epoch,

@@ -75,7 +75,7 @@ def write_html(results: ExperimentResults, path: str | Path) -> Path:
 
 def render_html(results: ExperimentResults, images: dict[str, str]) -> str:
     """The page as a string; ``images`` maps figure names to base64 PNG data."""
-    name = str(results.spec.get("name", results.experiment_dir.name))
+    name = results.spec.name
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -108,12 +108,12 @@ def render_html(results: ExperimentResults, images: dict[str, str]) -> str:
 def _summary(results: ExperimentResults) -> str:
     trials = results.trials
     spec = results.spec
-    budget = spec.get("budget", {})
+    budget = spec.budget
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     spent = int(trials["epochs"].sum()) if not trials.empty else 0
-    full = int(budget.get("num_samples", 0)) * int(budget.get("max_epochs", 0))
+    full = budget.num_samples * budget.max_epochs
     cards = [
-        (f"{len(trials)} / {budget.get('num_samples', '?')}", "trials run / planned"),
+        (f"{len(trials)} / {budget.num_samples}", "trials run / planned"),
         *[
             (str(counts.get(s, 0)), s)
             for s in STATUSES
@@ -127,20 +127,19 @@ def _summary(results: ExperimentResults) -> str:
             f"best {results.metric} ({results.mode})",
         ),
     ]
-    scheduler = spec.get("scheduler", {})
-    search = spec.get("search", {})
+    scheduler, search = spec.scheduler, spec.search
     asha = (
-        f" (grace {_e(scheduler.get('grace_period'))}, reduction factor {_e(scheduler.get('reduction_factor'))})"
-        if scheduler.get("type") == "asha"
+        f" (grace {_e(scheduler.grace_period)}, reduction factor {_e(scheduler.reduction_factor)})"
+        if scheduler.type == "asha"
         else ""
     )
     settings = (
-        f"search <code>{_e(search.get('algorithm', '?'))}</code> "
-        f"(seed {_e(search.get('seed', '?'))}), "
-        f"scheduler <code>{_e(scheduler.get('type', '?'))}</code>{asha}, "
-        f"up to {_e(budget.get('max_epochs', '?'))} epochs per trial, "
-        f"{_e(budget.get('max_concurrent', '?'))} at a time, "
-        f"trainable <code>{_e(spec.get('trainable', '?'))}</code>"
+        f"search <code>{_e(search.algorithm)}</code> "
+        f"(seed {_e(search.seed)}), "
+        f"scheduler <code>{_e(scheduler.type)}</code>{asha}, "
+        f"up to {_e(budget.max_epochs)} epochs per trial, "
+        f"{_e(budget.max_concurrent)} at a time, "
+        f"trainable <code>{_e(spec.raw.get('trainable', '?'))}</code>"
     )
     html_cards = "".join(
         f'<div class="card"><b>{_e(value)}</b><span>{_e(label)}</span></div>' for value, label in cards

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tunekit.config.spec import ExperimentSpec
+from tunekit.config.spec import ExperimentSpec, MetricMode
 from tunekit.layout import STUDY_FILE, TrialStatus, finite
 
 T = TypeVar("T")
@@ -101,11 +101,18 @@ def plan_budget(spec: ExperimentSpec) -> Plan:
     return Plan(tuple(rungs), max_epochs, n, epochs, n * max_epochs, grid_size, repeats)
 
 
+def spec_milestones(spec: ExperimentSpec) -> list[int]:
+    """The epochs of the spec's ASHA rungs; none for any other scheduler."""
+    if spec.scheduler.type != "asha":
+        return []
+    return asha_milestones(spec.scheduler.grace_period, spec.scheduler.reduction_factor, spec.budget.max_epochs)
+
+
 def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:
     """The highest ASHA rung a trial that trained ``epochs`` epochs passed through."""
     if spec.scheduler.type != "asha":
         return None
-    milestones = asha_milestones(spec.scheduler.grace_period, spec.scheduler.reduction_factor, spec.budget.max_epochs)
+    milestones = spec_milestones(spec)
     reached = [i for i, m in enumerate(milestones) if epochs >= m]
     return reached[-1] if reached else None
 
@@ -113,7 +120,7 @@ def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:
 # -------------------------------------------------------------------- best trial
 
 
-def pick_best(candidates: Sequence[tuple[str, float | None, T]], mode: str) -> T | None:
+def pick_best(candidates: Sequence[tuple[str, float | None, T]], mode: MetricMode) -> T | None:
     """The best item among (status, final metric, item) triples.
 
     Trials that trained to the end are preferred: a pruned trial's early score is not
