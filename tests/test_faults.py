@@ -168,11 +168,12 @@ def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -
 
 
 def test_asha_replay_rebuilds_rungs() -> None:
+    from tunekit.compat import asha_rungs
     from tunekit.search.schedulers import RecordingASHA
 
     scheduler = RecordingASHA(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2)
     scheduler.replay({"a": {1: 0.9, 2: 0.92}, "b": {1: 0.8, 2: 0.85}, "c": {1: 0.7}}, stopped={"c"})
-    rungs = {int(milestone): recorded for milestone, recorded in scheduler._brackets[0]._rungs}
+    rungs = {int(milestone): recorded for milestone, recorded in asha_rungs(scheduler)}
     assert rungs[1] == {"a": 0.9, "b": 0.8, "c": 0.7}
     assert rungs[2] == {"a": 0.92, "b": 0.85}
     assert scheduler.stopped == {"c"}

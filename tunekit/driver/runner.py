@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from tunekit.compat import restored_run_config
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import builders_from
 from tunekit.driver.session import (
@@ -204,8 +205,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     )
     # Ray restores searcher, scheduler and callbacks from its pickle; listeners
     # (console, tracker) are per process and are attached again here.
-    assert tuner._local_tuner is not None  # tunekit never runs Tune through Ray Client
-    run_config = tuner._local_tuner.get_run_config()
+    run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
     return tuner, recorder, run_config.stop

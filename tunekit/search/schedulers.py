@@ -7,9 +7,8 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-from tunekit.layout import (
-    EPOCH_KEY,
-)
+from tunekit.compat import asha_max_t, asha_metric_sign, asha_rungs
+from tunekit.layout import EPOCH_KEY
 
 
 class RecordingASHA(ASHAScheduler):
@@ -27,14 +26,14 @@ class RecordingASHA(ASHAScheduler):
     def replay(self, values: dict[str, dict[int, float]], stopped: set[str]) -> None:
         """Records each trial's metric at every rung it reached, as ASHA saw it live."""
         self.stopped = set(stopped)
-        for bracket in self._brackets:
-            for milestone, recorded in bracket._rungs:
-                for trial_id, by_epoch in values.items():
-                    if int(milestone) in by_epoch:
-                        recorded[trial_id] = (self._metric_op or 1.0) * by_epoch[int(milestone)]
+        sign = asha_metric_sign(self)
+        for milestone, recorded in asha_rungs(self):
+            for trial_id, by_epoch in values.items():
+                if int(milestone) in by_epoch:
+                    recorded[trial_id] = sign * by_epoch[int(milestone)]
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         decision = super().on_trial_result(tune_controller, trial, result)
-        if decision == TrialScheduler.STOP and result.get(EPOCH_KEY, 0) < self._max_t:
+        if decision == TrialScheduler.STOP and result.get(EPOCH_KEY, 0) < asha_max_t(self):
             self.stopped.add(trial.trial_id)
         return decision

@@ -27,6 +27,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
+from tunekit.compat import reopen_trial
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE, finite
@@ -359,7 +360,7 @@ class OptunaStudySearcher(Searcher):
         frozen = self.study.trials[number]
         if frozen.state.is_finished():
             return None
-        trial = optuna.Trial(self.study, frozen._trial_id)
+        trial = reopen_trial(self.study, frozen)
         # Reopened after a resume: epochs the study already holds are not reported again
         # (Optuna would warn for each), even when Ray's pickled state predates them.
         if frozen.intermediate_values:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tunekit.compat import drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext, load_builders
 from tunekit.errors import FatalTrialError, TrialFailure, describe_error
@@ -177,28 +178,10 @@ def _freeze_imported_objects() -> None:
 def _reset_trial_state(precision: str, seed: int) -> None:
     import keras
 
-    _drop_custom_gradients()
+    drop_custom_gradients()  # unpins the previous trial's traced graphs (see tunekit.compat)
     keras.backend.clear_session(free_memory=True)  # drops the previous trial's model and graphs
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(seed)
-
-
-def _drop_custom_gradients() -> None:
-    """Unpins the previous trial's traced graphs (~7 MB a trial for the digits MLP).
-
-    Tracing a ``tf.custom_gradient`` op (Keras's losses and optimizers have some) registers
-    a ``CustomGradient-<uid>`` function in TensorFlow's global gradient registry, and never
-    removes it; its closure holds the whole FuncGraph of the trial that traced it
-    (tensorflow#97697, tensorflow#80895). Only a trace looks entries up, and every trace
-    registers fresh ones, so once a trial is over its entries are dead weight.
-    """
-    from tensorflow.python.framework import ops
-
-    registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
-    if not isinstance(registry, dict):
-        return  # a TensorFlow without the private registry: nothing known to leak
-    for name in [name for name in registry if name.startswith("CustomGradient-")]:
-        del registry[name]
 
 
 def _release_trial_state() -> None:
