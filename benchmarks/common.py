@@ -39,19 +39,9 @@ DEFAULT_OUT = REPO / "benchmarks" / "out"
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 MODES = ("smoke", "quick", "full")
 
-STACK_PACKAGES = (
-    "tunekit",
-    "tensorflow",
-    "keras",
-    "ray",
-    "optuna",
-    "mlflow",
-    "keras-tuner",
-    "scikit-learn",
-    "numpy",
-    "pandas",
-    "psutil",
-)
+# Versions recorded with every benchmark: tunekit's stack (tunekit.environment.PACKAGES,
+# the list the tracker and the doctor use) and the baselines and tools benchmarks also run.
+BENCHMARK_PACKAGES = ("keras-tuner", "scikit-learn", "pandas", "psutil")
 
 
 # ------------------------------------------------------------------------ arguments
@@ -330,15 +320,11 @@ def _gpus() -> list[str]:
 
 
 def stack_versions() -> dict[str, str]:
-    from importlib import metadata
+    from tunekit.environment import PACKAGES, installed_versions
 
-    versions = {"python": platform.python_version()}
-    for package in STACK_PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
+    names = (*PACKAGES, *BENCHMARK_PACKAGES)
+    found = installed_versions(names)
+    return {"python": found["python"], **{name: found.get(name, "not installed") for name in names}}
 
 
 # ------------------------------------------------------------------ tunekit helpers

@@ -2,28 +2,31 @@
 
 They run in a child process so that a broken TensorFlow or Ray install is reported
 instead of crashing the doctor, and so that a hang can be killed at a deadline. Each
-prints one line, ``MARK`` followed by a JSON object (``{"error": ...}`` on failure).
+prints one line, ``MARK`` followed by a JSON object (``{"error": ...}`` on failure);
+``tunekit.doctor.child`` starts them and reads that line.
 
-Run with ``-m``, this module is ``__main__``: Ray pickles the storage probe functions
-by value, so cluster nodes run them without tunekit installed. Only the standard
-library is imported at module level: the doctor imports ``MARK`` and ``PROBE_PREFIX``.
+The storage probe on a cluster is ``tunekit.environment.storage_shared_by_nodes``, the
+one the driver runs before a search: its node functions are pickled by value, so cluster
+nodes run them without tunekit installed. Only the standard library (and tunekit's
+standard-library modules) are imported at module level; TensorFlow, Ray and pyarrow are
+imported by the probe that needs them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import socket
 import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-MARK = "TUNEKIT_DOCTOR_RESULT "
-PROBE_PREFIX = ".tunekit-doctor-"
+from tunekit.doctor.child import MARK
+from tunekit.environment import STORAGE_PROBE_PREFIX, storage_shared_by_nodes
+
 ERROR_CAUSES_SHOWN = 3
+STORAGE_TIMEOUT_S = 60.0
 
 
 def describe(error: BaseException | None) -> str:
@@ -53,7 +56,8 @@ def tensorflow_probe() -> dict[str, Any]:
     for device in tf.config.list_physical_devices("GPU"):
         try:
             details = tf.config.experimental.get_device_details(device)
-        except Exception:  # details are optional; a device without them is still a GPU
+        except Exception as error:  # details are optional; a device without them is still a GPU
+            logging.getLogger(__name__).debug("no details for %s: %s", device.name, error)
             details = {}
         gpus.append(
             {
@@ -72,40 +76,6 @@ def tensorflow_probe() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- Ray cluster
-# write/seen/clean run on the cluster's nodes (pickled by value, standard library only).
-
-
-def write(path: str, token: str, node_id: str) -> list[Any]:
-    """Creates ``path`` (remembering what it created) and a probe file named for the node."""
-    created: list[str] = []
-    try:
-        node = path
-        missing = []
-        while not os.path.exists(node) and node != os.path.dirname(node):
-            missing.append(node)
-            node = os.path.dirname(node)
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            created.append(folder)
-        with open(os.path.join(path, PROBE_PREFIX + token + "-" + node_id), "x") as handle:
-            handle.write("probe")
-        return [socket.gethostname(), "", created]
-    except OSError as error:
-        return [socket.gethostname(), error.strerror or str(error), created]
-
-
-def seen(path: str, token: str, node_ids: list[str]) -> list[str]:
-    """The nodes whose probe file is visible here."""
-    return [n for n in node_ids if os.path.exists(os.path.join(path, PROBE_PREFIX + token + "-" + n))]
-
-
-def clean(path: str, token: str, node_id: str, created: list[str]) -> None:
-    """Removes this node's probe file and the folders its write created."""
-    with contextlib.suppress(OSError):
-        os.remove(os.path.join(path, PROBE_PREFIX + token + "-" + node_id))
-    for folder in reversed(created):
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
 
 
 def ray_probe(address: str, storage: str) -> dict[str, Any]:
@@ -128,40 +98,15 @@ def ray_probe(address: str, storage: str) -> dict[str, Any]:
         ],
     }
     if storage:
-        result["storage"] = _storage_on_every_node(address, storage, [n["NodeID"] for n in nodes])
+        # The node functions are pickled by value: the nodes need not have tunekit.
+        # Through Ray Client the driver's files are elsewhere: only the nodes are compared.
+        result["storage"] = storage_shared_by_nodes(
+            storage,
+            {n["NodeID"]: n.get("NodeManagerHostname") or n["NodeManagerAddress"] for n in nodes},
+            check_here=not address.startswith("ray://"),
+            timeout_s=STORAGE_TIMEOUT_S,
+        )
     return result
-
-
-def _storage_on_every_node(address: str, storage: str, ids: list[str]) -> dict[str, Any]:
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    def on(node_id: str, function: Callable[..., Any]) -> Any:
-        task = ray.remote(num_cpus=0, max_retries=0)(function)
-        return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-
-    token = uuid.uuid4().hex[:12]
-    written = ray.get([on(i, write).remote(storage, token, i) for i in ids], timeout=60)
-    hosts = {i: w[0] for i, w in zip(ids, written, strict=True)}
-    errors = {w[0]: w[1] for w in written if w[1]}
-    ok_ids = [i for i, w in zip(ids, written, strict=True) if not w[1]]
-    unseen: dict[str, list[str]] = {}
-    # Through Ray Client the driver's files are elsewhere: only the nodes are compared.
-    client = address.startswith("ray://")
-    if not errors:
-        views = ray.get([on(i, seen).remote(storage, token, ok_ids) for i in ids], timeout=60)
-        for i, view in zip(ids, views, strict=True):
-            unseen[hosts[i]] = [hosts[o] for o in ok_ids if o not in view]
-        if not client:
-            mine = seen(storage, token, ok_ids)
-            unseen["this machine"] = [hosts[o] for o in ok_ids if o not in mine]
-    ray.get([on(i, clean).remote(storage, token, i, w[2]) for i, w in zip(ids, written, strict=True)], timeout=60)
-    return {
-        "hosts": sorted(set(hosts.values())),
-        "write_errors": errors,
-        "unseen": unseen,
-        "driver_checked": bool(unseen) and not client,
-    }
 
 
 # ------------------------------------------------------------------------- storage URI
@@ -173,7 +118,7 @@ def storage_uri_probe(uri: str) -> dict[str, Any]:
 
     filesystem, root = fs.FileSystem.from_uri(uri)
     filesystem.create_dir(root, recursive=True)
-    probe = root.rstrip("/") + "/" + PROBE_PREFIX + uuid.uuid4().hex[:8]
+    probe = root.rstrip("/") + "/" + STORAGE_PROBE_PREFIX + uuid.uuid4().hex[:8]
     with filesystem.open_output_stream(probe) as stream:
         stream.write(b"probe")
     filesystem.delete_file(probe)

@@ -104,39 +104,22 @@ def check_storage_shared(experiment_dir: Path) -> None:
     """On a multi-node cluster, every node must be able to write the experiment directory.
 
     Since Ray 2.7 nothing is synced to the head node, so trial checkpoints written to a
-    node-local path are lost to the driver. Each node writes a probe file; the driver must
-    see them all.
+    node-local path are lost to the driver. Each node writes a probe file; every node and
+    the driver must see them all.
     """
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from tunekit.environment import THIS_MACHINE, storage_shared_by_nodes
 
     nodes = [n for n in ray.nodes() if n["Alive"]]
     if len(nodes) < 2:
         return
-
-    @ray.remote(num_cpus=0)
-    def probe(directory: str, name: str) -> str:
-        try:
-            Path(directory, name).write_text("tunekit storage probe")
-            return ""
-        except OSError as error:
-            return str(error)
-
-    names = {n["NodeID"]: f".storage-probe-{n['NodeID'][:12]}" for n in nodes}
-    errors = ray.get(
-        [
-            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                str(experiment_dir), names[n["NodeID"]]
-            )
-            for n in nodes
-        ]
-    )
-    problems = []
-    for node, error in zip(nodes, errors, strict=True):
-        probe_file = experiment_dir / names[node["NodeID"]]
-        if error or not probe_file.exists():
-            problems.append(f"node {node['NodeManagerAddress']} ({error or 'its file is not visible here'})")
-        probe_file.unlink(missing_ok=True)
+    # The same probe as `tunekit doctor --address`: each node writes, every node and the driver look.
+    found = storage_shared_by_nodes(str(experiment_dir), {n["NodeID"]: n["NodeManagerAddress"] for n in nodes})
+    problems = [f"node {node} ({error})" for node, error in found["write_errors"].items()]
+    for viewer, unseen in found["unseen"].items():
+        where = "here" if viewer == THIS_MACHINE else f"on node {viewer}"
+        problems += [f"node {node} (its file is not visible {where})" for node in unseen]
     if problems:
         raise StorageError(
             f"storage {experiment_dir} is not shared by every node: {'; '.join(problems)}; "

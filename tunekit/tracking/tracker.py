@@ -55,21 +55,20 @@ the working directory, which is what ``mlflow ui`` started there opens).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
-import platform
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
+from tunekit.environment import installed_versions
+from tunekit.environment import redact_uri as redact_uri  # re-exported: one redactor, in tunekit.environment
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
 from tunekit.tracking.tags import UI_WORKFLOW_QUERY
 
@@ -81,21 +80,6 @@ if TYPE_CHECKING:
 FLUSH_TIMEOUT_ENV = "TUNEKIT_TRACKING_FLUSH_TIMEOUT_S"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_S = 5.0
-# Versions recorded with every run; TensorFlow's version comes from package metadata,
-# so the driver never imports TensorFlow.
-_PACKAGES = {
-    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly"),
-    "keras": ("keras",),
-    "ray": ("ray",),
-    "optuna": ("optuna",),
-    "mlflow": ("mlflow", "mlflow-skinny"),
-    "numpy": ("numpy",),
-    "tunekit": ("tunekit",),
-    # CUDA/cuDNN as pip wheels (tensorflow[and-cuda]); a trainable may report the
-    # build's versions instead as info keys cuda_version / cudnn_version.
-    "cuda_wheel": ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11"),
-    "cudnn_wheel": ("nvidia-cudnn-cu12", "nvidia-cudnn-cu11"),
-}
 
 
 # ------------------------------------------------------------------ what is queued
@@ -312,13 +296,9 @@ class MlflowTracker:
 
 @functools.cache
 def _environment() -> tuple[tuple[str, str], ...]:
-    tags = {"tunekit.env.python": platform.python_version()}
-    for name, distributions in _PACKAGES.items():
-        for distribution in distributions:
-            with contextlib.suppress(metadata.PackageNotFoundError):
-                tags[f"tunekit.env.{name}"] = metadata.version(distribution)
-                break
-    return tuple(tags.items())
+    # The packages and how their versions are read live in tunekit.environment (metadata
+    # only: the driver never imports TensorFlow to learn its version).
+    return tuple((f"tunekit.env.{name}", version) for name, version in installed_versions().items())
 
 
 def environment_tags() -> dict[str, str]:
@@ -353,17 +333,6 @@ def ui_url(tracking_uri: str, experiment_id: str) -> str | None:
     if urlsplit(tracking_uri).scheme not in ("http", "https"):
         return None
     return f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_WORKFLOW_QUERY}"
-
-
-def redact_uri(uri: str) -> str:
-    """The URI without user:password (tracking credentials never land in logs or runs)."""
-    parts = urlsplit(uri)
-    if not (parts.username or parts.password):
-        return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def is_number(value: Any) -> bool:
