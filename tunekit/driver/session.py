@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import logging
 import os
 import signal
 import time
@@ -20,6 +21,8 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals
 from tunekit.errors import ResourceError, SearchInterrupted, StorageError
+
+logger = logging.getLogger(__name__)
 
 # Settings of the driver's Ray Tune, and why:
 _DRIVER_ENV = {
@@ -266,5 +269,5 @@ def kill_owned_local_ray() -> None:
                 command = " ".join(child.cmdline()[:2])
                 if command.startswith("ray::") or "/ray/" in command:  # Ray's processes, no other child
                     child.kill()
-    except Exception:  # best effort on the way out
-        pass
+    except Exception as error:  # best effort on the way out; the process is exiting anyway
+        logger.debug("could not kill the local Ray's processes: %s", error)
