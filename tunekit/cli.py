@@ -18,9 +18,13 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunekit.errors import SearchInterrupted, SpecError, TunekitError
 from tunekit.layout import ENDED_STATUSES
+
+if TYPE_CHECKING:
+    from tunekit.results.load import ExperimentResults
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -179,10 +183,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return run_checks(address=args.address, tracking_uri=args.tracking_uri, storage=args.storage)
 
 
-def _print_summary(results: object) -> None:
-    from tunekit.results.load import ExperimentResults
-
-    assert isinstance(results, ExperimentResults)
+def _print_summary(results: ExperimentResults) -> None:
     counts = results.trials["status"].value_counts().to_dict() if not results.trials.empty else {}
     print(f"experiment: {results.experiment_dir}")
     print("trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ENDED_STATUSES))
@@ -213,11 +214,9 @@ def _mlflow_link(experiment_dir: Path) -> str | None:
     return str(link) if link else None
 
 
-def _table(results: object) -> str:
+def _table(results: ExperimentResults) -> str:
     from tunekit.layout import PARAM_PREFIX
-    from tunekit.results.load import ExperimentResults
 
-    assert isinstance(results, ExperimentResults)
     if results.trials.empty:
         return "no trials recorded"
     table = results.ranked()

@@ -79,6 +79,17 @@ class StorageError(TunekitError):
     """The experiment storage is missing, not writable, or not reachable from every node."""
 
 
+class NotAnExperimentError(StorageError):
+    """A directory given as an experiment holds no tunekit experiment (no ``spec.yaml``).
+
+    Raised alike by ``tunekit.load``, ``tunekit.resume`` and the commands that read one.
+    """
+
+    def __init__(self, directory: object, missing: str) -> None:
+        super().__init__(f"{directory}: not a tunekit experiment (no {missing})")
+        self.directory = directory
+
+
 class TrialFailure(TunekitError):
     """A trial failed for its own reasons (non-finite loss, a bug in one config).
 

@@ -117,7 +117,8 @@ class ConsoleProgress:
     # ----------------------------------------------------------------- text
 
     def status_line(self) -> str:
-        assert self._recorder is not None
+        if self._recorder is None:  # before Ray's first callback
+            return f"done 0/{self._num_samples}; starting"
         counts = self._recorder.counts()
         best = self._recorder.best()
         best_text = "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"

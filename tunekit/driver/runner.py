@@ -28,7 +28,7 @@ from tunekit.driver.session import (
     wait_for_released_resources,
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
-from tunekit.errors import NoResultError, SearchAborted, SearchInterrupted, StorageError
+from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
 from tunekit.layout import ERROR_FILE, SPEC_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults, load
 
@@ -97,7 +97,7 @@ def resume(
     """
     directory = Path(experiment_dir).expanduser().resolve()
     if not (directory / SPEC_FILE).is_file():
-        raise StorageError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
+        raise NotAnExperimentError(directory, SPEC_FILE)
     spec = load_spec(directory / SPEC_FILE, trainable=builders_from(trainable, build_data, build_model, fit_options))
     stream = sys.stdout if progress is True else (progress or None)
     links = _bridge_rotated_checkpoints(directory)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
-from tunekit.errors import SpecError, TunekitError
+from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import (
     EPOCHS_FILE,
     PARAM_PREFIX,
@@ -155,14 +155,14 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     """Loads a finished (or interrupted) experiment from its directory.
 
     Raises:
-        TunekitError: when the directory holds no tunekit experiment.
+        NotAnExperimentError: when the directory holds no tunekit experiment (a StorageError).
     """
     import pandas as pd
 
     directory = Path(experiment_dir).expanduser().resolve()
     spec_path = directory / SPEC_FILE
     if not spec_path.is_file():
-        raise TunekitError(f"{directory}: not a tunekit experiment (no {SPEC_FILE})")
+        raise NotAnExperimentError(directory, SPEC_FILE)
     trials = _read_csv(pd, directory / TRIALS_FILE)
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
     spec = recorded_spec(yaml.safe_load(spec_path.read_text()), directory, trials)

@@ -227,7 +227,8 @@ class OptunaStudySearcher(Searcher):
 
     def _ask_pinned(self, point: Mapping[str, Any]) -> tuple[optuna.Trial, dict[str, Any]]:
         sampler = self.study.sampler
-        assert isinstance(sampler, _PinnableSampler)  # open_study builds it
+        if not isinstance(sampler, _PinnableSampler):  # open_study builds it; a study opened elsewhere does not
+            raise TypeError(f"warm-start points need the study tunekit opened, not one with a {type(sampler).__name__}")
         sampler.point = point
         try:
             trial = self.study.ask()
