@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -15,10 +16,9 @@ from tunekit.layout import (
     SPEC_FILE,
     TRIAL_COLUMNS,
 )
-from tunekit.results.load import ExperimentResults, best_trial
+from tunekit.results.load import ExperimentResults, best_trial, recorded_spec
 
-if TYPE_CHECKING:
-    pass
+logger = logging.getLogger(__name__)
 
 
 def load_from_mlflow(
@@ -45,6 +45,7 @@ def load_from_mlflow(
     import pandas as pd
     from mlflow import MlflowClient
 
+    from tunekit.tracking.client import search_all_runs
     from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_EXPERIMENT_DIR, TAG_ROLE
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -52,7 +53,7 @@ def load_from_mlflow(
     if experiment is None:
         raise TunekitError(f"no MLflow experiment {experiment_name!r} at {client.tracking_uri}")
     ids = [experiment.experiment_id]
-    parents = _all_runs(client, ids, f"tags.`{TAG_ROLE}` = 'experiment'")
+    parents = list(search_all_runs(client, ids, f"tags.`{TAG_ROLE}` = 'experiment'"))
     if parent_run_id is not None:
         parents = [run for run in parents if run.info.run_id == parent_run_id]
     elif experiment_dir is not None:
@@ -62,7 +63,7 @@ def load_from_mlflow(
         raise TunekitError(f"no tunekit experiment run in MLflow experiment {experiment_name!r}")
     parent = max(parents, key=lambda run: run.info.start_time)
     spec = _spec_from_mlflow(client, parent)
-    children = _all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}'")
+    children = list(search_all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}'"))
     trial_rows, epoch_rows = [], []
     origin = parent.info.start_time / 1000
     for child in children:
@@ -82,18 +83,8 @@ def load_from_mlflow(
         epochs = epochs.sort_values(["time", "trial_id", "epoch"]).reset_index(drop=True)
         epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
-    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, spec["metric"]["mode"]))
-
-
-def _all_runs(client: Any, experiment_ids: list[str], filter_string: str) -> list[Any]:
-    runs: list[Any] = []
-    token = None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
+    return ExperimentResults(directory, parsed, trials, epochs, best_trial(trials, parsed.metric.mode))
 
 
 def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
@@ -109,8 +100,14 @@ def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
             spec = yaml.safe_load(Path(local).read_text())
         if isinstance(spec, dict) and "metric" in spec:
             return spec
-    except Exception:  # an artifact store this machine cannot read: fall back to params
-        pass
+    except Exception as error:  # an artifact store this machine cannot read: fall back to params
+        logger.info(
+            "tunekit: cannot read %s of MLflow run %s (%s: %s); rebuilding the spec from its params",
+            SPEC_FILE,
+            parent.info.run_id,
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error).strip() else "",
+        )
     finally:
         if quiet is None:
             os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)

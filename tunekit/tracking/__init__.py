@@ -1,4 +1,16 @@
-"""MLflow tracking: tag names (``tags``), the driver-side tracker (``tracker``) and its writer thread.
+"""MLflow tracking: the driver-side tracker and the writer thread behind it.
 
-MLflow is imported only by the writer, lazily.
+Modules, in import order (each imports only those above it; nothing here imports ``results``):
+
+- ``tags``: MLflow tag names and other MLflow-side names.
+- ``events``: the typed events the tracker queues for the writer (``TrackerEvent``).
+- ``client``: the only door to MLflow (``RunClient``, ``MlflowRunClient``, ``search_all_runs``).
+- ``values``: names and values as MLflow accepts them; tracking's logger.
+- ``batches``: request batching and error sorting (``BatchSender``).
+- ``artifacts``: the spec and the best model as artifacts; ``final_model_path``.
+- ``runs``: the parent run, the child runs and what each still has to send (``RunBook``).
+- ``writer``: the writer thread's loop, with its retries (``MlflowWriter``).
+- ``tracker``: the recorder listener that queues events (``MlflowTracker``).
+
+MLflow is imported only by ``client``, lazily, in the writer thread.
 """

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-
 # Tags tunekit sets; load_from_mlflow and resume look runs up by them.
 TAG_ROLE = "tunekit.role"  # "experiment" on parent runs, "trial" on child runs
 

@@ -55,86 +55,35 @@ the working directory, which is what ``mlflow ui`` started there opens).
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.environment import installed_versions
 from tunekit.environment import redact_uri as redact_uri  # re-exported: one redactor, in tunekit.environment
-from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
-from tunekit.tracking.tags import UI_WORKFLOW_QUERY
+from tunekit.layout import TrialStatus, finite
+from tunekit.tracking.artifacts import final_model_path as final_model_path  # re-exported for results.load
+from tunekit.tracking.events import (
+    STOP,
+    EpochEvent,
+    Flush,
+    InfoEvent,
+    ProgressEvent,
+    TrackerEvent,
+    TrialEndEvent,
+    TrialEvent,
+)
+from tunekit.tracking.writer import PROBE_TIMEOUT_S, MlflowWriter
 
 if TYPE_CHECKING:
     from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
-    from tunekit.tracking.writer import MlflowWriter
 
 
 FLUSH_TIMEOUT_ENV = "TUNEKIT_TRACKING_FLUSH_TIMEOUT_S"
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
-PROBE_TIMEOUT_S = 5.0
-
-
-# ------------------------------------------------------------------ what is queued
-
-
-@dataclass(frozen=True)
-class TrialEvent:
-    trial_id: str
-    number: int | None
-    params: dict[str, Any]
-    started_at: float
-    attempts: int
-    running: bool  # False when replaying an ended trial on resume
-
-
-@dataclass(frozen=True)
-class EpochEvent:
-    trial_id: str
-    step: int
-    metrics: dict[str, float]
-    timestamp_ms: int
-
-
-@dataclass(frozen=True)
-class InfoEvent:
-    trial_id: str
-    info: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class TrialEndEvent:
-    trial_id: str
-    status: str
-    reason: str
-    rung: int | None
-    epochs: int
-    attempts: int
-    ended_at: float
-
-
-@dataclass(frozen=True)
-class ProgressEvent:
-    """The best value after ``ended`` trials; the summary when ``final``."""
-
-    ended: int
-    best: float | None
-    best_trial: str | None
-    counts: dict[str, int]
-    epochs_spent: int
-    wall_seconds: float
-    final: bool
-    interrupted: bool
-
-
-STOP = object()
 
 
 class MlflowTracker:
@@ -155,7 +104,7 @@ class MlflowTracker:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[TrackerEvent] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._writer: MlflowWriter | None = None
         self._info_seen: dict[str, int] = {}  # trial id -> id() of the info dict already queued
@@ -178,8 +127,6 @@ class MlflowTracker:
     # ------------------------------------------------------------ listener (driver)
 
     def experiment_started(self, recorder: Recorder) -> None:
-        from tunekit.tracking.writer import MlflowWriter
-
         self._started = recorder.started
         if self._thread is None:
             self._writer = MlflowWriter(
@@ -195,7 +142,7 @@ class MlflowTracker:
             if owner is not None:
                 self.epoch_reported(owner, row)
         for record in list(recorder.trials.values()):
-            if record.status != "running":
+            if _status(record).is_finished():
                 self.trial_ended(record)
 
     def trial_started(self, record: TrialRecord) -> None:
@@ -208,7 +155,7 @@ class MlflowTracker:
                 dict(record.params),
                 record.started_at,
                 record.attempts,
-                record.status == "running",
+                _status(record) == TrialStatus.RUNNING,
             )
         )
         self._queue_info(record)
@@ -216,7 +163,7 @@ class MlflowTracker:
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         if self._off():
             return
-        metrics = {key: value for key, value in row.metrics.items() if is_number(value)}
+        metrics = {key: number for key, value in row.metrics.items() if (number := finite(value)) is not None}
         self._queue.put(EpochEvent(record.trial_id, row.epoch, metrics, int((self._started + row.at) * 1000)))
         self._queue_info(record)
 
@@ -227,7 +174,7 @@ class MlflowTracker:
         self._queue.put(
             TrialEndEvent(
                 record.trial_id,
-                record.status,
+                _status(record),
                 record.reason,
                 record.rung,
                 record.epochs,
@@ -263,7 +210,7 @@ class MlflowTracker:
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until everything queued so far was sent (for tests and benchmarks)."""
         done = threading.Event()
-        self._queue.put(done)
+        self._queue.put(Flush(done))
         return done.wait(timeout)
 
     def _queue_info(self, record: TrialRecord) -> None:
@@ -276,14 +223,14 @@ class MlflowTracker:
         best = recorder.best()
         counts = recorder.counts()
         return ProgressEvent(
-            ended=sum(1 for r in records if r.status != "running"),
+            ended=sum(1 for r in records if _status(r).is_finished()),
             best=None if best is None else best.final_metric,
             best_trial=None if best is None else best.trial_id,
             counts=counts,
             epochs_spent=sum(r.epochs for r in records),
             wall_seconds=time.time() - recorder.started,
             final=final,
-            interrupted=counts.get("running", 0) > 0,
+            interrupted=counts.get(TrialStatus.RUNNING, 0) > 0,
         )
 
     def _off(self) -> bool:
@@ -294,47 +241,6 @@ class MlflowTracker:
 # ---------------------------------------------------------------------- helpers
 
 
-@functools.cache
-def _environment() -> tuple[tuple[str, str], ...]:
-    # The packages and how their versions are read live in tunekit.environment (metadata
-    # only: the driver never imports TensorFlow to learn its version).
-    return tuple((f"tunekit.env.{name}", version) for name, version in installed_versions().items())
-
-
-def environment_tags() -> dict[str, str]:
-    """Python and package versions, from package metadata (TensorFlow is never imported)."""
-    return dict(_environment())
-
-
-def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
-    """The trial's final model from its newest checkpoint that holds one, if any.
-
-    That is ``model.keras`` (the whole model) or, when Keras could not serialise the
-    model, ``model.weights.h5`` (weights only; rebuild with the trainable's
-    ``build_model`` and ``load_weights``). A trial that never reached its end has none.
-    """
-    for checkpoint in sorted(
-        (Path(experiment_dir) / trial_id).glob("checkpoint_*"), key=_checkpoint_order, reverse=True
-    ):
-        for name in (FINAL_MODEL, FINAL_WEIGHTS):
-            if (checkpoint / name).is_file():
-                return checkpoint / name
-    return None
-
-
-def _checkpoint_order(path: Path) -> tuple[int, str]:
-    # Ray pads the index (checkpoint_000007); compare numbers anyway, not text.
-    suffix = path.name.rpartition("_")[2]
-    return (int(suffix) if suffix.isdigit() else -1, path.name)
-
-
-def ui_url(tracking_uri: str, experiment_id: str) -> str | None:
-    """The MLflow UI page of the experiment's runs table, when the tracking URI is a server."""
-    if urlsplit(tracking_uri).scheme not in ("http", "https"):
-        return None
-    return f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_WORKFLOW_QUERY}"
-
-
-def is_number(value: Any) -> bool:
-    """A finite int or float (not a bool): what may become an MLflow metric."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _status(record: TrialRecord) -> TrialStatus:
+    # The recorder sets TrialStatus members; a plain string (set by hand) is read the same way.
+    return TrialStatus(record.status)

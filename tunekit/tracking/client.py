@@ -1,0 +1,220 @@
+"""The one door to MLflow: what the writer asks of a tracking server, in plain values.
+
+``RunClient`` is the interface the writer, its run bookkeeping and its artifact logging
+use; ``MlflowRunClient`` implements it on ``mlflow.MlflowClient`` and is the only class
+in tunekit that imports MLflow (lazily). MLflow's exceptions come out as ``MlflowError``
+with MLflow's error code, so callers sort errors without importing MLflow, and a fake
+client in a unit test needs no MLflow at all. ``search_all_runs`` is the one loop that
+pages through ``search_runs`` (the writer and ``tunekit.results.mlflow`` both use it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+SEARCH_PAGE_SIZE = 1000
+
+
+class MlflowError(Exception):
+    """An error MLflow answered with; ``code`` is its error code (``RESOURCE_ALREADY_EXISTS``...)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class MetricPoint(NamedTuple):
+    key: str
+    value: float
+    timestamp_ms: int
+    step: int
+
+
+@dataclass(frozen=True)
+class ExperimentRef:
+    experiment_id: str
+    deleted: bool
+    tags: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RunRef:
+    run_id: str
+    status: str
+    tags: Mapping[str, str]
+
+
+class RunClient(Protocol):
+    """What tracking asks of MLflow. Called from the writer thread only."""
+
+    def get_experiment(self, name: str) -> ExperimentRef | None: ...
+
+    def create_experiment(self, name: str, tags: Mapping[str, str]) -> str: ...
+
+    def set_experiment_tag(self, experiment_id: str, key: str, value: str) -> None: ...
+
+    def search_runs(self, experiment_id: str, filter_string: str) -> Iterator[RunRef]: ...
+
+    def create_run(self, experiment_id: str, *, start_ms: int, name: str, tags: Mapping[str, str]) -> str: ...
+
+    def set_running(self, run_id: str) -> None: ...
+
+    def metric_steps(self, run_id: str, key: str) -> set[int]: ...
+
+    def log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: Sequence[MetricPoint] = (),
+        params: Sequence[tuple[str, str]] = (),
+        tags: Sequence[tuple[str, str]] = (),
+    ) -> None: ...
+
+    def set_terminated(self, run_id: str, status: str, end_ms: int | None = None) -> None: ...
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None: ...
+
+    def delete_run(self, run_id: str) -> None: ...
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str | None = None) -> None: ...
+
+    def list_artifacts(self, run_id: str, path: str) -> list[str]: ...
+
+    def create_registered_model(self, name: str) -> None: ...
+
+    def has_model_version(self, name: str, run_id: str) -> bool: ...
+
+    def artifact_uri(self, run_id: str) -> str: ...
+
+    def create_model_version(self, name: str, source: str, run_id: str, description: str) -> None: ...
+
+
+@contextlib.contextmanager
+def _mlflow_errors() -> Iterator[None]:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as error:
+        raise MlflowError(str(error), str(error.error_code)) from error
+
+
+def search_all_runs(client: MlflowClient, experiment_ids: list[str], filter_string: str) -> Iterator[Run]:
+    """Every active run matching ``filter_string``, page by page (MLflow's ``Run`` objects)."""
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string, max_results=SEARCH_PAGE_SIZE, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+class MlflowRunClient:
+    """``RunClient`` on a real ``MlflowClient`` (imports MLflow when built)."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        from mlflow import MlflowClient
+
+        self._client = MlflowClient(tracking_uri=tracking_uri)
+
+    def get_experiment(self, name: str) -> ExperimentRef | None:
+        with _mlflow_errors():
+            found = self._client.get_experiment_by_name(name)
+        if found is None:
+            return None
+        return ExperimentRef(found.experiment_id, found.lifecycle_stage == "deleted", dict(found.tags))
+
+    def create_experiment(self, name: str, tags: Mapping[str, str]) -> str:
+        with _mlflow_errors():
+            return self._client.create_experiment(name, tags=dict(tags))
+
+    def set_experiment_tag(self, experiment_id: str, key: str, value: str) -> None:
+        with _mlflow_errors():
+            self._client.set_experiment_tag(experiment_id, key, value)
+
+    def search_runs(self, experiment_id: str, filter_string: str) -> Iterator[RunRef]:
+        with _mlflow_errors():
+            runs = list(search_all_runs(self._client, [experiment_id], filter_string))
+        return iter(RunRef(run.info.run_id, run.info.status, dict(run.data.tags)) for run in runs)
+
+    def create_run(self, experiment_id: str, *, start_ms: int, name: str, tags: Mapping[str, str]) -> str:
+        with _mlflow_errors():
+            run = self._client.create_run(experiment_id, start_time=start_ms, run_name=name, tags=dict(tags))
+        return str(run.info.run_id)
+
+    def set_running(self, run_id: str) -> None:
+        with _mlflow_errors():
+            self._client.update_run(run_id, status="RUNNING")
+
+    def metric_steps(self, run_id: str, key: str) -> set[int]:
+        with _mlflow_errors():
+            return {point.step for point in self._client.get_metric_history(run_id, key)}
+
+    def log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: Sequence[MetricPoint] = (),
+        params: Sequence[tuple[str, str]] = (),
+        tags: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        with _mlflow_errors():
+            self._client.log_batch(
+                run_id,
+                metrics=[Metric(m.key, m.value, m.timestamp_ms, m.step) for m in metrics],
+                params=[Param(key, value) for key, value in params],
+                tags=[RunTag(key, value) for key, value in tags],
+            )
+
+    def set_terminated(self, run_id: str, status: str, end_ms: int | None = None) -> None:
+        with _mlflow_errors():
+            self._client.set_terminated(run_id, status=status, end_time=end_ms)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        with _mlflow_errors():
+            self._client.set_tag(run_id, key, value)
+
+    def delete_run(self, run_id: str) -> None:
+        with _mlflow_errors():
+            self._client.delete_run(run_id)
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str | None = None) -> None:
+        with _mlflow_errors():
+            self._client.log_artifact(run_id, path, artifact_path)
+
+    def list_artifacts(self, run_id: str, path: str) -> list[str]:
+        with _mlflow_errors():
+            return [item.path for item in self._client.list_artifacts(run_id, path)]
+
+    def create_registered_model(self, name: str) -> None:
+        with _mlflow_errors():
+            self._client.create_registered_model(name)
+
+    def has_model_version(self, name: str, run_id: str) -> bool:
+        with _mlflow_errors():
+            return bool(self._client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'"))
+
+    def artifact_uri(self, run_id: str) -> str:
+        with _mlflow_errors():
+            return str(self._client.get_run(run_id).info.artifact_uri)
+
+    def create_model_version(self, name: str, source: str, run_id: str, description: str) -> None:
+        with _mlflow_errors():
+            self._client.create_model_version(name, source, run_id=run_id, description=description)
+
+
+def default_tracking_uri() -> str:
+    """MLflow's own default: ``MLFLOW_TRACKING_URI``, ``mlflow.set_tracking_uri``, else its local default."""
+    import mlflow
+
+    return str(mlflow.get_tracking_uri())

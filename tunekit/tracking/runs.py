@@ -1,0 +1,379 @@
+"""Run bookkeeping for the writer: the parent run, one child run per trial, and what each still has to send.
+
+Events are applied to in-memory state first (``Pending`` per run); ``sync`` then sends
+whatever is pending. A failed call leaves its work pending, so the next attempt picks up
+where the last one stopped. Resuming reattaches to the runs MLflow already holds: the
+parent by its experiment-directory tag, children by their Ray trial id.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import assert_never
+from urllib.parse import urlsplit
+
+from tunekit.config.spec import ExperimentSpec
+from tunekit.environment import installed_versions, redact_uri
+from tunekit.layout import ENDED_STATUSES, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
+from tunekit.tracking import artifacts
+from tunekit.tracking.batches import BatchSender, Disabled
+from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
+from tunekit.tracking.events import (
+    EpochEvent,
+    InfoEvent,
+    ProgressEvent,
+    RunEvent,
+    TrialEndEvent,
+    TrialEvent,
+)
+from tunekit.tracking.tags import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    INFO_TAGS,
+    PARENT_RUN_TAG,
+    TAG_ATTEMPTS,
+    TAG_BEST_TRIAL,
+    TAG_EPOCHS,
+    TAG_EXPERIMENT_DIR,
+    TAG_OUTCOME,
+    TAG_REASON,
+    TAG_ROLE,
+    TAG_RUNG,
+    TAG_STATUS,
+    TAG_TRIAL_ID,
+    TAG_TRIAL_NUMBER,
+    UI_WORKFLOW_QUERY,
+)
+from tunekit.tracking.values import (
+    MAX_TAG_LENGTH,
+    brief,
+    logger,
+    metric_key,
+    outcome,
+    param_key,
+    param_value,
+    run_status,
+    spec_params,
+    tag_value,
+)
+
+_LOST_REASON = "started just before the driver stopped and not in Ray's last saved state; not resumed"
+
+
+@dataclass
+class Pending:
+    """What one run still has to send; cleared piece by piece as MLflow accepts it."""
+
+    params: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    metrics: list[MetricPoint] = field(default_factory=list)
+    status: tuple[str, int | None] | None = None  # MLflow run status, end time in ms
+    reopen: bool = False
+
+    def empty(self) -> bool:
+        return not (self.params or self.tags or self.metrics or self.status or self.reopen)
+
+
+@dataclass
+class TrialRun:
+    trial_id: str
+    number: int | None = None
+    started_at: float = field(default_factory=time.time)
+    run_id: str | None = None
+    steps: set[int] | None = field(default_factory=set)  # epochs MLflow holds; None: ask it
+    pending: Pending = field(default_factory=Pending)
+
+
+class RunBook:
+    """The experiment's runs and their pending values; only the writer thread uses it.
+
+    Args:
+        spec: the experiment's spec.
+        experiment_dir: its directory (tags the parent run; holds spec.yaml and tracking.json).
+        started: when the search started (the parent run's start time).
+    """
+
+    def __init__(self, spec: ExperimentSpec, experiment_dir: Path, started: float) -> None:
+        self.spec = spec
+        self.experiment_dir = experiment_dir
+        self.sender: BatchSender | None = None  # set once connected
+        self.trials: dict[str, TrialRun] = {}
+        self._started = started
+        self._experiment_id: str | None = None
+        self._parent_id: str | None = None
+        self._children: dict[str, str] | None = None  # trial id -> run id, found on resume
+        self._parent = Pending()
+        self._spec_pending = False
+        self._model_trial: str | None = None
+        self._last_best: tuple[int, float | None] | None = None
+
+    def unsent_metrics(self) -> int:
+        return sum(len(t.pending.metrics) for t in self.trials.values())
+
+    # ------------------------------------------------------------------- events
+
+    def apply(self, event: RunEvent) -> None:
+        """Records what ``event`` asks MLflow to hold; nothing is sent until ``sync``."""
+        match event:
+            case EpochEvent():
+                self._trial(event.trial_id).pending.metrics.extend(
+                    MetricPoint(metric_key(key), value, event.timestamp_ms, event.step)
+                    for key, value in sorted(event.metrics.items())
+                )
+            case TrialEvent():
+                trial = self._trial(event.trial_id)
+                trial.number, trial.started_at = event.number, event.started_at
+                trial.pending.params.update({param_key(k): param_value(v) for k, v in event.params.items()})
+                if event.number is not None:
+                    trial.pending.tags[TAG_TRIAL_NUMBER] = str(event.number)
+                if event.running:  # a new trial, or one Ray restarts (after a lost worker, on resume)
+                    trial.pending.tags.update({TAG_STATUS: str(TrialStatus.RUNNING), TAG_ATTEMPTS: str(event.attempts)})
+                    trial.pending.status = None
+                    trial.pending.reopen = trial.run_id is not None
+            case InfoEvent():
+                tags = {INFO_TAGS[key]: tag_value(value) for key, value in event.info.items() if key in INFO_TAGS}
+                self._trial(event.trial_id).pending.tags.update(tags)
+            case TrialEndEvent():
+                trial = self._trial(event.trial_id)
+                trial.pending.tags.update(
+                    {
+                        TAG_STATUS: str(event.status),
+                        TAG_OUTCOME: outcome(event.status, event.rung, event.epochs, event.reason),
+                        TAG_EPOCHS: str(event.epochs),
+                        TAG_ATTEMPTS: str(event.attempts),
+                        **({TAG_RUNG: str(event.rung)} if event.rung is not None else {}),
+                        **({TAG_REASON: event.reason[:MAX_TAG_LENGTH]} if event.reason else {}),
+                    }
+                )
+                trial.pending.status = (run_status(event.status), int(event.ended_at * 1000))
+            case ProgressEvent():
+                self._apply_progress(event)
+            case _:
+                assert_never(event)
+
+    def _apply_progress(self, event: ProgressEvent) -> None:
+        now = int(time.time() * 1000)
+        name = metric_key(f"best_{self.spec.metric.name}")
+        point = (event.ended, event.best)
+        best = finite(event.best)
+        if best is not None and point != self._last_best:
+            self._parent.metrics.append(MetricPoint(name, best, now, event.ended))
+            self._last_best = point
+        if event.best_trial:
+            self._parent.tags[TAG_BEST_TRIAL] = event.best_trial
+        if not event.final:
+            return
+        budget = self.spec.budget
+        summary = {
+            **{f"trials_{status}": float(event.counts.get(status, 0)) for status in ENDED_STATUSES},
+            "epochs_spent": float(event.epochs_spent),
+            "epochs_full_budget": float(budget.num_samples * budget.max_epochs),
+            "wall_seconds": round(event.wall_seconds, 3),
+        }
+        self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
+        self._parent.status = ("KILLED" if event.interrupted else "FINISHED", now)
+        self._model_trial = event.best_trial
+
+    def _trial(self, trial_id: str) -> TrialRun:
+        trial = self.trials.get(trial_id)
+        if trial is None:
+            trial = self.trials[trial_id] = TrialRun(trial_id)
+            trial.pending.tags.update({TAG_TRIAL_ID: trial_id, TAG_ROLE: "trial", **environment_tags()})
+            if self._children is not None:  # resumed: MLflow may hold this trial already
+                trial.run_id = self._children.get(trial_id)
+                trial.steps = None if trial.run_id else set()
+        return trial
+
+    # -------------------------------------------------------------------- sync
+
+    def sync(self) -> None:
+        """Sends everything pending. Idempotent: a failed call leaves its work pending."""
+        if self._parent_id is None:
+            self.open_parent()
+        for trial in self.trials.values():
+            if not trial.pending.empty():
+                self._sync_trial(trial)
+        self._sync_parent()
+
+    def open_parent(self) -> None:
+        """Finds or creates the experiment and its parent run (found again on resume), and writes tracking.json."""
+        sender = self._sender()
+        client = sender.client
+        name = self.spec.tracking.experiment or self.spec.name
+        experiment_id = self._open_experiment(client, name)
+        self._experiment_id = experiment_id
+        directory = str(self.experiment_dir)
+        parents = [
+            run
+            for run in client.search_runs(experiment_id, f"tags.`{TAG_ROLE}` = 'experiment'")
+            if run.tags.get(TAG_EXPERIMENT_DIR) == directory
+        ]
+        if parents:
+            run = parents[0]
+            parent_id = self._parent_id = run.run_id
+            self._children = {
+                child.tags[TAG_TRIAL_ID]: child.run_id
+                for child in client.search_runs(experiment_id, f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'")
+                if TAG_TRIAL_ID in child.tags
+            }
+            for trial in self.trials.values():  # events that came before the lookup
+                if trial.run_id is None and trial.trial_id in self._children:
+                    trial.run_id, trial.steps = self._children[trial.trial_id], None
+            if run.status != "RUNNING":
+                client.set_running(parent_id)
+        else:
+            self._parent_id = client.create_run(
+                experiment_id,
+                start_ms=int(self._started * 1000),
+                name=self.experiment_dir.name,
+                tags={TAG_ROLE: "experiment", TAG_EXPERIMENT_DIR: directory, **environment_tags()},
+            )
+        self._parent.params.update(spec_params(self.spec))
+        self._spec_pending = (self.experiment_dir / SPEC_FILE).is_file()
+        self._write_tracking_file(name, sender.uri, experiment_id, self._parent_id)
+
+    @staticmethod
+    def _open_experiment(client: RunClient, name: str) -> str:
+        experiment = client.get_experiment(name)
+        if experiment is None:
+            try:
+                return client.create_experiment(name, {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            except MlflowError as error:  # created meanwhile by another search
+                if error.code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                experiment = client.get_experiment(name)
+                if experiment is None:
+                    raise
+        if experiment.deleted:
+            raise Disabled(f"MLflow experiment {name!r} is deleted; restore it or set tracking.experiment")
+        if not experiment.tags.get(EXPERIMENT_KIND_TAG):  # a kind someone chose stays
+            try:
+                client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            except MlflowError as error:  # only how the UI shows it: not worth the search's tracking
+                logger.info("tunekit: could not tag MLflow experiment %r as model training: %s", name, brief(error))
+        return experiment.experiment_id
+
+    def _write_tracking_file(self, name: str, uri: str, experiment_id: str, parent_id: str) -> None:
+        record = {
+            "tracking_uri": uri,
+            "experiment_name": name,
+            "experiment_id": experiment_id,
+            "parent_run_id": parent_id,
+        }
+        link = ui_url(uri, experiment_id)
+        if link:
+            record["ui_url"] = link
+        try:
+            (self.experiment_dir / TRACKING_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        except OSError as error:  # a convenience for `tunekit report` and the CLI: the runs are in MLflow anyway
+            logger.info("tunekit: could not write %s: %s", TRACKING_FILE, brief(error))
+
+    def _sync_trial(self, trial: TrialRun) -> None:
+        sender = self._sender()
+        client = sender.client
+        pending = trial.pending
+        if trial.run_id is None:
+            name = f"trial-{trial.number}" if trial.number is not None else f"trial-{trial.trial_id}"
+            trial.run_id = client.create_run(
+                self._require(self._experiment_id),
+                start_ms=int(trial.started_at * 1000),
+                name=name,
+                tags={PARENT_RUN_TAG: self._require(self._parent_id), **pending.tags},
+            )
+            pending.tags.clear()
+            pending.reopen = False
+        if pending.reopen:
+            client.set_running(trial.run_id)
+            pending.reopen = False
+        sender.send(trial.run_id, pending.params, pending.tags)
+        if pending.metrics:
+            if trial.steps is None:  # reattached on resume: which epochs does MLflow hold?
+                trial.steps = client.metric_steps(trial.run_id, metric_key(self.spec.metric.name))
+            held = trial.steps
+            pending.metrics[:] = [m for m in pending.metrics if m.step not in held]
+            steps = {m.step for m in pending.metrics}
+            sender.send_metrics(trial.run_id, pending.metrics)
+            held.update(steps)
+        if pending.status is not None:
+            status, end_ms = pending.status
+            client.set_terminated(trial.run_id, status, end_ms)
+            pending.status = None
+
+    def _sync_parent(self) -> None:
+        sender = self._sender()
+        parent_id = self._require(self._parent_id)
+        pending = self._parent
+        sender.send(parent_id, pending.params, pending.tags)
+        if self._spec_pending:
+            artifacts.log_spec(sender.client, parent_id, self.experiment_dir / SPEC_FILE, self.spec.tracking.uri)
+            self._spec_pending = False
+        sender.send_metrics(parent_id, pending.metrics)
+        if pending.status is not None:
+            self._retire_lost_trials()
+            if self._model_trial is not None:
+                self._log_best_model(self._model_trial)
+                self._model_trial = None
+            status, end_ms = pending.status
+            sender.client.set_terminated(parent_id, status, end_ms)
+            pending.status = None
+
+    def _log_best_model(self, trial_id: str) -> None:
+        trial = self.trials.get(trial_id)
+        run_id = trial.run_id if trial else (self._children or {}).get(trial_id)
+        if run_id is not None:
+            artifacts.log_best_model(self._sender().client, self.spec, self.experiment_dir, trial_id, run_id)
+
+    def _retire_lost_trials(self) -> None:
+        """Moves the runs of trials a killed driver started but Ray never saved to deleted runs.
+
+        Ray resumes from its last experiment checkpoint: a trial started after it is not
+        resumed, does not count toward ``num_samples`` and its Optuna trial is closed as
+        FAIL. Its run, tagged ``lost`` and KILLED, goes to MLflow's deleted runs (restorable
+        there), so the experiment keeps one active run per trial of ``trials.csv``.
+        """
+        if not self._children:
+            return  # a fresh search: every run is one of this session's trials
+        client = self._sender().client
+        for trial_id, run_id in list(self._children.items()):
+            if trial_id in self.trials:
+                continue
+            client.set_tag(run_id, TAG_STATUS, str(TrialStatus.LOST))
+            client.set_tag(run_id, TAG_REASON, _LOST_REASON)
+            client.set_terminated(run_id, "KILLED")
+            client.delete_run(run_id)
+            del self._children[trial_id]  # a retry after an error goes on with the rest
+
+    def _sender(self) -> BatchSender:
+        if self.sender is None:
+            raise Disabled("no MLflow client")
+        return self.sender
+
+    @staticmethod
+    def _require(run_id: str | None) -> str:
+        # Set by open_parent, which sync runs first; a gap here is a bug in this module.
+        if run_id is None:
+            raise RuntimeError("tunekit tracking: the parent run is not open")
+        return run_id
+
+
+def ui_url(tracking_uri: str, experiment_id: str) -> str | None:
+    """The MLflow UI page of the experiment's runs table, when the tracking URI is a server."""
+    if urlsplit(tracking_uri).scheme not in ("http", "https"):
+        return None
+    return f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_WORKFLOW_QUERY}"
+
+
+@functools.cache
+def _environment() -> tuple[tuple[str, str], ...]:
+    # The packages and how their versions are read live in tunekit.environment (metadata
+    # only: the driver never imports TensorFlow to learn its version).
+    return tuple((f"tunekit.env.{name}", version) for name, version in installed_versions().items())
+
+
+def environment_tags() -> dict[str, str]:
+    """Python and package versions, from package metadata (TensorFlow is never imported)."""
+    return dict(_environment())

@@ -1,0 +1,88 @@
+"""What MLflow accepts: metric and param names, value lengths, run statuses; and tracking's logger."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+from tunekit.config.spec import ExperimentSpec
+from tunekit.layout import TrialStatus
+from tunekit.tracking.client import MlflowError
+
+# One logger for all of tracking (tracker, writer, its helpers): users and tests filter on it.
+logger = logging.getLogger("tunekit.tracking.tracker")
+
+MAX_PARAM_LENGTH = 6000
+MAX_TAG_LENGTH = 8000
+_MAX_OUTCOME_REASON = 300  # the outcome tag holds a reason's first line, cut here; the reason tag holds it all
+_INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-. :/]")
+# A trial the model ended itself (EarlyStopping) is "completed": a normal end, FINISHED.
+# "stopped" is the search stopping around it (time budget, Ctrl-C): KILLED.
+_RUN_STATUS = {
+    TrialStatus.COMPLETED: "FINISHED",
+    TrialStatus.PRUNED: "FINISHED",
+    TrialStatus.STOPPED: "KILLED",
+    TrialStatus.FAILED: "FAILED",
+    TrialStatus.RUNNING: "KILLED",
+}
+
+
+def run_status(status: TrialStatus) -> str:
+    """The MLflow run status of a trial that ended with ``status``."""
+    return _RUN_STATUS.get(status, "FINISHED")
+
+
+def outcome(status: TrialStatus, rung: int | None, epochs: int, reason: str = "") -> str:
+    """The status in words, for the runs table: "completed: stopped by the model at epoch 7"."""
+    if status == TrialStatus.PRUNED:
+        return f"pruned at rung {rung} (epoch {epochs})" if rung is not None else f"pruned at epoch {epochs}"
+    lines = reason.strip().splitlines()
+    first = lines[0][:_MAX_OUTCOME_REASON] if lines else ""
+    if not first:
+        return f"{status} after {epochs} epochs"
+    if status == TrialStatus.FAILED:  # the reason is an error message: say when it struck
+        return f"failed after {epochs} epochs: {first}"
+    return f"{status}: {first}"
+
+
+def metric_key(name: str) -> str:
+    return _INVALID_NAME_CHARS.sub("_", name)[:250]
+
+
+def param_key(name: object) -> str:
+    return _INVALID_NAME_CHARS.sub("_", str(name))[:250]
+
+
+def param_value(value: object) -> str:
+    return str(value)[:MAX_PARAM_LENGTH]
+
+
+def tag_value(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return ";".join(str(v) for v in value)  # as trials.csv writes lists
+    return str(value)[:MAX_TAG_LENGTH]
+
+
+def brief(error: BaseException) -> str:
+    """The error's type and first line, for a one-line warning (MLflow's own type for an ``MlflowError``)."""
+    if isinstance(error, MlflowError) and error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    return (f"{type(error).__name__}: {first}" if first else type(error).__name__)[:300]
+
+
+def spec_params(spec: ExperimentSpec) -> dict[str, str]:
+    """The parent run's params: the settings that define the search (not tracking, not storage)."""
+    raw = spec.raw
+    params: dict[str, str] = {"name": spec.name, "trainable": str(raw["trainable"])}
+    for section in ("metric", "search", "scheduler", "budget", "resources", "training"):
+        for key, value in raw[section].items():
+            if section == "search" and key == "warm_start":
+                params["search.warm_start"] = str(len(value))
+                continue
+            params[f"{section}.{key}"] = param_value(value)
+    for name, definition in raw["space"].items():
+        params[param_key(f"space.{name}")] = param_value(json.dumps(definition, sort_keys=True))
+    return params
