@@ -1,10 +1,13 @@
-"""The failure guard: stops a search whose trials all hit the same error, or a fatal one."""
+"""The failure guard: stops a search whose trials all hit the same error, or a fatal one.
+
+The rules (``FailureRules``) are plain Python, driven by the results the trials report,
+so they are tested without Ray; ``tunekit.driver.stopper.FailureGuard`` is the Ray
+``Stopper`` that applies them.
+"""
 
 from __future__ import annotations
 
 from typing import Any
-
-from ray.tune.stopper import Stopper
 
 from tunekit.layout import (
     FAILURE_KEY,
@@ -16,8 +19,13 @@ from tunekit.layout import (
 REPEATED_FAILURE_LIMIT = 3
 
 
-class FailureGuard(Stopper):
-    """Stops the whole search on a fatal trial error, or on one error repeated in every trial."""
+class FailureRules:
+    """Decides, result by result, whether a trial stops and whether the whole search does.
+
+    A result carrying ``FAILURE_KEY`` stops its trial. The search stops on a fatal
+    failure (``FAILURE_KIND_KEY == "fatal"``), or when the first trials all failed with
+    one identical error before any trial reported a result; ``abort_reason`` says which.
+    """
 
     def __init__(self) -> None:
         self.abort_reason: str | None = None
@@ -47,3 +55,12 @@ class FailureGuard(Stopper):
 
     def stop_all(self) -> bool:
         return self.abort_reason is not None
+
+
+def __getattr__(name: str) -> Any:
+    # Experiments saved while FailureGuard lived here name it in Ray's pickle.
+    if name == "FailureGuard":
+        from tunekit.driver.stopper import FailureGuard
+
+        return FailureGuard
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

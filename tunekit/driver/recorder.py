@@ -1,19 +1,19 @@
 """Driver-side record of a search: Ray events in, trial and epoch tables out.
 
 This is the one place that reads Ray's trial events. It keeps a ``TrialRecord`` per
-trial and an ``EpochRow`` per reported epoch, writes ``trials.csv`` and ``epochs.csv``
+trial and an ``EpochRow`` per reported epoch (``tunekit.driver.records``, with the rules
+of how a trial ended), writes ``trials.csv`` and ``epochs.csv``
 into the experiment directory as trials end, and forwards each change to listeners
 (the console and the MLflow tracker), which never touch Ray themselves.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,65 +23,31 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.errors import describe_error
+from tunekit.driver.records import (
+    EpochRow,
+    TrialRecord,
+    apply_epoch,
+    params_of,
+    settle_ended,
+    settle_errored,
+    write_epochs_csv,
+    write_trials_csv,
+)
 from tunekit.layout import (
-    EPOCH_COLUMNS,
     EPOCH_KEY,
     EPOCHS_FILE,
     EXPORT_NOTE,
     FAILURE_KEY,
     INFO_KEY,
-    INFO_PREFIX,
-    PARAM_PREFIX,
     SEARCH_STATUSES,
     STARTED_FILE,
     STARTED_KEY,
     STOPPED_BY_MODEL,
-    TRIAL_COLUMNS,
     TRIALS_FILE,
     TrialStatus,
-    finite,
 )
 from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
-
-
-@dataclass
-class TrialRecord:
-    trial_id: str
-    number: int | None
-    params: dict[str, Any]
-    status: TrialStatus = TrialStatus.RUNNING
-    reason: str = ""
-    epochs: int = 0
-    final_metric: float | None = None
-    best_metric: float | None = None
-    rung: int | None = None
-    started_at: float = field(default_factory=time.time)
-    ended_at: float | None = None
-    samples_per_second: float | None = None
-    node_id: str = ""
-    attempts: int = 1
-    info: dict[str, Any] = field(default_factory=dict)
-    rated_epochs: int = 0  # epochs averaged into samples_per_second
-    stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
-
-    def __post_init__(self) -> None:
-        self.status = TrialStatus(self.status)  # a plain string from a state saved before the enum
-
-    @property
-    def wall_seconds(self) -> float:
-        return (self.ended_at or time.time()) - self.started_at
-
-
-@dataclass
-class EpochRow:
-    trial_id: str
-    epoch: int
-    metrics: dict[str, float]
-    attempt: int
-    resumed_from_epoch: int | None
-    at: float  # seconds since the search started
 
 
 class Listener(Protocol):
@@ -122,7 +88,7 @@ class Recorder(Callback):
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self.trials.get(trial.trial_id)
         if record is None:
-            record = TrialRecord(trial.trial_id, self.searcher.trial_number(trial.trial_id), _params(trial.config))
+            record = TrialRecord(trial.trial_id, self.searcher.trial_number(trial.trial_id), params_of(trial.config))
             self.trials[trial.trial_id] = record
         else:  # restarted after a worker died, or resumed
             record.attempts += 1
@@ -156,44 +122,20 @@ class Recorder(Callback):
             time.time() - self.started,
         )
         self._add_row(row)
-        self._update_metric(record, row)
+        apply_epoch(record, row, self.spec)
         for listener in self.listeners:
             listener.epoch_reported(record, row)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
-        if record.reason:
-            record.status = TrialStatus.FAILED
-        elif record.epochs >= self.spec.budget.max_epochs:
-            record.status = TrialStatus.COMPLETED
-            record.reason = f"trained all {record.epochs} epochs"
-        elif record.stopped_by_model is not None and record.epochs == record.stopped_by_model:
-            # EarlyStopping and the like: the model decided it was done, a normal ending.
-            record.status = TrialStatus.COMPLETED
-            record.reason = f"stopped by the model at epoch {record.epochs}"
-        elif trial.trial_id in getattr(self.scheduler, "stopped", ()):
-            record.status = TrialStatus.PRUNED
-            record.rung = rung_of(record.epochs, self.spec)
-            record.reason = f"pruned by ASHA at rung {record.rung} (epoch {record.epochs})"
-        else:
-            record.status = TrialStatus.STOPPED
-            record.reason = self._stop_reason(record)
+        pruned = trial.trial_id in getattr(self.scheduler, "stopped", ())
+        settle_ended(record, self.spec, pruned=pruned, elapsed=time.time() - self.started)
         self._end(record)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
-        record.status = TrialStatus.FAILED
-        if not record.reason:
-            traceback = str(getattr(trial, "error_msg", "") or "")
-            record.reason = describe_error(traceback, limit=300) or "the trial's worker failed"
+        settle_errored(record, str(getattr(trial, "error_msg", "") or ""))
         self._end(record)
-
-    def _stop_reason(self, record: TrialRecord) -> str:
-        """Why a trial that neither finished nor was pruned ended: the search stopped around it."""
-        budget = self.spec.budget.time_budget_s
-        if budget is not None and time.time() - self.started >= budget:
-            return f"the search's time budget of {budget:g} s ran out after {record.epochs} epochs"
-        return f"the search was stopped after {record.epochs} epochs"
 
     def _warn_export(self, record: TrialRecord, note: str) -> None:
         """One warning line per search: every trial of one model class fails its export alike."""
@@ -267,22 +209,6 @@ class Recorder(Callback):
             elif trial.status == Trial.TERMINATED:
                 self.on_trial_complete(0, trials, trial)
 
-    def _update_metric(self, record: TrialRecord, row: EpochRow) -> None:
-        record.epochs = row.epoch
-        value = finite(row.metrics.get(self.spec.metric.name))
-        if value is not None:
-            record.final_metric = value
-            better = record.best_metric is None or (
-                value > record.best_metric if self.spec.metric.mode == "max" else value < record.best_metric
-            )
-            if better:
-                record.best_metric = value
-        rate = row.metrics.get("samples_per_second")
-        if rate is not None:
-            record.rated_epochs += 1
-            seen = record.samples_per_second or 0.0
-            record.samples_per_second = seen + (rate - seen) / record.rated_epochs
-
     def _end(self, record: TrialRecord) -> None:
         record.ended_at = time.time()
         if record.status == TrialStatus.COMPLETED:
@@ -328,57 +254,3 @@ class Recorder(Callback):
         state = self.__dict__.copy()
         state["listeners"] = []
         return state
-
-
-def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
-    param_names = sorted({name for r in records for name in r.params})
-    info_names = sorted({name for r in records for name in r.info if name != "node_id"})
-    columns = [
-        *TRIAL_COLUMNS,
-        *(f"{PARAM_PREFIX}{name}" for name in param_names),
-        *(f"{INFO_PREFIX}{name}" for name in info_names),
-    ]
-    rows = []
-    for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
-        # TRIAL_COLUMNS are TrialRecord attributes, by construction
-        row = {column: getattr(r, column) for column in TRIAL_COLUMNS}
-        row["wall_seconds"] = round(r.wall_seconds, 3)
-        row.update({f"{PARAM_PREFIX}{name}": r.params.get(name) for name in param_names})
-        row.update({f"{INFO_PREFIX}{name}": _cell(r.info.get(name)) for name in info_names})
-        rows.append(row)
-    _write_csv(path, columns, rows)
-
-
-def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:
-    metric_names = sorted({name for row in rows for name in row.metrics})
-    columns = [*EPOCH_COLUMNS, *metric_names]
-    values = [
-        {
-            "trial_id": r.trial_id,
-            "epoch": r.epoch,
-            "attempt": r.attempt,
-            "resumed_from_epoch": r.resumed_from_epoch,
-            "time": round(r.at, 3),
-            **r.metrics,
-        }
-        for r in rows
-    ]
-    _write_csv(path, columns, values)
-
-
-def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
-    partial = path.with_suffix(".csv.partial")
-    with partial.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    partial.replace(path)  # readers never see half a table
-
-
-def _cell(value: Any) -> Any:
-    """Lists (device names, GPU ids) as one ';'-joined CSV cell."""
-    return ";".join(str(v) for v in value) if isinstance(value, list) else value
-
-
-def _params(config: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in config.items() if not key.startswith("_")}

@@ -164,7 +164,7 @@ def _fit(
             restore = False  # stopped during start-up, before Ray Tune saved anything: start afresh
         if console:
             console.phase("preparing the study and the Tuner")
-        from tunekit.driver.guard import FailureGuard
+        from tunekit.driver.guard import FailureRules
 
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         if console:
@@ -184,7 +184,7 @@ def _fit(
             experiment_dir,
             signals.received,
         )
-    if isinstance(guard, FailureGuard) and guard.abort_reason:
+    if isinstance(guard, FailureRules) and guard.abort_reason:
         raise SearchAborted(f"search stopped: {guard.abort_reason}", experiment_dir)
     reason = no_result_reason(spec, experiment_dir, list(recorder.trials.values()), time.time() - recorder.started)
     if reason:
@@ -256,8 +256,8 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
-    from tunekit.driver.guard import FailureGuard
     from tunekit.driver.recorder import Recorder
+    from tunekit.driver.stopper import FailureGuard
     from tunekit.layout import EPOCH_KEY
     from tunekit.search.schedulers import RecordingASHA
     from tunekit.search.searcher import OptunaStudySearcher

@@ -1,0 +1,175 @@
+"""The record of a search, without Ray: trial and epoch rows, the rules of how a trial
+ended and why, and the CSV tables they are written as.
+
+``tunekit.driver.recorder`` feeds these from Ray's callbacks; everything here is plain
+Python, so the status and reason rules are tested with made-up records.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunekit.config.spec import ExperimentSpec
+from tunekit.errors import describe_error
+from tunekit.layout import EPOCH_COLUMNS, INFO_PREFIX, PARAM_PREFIX, TRIAL_COLUMNS, TrialStatus, finite
+from tunekit.search.plan import rung_of
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    number: int | None
+    params: dict[str, Any]
+    status: TrialStatus = TrialStatus.RUNNING
+    reason: str = ""
+    epochs: int = 0
+    final_metric: float | None = None
+    best_metric: float | None = None
+    rung: int | None = None
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    samples_per_second: float | None = None
+    node_id: str = ""
+    attempts: int = 1
+    info: dict[str, Any] = field(default_factory=dict)
+    rated_epochs: int = 0  # epochs averaged into samples_per_second
+    stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
+
+    def __post_init__(self) -> None:
+        self.status = TrialStatus(self.status)  # a plain string from a state saved before the enum
+
+    @property
+    def wall_seconds(self) -> float:
+        return (self.ended_at or time.time()) - self.started_at
+
+
+@dataclass
+class EpochRow:
+    trial_id: str
+    epoch: int
+    metrics: dict[str, float]
+    attempt: int
+    resumed_from_epoch: int | None
+    at: float  # seconds since the search started
+
+
+# ------------------------------------------------------------------ how trials end
+
+
+def apply_epoch(record: TrialRecord, row: EpochRow, spec: ExperimentSpec) -> None:
+    """Counts a reported epoch into its trial: epochs, final and best metric, samples/s."""
+    record.epochs = row.epoch
+    value = finite(row.metrics.get(spec.metric.name))
+    if value is not None:
+        record.final_metric = value
+        better = record.best_metric is None or (
+            value > record.best_metric if spec.metric.mode == "max" else value < record.best_metric
+        )
+        if better:
+            record.best_metric = value
+    rate = row.metrics.get("samples_per_second")
+    if rate is not None:
+        record.rated_epochs += 1
+        seen = record.samples_per_second or 0.0
+        record.samples_per_second = seen + (rate - seen) / record.rated_epochs
+
+
+def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, elapsed: float) -> None:
+    """Status and reason of a trial whose function returned.
+
+    Args:
+        record: the trial; a reason already set means it reported its own failure.
+        spec: the budget (max epochs, time budget) and the scheduler (rungs).
+        pruned: the scheduler stopped it early.
+        elapsed: seconds since the search started.
+    """
+    if record.reason:
+        record.status = TrialStatus.FAILED
+    elif record.epochs >= spec.budget.max_epochs:
+        record.status = TrialStatus.COMPLETED
+        record.reason = f"trained all {record.epochs} epochs"
+    elif record.stopped_by_model is not None and record.epochs == record.stopped_by_model:
+        # EarlyStopping and the like: the model decided it was done, a normal ending.
+        record.status = TrialStatus.COMPLETED
+        record.reason = f"stopped by the model at epoch {record.epochs}"
+    elif pruned:
+        record.status = TrialStatus.PRUNED
+        record.rung = rung_of(record.epochs, spec)
+        record.reason = f"pruned by ASHA at rung {record.rung} (epoch {record.epochs})"
+    else:
+        # Neither finished nor pruned: the search stopped around it.
+        record.status = TrialStatus.STOPPED
+        budget = spec.budget.time_budget_s
+        if budget is not None and elapsed >= budget:
+            record.reason = f"the search's time budget of {budget:g} s ran out after {record.epochs} epochs"
+        else:
+            record.reason = f"the search was stopped after {record.epochs} epochs"
+
+
+def settle_errored(record: TrialRecord, traceback: str) -> None:
+    """A trial whose worker raised: its own reported reason, else the traceback's last line."""
+    record.status = TrialStatus.FAILED
+    if not record.reason:
+        record.reason = describe_error(traceback, limit=300) or "the trial's worker failed"
+
+
+# -------------------------------------------------------------------------- tables
+
+
+def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
+    param_names = sorted({name for r in records for name in r.params})
+    info_names = sorted({name for r in records for name in r.info if name != "node_id"})
+    columns = [
+        *TRIAL_COLUMNS,
+        *(f"{PARAM_PREFIX}{name}" for name in param_names),
+        *(f"{INFO_PREFIX}{name}" for name in info_names),
+    ]
+    rows = []
+    for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
+        # TRIAL_COLUMNS are TrialRecord attributes, by construction
+        row = {column: getattr(r, column) for column in TRIAL_COLUMNS}
+        row["wall_seconds"] = round(r.wall_seconds, 3)
+        row.update({f"{PARAM_PREFIX}{name}": r.params.get(name) for name in param_names})
+        row.update({f"{INFO_PREFIX}{name}": _cell(r.info.get(name)) for name in info_names})
+        rows.append(row)
+    _write_csv(path, columns, rows)
+
+
+def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:
+    metric_names = sorted({name for row in rows for name in row.metrics})
+    columns = [*EPOCH_COLUMNS, *metric_names]
+    values = [
+        {
+            "trial_id": r.trial_id,
+            "epoch": r.epoch,
+            "attempt": r.attempt,
+            "resumed_from_epoch": r.resumed_from_epoch,
+            "time": round(r.at, 3),
+            **r.metrics,
+        }
+        for r in rows
+    ]
+    _write_csv(path, columns, values)
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    partial = path.with_suffix(".csv.partial")
+    with partial.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    partial.replace(path)  # readers never see half a table
+
+
+def _cell(value: Any) -> Any:
+    """Lists (device names, GPU ids) as one ';'-joined CSV cell."""
+    return ";".join(str(v) for v in value) if isinstance(value, list) else value
+
+
+def params_of(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's parameters: its config without tunekit's private keys (``_``-prefixed)."""
+    return {key: value for key, value in config.items() if not key.startswith("_")}
