@@ -1,0 +1,37 @@
+"""The command's light paths (--help, validate, plan) import no Ray, TensorFlow or MLflow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+RUN_MAIN = "import contextlib, io, sys\nfrom tunekit.cli import main\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["run", "--help"],
+        ["validate", "search_spaces/digits_mlp.yaml"],
+        ["plan", "search_spaces/digits_mlp.yaml"],
+    ],
+    ids=["help", "run-help", "validate", "plan"],
+)
+def test_light_commands_import_nothing_heavy(argv: list[str], imported_after: Callable[[str], list[str]]) -> None:
+    code = (
+        f"{RUN_MAIN}with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    try:\n        status = main({argv!r})\n    except SystemExit as exit:\n        status = exit.code\n"
+        "assert status in (0, None), status"
+    )
+    assert imported_after(code) == []
+
+
+def test_validate_prints_ok(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunekit.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])
+    assert main(["validate", "search_spaces/digits_mlp.yaml"]) == 0
+    assert "ok" in capsys.readouterr().out

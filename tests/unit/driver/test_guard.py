@@ -1,0 +1,76 @@
+"""The failure guard's rules, driven with made-up results (no Ray)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tunekit.driver.guard import REPEATED_FAILURE_LIMIT, FailureRules
+from tunekit.layout import FAILURE_KEY, FAILURE_KIND_KEY
+
+
+def ok(epoch: int = 1) -> dict[str, object]:
+    return {"epoch": epoch, "val_accuracy": 0.5}
+
+
+def failed(reason: str, kind: str = "trial") -> dict[str, object]:
+    return {FAILURE_KEY: reason, FAILURE_KIND_KEY: kind}
+
+
+def test_a_result_without_failure_lets_the_trial_and_search_go_on() -> None:
+    guard = FailureRules()
+    assert guard("t0", ok()) is False
+    assert guard.stop_all() is False
+    assert guard.abort_reason is None
+
+
+def test_a_trial_failure_stops_that_trial_only() -> None:
+    guard = FailureRules()
+    assert guard("t0", failed("TrialFailure: non-finite loss")) is True
+    assert guard.stop_all() is False
+
+
+def test_a_fatal_failure_stops_the_search_with_its_reason() -> None:
+    guard = FailureRules()
+    guard("t0", ok())
+    assert guard("t3", failed("ImportError: no module named foo", kind="fatal")) is True
+    assert guard.stop_all() is True
+    assert guard.abort_reason == "trial t3 failed with an error every trial would hit: ImportError: no module named foo"
+
+
+def test_the_same_error_in_the_first_trials_stops_the_search() -> None:
+    guard = FailureRules()
+    for index in range(REPEATED_FAILURE_LIMIT - 1):
+        guard(f"t{index}", failed("ValueError: shapes differ"))
+        assert guard.stop_all() is False
+    guard("t9", failed("ValueError: shapes differ"))
+    assert guard.stop_all() is True
+    assert guard.abort_reason == (
+        f"the first {REPEATED_FAILURE_LIMIT} trials all failed with the same error, "
+        "so the trainable is broken, not the configs: ValueError: shapes differ"
+    )
+
+
+def test_different_errors_do_not_stop_the_search() -> None:
+    guard = FailureRules()
+    for index in range(REPEATED_FAILURE_LIMIT * 2):
+        guard(f"t{index}", failed(f"TrialFailure: error {index % 2}"))
+    assert guard.stop_all() is False
+
+
+def test_one_success_means_repeated_errors_are_the_configs_fault() -> None:
+    guard = FailureRules()
+    guard("t0", ok())
+    for index in range(REPEATED_FAILURE_LIMIT + 1):
+        guard(f"t{index + 1}", failed("ResourceExhaustedError: OOM"))
+    assert guard.stop_all() is False
+
+
+def test_the_first_abort_reason_is_kept() -> None:
+    guard = FailureRules()
+    guard("t0", failed("ImportError: a", kind="fatal"))
+    guard("t1", failed("ImportError: b", kind="fatal"))
+    assert guard.abort_reason is not None and guard.abort_reason.endswith("ImportError: a")
+
+
+def test_the_rules_import_no_ray(imported_after: Callable[[str], list[str]]) -> None:
+    assert imported_after("import tunekit.driver.guard, tunekit.driver.records") == []

@@ -1,0 +1,119 @@
+"""How a trial ended and why, from made-up records (no Ray): the recorder's rules."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tunekit.config.spec import ExperimentSpec, parse_spec
+from tunekit.driver.records import (
+    EpochRow,
+    TrialRecord,
+    apply_epoch,
+    settle_ended,
+    settle_errored,
+    write_trials_csv,
+)
+from tunekit.layout import TrialStatus
+
+
+def spec(**budget: Any) -> ExperimentSpec:
+    raw = {
+        "name": "unit",
+        "trainable": "not.looked.for",
+        "metric": {"name": "acc", "mode": budget.pop("mode", "max")},
+        "budget": {"num_samples": 9, "max_epochs": 9, **budget},
+        "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 3},
+        "space": {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}},
+    }
+    return parse_spec(raw, None, locate_trainable=False)
+
+
+def record(epochs: int, **fields: Any) -> TrialRecord:
+    return TrialRecord("t0", 0, {"lr": 0.1}, epochs=epochs, **fields)
+
+
+def test_a_trial_that_trained_every_epoch_completed() -> None:
+    trial = record(9)
+    settle_ended(trial, spec(), pruned=False, elapsed=1.0)
+    assert (trial.status, trial.reason) == (TrialStatus.COMPLETED, "trained all 9 epochs")
+
+
+def test_a_trial_its_model_stopped_completed() -> None:
+    trial = record(4, stopped_by_model=4)
+    settle_ended(trial, spec(), pruned=False, elapsed=1.0)
+    assert (trial.status, trial.reason) == (TrialStatus.COMPLETED, "stopped by the model at epoch 4")
+
+
+def test_a_trial_asha_stopped_is_pruned_at_its_rung() -> None:
+    trial = record(3)
+    settle_ended(trial, spec(), pruned=True, elapsed=1.0)
+    assert (trial.status, trial.rung) == (TrialStatus.PRUNED, 1)
+    assert trial.reason == "pruned by ASHA at rung 1 (epoch 3)"
+
+
+def test_a_trial_the_time_budget_ended_is_stopped() -> None:
+    trial = record(2)
+    settle_ended(trial, spec(time_budget_s=60), pruned=False, elapsed=61.0)
+    assert trial.status == TrialStatus.STOPPED
+    assert trial.reason == "the search's time budget of 60 s ran out after 2 epochs"
+
+
+def test_a_trial_the_search_stopped_around_is_stopped() -> None:
+    trial = record(2)
+    settle_ended(trial, spec(time_budget_s=60), pruned=False, elapsed=5.0)
+    assert (trial.status, trial.reason) == (TrialStatus.STOPPED, "the search was stopped after 2 epochs")
+
+
+def test_a_trial_that_reported_its_failure_failed_with_that_reason() -> None:
+    trial = record(9, reason="TrialFailure: non-finite loss")
+    settle_ended(trial, spec(), pruned=False, elapsed=1.0)
+    assert (trial.status, trial.reason) == (TrialStatus.FAILED, "TrialFailure: non-finite loss")
+
+
+@pytest.mark.parametrize(
+    ("traceback", "reason"),
+    [
+        ("Traceback (most recent call last):\n  File x\nRuntimeError: worker died\n\n", "RuntimeError: worker died"),
+        ("", "the trial's worker failed"),
+    ],
+)
+def test_an_errored_trial_takes_the_tracebacks_last_line(traceback: str, reason: str) -> None:
+    trial = record(1)
+    settle_errored(trial, traceback)
+    assert (trial.status, trial.reason) == (TrialStatus.FAILED, reason)
+
+
+def test_an_errored_trial_keeps_the_reason_it_reported() -> None:
+    trial = record(1, reason="TrialFailure: non-finite loss")
+    settle_errored(trial, "ray.exceptions.RayTaskError: something else")
+    assert trial.reason == "TrialFailure: non-finite loss"
+
+
+def test_epochs_count_finite_metrics_only_and_follow_the_mode() -> None:
+    trial = record(0)
+    minimise = spec(mode="min")
+    for epoch, value in enumerate((0.5, 0.3, math.nan, 0.4), start=1):
+        apply_epoch(
+            trial, EpochRow("t0", epoch, {"acc": value, "samples_per_second": 100.0 * epoch}, 1, None, 0.0), minimise
+        )
+    assert (trial.epochs, trial.final_metric, trial.best_metric) == (4, 0.4, 0.3)
+    assert trial.samples_per_second == pytest.approx(250.0)
+
+
+def test_a_status_saved_as_a_plain_string_becomes_the_enum() -> None:
+    trial = TrialRecord("t0", 0, {}, status="pruned")  # type: ignore[arg-type]
+    assert trial.status is TrialStatus.PRUNED and trial.status.is_finished()
+
+
+def test_trials_csv_holds_plain_status_strings(tmp_path: Path) -> None:
+    trial = record(9)
+    settle_ended(trial, spec(), pruned=False, elapsed=1.0)
+    write_trials_csv(tmp_path / "trials.csv", [trial])
+    with (tmp_path / "trials.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[0]["status"] == "completed"
