@@ -34,7 +34,7 @@ def write_digits_folder(root: Path, *, size: int = 32, per_class: int | None = N
             continue
         seen[label] = seen.get(label, 0) + 1
         gray = Image.fromarray((pixels / 16.0 * 255).round().astype(np.uint8))
-        image = gray.resize((size, size), Image.BILINEAR).convert("RGB")
+        image = gray.resize((size, size), Image.Resampling.BILINEAR).convert("RGB")
         folder = root / str(label)
         folder.mkdir(parents=True, exist_ok=True)
         image.save(folder / f"{index:04d}.{extension}")

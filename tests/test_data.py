@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +33,7 @@ def context(batch_size: int = 32, seed: int = 0, cpus: int = 2) -> TrialContext:
     )
 
 
-def epoch(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+def epoch(dataset: Iterable[tuple[Any, Any]]) -> tuple[np.ndarray, np.ndarray]:
     images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset], strict=True)
     return np.concatenate(images), np.concatenate(labels)
 

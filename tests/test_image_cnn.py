@@ -11,7 +11,7 @@ import pytest
 
 import tunekit
 from tunekit import load_spec
-from tunekit.contract import TrialContext
+from tunekit.contract import TrainableRef, TrialContext
 from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def context(folder: Path | None = None, **changes: Any) -> TrialContext:
 @pytest.mark.parametrize("name", CIFAR_SPECS)
 def test_cifar_specs_are_valid(name: str) -> None:
     spec = load_spec(SPECS / f"{name}.yaml")
-    assert spec.trainable.reference == "trainables.image_cnn"
+    assert isinstance(spec.trainable, TrainableRef) and spec.trainable.reference == "trainables.image_cnn"
     assert spec.budget.max_epochs == 50
     assert spec.training.batch_size == 64
     assert spec.resources.gpu == 0.25

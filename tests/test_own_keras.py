@@ -92,7 +92,8 @@ def test_every_trial_leaves_weights_that_load_into_a_rebuilt_model(project_run: 
         _, accuracy = model.evaluate(val, verbose=0)
         # The last epoch's weights: the project's EarlyStopping does not restore older ones.
         assert accuracy == pytest.approx(row.final_metric, abs=1e-6)
-    assert project_run.model_path() is not None and project_run.model_path().name == FINAL_WEIGHTS
+    model_path = project_run.model_path()
+    assert model_path is not None and model_path.name == FINAL_WEIGHTS
 
 
 def test_checkpoint_keeps_the_learning_rate_reduce_lr_on_plateau_lowered(
@@ -188,7 +189,8 @@ def test_notebook_functions_search_a_multi_output_model(tmp_path: Path) -> None:
     assert {"val_digit_accuracy", "val_parity_accuracy"} <= set(results.epochs.columns)
     assert results.best is not None and results.best.metric > 0.5
     assert results.spec["trainable"] == "python: __main__.build_data, __main__.build_model"
-    assert results.model_path() is not None and results.model_path().name == FINAL_MODEL
+    model_path = results.model_path()
+    assert model_path is not None and model_path.name == FINAL_MODEL
 
 
 def test_builders_returning_arrays_stop_the_search_at_once_with_one_line(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 import tunekit
 from tunekit import plots
 from tunekit.cli import main as cli_main
+from tunekit.config.spec import METRIC_MODES, MetricMode, parse_spec
 from tunekit.errors import TunekitError
 from tunekit.results.load import ExperimentResults
 from tunekit.results.mlflow import load_from_mlflow
@@ -54,10 +55,11 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Exper
     yield results, uri
 
 
-def made_up(tmp_path: Path, *, mode: str = "max") -> ExperimentResults:
+def made_up(tmp_path: Path, *, mode: MetricMode = "max") -> ExperimentResults:
     """Three trials: one completed, one pruned after epoch 1, one failed before any epoch."""
-    spec = {
+    raw = {
         "name": "made-up",
+        "trainable": "trainables.digits_mlp",
         "metric": {"name": "score", "mode": mode},
         "budget": {"num_samples": 3, "max_epochs": 3, "max_concurrent": 1},
         "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
@@ -125,6 +127,7 @@ def made_up(tmp_path: Path, *, mode: str = "max") -> ExperimentResults:
     )
     from tunekit.results.load import best_trial
 
+    spec = parse_spec(raw, None, locate_trainable=False)  # as results.load reads a recorded spec.yaml
     return ExperimentResults(tmp_path, spec, trials, epochs, best_trial(trials, mode))
 
 
@@ -146,7 +149,7 @@ def test_learning_curves_draw_each_trial_and_cross_out_early_stops(tmp_path: Pat
 
 
 def test_best_so_far_never_gets_worse(tmp_path: Path) -> None:
-    for mode in ("max", "min"):
+    for mode in METRIC_MODES:
         results = made_up(tmp_path, mode=mode)
         step = max(plots.best_so_far(results).axes[0].get_lines(), key=lambda line: len(line.get_ydata()))
         values = list(step.get_ydata())

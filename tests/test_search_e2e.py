@@ -59,7 +59,7 @@ def test_study_marks_early_stopped_trials_pruned_with_intermediate_values(
     study = optuna.load_study(study_name="digits-mlp", storage=f"sqlite:///{smoke_run.experiment_dir / 'study.db'}")
     by_ray_id = {t.user_attrs["ray_trial_id"]: t for t in study.trials}
     assert len(by_ray_id) == 6
-    statuses = {}
+    statuses: dict[str, int] = {}
     for row in smoke_run.trials.itertuples():
         trial = by_ray_id[row.trial_id]
         statuses[row.status] = statuses.get(row.status, 0) + 1

@@ -230,7 +230,7 @@ NASTY_TEXT = [
     "é",
     "1" + "0" * 400,
 ]
-texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
 scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -251,7 +251,7 @@ PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # other keys may be quoted in
 # Keys a user can type by accident; ':', '.' and '[' are left out so paths stay parseable.
 odd_keys = st.one_of(
     st.sampled_from(["a b", "é", "-", "1x", "a\nb", "tab\there", ""]),
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters=":.[]"), max_size=6),
+    st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters=":.[]"), max_size=6),
     st.integers(-3, 3),
 )
 
@@ -340,7 +340,7 @@ def unknown_keys(draw: st.DrawFn) -> Case:
     # A new parameter in the space is malformed through its body, not its name.
     value = draw(non_mapping_junk if parent == "space" else junk)
     changed = copy.deepcopy(BASE)
-    node = changed
+    node: dict[Any, Any] = changed  # YAML keys may be any scalar: odd_keys draws integers too
     for part in parts(parent):
         node = node.setdefault(part, {})
     node[key] = value
@@ -654,6 +654,10 @@ def test_valid_random_specs_load_and_validate(drawn: tuple[dict[str, Any], list[
 
 DEFAULT_TEXT = DEFAULT_SPEC.read_text()
 MOMENTUM = {"type": "uniform", "low": 0.1, "high": 0.9}
+# Falsy values of the wrong type, which `raw.get(section) or {}` would take for an empty section.
+FALSY_SECTIONS: tuple[object, ...] = (0, "", [], False)
+FALSY_WARM_STARTS: tuple[object, ...] = (0, "", {}, False)
+
 REGRESSIONS = [
     # _validate.number: math.isfinite() overflows on an int beyond float's range.
     *(
@@ -695,11 +699,11 @@ REGRESSIONS = [
     *(
         Case(with_value(section, falsy), path=section, exact=True, what=f"falsy {falsy!r}")
         for section in OPTIONAL_SECTIONS
-        for falsy in (0, "", [], False)
+        for falsy in FALSY_SECTIONS
     ),
     *(
         Case(with_value("search.warm_start", falsy), path="search.warm_start", exact=True, what=f"falsy {falsy!r}")
-        for falsy in (0, "", {}, False)
+        for falsy in FALSY_WARM_STARTS
     ),
     # spec._resolve_extends: Path.resolve() raises ValueError on a NUL byte.
     Case({"extends": "base\x00.yaml", **BASE}, path="extends", exact=True, what="NUL in extends"),

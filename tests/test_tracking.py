@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray.tune.schedulers import FIFOScheduler
 
 import tunekit
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
-from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatus
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
@@ -57,7 +58,7 @@ REGISTERED_MODEL = "tunekit-digits-best"
 
 def recorder_for(spec: ExperimentSpec, experiment_dir: Path) -> Recorder:
     """A real recorder with no Ray behind it: tests fill its trials and epochs themselves."""
-    return Recorder(spec, experiment_dir, searcher=None, scheduler=None)
+    return Recorder(spec, experiment_dir, searcher=None, scheduler=FIFOScheduler())
 
 
 def drive(
@@ -94,7 +95,7 @@ def drive(
             record.epochs, record.final_metric = epoch, value
             tracker.epoch_reported(record, row)
             time.sleep(pause)
-        record.status = "pruned" if index % 2 else "completed"
+        record.status = TrialStatus.PRUNED if index % 2 else TrialStatus.COMPLETED
         record.rung = 0
         record.ended_at = time.time()
         tracker.trial_ended(record)
@@ -366,7 +367,7 @@ def test_run_status_and_outcome_follow_the_trial_status_and_reason(tmp_path: Pat
             recorder.epochs.append(row)
             record.epochs, record.final_metric = epoch, row.metrics["val_accuracy"]
             tracker.epoch_reported(record, row)
-        record.status, record.reason, record.rung, record.ended_at = status, reason, rung, time.time()
+        record.status, record.reason, record.rung, record.ended_at = TrialStatus(status), reason, rung, time.time()
         tracker.trial_ended(record)
     tracker.experiment_ended(recorder)
 
@@ -543,6 +544,7 @@ def test_parent_run_holds_settings_summary_spec_and_best_model(
     assert parent.info.status == "FINISHED"
     assert "spec.yaml" in [a.path for a in mlflow_client.list_artifacts(parent.info.run_id)]
 
+    assert tracked.best is not None
     best = next(c for c in children if c.data.tags[TAG_TRIAL_ID] == tracked.best.trial_id)
     assert [a.path for a in mlflow_client.list_artifacts(best.info.run_id, "model")] == ["model/model.keras"]
     versions = mlflow_client.search_model_versions(f"name = '{REGISTERED_MODEL}'")

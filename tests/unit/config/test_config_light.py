@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
@@ -20,7 +20,7 @@ from tunekit.config.spec import (
 from tunekit.contract import RecordedTrainable
 from tunekit.errors import SpecError
 
-RAW = {
+RAW: dict[str, Any] = {
     "name": "unit",
     "trainable": "python: __main__.build_data, __main__.build_model",
     "metric": {"name": "acc", "mode": "max"},
