@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
+    from ray.tune.schedulers import FIFOScheduler
+
     from tunekit.config.spec import load_spec
     from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
     from tunekit.tracking.tracker import MlflowTracker
@@ -134,7 +136,7 @@ def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
     experiment_dir = work / "experiment"
     experiment_dir.mkdir()
     (experiment_dir / "spec.yaml").write_text(spec.to_yaml())
-    recorder = Recorder(spec, experiment_dir, searcher=None, scheduler=None)
+    recorder = Recorder(spec, experiment_dir, searcher=None, scheduler=FIFOScheduler())
     tracker = MlflowTracker(spec, experiment_dir, flush_timeout=300)
     start_call = _timed(tracker.experiment_started, recorder)
     # The thread imports MLflow and opens the experiment and parent run once, in the
@@ -230,7 +232,10 @@ def _count_points(uri: str, experiment: str) -> int:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise RuntimeError(f"no MLflow experiment named {experiment!r} at {uri}")
+    experiment_id = found.experiment_id
     total = 0
     for run in client.search_runs([experiment_id], max_results=1000):
         if run.data.tags.get("tunekit.role") == "experiment":

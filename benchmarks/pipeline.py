@@ -87,7 +87,9 @@ def write_image_folder(root: Path, per_class: int, copies: int, disk_size: int) 
         if seen.get(label, 0) >= per_class:
             continue
         seen[label] = seen.get(label, 0) + 1
-        gray = Image.fromarray((pixels / 16.0 * 255).astype(np.uint8)).resize((disk_size, disk_size), Image.BILINEAR)
+        gray = Image.fromarray((pixels / 16.0 * 255).astype(np.uint8)).resize(
+            (disk_size, disk_size), Image.Resampling.BILINEAR
+        )
         base = np.asarray(gray.convert("RGB"), dtype=np.float32)
         folder = root / str(label)
         folder.mkdir(parents=True, exist_ok=True)

@@ -50,19 +50,17 @@ BN_MOMENTUM = 0.9
 
 def build_data(config: dict[str, Any], ctx: TrialContext) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     (train_files, train_labels), (val_files, val_labels), _ = _split(ctx)
-    options = {
-        "image_size": _image_size(ctx),
-        "cache": str(ctx.data.get("cache", "")),
-    }
+    image_size, cache = _image_size(ctx), str(ctx.data.get("cache", ""))
     train = from_image_files(
         train_files,
         train_labels,
         ctx,
         training=True,
         augmentation=str(config.get("augmentation", "medium")),
-        **options,
+        image_size=image_size,
+        cache=cache,
     )
-    val = from_image_files(val_files, val_labels, ctx, training=False, **options)
+    val = from_image_files(val_files, val_labels, ctx, training=False, image_size=image_size, cache=cache)
     return train, val
 
 
@@ -192,7 +190,7 @@ def learning_rate_schedule(
 
 
 @keras.saving.register_keras_serializable(package="tunekit")
-class WarmUp(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up from ``peak / warmup_steps`` to ``peak``, then ``after`` (counted from 0)."""
 
     def __init__(self, after: Any, peak: float, warmup_steps: int) -> None:
@@ -215,7 +213,7 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[m
 
 
 @keras.saving.register_keras_serializable(package="tunekit")
-class ConstantLearningRate(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+class ConstantLearningRate(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, value: float) -> None:
         self.value = float(value)
 
@@ -227,7 +225,7 @@ class ConstantLearningRate(keras.optimizers.schedules.LearningRateSchedule):  # 
 
 
 @keras.saving.register_keras_serializable(package="tunekit")
-class SparseSmoothedCrossentropy(keras.losses.Loss):  # type: ignore[misc]
+class SparseSmoothedCrossentropy(keras.losses.Loss):
     """Cross-entropy with label smoothing on integer labels (the sparse Keras loss has none)."""
 
     def __init__(
