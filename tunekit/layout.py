@@ -72,6 +72,9 @@ INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resu
 # In INFO_KEY: set on the last epoch's report when the model's own callbacks ended
 # training (EarlyStopping, anything setting ``model.stop_training``).
 STOPPED_BY_MODEL = "stopped_by_model"
+# In INFO_KEY: the model's callbacks restored earlier weights at the end (EarlyStopping's
+# restore_best_weights); the last report's validation metrics were measured on them.
+RESTORED_WEIGHTS = "restored_weights"
 EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from tunekit.driver.records import epochs_text
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus
 
 if TYPE_CHECKING:
@@ -92,12 +93,18 @@ class ConsoleProgress:
             error_file = self._experiment_dir / record.trial_id / ERROR_FILE
             if error_file.is_file():
                 where = f", see {error_file}"
-        text = f"[{self._elapsed()}] trial {_name(record)} {record.status} after {record.epochs} epochs{value}{detail}"
+        ended = f"{record.status} after {epochs_text(record.epochs)}"
+        text = f"[{self._elapsed()}] trial {_name(record)} {ended}{value}{detail}"
         if self._live:  # a failed trial on a TTY: its own line above the status line
             self._line(f"{_condense(text, 200)}{where}")
             self._draw(force=True)
         else:
             self._line(f"{text}{where} | {self.status_line()}")
+
+    def warning(self, message: str) -> None:
+        self._line(f"tunekit: warning: {message}")
+        if self._live:
+            self._draw(force=True)
 
     def tick(self, recorder: Recorder) -> None:
         self._recorder = recorder

@@ -10,7 +10,7 @@ into the experiment directory as trials end, and forwards each change to listene
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -39,6 +39,7 @@ from tunekit.layout import (
     EXPORT_NOTE,
     FAILURE_KEY,
     INFO_KEY,
+    RESTORED_WEIGHTS,
     SEARCH_STATUSES,
     STARTED_FILE,
     STARTED_KEY,
@@ -48,6 +49,8 @@ from tunekit.layout import (
 )
 from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
+
+logger = logging.getLogger("tunekit")
 
 
 class Listener(Protocol):
@@ -59,6 +62,7 @@ class Listener(Protocol):
     def trial_ended(self, record: TrialRecord) -> None: ...
     def tick(self, recorder: Recorder) -> None: ...
     def experiment_ended(self, recorder: Recorder) -> None: ...
+    def warning(self, message: str) -> None: ...
 
 
 class Recorder(Callback):
@@ -106,6 +110,8 @@ class Recorder(Callback):
         bookkeeping = result.get(INFO_KEY, {})
         if STOPPED_BY_MODEL in bookkeeping:
             record.stopped_by_model = int(bookkeeping[STOPPED_BY_MODEL])
+        if bookkeeping.get(RESTORED_WEIGHTS):
+            record.restored_weights = True
         if bookkeeping.get(EXPORT_NOTE):
             self._warn_export(record, str(bookkeeping[EXPORT_NOTE]))
         names = bookkeeping.get("metrics", [])
@@ -142,12 +148,16 @@ class Recorder(Callback):
         first = not self.export_notes
         self.export_notes.add(note)
         if first:
-            print(
-                f"tunekit: warning: trial {record.number}: {note}; rebuild such a model with build_model "
-                f"and model.load_weights (shown once; see output.log of each trial)",
-                file=sys.stderr,
-                flush=True,
+            self._warn(
+                f"trial {record.number}: {note}; rebuild such a model with build_model "
+                f"and model.load_weights (shown once; see output.log of each trial)"
             )
+
+    def _warn(self, message: str) -> None:
+        """A warning for the person watching: the console prints it above its status line."""
+        logger.info("warning: %s", message)  # for logs; the console shows it to the user
+        for listener in self.listeners:
+            listener.warning(message)
 
     def _add_row(self, row: EpochRow) -> None:
         """One row per trial per epoch: an epoch trained again after a restore replaces its row."""

@@ -38,6 +38,7 @@ class TrialRecord:
     info: dict[str, Any] = field(default_factory=dict)
     rated_epochs: int = 0  # epochs averaged into samples_per_second
     stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
+    restored_weights: bool = False  # the model's callbacks put back earlier weights at the end
 
     def __post_init__(self) -> None:
         self.status = TrialStatus(self.status)  # a plain string from a state saved before the enum
@@ -91,11 +92,11 @@ def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, ela
         record.status = TrialStatus.FAILED
     elif record.epochs >= spec.budget.max_epochs:
         record.status = TrialStatus.COMPLETED
-        record.reason = f"trained all {record.epochs} epochs"
+        record.reason = f"trained all {epochs_text(record.epochs)}" + _restored(record)
     elif record.stopped_by_model is not None and record.epochs == record.stopped_by_model:
         # EarlyStopping and the like: the model decided it was done, a normal ending.
         record.status = TrialStatus.COMPLETED
-        record.reason = f"stopped by the model at epoch {record.epochs}"
+        record.reason = f"stopped by the model at epoch {record.epochs}" + _restored(record)
     elif pruned:
         record.status = TrialStatus.PRUNED
         record.rung = rung_of(record.epochs, spec)
@@ -105,9 +106,18 @@ def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, ela
         record.status = TrialStatus.STOPPED
         budget = spec.budget.time_budget_s
         if budget is not None and elapsed >= budget:
-            record.reason = f"the search's time budget of {budget:g} s ran out after {record.epochs} epochs"
+            record.reason = f"the search's time budget of {budget:g} s ran out after {epochs_text(record.epochs)}"
         else:
-            record.reason = f"the search was stopped after {record.epochs} epochs"
+            record.reason = f"the search was stopped after {epochs_text(record.epochs)}"
+
+
+def epochs_text(count: int) -> str:
+    return f"{count} epoch" if count == 1 else f"{count} epochs"
+
+
+def _restored(record: TrialRecord) -> str:
+    # The final metrics were measured on the restored weights, the model that was saved.
+    return "; the model restored its best weights" if record.restored_weights else ""
 
 
 def settle_errored(record: TrialRecord, traceback: str) -> None:

@@ -318,12 +318,15 @@ def _tracking_uri(spec: ExperimentSpec) -> str | None:
     """The MLflow tracking URI the search will use (credentials removed), without importing MLflow."""
     if not spec.tracking.enabled:
         return None
-    from tunekit.tracking.tracker import redact_uri
+    from tunekit.environment import redact_uri
 
     mlflow = sys.modules.get("mlflow")  # set_tracking_uri in this process counts, when MLflow is loaded
     uri = spec.tracking.uri or (mlflow.get_tracking_uri() if mlflow else None)
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-    return redact_uri(str(uri))
+    uri = str(uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db")
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        # MLflow's default store is relative to the working directory: say which file.
+        uri = f"sqlite:///{Path.cwd() / uri.removeprefix('sqlite:///')}"
+    return redact_uri(uri)
 
 
 # --------------------------------------------------------------------------- signals

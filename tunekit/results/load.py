@@ -138,7 +138,8 @@ class ExperimentResults:
 
     def to_json(self) -> str:
         best = None if self.best is None else self.best.__dict__
-        trials = json.loads(self.trials.to_json(orient="records"))
+        # Best first, as the table: a script taking the first trial gets the best one.
+        trials = json.loads(self.ranked().to_json(orient="records")) if not self.trials.empty else []
         return json.dumps(
             {
                 "experiment_dir": str(self.experiment_dir),

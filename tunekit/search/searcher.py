@@ -89,16 +89,22 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
         self.base.reseed_rng()
 
 
-def build_sampler(spec: ExperimentSpec) -> _PinnableSampler:
-    """The study's sampler for ``search.algorithm``, seeded, wrapped so points can be pinned."""
+def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
+    """The study's sampler for ``search.algorithm``, seeded, wrapped so points can be pinned.
+
+    ``history`` is the number of trials the study already holds: a reopened study (a
+    resume) seeds its sampler past them, or the seed's first proposals would come again
+    and be spent as repeats.
+    """
     search = spec.search
+    seed = search.seed + history
     if search.algorithm in ("grid", "random"):
         # Grid search pins every trial's point; the random sampler is never asked.
-        return _PinnableSampler(optuna.samplers.RandomSampler(seed=search.seed))
+        return _PinnableSampler(optuna.samplers.RandomSampler(seed=seed))
     # constant_liar: running trials count as bad guesses, so parallel trials spread out.
     return _PinnableSampler(
         optuna.samplers.TPESampler(
-            seed=search.seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
+            seed=seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
         )
     )
 
@@ -119,11 +125,12 @@ def open_study(
         existed = (experiment_dir / STUDY_FILE).exists() and spec.name in {
             s.study_name for s in optuna.get_all_study_summaries(url)
         }
+    history = len(optuna.load_study(study_name=spec.name, storage=url).trials) if existed else 0
     study = optuna.create_study(
         storage=url,
         study_name=spec.name,
         direction="maximize" if spec.metric.mode == "max" else "minimize",
-        sampler=build_sampler(spec),
+        sampler=build_sampler(spec, history),
         load_if_exists=True,
     )
     if not existed:

@@ -175,7 +175,9 @@ class RunBook:
             "wall_seconds": round(event.wall_seconds, 3),
         }
         self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
-        self._parent.status = ("KILLED" if event.interrupted else "FINISHED", now)
+        # A search that ended with no trial reporting the metric failed (the command exits 1).
+        status = "KILLED" if event.interrupted else "FINISHED" if best is not None else "FAILED"
+        self._parent.status = (status, now)
         self._model_trial = event.best_trial
 
     def _trial(self, trial_id: str) -> TrialRun:

@@ -184,6 +184,9 @@ class MlflowTracker:
         )
         self._ended_trials += 1
 
+    def warning(self, message: str) -> None:
+        pass  # warnings are for the console; the trial's run already has its reason and tags
+
     def tick(self, recorder: Recorder) -> None:
         if self._off() or not self._ended_trials:
             return

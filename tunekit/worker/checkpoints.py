@@ -39,12 +39,12 @@ def export_model(directory: Path, model: Any) -> str:
         return ""
     except Exception as error:
         (directory / FINAL_MODEL).unlink(missing_ok=True)
-        why = describe_error(error, limit=200)
+        why = describe_error(error)
     try:
         model.save_weights(directory / FINAL_WEIGHTS)
     except Exception as error:
         (directory / FINAL_WEIGHTS).unlink(missing_ok=True)
-        weights_why = describe_error(error, limit=200)
+        weights_why = describe_error(error)
         return f"nothing saved: {FINAL_MODEL} failed ({why}) and so did {FINAL_WEIGHTS} ({weights_why})"
     return f"saved weights only ({FINAL_WEIGHTS}): {FINAL_MODEL} failed ({why})"
 

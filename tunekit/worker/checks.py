@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 from typing import Any
 
 from tunekit.contract import Builders, TrialContext
-from tunekit.errors import FatalTrialError
+from tunekit.errors import FatalTrialError, TrialFailure
 
 # Arguments of model.fit that tunekit sets itself, and why a trainable cannot.
 OWNED_FIT_ARGUMENTS = {
@@ -133,3 +135,15 @@ def _shapes(tensors: Any) -> str:
 def _shape(shape: Any) -> str:
     dims = ["None" if d is None else str(d) for d in (list(shape) if shape is not None else [])]
     return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+
+def check_epoch_metrics(metrics: dict[str, float], name: str, epoch: int) -> None:
+    """The spec's metric is among what the model reported, and the loss and metric are finite."""
+    if name not in metrics:
+        close = difflib.get_close_matches(name, metrics, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise FatalTrialError(
+            f"metric {name!r} was never reported{hint}; the trainable reported: {', '.join(sorted(metrics))}"
+        )
+    if not math.isfinite(metrics.get("loss", 0.0)) or not math.isfinite(metrics[name]):
+        raise TrialFailure(f"non-finite loss at epoch {epoch}")

@@ -5,7 +5,6 @@ Imported only inside trial workers (it imports Keras, hence TensorFlow).
 
 from __future__ import annotations
 
-import math
 import shutil
 import sys
 import tempfile
@@ -18,9 +17,9 @@ from ray import tune
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
-from tunekit.errors import FatalTrialError, TrialFailure
-from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, STOPPED_BY_MODEL
+from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, STOPPED_BY_MODEL
 from tunekit.worker.checkpoints import TrialProgress, export_model, save_checkpoint
+from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
 
 
@@ -40,6 +39,7 @@ class EpochReporter(keras.callbacks.Callback):
         devices: WorkerDevices,
         progress: TrialProgress,
         steps: int | None,
+        validation: Any,
     ) -> None:
         super().__init__()
         self._spec = spec
@@ -50,7 +50,9 @@ class EpochReporter(keras.callbacks.Callback):
         self._steps = steps
         self._epoch_started = 0.0
         self._train_seconds = 0.0
+        self._validation = validation
         self._last: tuple[int, dict[str, float], dict[str, Any]] | None = None
+        self._last_weights: list[Any] = []  # the weights at the last epoch's end
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_started = time.perf_counter()
@@ -61,10 +63,9 @@ class EpochReporter(keras.callbacks.Callback):
         self._train_seconds = time.perf_counter() - self._epoch_started
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-
         completed = epoch + 1
         metrics = {key: float(value) for key, value in (logs or {}).items()}
-        self._check(metrics, completed)
+        check_epoch_metrics(metrics, self._spec.metric.name, completed)
         elapsed = time.perf_counter() - self._epoch_started
         metrics["epoch_seconds"] = elapsed
         if self._steps:
@@ -84,12 +85,29 @@ class EpochReporter(keras.callbacks.Callback):
         if completed < self._spec.budget.max_epochs:
             bookkeeping[STOPPED_BY_MODEL] = completed
         self._last = (completed, metrics, bookkeeping)
+        self._last_weights = self.model.get_weights()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if self._last is not None:
-            completed, metrics, bookkeeping = self._last
-            self._last = None
-            self._report(completed, metrics, bookkeeping, final=True)
+        if self._last is None:
+            return
+        completed, metrics, bookkeeping = self._last
+        self._last = None
+        if self._weights_changed():
+            # EarlyStopping(restore_best_weights=True) put back an earlier epoch's weights: the
+            # model that is saved and ranked is that one, so its validation metrics are the
+            # trial's final ones (the epoch's own are in the rows before).
+            measured = self.model.evaluate(self._validation, verbose=0, return_dict=True)
+            metrics.update({f"val_{k}": float(v) for k, v in measured.items() if f"val_{k}" in metrics})
+            bookkeeping[RESTORED_WEIGHTS] = True
+        self._report(completed, metrics, bookkeeping, final=True)
+
+    def _weights_changed(self) -> bool:
+        import numpy as np
+
+        now = self.model.get_weights()
+        return len(now) != len(self._last_weights) or any(
+            not np.array_equal(a, b) for a, b in zip(now, self._last_weights, strict=True)
+        )
 
     def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
         """Checkpoints and reports; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
@@ -108,12 +126,3 @@ class EpochReporter(keras.callbacks.Callback):
         finally:
             # Ray copied the checkpoint into the trial's storage before blocking.
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
-
-    def _check(self, metrics: dict[str, float], epoch: int) -> None:
-        name = self._spec.metric.name
-        if name not in metrics:
-            raise FatalTrialError(
-                f"metric {name!r} was never reported; the trainable reported: {', '.join(sorted(metrics))}"
-            )
-        if not math.isfinite(metrics.get("loss", 0.0)) or not math.isfinite(metrics[name]):
-            raise TrialFailure(f"non-finite loss at epoch {epoch}")

@@ -21,6 +21,7 @@ trial's ``output.log``; a failure's full traceback to its ``error.txt``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -138,7 +139,7 @@ def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress
     if progress.epoch >= spec.budget.max_epochs:
         return
     steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)
-    reporter = EpochReporter(spec, ctx, devices, progress, steps)
+    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds)
     model.fit(
         train_ds,
         validation_data=val_ds,
@@ -156,6 +157,9 @@ def _worker_devices(spec: ExperimentSpec) -> WorkerDevices:
         import ray
 
         os.environ.pop("MLFLOW_RUN_ID", None)  # a stray run id would hijack runs (mlflow#12639)
+        # Ray logs "Checkpoint successfully created" at every epoch; in the trial's output.log
+        # it would bury what the trainable itself printed.
+        logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
         _worker = configure_worker(spec.resources, [str(i) for i in ray.get_gpu_ids()])
         _freeze_imported_objects()
     return _worker

@@ -281,3 +281,21 @@ def test_the_tracker_and_its_writer_import_no_mlflow() -> None:
     code = "import sys, tunekit.tracking.tracker; print(sorted(m for m in sys.modules if m.startswith('mlflow')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("best", "interrupted", "status"),
+    [(0.8, False, "FINISHED"), (None, False, "FAILED"), (None, True, "KILLED"), (0.8, True, "KILLED")],
+)
+def test_the_parent_run_ends_as_the_search_did(
+    spec: ExperimentSpec, tmp_path: Path, best: float | None, interrupted: bool, status: str
+) -> None:
+    client = FakeClient()
+    events = trial_events()[:-1]
+    counts = {TrialStatus.COMPLETED: 1} if best is not None else {TrialStatus.FAILED: 1}
+    events.append(ProgressEvent(1, best, None, counts, 3, 2.0, final=True, interrupted=interrupted))
+
+    run_writer(spec, tmp_path, client, events)
+
+    parent = next(run_id for run_id, tags in client.runs.items() if tags.get("tunekit.role") == "experiment")
+    assert client.terminated[parent] == status

@@ -1,0 +1,123 @@
+"""What a new user's first searches showed (a trial of tunekit from the README alone), each fixed and pinned.
+
+No Ray, no TensorFlow: each rule is driven directly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from tunekit.config.spec import load_spec
+from tunekit.driver.progress import ConsoleProgress
+from tunekit.driver.records import TrialRecord, settle_ended
+from tunekit.errors import FatalTrialError, TrialFailure
+from tunekit.layout import TrialStatus
+from tunekit.results.load import ExperimentResults
+from tunekit.search.searcher import open_study
+from tunekit.worker.checks import check_epoch_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+
+
+def test_a_reopened_study_does_not_propose_its_first_configurations_again(tmp_path: Path) -> None:
+    # A resume reopens the study; a sampler seeded as at the start would propose the
+    # first configurations again, and each repeat would be spent as a duplicate.
+    spec = load_spec(DEFAULT_SPEC, ["search.algorithm=random"])
+    storage = optuna.storages.InMemoryStorage()
+    first = open_study(spec, tmp_path, storage)
+    proposed = []
+    for _ in range(3):
+        trial = first.ask()
+        proposed.append(spec.space.sample(trial))
+        first.tell(trial, 0.5)
+
+    reopened = open_study(spec, tmp_path, storage)
+    again = spec.space.sample(reopened.ask())
+
+    assert again not in proposed
+    assert len(reopened.trials) == 4
+
+
+def test_report_json_lists_trials_best_first(tmp_path: Path) -> None:
+    spec = load_spec(DEFAULT_SPEC)
+    trials = pd.DataFrame(
+        {
+            "trial_id": ["a", "b", "c", "d"],
+            "number": [0, 1, 2, 3],
+            "status": ["pruned", "completed", "failed", "completed"],
+            "final_metric": [0.99, 0.90, None, 0.95],
+        }
+    )
+    results = ExperimentResults(tmp_path, spec.raw, trials, pd.DataFrame(), None)
+
+    ranked = [t["trial_id"] for t in json.loads(results.to_json())["trials"]]
+
+    assert ranked == ["d", "b", "a", "c"]
+
+
+def test_a_warning_on_a_terminal_gets_its_own_line_above_the_status_line() -> None:
+    spec = load_spec(DEFAULT_SPEC)
+    stream = io.StringIO()
+    console = ConsoleProgress(spec, stream, live=True)
+    console._recorder = _EmptyRecorder()  # type: ignore[assignment]
+    console.tick(console._recorder)  # draws the status line, no newline
+
+    console.warning("trial 1: saved weights only")
+
+    text = stream.getvalue()
+    drawn, after = text.split("\r\x1b[2Ktunekit: warning: trial 1: saved weights only\n")
+    assert drawn.startswith("\r\x1b[2K[00:00] done 0/24")
+    assert after.startswith("\r\x1b[2K[00:00] done 0/24")  # the status line comes back below it
+
+
+class _EmptyRecorder:
+    trials: dict[str, TrialRecord] = {}
+    epochs: list[object] = []
+
+    def counts(self) -> dict[str, int]:
+        return dict.fromkeys(TrialStatus, 0)
+
+    def best(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("epochs", "stopped_by_model", "restored", "reason"),
+    [
+        (20, None, False, "trained all 20 epochs"),
+        (20, None, True, "trained all 20 epochs; the model restored its best weights"),
+        (7, 7, True, "stopped by the model at epoch 7; the model restored its best weights"),
+        (7, 7, False, "stopped by the model at epoch 7"),
+    ],
+)
+def test_a_completed_trial_says_when_its_model_restored_earlier_weights(
+    epochs: int, stopped_by_model: int | None, restored: bool, reason: str
+) -> None:
+    record = TrialRecord("t", 0, {}, epochs=epochs, stopped_by_model=stopped_by_model, restored_weights=restored)
+    settle_ended(record, load_spec(DEFAULT_SPEC), pruned=False, elapsed=1.0)
+    assert (record.status, record.reason) == (TrialStatus.COMPLETED, reason)
+
+
+def test_one_epoch_is_singular() -> None:
+    record = TrialRecord("t", 0, {}, epochs=1)
+    settle_ended(record, load_spec(DEFAULT_SPEC), pruned=False, elapsed=1.0)
+    assert record.reason == "the search was stopped after 1 epoch"
+
+
+def test_a_misspelt_metric_suggests_the_reported_name() -> None:
+    reported = {"loss": 0.5, "accuracy": 0.8, "val_loss": 0.6, "val_accuracy": 0.7}
+    with pytest.raises(FatalTrialError) as raised:
+        check_epoch_metrics(reported, "val_acuracy", 1)
+    assert str(raised.value) == (
+        "metric 'val_acuracy' was never reported (did you mean 'val_accuracy'?); "
+        "the trainable reported: accuracy, loss, val_accuracy, val_loss"
+    )
+    with pytest.raises(TrialFailure, match="non-finite loss at epoch 3"):
+        check_epoch_metrics({**reported, "loss": float("nan")}, "val_accuracy", 3)
