@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -55,7 +56,7 @@ def test_report_json_lists_trials_best_first(tmp_path: Path) -> None:
             "final_metric": [0.99, 0.90, None, 0.95],
         }
     )
-    results = ExperimentResults(tmp_path, spec.raw, trials, pd.DataFrame(), None)
+    results = ExperimentResults(tmp_path, spec, trials, pd.DataFrame(), None)
 
     ranked = [t["trial_id"] for t in json.loads(results.to_json())["trials"]]
 
@@ -66,8 +67,8 @@ def test_a_warning_on_a_terminal_gets_its_own_line_above_the_status_line() -> No
     spec = load_spec(DEFAULT_SPEC)
     stream = io.StringIO()
     console = ConsoleProgress(spec, stream, live=True)
-    console._recorder = _EmptyRecorder()  # type: ignore[assignment]
-    console.tick(console._recorder)  # draws the status line, no newline
+    recorder: Any = _EmptyRecorder()  # what the console reads of the recorder, without Ray
+    console.tick(recorder)  # draws the status line, no newline
 
     console.warning("trial 1: saved weights only")
 
@@ -78,8 +79,9 @@ def test_a_warning_on_a_terminal_gets_its_own_line_above_the_status_line() -> No
 
 
 class _EmptyRecorder:
-    trials: dict[str, TrialRecord] = {}
-    epochs: list[object] = []
+    def __init__(self) -> None:
+        self.trials: dict[str, TrialRecord] = {}
+        self.epochs: list[object] = []
 
     def counts(self) -> dict[str, int]:
         return dict.fromkeys(TrialStatus, 0)
