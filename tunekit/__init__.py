@@ -12,6 +12,7 @@ from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import TrialContext
 from tunekit.errors import (
     NoResultError,
+    NotAnExperimentError,
     ResourceError,
     SearchAborted,
     SearchInterrupted,
@@ -29,6 +30,7 @@ __all__ = [
     "ExperimentResults",
     "ExperimentSpec",
     "NoResultError",
+    "NotAnExperimentError",
     "Plan",
     "ResourceError",
     "SearchAborted",
