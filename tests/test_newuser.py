@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,30 @@ def test_a_misspelt_metric_suggests_the_reported_name() -> None:
     )
     with pytest.raises(TrialFailure, match="non-finite loss at epoch 3"):
         check_epoch_metrics({**reported, "loss": float("nan")}, "val_accuracy", 3)
+
+
+class _Recorder:
+    def __init__(self, records: list[TrialRecord], epochs: int) -> None:
+        self.experiment_dir = Path("/nonexistent")
+        self.trials = {r.trial_id: r for r in records}
+        self.epochs = [object()] * epochs
+
+
+def test_time_left_follows_what_ended_trials_really_trained() -> None:
+    # Asynchronous ASHA lets the first trials train far past the planner's ideal count; the
+    # estimate must follow the trials that ended (2 of them averaging 11 epochs), not the plan.
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO())  # 24 trials
+    ended = [
+        TrialRecord("a", 0, {}, status=TrialStatus.COMPLETED, epochs=20),
+        TrialRecord("b", 1, {}, status=TrialStatus.PRUNED, epochs=2),
+    ]
+    running = TrialRecord("c", 2, {}, status=TrialStatus.RUNNING, epochs=5)
+    recorder: Any = _Recorder([], epochs=0)
+    console.experiment_started(recorder)  # a new search: nothing resumed
+    recorder.trials = {r.trial_id: r for r in [*ended, running]}
+    recorder.epochs = [object()] * 27
+    console._first_epoch_at = time.monotonic() - 26.0  # 26 epochs since the first: 1 s an epoch
+
+    left = console.time_left()
+
+    assert left == pytest.approx(21 * 11 + (11 - 5), abs=1.0)

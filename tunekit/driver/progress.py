@@ -139,14 +139,26 @@ class ConsoleProgress:
         return line + (f"; about {_duration(left)} left" if left is not None else "")
 
     def time_left(self) -> float | None:
-        """Seconds left: the epochs the planner expects still to come, at the pace since the first epoch."""
+        """Seconds left: the epochs still to come, at the pace since the first epoch.
+
+        Once trials have ended, the epochs still to come are estimated from what ended
+        trials actually trained (asynchronous ASHA lets early trials run long, so the
+        planner's ideal count is too low); before that, from the plan.
+        """
         if self._recorder is None or self._first_epoch_at is None:
             return None
+        records = list(self._recorder.trials.values())
         trained = len(self._recorder.epochs) - self._resumed_epochs - 1  # epochs since the first one
-        remaining = self._planned_epochs - self._resumed_epochs - trained - 1
-        counts = self._recorder.counts()
-        if trained < 1 or (counts[TrialStatus.RUNNING] == 0 and len(self._recorder.trials) >= self._num_samples):
+        running = [r for r in records if r.status == TrialStatus.RUNNING]
+        if trained < 1 or (not running and len(records) >= self._num_samples):
             return None
+        ended = [r for r in records if r.status in ENDED_STATUSES]
+        if ended:
+            per_trial = sum(r.epochs for r in ended) / len(ended)
+            waiting = max(0, self._num_samples - len(records))
+            remaining = waiting * per_trial + sum(max(0.0, per_trial - r.epochs) for r in running)
+        else:
+            remaining = self._planned_epochs - self._resumed_epochs - trained - 1
         pace = (time.monotonic() - self._first_epoch_at) / trained
         return max(0.0, remaining * pace)
 
