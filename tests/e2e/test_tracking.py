@@ -38,7 +38,7 @@ from tunekit.tracking.tags import (
 )
 from tunekit.tracking.tracker import MlflowTracker, redact_uri
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 # 5 trials of up to 3 epochs; ASHA compares at epochs 1 and 2 and stops the weaker half.
 SMALL_SEARCH = [

@@ -1,6 +1,6 @@
 """tunekit.environment: the stack's versions and the one URI redactor (stdlib only, milliseconds).
 
-The storage probe (``storage_shared_by_nodes``) needs a Ray cluster: tests/test_doctor.py
+The storage probe (``storage_shared_by_nodes``) needs a Ray cluster: tests/e2e/test_doctor.py
 runs it on a real one through ``tunekit doctor --address``.
 """
 

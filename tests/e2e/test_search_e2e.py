@@ -16,7 +16,7 @@ from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 SMOKE = [
     "budget.num_samples=6",

@@ -17,7 +17,7 @@ from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 

@@ -16,7 +16,7 @@ from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "search_spaces"
 CIFAR_SPECS = ["cifar_resnet_base", "cifar_resnet_grid", "cifar_resnet_asha", "cifar_resnet_schedules"]
 

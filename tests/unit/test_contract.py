@@ -150,7 +150,7 @@ def test_functions_from_python_need_no_trainable_in_the_spec(clean_imports: None
         ({"build_data": 3, "build_model": len}, "build_data: must be a function of (config, ctx), got 'int'"),
         (
             {"build_data": lambda config: 1, "build_model": lambda c, x: 2},
-            "build_data: must be a function of (config, ctx), got 'test_contract.<lambda>'",
+            f"build_data: must be a function of (config, ctx), got '{__name__}.<lambda>'",
         ),
         ({"build_data": lambda c, x: 1}, "build_model: must be a function of (config, ctx), got 'NoneType'"),
         (

@@ -1,38 +1,56 @@
-"""The Ray searcher driven directly with made-up results on a real SQLite study: no Ray run."""
+"""The Ray searcher driven directly with made-up results on a real SQLite study: no Ray run.
+
+The searcher in real searches: tests/e2e/test_searcher.py.
+"""
 
 from __future__ import annotations
 
 import pickle
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
-import pandas as pd
 import pytest
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-import tunekit
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL
-from tunekit.search.searcher import DUPLICATE_ATTR, GRID_POINT_ATTR, UNSEEN_PICK_ATTR, OptunaStudySearcher
+from tunekit.search.searcher import (
+    DUPLICATE_ATTR,
+    GRID_POINT_ATTR,
+    UNSEEN_PICK_ATTR,
+    OptunaStudySearcher,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 METRIC = "val_accuracy"
 CONDITIONAL = {
     "optimizer": {"type": "choice", "values": ["adam", "sgd"]},
-    "momentum": {"type": "uniform", "low": 0.5, "high": 0.9, "step": 0.2, "when": {"optimizer": "sgd"}},
+    "momentum": {
+        "type": "uniform",
+        "low": 0.5,
+        "high": 0.9,
+        "step": 0.2,
+        "when": {"optimizer": "sgd"},
+    },
     "layers": {"type": "int", "low": 1, "high": 2},
     "loss": {"type": "fixed", "value": "sparse_categorical_crossentropy"},
 }
-SMALL = {"a": {"type": "choice", "values": [1, 2]}, "b": {"type": "choice", "values": ["x", "y", "z"]}}
+SMALL = {
+    "a": {"type": "choice", "values": [1, 2]},
+    "b": {"type": "choice", "values": ["x", "y", "z"]},
+}
 
 
 def make_spec(
-    space: dict[str, Any], algorithm: str = "tpe", *, max_epochs: int = 2, seed: int = 0, **budget: Any
+    space: dict[str, Any],
+    algorithm: str = "tpe",
+    *,
+    max_epochs: int = 2,
+    seed: int = 0,
+    **budget: Any,
 ) -> ExperimentSpec:
     if algorithm != "grid":
         budget.setdefault("num_samples", 6)
@@ -96,7 +114,12 @@ def test_grid_hands_out_every_configuration_once_then_finishes(tmp_path: Path) -
 
 
 def test_grid_repeats_each_point_with_its_own_seed(tmp_path: Path) -> None:
-    spec = make_spec({"units": {"type": "int", "low": 8, "high": 24, "step": 8}}, "grid", seed=5, num_samples=9)
+    spec = make_spec(
+        {"units": {"type": "int", "low": 8, "high": 24, "step": 8}},
+        "grid",
+        seed=5,
+        num_samples=9,
+    )
     searcher = in_memory(spec, tmp_path)
     configs = [searcher.suggest(f"t{i}") for i in range(9)]
     assert searcher.suggest("extra") == Searcher.FINISHED
@@ -179,7 +202,12 @@ def test_tpe_never_trains_a_configuration_twice(tmp_path: Path) -> None:
 def test_repeats_get_the_earlier_outcome_and_an_exhausted_space_ends_the_search(
     tmp_path: Path, ending: str, state: TrialState, value: float | None
 ) -> None:
-    spec = make_spec({"units": {"type": "choice", "values": [32]}, "rate": {"type": "fixed", "value": 0.1}})
+    spec = make_spec(
+        {
+            "units": {"type": "choice", "values": [32]},
+            "rate": {"type": "fixed", "value": 0.1},
+        }
+    )
     searcher = in_memory(spec, tmp_path)
     assert searcher.suggest("t0") == {"units": 32, "rate": 0.1}
     if ending == "completed":
@@ -202,7 +230,9 @@ def test_repeats_get_the_earlier_outcome_and_an_exhausted_space_ends_the_search(
     assert searcher.trial_number("t1") is None
 
 
-def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(tmp_path: Path) -> None:
+def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(
+    tmp_path: Path,
+) -> None:
     spec = make_spec({"units": {"type": "choice", "values": [32, 64]}}, num_samples=3)
     searcher = in_memory(spec, tmp_path)
     # a sampler stuck on one point, as TPE gets on a small space it has modelled
@@ -226,7 +256,11 @@ def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(tmp_pat
 
 
 def test_continuous_spaces_are_not_held_back(tmp_path: Path) -> None:
-    spec = make_spec({"rate": {"type": "uniform", "low": 0.0, "high": 1.0}}, algorithm="random", num_samples=5)
+    spec = make_spec(
+        {"rate": {"type": "uniform", "low": 0.0, "high": 1.0}},
+        algorithm="random",
+        num_samples=5,
+    )
     searcher = in_memory(spec, tmp_path)
     for i in range(5):
         assert isinstance(searcher.suggest(f"t{i}"), dict)
@@ -242,7 +276,10 @@ def test_repeat_count_and_exhaustion_survive_a_resume(tmp_path: Path) -> None:
     searcher.save(str(tmp_path / "state.json"))
     resumed = OptunaStudySearcher(spec, tmp_path)
     resumed.restore(str(tmp_path / "state.json"))
-    assert (resumed.skipped_repeats, resumed.exhausted_reason) == (20, searcher.exhausted_reason)
+    assert (resumed.skipped_repeats, resumed.exhausted_reason) == (
+        20,
+        searcher.exhausted_reason,
+    )
     assert resumed.suggest("t2") == Searcher.FINISHED
 
 
@@ -297,79 +334,13 @@ def test_a_trial_its_model_stopped_is_complete(
 def test_a_failed_self_stopped_trial_is_still_failed(tmp_path: Path) -> None:
     searcher = in_memory(make_spec(SMALL, max_epochs=10), tmp_path)
     searcher.suggest("t0")
-    train(searcher, "t0", [0.6], **{INFO_KEY: {STOPPED_BY_MODEL: True}, FAILURE_KEY: "non-finite loss at epoch 1"})
+    train(
+        searcher,
+        "t0",
+        [0.6],
+        **{
+            INFO_KEY: {STOPPED_BY_MODEL: True},
+            FAILURE_KEY: "non-finite loss at epoch 1",
+        },
+    )
     assert frozen(searcher, "t0").state == TrialState.FAIL
-
-
-# ------------------------------------------------------------------ with real Ray
-
-QUIET = {"tracking": {"enabled": False}, "training": {"precision": "float32", "seed": 0}}
-
-
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    import ray
-
-    from tunekit.driver.session import ray_init_options
-
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
-
-
-def digits_spec(space: dict[str, Any], algorithm: str, **budget: Any) -> dict[str, Any]:
-    return {
-        "name": "searcher-e2e",
-        "trainable": "trainables.digits_mlp",
-        "metric": {"name": "val_accuracy", "mode": "max"},
-        "budget": {"max_epochs": 1, "max_concurrent": 2, **budget},
-        "search": {"algorithm": algorithm, "seed": 0, "n_startup_trials": 1},
-        "scheduler": {"type": "fifo"},
-        "resources": {"cpu": 1},
-        "space": space,
-        **QUIET,
-    }
-
-
-@pytest.mark.slow
-def test_a_repeated_conditional_grid_runs_each_configuration_twice(
-    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(REPO)
-    space = {
-        "optimizer": {"type": "choice", "values": ["adam", "sgd"]},
-        "momentum": {"type": "uniform", "low": 0.0, "high": 0.9, "step": 0.9, "when": {"optimizer": "sgd"}},
-        "units": {"type": "fixed", "value": 16},
-    }
-    results = tunekit.run(digits_spec(space, "grid", num_samples=6), storage=tmp_path, name="grid", progress=False)
-    trials = results.trials
-    assert len(trials) == 6 and set(trials["status"]) == {"completed"}
-    ran = sorted(
-        (
-            row["params.optimizer"],
-            None if pd.isna(row["params.momentum"]) else row["params.momentum"],
-            row["params.seed"],
-        )
-        for _, row in trials.iterrows()
-    )
-    assert ran == sorted(
-        (optimizer, momentum, seed)
-        for optimizer, momentum in [("adam", None), ("sgd", 0.0), ("sgd", 0.9)]
-        for seed in (0, 1)
-    )
-    study = optuna.load_study(study_name="searcher-e2e", storage=f"sqlite:///{results.experiment_dir / 'study.db'}")
-    assert len(study.trials) == 6
-    for trial in study.trials:
-        assert trial.state == TrialState.COMPLETE
-        assert ("momentum" in trial.params) == (trial.params["optimizer"] == "sgd")
-
-
-@pytest.mark.slow
-def test_an_exhausted_space_ends_a_real_search_early(
-    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(REPO)
-    space = {"units": {"type": "choice", "values": [16, 32]}}
-    results = tunekit.run(digits_spec(space, "tpe", num_samples=4), storage=tmp_path, name="tpe", progress=False)
-    assert sorted(results.trials["params.units"]) == [16, 32]
-    assert set(results.trials["status"]) == {"completed"}

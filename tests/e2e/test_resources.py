@@ -20,7 +20,7 @@ from tunekit.worker.devices import LOGICAL_GPUS_ENV
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 
 

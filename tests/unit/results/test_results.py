@@ -1,58 +1,26 @@
-"""Figures, the HTML report and ``load_from_mlflow``, from a real small experiment and from made-up tables."""
+"""Figures, the HTML report and model paths from made-up tables: no Ray, no search.
+
+A real small experiment (figures, report, ``load_from_mlflow``): tests/e2e/test_results.py.
+"""
 
 from __future__ import annotations
 
-import base64
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-import tunekit
 from tunekit import plots
-from tunekit.cli import main as cli_main
 from tunekit.config.spec import METRIC_MODES, MetricMode, parse_spec
 from tunekit.errors import TunekitError
 from tunekit.results.load import ExperimentResults
-from tunekit.results.mlflow import load_from_mlflow
-from tunekit.results.report import render_html, write_html
+from tunekit.results.report import render_html
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ExperimentResults, str]]:
-    """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite: (results, tracking URI)."""
-    import ray
-
-    from tunekit.driver.session import ray_init_options
-
-    root = tmp_path_factory.mktemp("results-experiment")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    ray.init("local", num_cpus=2, **ray_init_options())
-    try:
-        results = tunekit.run(
-            DIGITS_SPEC,
-            storage=root,
-            name="small",
-            progress=False,
-            overrides=[
-                "budget.num_samples=6",
-                "budget.max_epochs=3",
-                "scheduler.grace_period=1",
-                "scheduler.reduction_factor=2",
-                "search.n_startup_trials=3",
-                f"tracking.uri={uri}",
-            ],
-        )
-    finally:
-        ray.shutdown()
-    yield results, uri
 
 
 def made_up(tmp_path: Path, *, mode: MetricMode = "max") -> ExperimentResults:
@@ -120,10 +88,26 @@ def made_up(tmp_path: Path, *, mode: MetricMode = "max") -> ExperimentResults:
     )
     epochs = pd.DataFrame(
         [
-            {"trial_id": "a", "epoch": e, "attempt": 1, "resumed_from_epoch": None, "time": float(e), "score": s}
+            {
+                "trial_id": "a",
+                "epoch": e,
+                "attempt": 1,
+                "resumed_from_epoch": None,
+                "time": float(e),
+                "score": s,
+            }
             for e, s in ((1, 0.5), (2, 0.8), (3, 0.9))
         ]
-        + [{"trial_id": "b", "epoch": 1, "attempt": 1, "resumed_from_epoch": 0, "time": 1.5, "score": 0.4}]
+        + [
+            {
+                "trial_id": "b",
+                "epoch": 1,
+                "attempt": 1,
+                "resumed_from_epoch": 0,
+                "time": 1.5,
+                "score": 0.4,
+            }
+        ]
     )
     from tunekit.results.load import best_trial
 
@@ -131,14 +115,12 @@ def made_up(tmp_path: Path, *, mode: MetricMode = "max") -> ExperimentResults:
     return ExperimentResults(tmp_path, spec, trials, epochs, best_trial(trials, mode))
 
 
-def line_count(fig: Figure) -> int:
-    return len(fig.axes[0].get_lines())
-
-
 # -------------------------------------------------------------- made-up tables (fast)
 
 
-def test_learning_curves_draw_each_trial_and_cross_out_early_stops(tmp_path: Path) -> None:
+def test_learning_curves_draw_each_trial_and_cross_out_early_stops(
+    tmp_path: Path,
+) -> None:
     results = made_up(tmp_path)
     fig = plots.learning_curves(results, path=tmp_path / "curves.png")
     lines = fig.axes[0].get_lines()
@@ -151,15 +133,24 @@ def test_learning_curves_draw_each_trial_and_cross_out_early_stops(tmp_path: Pat
 def test_best_so_far_never_gets_worse(tmp_path: Path) -> None:
     for mode in METRIC_MODES:
         results = made_up(tmp_path, mode=mode)
-        step = max(plots.best_so_far(results).axes[0].get_lines(), key=lambda line: len(line.get_ydata()))
+        step = max(
+            plots.best_so_far(results).axes[0].get_lines(),
+            key=lambda line: len(line.get_ydata()),
+        )
         values = list(step.get_ydata())
         assert values == sorted(values, reverse=mode == "min")
 
 
-def test_parallel_coordinates_one_line_per_trial_with_log_and_categorical_axes(tmp_path: Path) -> None:
+def test_parallel_coordinates_one_line_per_trial_with_log_and_categorical_axes(
+    tmp_path: Path,
+) -> None:
     fig = plots.parallel_coordinates(made_up(tmp_path))
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["lr (log)", "optimizer", "score"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "lr (log)",
+        "optimizer",
+        "score",
+    ]
     trial_lines = [line for line in ax.get_lines() if len(line.get_xdata()) == 3]
     assert len(trial_lines) == 3
     labels = {t.get_text() for t in ax.texts}
@@ -176,7 +167,9 @@ def study_with_completed_trials(tmp_path: Path, count: int) -> None:
     import optuna
 
     study = optuna.create_study(
-        study_name="made-up", storage=f"sqlite:///{tmp_path / 'study.db'}", direction="maximize"
+        study_name="made-up",
+        storage=f"sqlite:///{tmp_path / 'study.db'}",
+        direction="maximize",
     )
     distributions = {
         "lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True),
@@ -196,7 +189,9 @@ def study_with_completed_trials(tmp_path: Path, count: int) -> None:
     )
 
 
-def test_importance_from_too_few_completed_trials_draws_nothing_and_warns(tmp_path: Path) -> None:
+def test_importance_from_too_few_completed_trials_draws_nothing_and_warns(
+    tmp_path: Path,
+) -> None:
     results = made_up(tmp_path)
     study_with_completed_trials(tmp_path, 4)
     expected = "needs at least 5 completed trials, this study has 4 (pruned trials do not count)"
@@ -208,7 +203,9 @@ def test_importance_from_too_few_completed_trials_draws_nothing_and_warns(tmp_pa
     assert [t.get_text() for t in fig.axes[0].texts] == [expected]
 
 
-def test_importance_from_enough_completed_trials_draws_one_bar_per_parameter(tmp_path: Path) -> None:
+def test_importance_from_enough_completed_trials_draws_one_bar_per_parameter(
+    tmp_path: Path,
+) -> None:
     import warnings
 
     results = made_up(tmp_path)
@@ -238,10 +235,15 @@ def test_figures_of_an_experiment_without_epochs_say_so(tmp_path: Path) -> None:
     assert "no epoch reported score" in plots.learning_curves(empty).axes[0].texts[0].get_text()
 
 
-def test_model_path_finds_the_final_model_or_weights_in_the_newest_checkpoint(tmp_path: Path) -> None:
+def test_model_path_finds_the_final_model_or_weights_in_the_newest_checkpoint(
+    tmp_path: Path,
+) -> None:
     results = made_up(tmp_path)
     a = tmp_path / "a"
-    for checkpoint, name in (("checkpoint_9", "model.keras"), ("checkpoint_10", "model.weights.h5")):
+    for checkpoint, name in (
+        ("checkpoint_9", "model.keras"),
+        ("checkpoint_10", "model.weights.h5"),
+    ):
         (a / checkpoint).mkdir(parents=True)
         (a / checkpoint / name).write_bytes(b"x")
     (a / "checkpoint_11").mkdir()  # a checkpoint without a final model (written mid-training)
@@ -270,8 +272,16 @@ def test_model_path_imports_no_tensorflow(tmp_path: Path) -> None:
         "import sys, tunekit; r = tunekit.load(sys.argv[1]); print(r.model_path()); "
         "print(sorted(m for m in ('tensorflow', 'keras', 'ray', 'mlflow') if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert done.stdout.splitlines() == [str(tmp_path / "t1" / "checkpoint_000001" / "model.keras"), "[]"]
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines() == [
+        str(tmp_path / "t1" / "checkpoint_000001" / "model.keras"),
+        "[]",
+    ]
 
 
 def test_report_table_says_why_each_trial_ended(tmp_path: Path) -> None:
@@ -282,7 +292,10 @@ def test_report_table_says_why_each_trial_ended(tmp_path: Path) -> None:
         "pruned by ASHA at rung 0 (epoch 1)",
         "TrialFailure: non-finite loss\n" + "Traceback (most recent call last):\n" * 40,
     ]
-    page = render_html(ExperimentResults(tmp_path, results.spec, trials, results.epochs, results.best), {})
+    page = render_html(
+        ExperimentResults(tmp_path, results.spec, trials, results.epochs, results.best),
+        {},
+    )
     table = page[page.index('<table class="trials">') :]
     head = re.findall(r"<th[^>]*>([^<]*)</th>", table)
     assert head[3:5] == ["status", "reason"], head
@@ -300,7 +313,11 @@ def test_report_links_the_mlflow_runs_when_a_server_holds_them(tmp_path: Path) -
 
     from tunekit.layout import TRACKING_FILE
 
-    record = {"tracking_uri": "sqlite:///m.db", "experiment_name": "made-up", "parent_run_id": "p1"}
+    record = {
+        "tracking_uri": "sqlite:///m.db",
+        "experiment_name": "made-up",
+        "parent_run_id": "p1",
+    }
     (tmp_path / TRACKING_FILE).write_text(json.dumps(record))
     page = render_html(made_up(tmp_path), {})
     assert "experiment <code>made-up</code> at <code>sqlite:///m.db</code>, parent run <code>p1</code></p>" in page
@@ -311,84 +328,3 @@ def test_report_links_the_mlflow_runs_when_a_server_holds_them(tmp_path: Path) -
     )
     page = render_html(made_up(tmp_path), {})
     assert f'(<a href="{link}">open its runs in the MLflow UI</a>)' in page
-
-
-# ------------------------------------------------------- a real small experiment
-
-
-@pytest.mark.slow
-def test_plots_of_a_real_experiment(experiment: tuple[ExperimentResults, str], tmp_path: Path) -> None:
-    results, _ = experiment
-    stopped = (results.trials["status"] != "completed").sum()
-    assert stopped >= 1, "the experiment should have early-stopped trials"
-    for name, fig in plots.all_figures(results).items():
-        fig.savefig(tmp_path / f"{name}.png")
-        assert (tmp_path / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
-    curves = plots.learning_curves(results).axes[0].get_lines()
-    assert len([line for line in curves if line.get_marker() == "x"]) == stopped
-    completed = (results.trials["status"] == "completed").sum()
-    if completed >= plots.MIN_TRIALS_FOR_IMPORTANCE:
-        importance = plots.param_importance(results).axes[0]
-        assert len(importance.patches) == len([c for c in results.trials if c.startswith("params.")])
-    else:
-        with pytest.warns(plots.FewTrialsWarning, match=f"this study has {completed} "):
-            importance = plots.param_importance(results).axes[0]
-        assert "needs at least" in importance.texts[0].get_text()
-
-
-@pytest.mark.slow
-def test_model_path_of_a_real_experiment_is_the_best_trials_saved_model(
-    experiment: tuple[ExperimentResults, str],
-) -> None:
-    results, _ = experiment
-    assert results.best is not None and results.best.status == "completed"
-    path = results.model_path()
-    assert path is not None and path.is_file(), path
-    assert path.name == "model.keras" and path.parent.parent == results.experiment_dir / results.best.trial_id
-
-
-@pytest.mark.slow
-def test_html_report_is_self_contained(experiment: tuple[ExperimentResults, str], tmp_path: Path) -> None:
-    results, _ = experiment
-    page = write_html(results, tmp_path / "report.html").read_text()
-    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == 4
-    assert all(base64.b64decode(image).startswith(PNG_MAGIC) for image in images)
-    assert page.count("<table") >= 2  # best trial's config and the ranked trials
-    for trial_id in results.trials["trial_id"]:
-        assert f">{trial_id}<" in page
-    assert 'class="best"' in page and results.best is not None and results.best.trial_id in page
-    assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not load anything"
-
-
-@pytest.mark.slow
-def test_report_command_writes_the_page(
-    experiment: tuple[ExperimentResults, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    results, _ = experiment
-    target = tmp_path / "out" / "report.html"
-    assert cli_main(["report", str(results.experiment_dir), "--html", str(target)]) == 0
-    assert target.read_text().count("data:image/png;base64,") == 4
-    assert "val_accuracy" in capsys.readouterr().out
-
-
-@pytest.mark.slow
-def test_load_from_mlflow_gives_the_same_tables(experiment: tuple[ExperimentResults, str]) -> None:
-    results, uri = experiment
-    mirrored = load_from_mlflow("digits-mlp", uri, experiment_dir=results.experiment_dir)
-    assert list(mirrored.trials.columns) == list(results.trials.columns)
-    assert list(mirrored.epochs.columns) == list(results.epochs.columns)
-    assert mirrored.trials.shape == results.trials.shape and mirrored.epochs.shape == results.epochs.shape
-    assert mirrored.experiment_dir == results.experiment_dir
-    assert mirrored.best is not None and results.best is not None
-    assert (mirrored.best.trial_id, mirrored.best.config) == (results.best.trial_id, results.best.config)
-    same = ["trial_id", "number", "status", "epochs", "rung", *[c for c in results.trials if c.startswith("params.")]]
-    pd.testing.assert_frame_equal(mirrored.trials[same], results.trials[same], check_dtype=False)
-    for column in ("final_metric", "best_metric"):
-        assert list(mirrored.trials[column]) == pytest.approx(list(results.trials[column]))
-    key = ["trial_id", "epoch"]
-    left = mirrored.epochs.sort_values(key).reset_index(drop=True)
-    right = results.epochs.sort_values(key).reset_index(drop=True)
-    assert left[key].equals(right[key])
-    assert list(left[results.metric]) == pytest.approx(list(right[results.metric]))
-    assert list(left["time"]) == pytest.approx(list(right["time"]), abs=0.01)

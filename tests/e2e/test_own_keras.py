@@ -26,7 +26,7 @@ from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, OUTPUT_FILE, STUDY_FILE
 
 pytestmark = pytest.mark.slow
 
-PROJECT = Path(__file__).resolve().parent / "projects" / "own_keras"
+PROJECT = Path(__file__).resolve().parents[1] / "projects" / "own_keras"
 
 
 @pytest.fixture(scope="module", autouse=True)

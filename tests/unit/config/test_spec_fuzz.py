@@ -40,7 +40,7 @@ from tunekit.config.resources import local_fit_warning
 from tunekit.config.spec import load_spec
 from tunekit.errors import SpecError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 BASE: dict[str, Any] = yaml.safe_load(DEFAULT_SPEC.read_text())
 EXAMPLES = int(os.environ.get("TUNEKIT_FUZZ_EXAMPLES", "200"))

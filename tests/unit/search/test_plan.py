@@ -10,7 +10,7 @@ from ray.tune.schedulers.async_hyperband import _Bracket
 from tunekit.config.spec import load_spec
 from tunekit.search.plan import asha_milestones, pick_best, plan_budget, rung_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("grace", "factor", "max_t"), [(2, 3, 20), (1, 2, 8), (1, 3, 50), (5, 4, 100), (3, 3, 3)])

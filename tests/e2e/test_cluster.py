@@ -25,7 +25,7 @@ import tunekit
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 NODE_IP = "127.0.0.2"
 CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")

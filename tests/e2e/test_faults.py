@@ -23,7 +23,7 @@ from tunekit.testing import MlflowServer
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 TEST_TRAINABLES = REPO / "tests" / "trainables"
 QUIET = ["tracking.enabled=false"]

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_tracking import client, drive, recorder_for, runs_of, small_spec
 
 from tunekit.layout import TRACKING_FILE
 from tunekit.testing import MlflowServer
 from tunekit.tracking.tracker import MlflowTracker
+
+from .test_tracking import client, drive, recorder_for, runs_of, small_spec
 
 pytestmark = pytest.mark.slow
 

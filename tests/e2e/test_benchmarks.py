@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks import common, quality, run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OWN = ("overhead", "memory", "grid", "quality")
 FIGURE_KEYS = {"name", "value", "unit", "target", "met", "note"}
 PAYLOAD_KEYS = {

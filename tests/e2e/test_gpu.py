@@ -20,7 +20,7 @@ from conftest import trial_infos
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "search_spaces"
 
 

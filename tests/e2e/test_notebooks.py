@@ -9,7 +9,7 @@ from typing import Any
 import nbformat
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 QUICKSTART = NOTEBOOKS / "quickstart.ipynb"
 EXPLORE = NOTEBOOKS / "explore_results.ipynb"

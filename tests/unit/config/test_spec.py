@@ -15,7 +15,7 @@ from tunekit import SpecError, load_spec
 from tunekit.cli import main
 from tunekit.config.space import Choice, FloatRange, IntRange
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 
 

@@ -1,0 +1,152 @@
+"""Figures, the HTML report, ``tunekit report`` and ``load_from_mlflow`` on a real small experiment.
+
+Made-up tables: tests/unit/results/test_results.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tunekit
+from tunekit import plots
+from tunekit.cli import main as cli_main
+from tunekit.results.load import ExperimentResults
+from tunekit.results.mlflow import load_from_mlflow
+from tunekit.results.report import write_html
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def experiment(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ExperimentResults, str]]:
+    """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite: (results, tracking URI)."""
+    import ray
+
+    from tunekit.driver.session import ray_init_options
+
+    root = tmp_path_factory.mktemp("results-experiment")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    ray.init("local", num_cpus=2, **ray_init_options())
+    try:
+        results = tunekit.run(
+            DIGITS_SPEC,
+            storage=root,
+            name="small",
+            progress=False,
+            overrides=[
+                "budget.num_samples=6",
+                "budget.max_epochs=3",
+                "scheduler.grace_period=1",
+                "scheduler.reduction_factor=2",
+                "search.n_startup_trials=3",
+                f"tracking.uri={uri}",
+            ],
+        )
+    finally:
+        ray.shutdown()
+    yield results, uri
+
+
+# ------------------------------------------------------- a real small experiment
+
+
+@pytest.mark.slow
+def test_plots_of_a_real_experiment(experiment: tuple[ExperimentResults, str], tmp_path: Path) -> None:
+    results, _ = experiment
+    stopped = (results.trials["status"] != "completed").sum()
+    assert stopped >= 1, "the experiment should have early-stopped trials"
+    for name, fig in plots.all_figures(results).items():
+        fig.savefig(tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
+    curves = plots.learning_curves(results).axes[0].get_lines()
+    assert len([line for line in curves if line.get_marker() == "x"]) == stopped
+    completed = (results.trials["status"] == "completed").sum()
+    if completed >= plots.MIN_TRIALS_FOR_IMPORTANCE:
+        importance = plots.param_importance(results).axes[0]
+        assert len(importance.patches) == len([c for c in results.trials if c.startswith("params.")])
+    else:
+        with pytest.warns(plots.FewTrialsWarning, match=f"this study has {completed} "):
+            importance = plots.param_importance(results).axes[0]
+        assert "needs at least" in importance.texts[0].get_text()
+
+
+@pytest.mark.slow
+def test_model_path_of_a_real_experiment_is_the_best_trials_saved_model(
+    experiment: tuple[ExperimentResults, str],
+) -> None:
+    results, _ = experiment
+    assert results.best is not None and results.best.status == "completed"
+    path = results.model_path()
+    assert path is not None and path.is_file(), path
+    assert path.name == "model.keras" and path.parent.parent == results.experiment_dir / results.best.trial_id
+
+
+@pytest.mark.slow
+def test_html_report_is_self_contained(experiment: tuple[ExperimentResults, str], tmp_path: Path) -> None:
+    results, _ = experiment
+    page = write_html(results, tmp_path / "report.html").read_text()
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 4
+    assert all(base64.b64decode(image).startswith(PNG_MAGIC) for image in images)
+    assert page.count("<table") >= 2  # best trial's config and the ranked trials
+    for trial_id in results.trials["trial_id"]:
+        assert f">{trial_id}<" in page
+    assert 'class="best"' in page and results.best is not None and results.best.trial_id in page
+    assert not re.search(r'(src|href)="(https?:)?//', page), "the page must not load anything"
+
+
+@pytest.mark.slow
+def test_report_command_writes_the_page(
+    experiment: tuple[ExperimentResults, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results, _ = experiment
+    target = tmp_path / "out" / "report.html"
+    assert cli_main(["report", str(results.experiment_dir), "--html", str(target)]) == 0
+    assert target.read_text().count("data:image/png;base64,") == 4
+    assert "val_accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_load_from_mlflow_gives_the_same_tables(
+    experiment: tuple[ExperimentResults, str],
+) -> None:
+    results, uri = experiment
+    mirrored = load_from_mlflow("digits-mlp", uri, experiment_dir=results.experiment_dir)
+    assert list(mirrored.trials.columns) == list(results.trials.columns)
+    assert list(mirrored.epochs.columns) == list(results.epochs.columns)
+    assert mirrored.trials.shape == results.trials.shape and mirrored.epochs.shape == results.epochs.shape
+    assert mirrored.experiment_dir == results.experiment_dir
+    assert mirrored.best is not None and results.best is not None
+    assert (mirrored.best.trial_id, mirrored.best.config) == (
+        results.best.trial_id,
+        results.best.config,
+    )
+    same = [
+        "trial_id",
+        "number",
+        "status",
+        "epochs",
+        "rung",
+        *[c for c in results.trials if c.startswith("params.")],
+    ]
+    pd.testing.assert_frame_equal(mirrored.trials[same], results.trials[same], check_dtype=False)
+    for column in ("final_metric", "best_metric"):
+        assert list(mirrored.trials[column]) == pytest.approx(list(results.trials[column]))
+    key = ["trial_id", "epoch"]
+    left = mirrored.epochs.sort_values(key).reset_index(drop=True)
+    right = results.epochs.sort_values(key).reset_index(drop=True)
+    assert left[key].equals(right[key])
+    assert list(left[results.metric]) == pytest.approx(list(right[results.metric]))
+    assert list(left["time"]) == pytest.approx(list(right["time"]), abs=0.01)

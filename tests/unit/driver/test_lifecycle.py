@@ -1,0 +1,172 @@
+"""A search's end and start-up, told without running one: resources no node can place, this
+machine's fit, why a search gave no result, the console's start-up progress. No Ray, no TensorFlow.
+
+Real searches, signals and a warm Ray: tests/e2e/test_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tunekit.config.resources import local_fit_warning, unplaceable
+from tunekit.config.spec import ResourcesSpec, load_spec
+from tunekit.driver.progress import ConsoleProgress
+from tunekit.driver.runner import no_result_reason
+from tunekit.layout import ERROR_FILE
+
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+
+
+# ------------------------------------------------------------------ no Ray, no TensorFlow
+
+
+def test_unplaceable_names_the_resource_the_request_and_the_largest_node() -> None:
+    one_cpu_node = [{"CPU": 2.0}]
+    assert unplaceable({"cpu": 1, "gpu": 0}, one_cpu_node) is None
+    assert unplaceable({"cpu": 1, "gpu": 1}, one_cpu_node, {"CPU": 2.0}) == (
+        "resources.gpu: 1 per trial, but the cluster has 0 GPUs (run tunekit doctor)"
+    )
+    assert unplaceable({"cpu": 3, "gpu": 0}, one_cpu_node) == (
+        "resources.cpu: 3 per trial, but the largest node has 2 CPUs"
+    )
+    # two nodes of 2 GPUs do not make one trial of 4
+    two_nodes = [{"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0, "GPU": 2.0}]
+    assert unplaceable({"cpu": 1, "gpu": 4}, two_nodes) == (
+        "resources.gpu: 4 per trial, but the largest node has 2 GPUs"
+    )
+    assert unplaceable({"cpu": 1, "gpu": 0.5}, two_nodes) is None
+
+
+def test_local_fit_warning_on_this_machine() -> None:
+    cpus = os.cpu_count() or 1
+    assert local_fit_warning(ResourcesSpec(cpu=1, gpu=0, gpu_memory="growth")) is None
+    assert local_fit_warning(ResourcesSpec(cpu=cpus + 1, gpu=0, gpu_memory="growth")) == (
+        f"resources.cpu: {cpus + 1} per trial, but this machine has {cpus} CPUs; a local run stops at once "
+        "(a cluster joined with --address may have more)"
+    )
+
+
+def _record(
+    trial_id: str,
+    number: int,
+    status: str,
+    reason: str = "",
+    metric: float | None = None,
+) -> Any:
+    return SimpleNamespace(
+        trial_id=trial_id,
+        number=number,
+        status=status,
+        reason=reason,
+        epochs=0 if metric is None else 1,
+        final_metric=metric,
+        best_metric=metric,
+        started_at=100.0 + number,
+        ended_at=200.0 + number,
+    )
+
+
+def test_no_result_reason(tmp_path: Path) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.time_budget_s=5"])
+    failed = [
+        _record("b", 1, "failed", "ValueError: late"),
+        _record("a", 0, "failed", "ValueError: bad shape"),
+    ]
+    assert no_result_reason(spec, tmp_path, failed, 2.0) == (
+        "no trial reported val_accuracy: 2 failed (first: ValueError: bad shape)"
+    )
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ERROR_FILE).write_text("Traceback ...")
+    assert no_result_reason(spec, tmp_path, failed, 2.0) == (
+        f"no trial reported val_accuracy: 2 failed (first: ValueError: bad shape), see {tmp_path / 'a' / ERROR_FILE}"
+    )
+    stopped = [_record("c", 0, "stopped")]
+    assert no_result_reason(spec, tmp_path, stopped, 5.2) == (
+        "no trial reported val_accuracy: the time budget of 5 s ran out before any trial finished an epoch"
+    )
+    assert no_result_reason(spec, tmp_path, [*stopped, _record("d", 1, "completed", metric=0.9)], 9.0) == ""
+
+
+class _FakeRecorder:
+    def __init__(self, experiment_dir: Path) -> None:
+        self.experiment_dir = experiment_dir
+        self.trials: dict[str, Any] = {}
+        self.epochs: list[Any] = []
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(("running", "completed", "pruned", "stopped", "failed"), 0)
+        for record in self.trials.values():
+            counts[record.status] += 1
+        return counts
+
+    def best(self) -> Any:
+        done = [r for r in self.trials.values() if r.final_metric is not None]
+        return max(done, key=lambda r: r.final_metric) if done else None
+
+
+def _drive_console(console: ConsoleProgress, experiment_dir: Path) -> None:
+    recorder = _FakeRecorder(experiment_dir)
+    console.header(experiment_dir, "sqlite:///mlflow.db")
+    console.phase("starting Ray (local)")
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    ok = _record("t0", 0, "running")
+    recorder.trials["t0"] = ok
+    console.trial_started(ok)
+    recorder.epochs.append(object())
+    console.epoch_reported(ok, object())  # type: ignore[arg-type]
+    ok.status, ok.final_metric, ok.epochs, ok.reason = (
+        "completed",
+        0.9,
+        7,
+        "stopped by the model at epoch 7",
+    )
+    console.trial_ended(ok)
+    bad = _record("t1", 1, "failed", "ValueError: " + "x" * 300)
+    recorder.trials["t1"] = bad
+    (experiment_dir / "t1").mkdir()
+    (experiment_dir / "t1" / ERROR_FILE).write_text("Traceback ...")
+    console.trial_ended(bad)
+    console.finish()
+
+
+def test_console_plain_lines_show_start_up_reasons_and_the_error_file(
+    tmp_path: Path,
+) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.num_samples=2"])
+    stream = io.StringIO()
+    _drive_console(ConsoleProgress(spec, stream), tmp_path)
+    lines = stream.getvalue().splitlines()
+    assert lines[:3] == [
+        f"experiment: {tmp_path}",
+        "tracking: sqlite:///mlflow.db",
+        "[00:00] starting Ray (local)",
+    ]
+    assert lines[3] == "[00:00] first trial started (trial 0); its worker is importing TensorFlow"
+    assert lines[4] == "[00:00] first epoch reported (trial 0); training"
+    assert lines[5] == (
+        "[00:00] trial 0 completed after 7 epochs val_accuracy=0.9000 (stopped by the model at epoch 7) | "
+        "done 1/2: completed 1, pruned 0, failed 0; running 0; best val_accuracy 0.9000 (trial 0)"
+    )
+    assert lines[6].startswith("[00:00] trial 1 failed after 0 epochs (ValueError: xxx")
+    assert lines[6].endswith(f", see {tmp_path / 't1' / ERROR_FILE} | " + lines[6].rsplit(" | ", 1)[1])
+    assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+
+
+def test_console_on_a_terminal_redraws_one_line_but_prints_failures(
+    tmp_path: Path,
+) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.num_samples=2"])
+    stream = io.StringIO()
+    _drive_console(ConsoleProgress(spec, stream, live=True), tmp_path)
+    text = stream.getvalue()
+    assert "\r\x1b[2K[00:00] done 1/2: completed 1" in text
+    failed = [line for line in text.split("\n") if "trial 1 failed" in line]
+    assert len(failed) == 1
+    shown = failed[0].split("\x1b[2K")[-1]
+    assert shown.endswith(f"..., see {tmp_path / 't1' / ERROR_FILE}")
+    assert len(shown) < 200 + len(f", see {tmp_path / 't1' / ERROR_FILE}") + 1
