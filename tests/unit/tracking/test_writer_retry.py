@@ -292,7 +292,7 @@ def test_the_parent_run_ends_as_the_search_did(
 ) -> None:
     client = FakeClient()
     events = trial_events()[:-1]
-    counts = {TrialStatus.COMPLETED: 1} if best is not None else {TrialStatus.FAILED: 1}
+    counts: dict[str, int] = {TrialStatus.COMPLETED: 1} if best is not None else {TrialStatus.FAILED: 1}
     events.append(ProgressEvent(1, best, None, counts, 3, 2.0, final=True, interrupted=interrupted))
 
     run_writer(spec, tmp_path, client, events)
