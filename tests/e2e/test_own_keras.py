@@ -56,7 +56,10 @@ def _trial(results: tunekit.ExperimentResults, early_stop: bool) -> Any:
 def test_no_trial_fails_and_the_self_stopped_one_is_completed(project_run: tunekit.ExperimentResults) -> None:
     assert list(project_run.trials["status"]) == ["completed", "completed"], project_run.trials[["status", "reason"]]
     stopped, full = _trial(project_run, True), _trial(project_run, False)
-    assert (stopped.epochs, stopped.reason) == (2, "stopped by the model at epoch 2")
+    assert (stopped.epochs, stopped.reason) == (
+        2,
+        "stopped by the model at epoch 2; the model restored its best weights",
+    )
     assert (full.epochs, full.reason) == (5, "trained all 5 epochs")
     assert project_run.best is not None and project_run.best.status == "completed"
 
@@ -90,7 +93,8 @@ def test_every_trial_leaves_weights_that_load_into_a_rebuilt_model(project_run: 
         model(next(iter(val))[0])  # a subclassed model makes its weights on its first call
         model.load_weights(final / FINAL_WEIGHTS)
         _, accuracy = model.evaluate(val, verbose=0)
-        # The last epoch's weights: the project's EarlyStopping does not restore older ones.
+        # The saved model scores what the trial reported last, even where EarlyStopping put
+        # back its first epoch's weights (the trial's last metrics are re-measured on them).
         assert accuracy == pytest.approx(row.final_metric, abs=1e-6)
     model_path = project_run.model_path()
     assert model_path is not None and model_path.name == FINAL_WEIGHTS

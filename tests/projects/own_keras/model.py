@@ -59,8 +59,11 @@ def fit_options(config: dict[str, Any], ctx: Any) -> dict[str, Any]:
         keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=0, min_delta=100.0),
     ]
     if config["early_stop"]:
-        # val_accuracy never rises by 0.5 after the first epoch: training stops after epoch 2.
-        callbacks.append(keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=1, min_delta=0.5))
+        # val_accuracy never rises by 0.5 after the first epoch: training stops after epoch 2,
+        # and the first epoch's weights, the best by that rule, are put back.
+        callbacks.append(
+            keras.callbacks.EarlyStopping(monitor="val_accuracy", patience=1, min_delta=0.5, restore_best_weights=True)
+        )
     class_weight = {digit: 1.0 for digit in range(10)}
     class_weight[8] = 2.0  # the digit this model confuses most
     return {"callbacks": callbacks, "class_weight": class_weight}
