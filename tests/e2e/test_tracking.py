@@ -25,6 +25,7 @@ from ray.tune.schedulers import FIFOScheduler
 import tunekit
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
+from tunekit.environment import redact_uri
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatus
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking.tags import (
@@ -36,7 +37,7 @@ from tunekit.tracking.tags import (
     TAG_TRIAL_ID,
     TAG_TRIAL_NUMBER,
 )
-from tunekit.tracking.tracker import MlflowTracker, redact_uri
+from tunekit.tracking.tracker import MlflowTracker
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"

@@ -55,12 +55,3 @@ class FailureRules:
 
     def stop_all(self) -> bool:
         return self.abort_reason is not None
-
-
-def __getattr__(name: str) -> Any:
-    # Experiments saved while FailureGuard lived here name it in Ray's pickle.
-    if name == "FailureGuard":
-        from tunekit.driver.stopper import FailureGuard
-
-        return FailureGuard
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -121,7 +121,7 @@ class ExperimentResults:
         Raises:
             TunekitError: no such trial in this experiment.
         """
-        from tunekit.tracking.tracker import final_model_path
+        from tunekit.tracking.artifacts import final_model_path
 
         if trial is None:
             return None if self.best is None else final_model_path(self.experiment_dir, self.best.trial_id)

@@ -63,9 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.environment import redact_uri as redact_uri  # re-exported: one redactor, in tunekit.environment
 from tunekit.layout import TrialStatus, finite
-from tunekit.tracking.artifacts import final_model_path as final_model_path  # re-exported for results.load
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,
