@@ -90,9 +90,7 @@ def ray_init_options(spec: ExperimentSpec | None = None, *, cluster: bool = Fals
 
 def _code_for_nodes(spec: ExperimentSpec) -> list[str]:
     """Directories that must exist on every node: tunekit and the trainable's package."""
-    import tunekit
-
-    modules = [str(Path(tunekit.__file__).parent)]
+    modules = [str(Path(__file__).resolve().parents[1])]  # the tunekit package this driver runs
     trainable = spec.trainable
     if not isinstance(trainable, TrainableRef):
         return modules  # builders passed from Python travel by value, pickled by Ray
