@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -88,3 +90,34 @@ def trial_infos(results: object) -> list[dict]:
             info[key] = str(value).split(";") if value not in (None, "") else []
         infos.append(info)
     return infos
+
+
+# ------------------------------------------------------------ the command, the doctor
+
+TUNEKIT = str(Path(sys.executable).parent / "tunekit")
+STORAGE_FIX = "fix: choose a writable --storage or fix permissions"
+
+
+def cli_env() -> dict[str, str]:
+    """The environment a user's shell gives ``tunekit``: no Ray address from this session."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_tunekit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``tunekit ARGS`` as a separate process from the repository root."""
+    return subprocess.run(
+        [TUNEKIT, *args], cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> pytest.MonkeyPatch:
+    """No address, tracking URI or device mask from outside, and a Ray temp dir of its own
+    (a stale /tmp/ray/ray_current_cluster left by another cluster is a real problem, but
+    not this test's)."""
+    for key in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray_tmpdir")))
+    return monkeypatch

@@ -11,7 +11,6 @@ import io
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,32 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import STORAGE_FIX
 
 from tunekit.cli import main
 from tunekit.doctor.checks import run_checks
 from tunekit.doctor.report import PROBLEM
 from tunekit.doctor.tracking import check_tracking
+from tunekit.testing import free_port
 
-STORAGE_FIX = "fix: choose a writable --storage or fix permissions"
 TRACKING_FIX = "or fix --tracking-uri"
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> pytest.MonkeyPatch:
-    """No address, tracking URI or device mask from outside, and a Ray temp dir of its own
-    (a stale /tmp/ray/ray_current_cluster left by another cluster is a real problem, but
-    not this test's)."""
-    for key in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray_tmpdir")))
-    return monkeypatch
 
 
 def lines_of(text: str) -> list[str]:

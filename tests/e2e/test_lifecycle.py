@@ -12,7 +12,6 @@ import io
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from conftest import TUNEKIT, cli_env, run_tunekit
 
 import tunekit
 from tunekit.driver.session import _DRIVER_ENV
@@ -28,7 +28,6 @@ from tunekit.layout import ERROR_FILE
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 TEST_TRAINABLES = REPO / "tests" / "trainables"
-TUNEKIT = str(Path(sys.executable).parent / "tunekit")
 SMALL = [
     "tracking.enabled=false",
     "budget.num_samples=2",
@@ -37,25 +36,7 @@ SMALL = [
 ]
 
 
-def _cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 # --------------------------------------------------------------------------- the CLI
-
-
-def _tunekit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TUNEKIT, *args],
-        cwd=REPO,
-        env=_cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 # ----------------------------------------------------------- one warm Ray, in this process
@@ -244,7 +225,7 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [TUNEKIT, *args],
         cwd=REPO,
-        env=_cli_env(),
+        env=cli_env(),
         stdout=log.open("w"),
         stderr=subprocess.PIPE,
         text=True,
@@ -305,7 +286,7 @@ def test_sigterm_while_training_stops_in_seconds_and_resume_finishes(
         "tunekit: SIGTERM received: stopping the search and saving its state (again to force)",
         f"tunekit: interrupted by SIGTERM; `tunekit resume {directory}` continues the search",
     ]
-    resumed = _tunekit("resume", str(directory), timeout=180)
+    resumed = run_tunekit("resume", str(directory), timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     trials = _trials(directory)
     assert len(trials) == 2
@@ -346,7 +327,7 @@ def test_sigterm_during_start_up_then_resume_starts_the_search(tmp_path: Path) -
         stderr.splitlines()[-1] == f"tunekit: interrupted by SIGTERM; `tunekit resume {directory}` continues the search"
     )
     assert "Traceback" not in stderr
-    resumed = _tunekit("resume", str(directory), timeout=180)
+    resumed = run_tunekit("resume", str(directory), timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [t["status"] for t in _trials(directory)] == ["completed"]
 

@@ -4,23 +4,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from conftest import TUNEKIT, cli_env, run_tunekit
 
 from tunekit.config.spec import load_spec
 from tunekit.layout import ERROR_FILE, OUTPUT_FILE
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
-TUNEKIT = str(Path(sys.executable).parent / "tunekit")
-
-
-def _cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -49,21 +42,9 @@ def _fake_experiment(root: Path) -> Path:
     return directory
 
 
-def _tunekit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TUNEKIT, *args],
-        cwd=REPO,
-        env=_cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def test_report_table_has_a_truncated_reason_column(tmp_path: Path) -> None:
     directory = _fake_experiment(tmp_path)
-    done = _tunekit("report", str(directory))
+    done = run_tunekit("report", str(directory))
     assert done.returncode == 0, done.stderr
     header, best, failed = done.stdout.splitlines()[:3]
     assert header.split()[-1] == "reason"
@@ -78,7 +59,7 @@ def test_report_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
         shell=True,
         executable="/bin/bash",
         cwd=REPO,
-        env=_cli_env(),
+        env=cli_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -90,21 +71,21 @@ def test_report_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
 
 def test_logs_prints_the_output_then_the_error(tmp_path: Path) -> None:
     directory = _fake_experiment(tmp_path)
-    by_number = _tunekit("logs", str(directory), "1")
+    by_number = run_tunekit("logs", str(directory), "1")
     assert by_number.returncode == 0, by_number.stderr
     assert by_number.stdout == (
         f"building the model\n--- {directory / 'aaaa0002' / ERROR_FILE}\n"
         "Traceback (most recent call last):\nValueError: yyy\n"
     )
-    by_id = _tunekit("logs", str(directory), "aaaa0001")
+    by_id = run_tunekit("logs", str(directory), "aaaa0001")
     assert (by_id.returncode, by_id.stdout) == (0, "epoch 1\nepoch 2\n")
-    missing = _tunekit("logs", str(directory), "7")
+    missing = run_tunekit("logs", str(directory), "7")
     assert missing.returncode == 1
     assert missing.stderr == (
         f"tunekit: error: trial 7: not in {directory / 'trials.csv'}; trials: 0 (aaaa0001), 1 (aaaa0002)\n"
     )
     (directory / "aaaa0001" / OUTPUT_FILE).unlink()
-    empty = _tunekit("logs", str(directory), "0")
+    empty = run_tunekit("logs", str(directory), "0")
     assert empty.returncode == 1
     assert empty.stderr == (
         f"tunekit: error: trial 0 (aaaa0001): neither {OUTPUT_FILE} nor {ERROR_FILE} in {directory / 'aaaa0001'}\n"
@@ -112,7 +93,7 @@ def test_logs_prints_the_output_then_the_error(tmp_path: Path) -> None:
 
 
 def test_validate_warns_when_this_machine_cannot_run_a_trial() -> None:
-    done = _tunekit("validate", str(DEFAULT_SPEC), "--set", "resources.gpu=1", timeout=30)
+    done = run_tunekit("validate", str(DEFAULT_SPEC), "--set", "resources.gpu=1", timeout=30)
     assert done.returncode == 0
     assert done.stdout == "ok\n"
     assert done.stderr == (

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import STORAGE_FIX
 
 from tunekit.doctor import cluster as doctor
 from tunekit.doctor.child import Child
@@ -21,27 +22,7 @@ from tunekit.doctor.gpus import NvidiaView, check_tensorflow
 from tunekit.doctor.report import OK, PROBLEM
 from tunekit.doctor.storage import check_storage
 from tunekit.doctor.tracking import check_tracking
-
-STORAGE_FIX = "fix: choose a writable --storage or fix permissions"
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> pytest.MonkeyPatch:
-    """No address, tracking URI or device mask from outside, and a Ray temp dir of its own
-    (a stale /tmp/ray/ray_current_cluster left by another cluster is a real problem, but
-    not this test's)."""
-    for key in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray_tmpdir")))
-    return monkeypatch
-
+from tunekit.testing import free_port
 
 # --------------------------------------------------------------------------- single checks
 
