@@ -24,6 +24,7 @@ from tunekit.errors import SearchInterrupted, SpecError, TunekitError
 from tunekit.layout import ENDED_STATUSES
 
 if TYPE_CHECKING:
+    from tunekit.config.spec import ExperimentSpec
     from tunekit.results.load import ExperimentResults
 
 EXIT_FAILURE = 1
@@ -90,12 +91,29 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="print ASHA's rungs and the epochs the search will spend")
     plan.add_argument("spec")
     _add_set(plan)
+    plan.add_argument(
+        "--probe",
+        action="store_true",
+        help="train a few sampled configurations briefly on the target; predict wall time, epochs, slot-hours",
+    )
+    plan.add_argument("--probe-seconds", type=float, metavar="S", help="the probe's hard time limit (default 90)")
+    plan.add_argument("--address", help="probe on this Ray cluster (default: RAY_ADDRESS, else local)")
+    plan.add_argument("--storage", help="where the probe's measurement is kept (default: storage.path)")
+    plan.add_argument("--format", choices=("table", "json"), default="table")
     plan.set_defaults(handler=_plan)
 
     report = commands.add_parser("report", help="best-first table of a finished experiment")
     report.add_argument("experiment_dir")
     report.add_argument("--format", choices=("table", "json"), default="table")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with tables and plots")
+    report.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.01,
+        metavar="T",
+        help="the ledger's time to best: when the best so far came within T (relative) of the final best (0.01)",
+    )
+    report.add_argument("--price-per-hour", type=float, metavar="P", help="price of one CPU- or GPU-hour: adds costs")
     report.set_defaults(handler=_report)
 
     logs = commands.add_parser("logs", help="a trial's output (stdout and stderr) and its error, if it failed")
@@ -150,30 +168,78 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
     from tunekit.config.spec import load_spec
     from tunekit.search.plan import plan_budget
 
     spec = load_spec(args.spec, args.set)
+    if args.probe:
+        return _probe(args, spec)
+    plan = plan_budget(spec)
+    if args.format == "json":
+        print(json.dumps(dataclasses.asdict(plan), indent=2))
+        return 0
     print(
         f"{spec.name}: {spec.budget.num_samples} trials of up to {spec.budget.max_epochs} epochs, "
         f"{spec.budget.max_concurrent} at a time, scheduler {spec.scheduler.type}"
     )
-    print(plan_budget(spec).describe())
+    print(plan.describe())
+    return 0
+
+
+def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
+    """``plan --probe``: measure on the target, predict, keep the measurement for `tunekit run`."""
+    import dataclasses
+    import json
+
+    from tunekit.search.forecast import predict, save_measurement, target_of
+    from tunekit.search.plan import plan_budget
+    from tunekit.search.probe import DEFAULT_SECONDS, ProbeSettings, describe, probe_sections, probe_slots, run_probe
+
+    seconds = args.probe_seconds or DEFAULT_SECONDS
+    slots = probe_slots(spec, args.address)
+    budget = probe_sections(spec, slots)["budget"]
+    # Said before anything runs, on stderr when stdout carries JSON.
+    print(
+        f"probing {target_of(args.address)}: {budget['num_samples']} sampled configurations, up to "
+        f"{budget['max_epochs']} epochs each, {slots} at a time; at most {seconds:g} s (a hard stop)",
+        file=sys.stderr if args.format == "json" else sys.stdout,
+        flush=True,
+    )
+    measurement = run_probe(ProbeSettings(args.spec, tuple(args.set), args.address, seconds), spec)
+    saved = save_measurement(Path(args.storage or spec.storage.path).expanduser().resolve(), spec, measurement)
+    prediction = predict(spec, measurement)
+    if args.format == "json":
+        record = {**prediction.to_dict(), "measurement": dataclasses.asdict(measurement), "saved": str(saved)}
+        print(json.dumps(record, indent=2))
+    else:
+        print(plan_budget(spec).describe())
+        print(describe(spec, measurement, prediction, saved))
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
+    import json
+
+    from tunekit.results.ledger import compute_ledger, describe, predicted_vs_actual
     from tunekit.results.load import load
 
     results = load(args.experiment_dir)
+    ledger = compute_ledger(results, args.tolerance, args.price_per_hour)
+    comparison = predicted_vs_actual(results, ledger)
     if args.format == "json":
-        print(results.to_json())
+        record = json.loads(results.to_json())
+        print(json.dumps({**record, "ledger": ledger.to_dict(), "predicted_vs_actual": comparison}, indent=2))
     else:
         print(_table(results))
+        print()
+        print(describe(ledger, comparison))
     if args.html:
         from tunekit.results.report import write_html
 
-        write_html(results, args.html)
+        write_html(results, args.html, tolerance=args.tolerance, price_per_hour=args.price_per_hour)
     return 0
 
 

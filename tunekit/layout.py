@@ -119,3 +119,12 @@ def finite(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+# ----------------------------------------------------------- predictions and ledger
+
+# The prediction of a probe of this spec (``tunekit plan --probe``), filed by ``tunekit run``
+# with the experiment (tunekit.search.forecast), and its compute ledger (tunekit.results.ledger).
+PREDICTION_FILE = "prediction.json"
+LEDGER_FILE = "ledger.json"
+# Under the storage root: one measurement per spec fingerprint and target, <fingerprint>.json.
+PROBES_DIR = ".probes"

@@ -31,6 +31,7 @@ from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
 from tunekit.layout import ERROR_FILE, SPEC_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults, load
+from tunekit.search.forecast import attach_prediction
 
 
 def run(
@@ -70,12 +71,15 @@ def run(
         SearchInterrupted: SIGINT or SIGTERM stopped the search; ``tunekit.resume`` continues it.
         Each of these but SpecError carries ``experiment_dir``, whose results stay loadable.
     """
+    launched_at = time.time()  # the zero of a filed prediction's wall time
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     if not isinstance(spec, ExperimentSpec):
         spec = load_spec(spec, overrides, sections, python_trainable)
     elif python_trainable is not None:
         spec = dataclasses.replace(spec, trainable=python_trainable)
     experiment_dir = create_experiment_dir(spec, name, storage)
+    # A `tunekit plan --probe` of this spec under the same storage: its prediction goes with the experiment.
+    attach_prediction(spec, experiment_dir, address, launched_at)
     stream = sys.stdout if progress is True else (progress or None)
     _fit(spec, experiment_dir, address, stream, restore=False)
     return load(experiment_dir)

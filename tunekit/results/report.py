@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, TRACKING_FILE, TrialStatus
+from tunekit.results.ledger import DEFAULT_TOLERANCE, compute_ledger, predicted_vs_actual
 from tunekit.results.load import ExperimentResults
 
 if TYPE_CHECKING:
@@ -56,24 +57,38 @@ code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
 """
 
 
-def write_html(results: ExperimentResults, path: str | Path) -> Path:
+def write_html(
+    results: ExperimentResults,
+    path: str | Path,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    price_per_hour: float | None = None,
+) -> Path:
     """Writes the report page and returns its path.
 
     Args:
         results: a loaded experiment (``tunekit.load(dir)``).
         path: the HTML file to write; its folder is created when missing.
+        tolerance, price_per_hour: the compute ledger's (``tunekit.results.ledger``).
     """
     from tunekit.results.plots import all_figures
 
     figures = all_figures(results)
-    page = render_html(results, {name: _png_base64(fig) for name, fig in figures.items()})
+    images = {name: _png_base64(fig) for name, fig in figures.items()}
+    page = render_html(results, images, tolerance=tolerance, price_per_hour=price_per_hour)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
     return target
 
 
-def render_html(results: ExperimentResults, images: dict[str, str]) -> str:
+def render_html(
+    results: ExperimentResults,
+    images: dict[str, str],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    price_per_hour: float | None = None,
+) -> str:
     """The page as a string; ``images`` maps figure names to base64 PNG data."""
     name = results.spec.name
     parts = [
@@ -90,6 +105,8 @@ def render_html(results: ExperimentResults, images: dict[str, str]) -> str:
         best_trial(results),
         "<h2>Trials, best first</h2>",
         _trial_table(results),
+        "<h2>Compute ledger</h2>",
+        _ledger_section(results, tolerance, price_per_hour),
         "<h2>Figures</h2>",
     ]
     for key, title in FIGURE_TITLES.items():
@@ -218,6 +235,49 @@ def _trial_table(results: ExperimentResults) -> str:
         css_row = ' class="best"' if row.get("trial_id") == best_id else ""
         body.append(f"<tr{css_row}>{''.join(cells)}</tr>")
     return f'<div class="scroll"><table class="trials"><tr>{head}</tr>{"".join(body)}</table></div>'
+
+
+def _ledger_section(results: ExperimentResults, tolerance: float, price_per_hour: float | None) -> str:
+    """Where the compute went (per rung, pruned share, time to best, cost) and predicted against actual."""
+    ledger = compute_ledger(results, tolerance, price_per_hour)
+    unit = ledger.slot_unit
+    rows = "".join(
+        f"<tr><td>{'final' if r.rung is None else r.rung}</td><td>{r.first_epoch}-{r.last_epoch}</td>"
+        f"<td>{r.trials}</td><td>{r.epochs}</td><td>{r.slot_hours:.4f}</td></tr>"
+        for r in ledger.rungs
+    )
+    table = (
+        f"<table><tr><th>rung</th><th>epochs from-to</th><th>trials</th><th>epochs</th>"
+        f"<th>{unit}-hours</th></tr>{rows}</table>"
+    )
+    facts = [f"{ledger.slot_hours:.4f} {unit}-hours over {ledger.epochs} epochs"]
+    if ledger.pruned_share is not None:
+        facts.append(f"{ledger.pruned_share:.0%} spent on trials later pruned")
+    if ledger.seconds_to_best is not None and ledger.final_best is not None:
+        facts.append(
+            f"within {ledger.tolerance:.1%} of the final best ({ledger.final_best:.4g}) after "
+            f"{ledger.seconds_to_best:.1f} s and {ledger.slot_hours_to_best or 0.0:.4f} {unit}-hours"
+        )
+    if ledger.cost is not None:
+        to_best = "" if ledger.cost_to_best is None else f", {ledger.cost_to_best:.4f} to reach that best"
+        facts.append(f"cost {ledger.cost:.4f} at {ledger.price_per_hour:g} per {unit}-hour{to_best}")
+    parts = ["<ul>" + "".join(f"<li>{_e(fact)}</li>" for fact in facts) + "</ul>", table]
+    comparison = predicted_vs_actual(results, ledger)
+    if comparison:
+        cells = "".join(
+            f'<tr><td class="text">{_e(row["figure"])}</td><td>{_e(_fmt(row["predicted"]))}</td>'
+            f"<td>{_e(_fmt(row['actual']))}</td><td>{_e(_signed(row['error_percent']))}</td></tr>"
+            for row in comparison
+        )
+        parts.append(
+            '<h3>Predicted (tunekit plan --probe) against actual</h3><table><tr><th class="text">figure</th>'
+            f"<th>predicted</th><th>actual</th><th>error</th></tr>{cells}</table>"
+        )
+    return "".join(parts)
+
+
+def _signed(percent: float | None) -> str:
+    return "" if percent is None else f"{percent:+.0f}%"
 
 
 # ------------------------------------------------------------------- helpers

@@ -5,6 +5,7 @@ Imported only inside trial workers (it imports Keras, hence TensorFlow).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -54,6 +55,9 @@ class EpochReporter(keras.callbacks.Callback):
         self._last: tuple[int, dict[str, float], dict[str, Any]] | None = None
         self._last_weights: list[Any] = []  # the weights at the last epoch's end
 
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        _reset_peak_rss()
+
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_started = time.perf_counter()
         self._train_seconds = 0.0
@@ -71,6 +75,8 @@ class EpochReporter(keras.callbacks.Callback):
         if self._steps:
             metrics["samples_per_second"] = self._steps * self._ctx.batch_size / (self._train_seconds or elapsed)
         metrics["memory_mb"] = memory_mb(self._devices)
+        # On a GPU memory_mb is already TensorFlow's peak; on a CPU it is the RSS at the epoch's end.
+        metrics["peak_memory_mb"] = metrics["memory_mb"] if self._devices.on_gpu else _peak_rss_mb()
         bookkeeping: dict[str, Any] = {"metrics": sorted(metrics)}
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch
@@ -126,3 +132,30 @@ class EpochReporter(keras.callbacks.Callback):
         finally:
             # Ray copied the checkpoint into the trial's storage before blocking.
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ peak memory
+
+_PROC_SELF = Path("/proc/self")
+
+
+def _reset_peak_rss() -> None:
+    """Starts the worker's resident-memory high-water mark afresh, so a reused worker reports this trial's peak.
+
+    Linux resets VmHWM to the current RSS on writing 5 to clear_refs; elsewhere the peak
+    stays the process's since it started.
+    """
+    with contextlib.suppress(OSError):
+        (_PROC_SELF / "clear_refs").write_text("5")
+
+
+def _peak_rss_mb() -> float:
+    """The worker's peak resident memory (VmHWM) since the trial began, in MB."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in (_PROC_SELF / "status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, kB elsewhere

@@ -1,0 +1,273 @@
+"""``tunekit plan SPEC --probe``: a short real search that measures what a trial costs.
+
+The probe runs the spec through the path every search takes (``tunekit.run``: Ray's
+start, the Tuner, reused trial workers that import TensorFlow, the epoch reporter) in a
+child process, with a few configurations sampled from the space with the spec's seed,
+a few epochs each, FIFO, tracking off, at the spec's own concurrency (so epochs are
+timed under the same contention as the real search). Its ``trials.csv`` and
+``epochs.csv`` give the start-up, first and later epoch times of
+``tunekit.search.forecast.Measurement``.
+
+The child is bounded: at ``seconds`` it gets SIGTERM (tunekit stops the search and
+writes its tables within a few seconds), and SIGKILL ``STOP_GRACE_S`` later. Whatever
+it measured by then is used. This module imports neither Ray nor TensorFlow; the child
+does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunekit.config.resources import local_gpu_count
+from tunekit.config.spec import ExperimentSpec, load_spec
+from tunekit.errors import TunekitError
+from tunekit.search.forecast import Measurement, Prediction, concurrency, target_of
+
+if TYPE_CHECKING:
+    from tunekit.results.load import ExperimentResults
+
+DEFAULT_SECONDS = 90.0
+STOP_GRACE_S = 10.0  # after SIGTERM, how long the child may take to stop before SIGKILL
+PROBE_EPOCHS = 3  # the first (tracing) epoch and two later ones
+TRIALS_PER_SLOT = 2  # the second trial of a slot runs in a reused worker
+_LAUNCH_FILE = "launch.json"  # the child's own record, in its scratch directory
+_NAME = "probe"
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    spec_path: str
+    overrides: tuple[str, ...]
+    address: str | None
+    seconds: float
+
+
+def probe_sections(spec: ExperimentSpec, slots: int) -> dict[str, Any]:
+    """The spec's changes for a probe: a few short trials, FIFO, no tracking, random or TPE sampling."""
+    sections: dict[str, Any] = {
+        "budget": {
+            "num_samples": slots * TRIALS_PER_SLOT,
+            "max_epochs": min(PROBE_EPOCHS, spec.budget.max_epochs),
+            "max_concurrent": slots,
+            "time_budget_s": None,
+        },
+        "scheduler": {"type": "fifo"},
+        "tracking": {"enabled": False},
+    }
+    if spec.search.algorithm == "grid":  # a grid fixes num_samples; sample its space instead
+        sections["search"] = {"algorithm": "random"}
+    return sections
+
+
+def probe_slots(spec: ExperimentSpec, address: str | None) -> int:
+    """The spec's concurrency on this machine (on a cluster, max_concurrent: its size is unknown yet)."""
+    if target_of(address) != "local":
+        return min(spec.budget.max_concurrent, spec.budget.num_samples)
+    gpus = float(local_gpu_count()) if spec.resources.gpu > 0 else 0.0
+    return concurrency(spec, float(os.cpu_count() or 1), gpus)[0]
+
+
+def run_probe(settings: ProbeSettings, spec: ExperimentSpec) -> Measurement:
+    """Runs the bounded probe search in a child process and measures its trials.
+
+    Raises:
+        TunekitError: the probe reported no epoch in time, or its child failed; the
+            message ends with the tail of the child's output.
+    """
+    slots = probe_slots(spec, settings.address)
+    with tempfile.TemporaryDirectory(prefix="tunekit-probe-") as scratch:
+        workdir = Path(scratch)
+        log = workdir / "probe.log"
+        command = [sys.executable, "-m", "tunekit.search.probe", settings.spec_path, str(workdir), str(slots)]
+        command += [f"--set={item}" for item in settings.overrides]
+        if settings.address:
+            command += ["--address", settings.address]
+        began = time.time()
+        _run_bounded(command, log, settings.seconds)
+        elapsed = time.time() - began
+        launch = _read_json(workdir / _LAUNCH_FILE)
+        experiment = workdir / _NAME
+        if launch is None or not experiment.is_dir():
+            raise TunekitError(f"the probe did not start its search in {settings.seconds:g} s{_tail(log)}")
+        from tunekit.results.load import load
+
+        results = load(experiment)
+        return measure(results, launch, slots, target_of(settings.address), elapsed, _tail(log))
+
+
+def _run_bounded(command: Sequence[str], log: Path, seconds: float) -> None:
+    with log.open("w") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            child.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGTERM)  # tunekit stops the search and writes its tables
+            try:
+                child.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+
+
+def measure(
+    results: ExperimentResults, launch: dict[str, Any], slots: int, target: str, elapsed: float, tail: str = ""
+) -> Measurement:
+    """The probe's costs from its tables (see ``Measurement`` for each figure)."""
+    trials, epochs = results.trials, results.epochs
+    origin = results.started_at
+    if trials.empty or epochs.empty or origin is None or "epoch_seconds" not in epochs.columns:
+        raise TunekitError(f"the probe reported no epoch in {elapsed:.0f} s; allow more with --probe-seconds{tail}")
+    launched = float(launch["launched_at"])
+    order = trials.sort_values("started_at")
+    reports = {str(t): rows.sort_values("epoch") for t, rows in epochs.groupby("trial_id")}
+    first_epochs: list[tuple[bool, float]] = []  # (in a new worker, trial start -> first report)
+    later: list[float] = []
+    ends: list[float] = []
+    for position, row in enumerate(order.itertuples(index=False)):
+        rows = reports.get(str(row.trial_id))
+        if rows is None or rows.empty:
+            continue
+        times = [origin + float(t) for t in rows["time"]]
+        first_epochs.append((position < slots, times[0] - float(row.started_at)))
+        later += [b - a for a, b in itertools.pairwise(times)]
+        if row.ended_at == row.ended_at:  # not NaN: the trial ended before the probe stopped
+            ends.append(float(row.ended_at) - times[-1])
+    new = [s for fresh, s in first_epochs if fresh]
+    reused = [s for fresh, s in first_epochs if not fresh]
+    notes = []
+    if not reused:
+        notes.append("no trial ran in a reused worker in time: its first epoch is taken as a new worker's")
+    if not later:
+        notes.append("no trial reached a second epoch in time: later epochs are taken as the first one's own time")
+    steady = statistics.median(later) if later else float(epochs["epoch_seconds"].median())
+    return Measurement(
+        target=target,
+        measured_at=time.time(),
+        cpus=float(launch.get("cpus") or os.cpu_count() or 1),
+        gpus=float(launch.get("gpus") or 0.0),
+        startup_s=float(order["started_at"].min()) - launched,
+        new_worker_first_epoch_s=statistics.median(new or [s for _, s in first_epochs]),
+        reused_first_epoch_s=statistics.median(reused or new or [s for _, s in first_epochs]),
+        epoch_s=steady,
+        gap_s=_gap(order, slots),
+        end_s=statistics.median(ends) if ends else 0.0,
+        probe_trials=len(first_epochs),
+        probe_epochs=len(epochs),
+        probe_seconds=elapsed,
+        notes=tuple(notes),
+    )
+
+
+def _gap(order: Any, slots: int) -> float:
+    """Median wait between a trial's end and the start of the trial that took its slot."""
+    ended = sorted(float(e) for e in order["ended_at"].dropna())
+    gaps = []
+    for started in [float(s) for s in order["started_at"]][slots:]:
+        before = [e for e in ended if e <= started]
+        if before:
+            gaps.append(started - before[-1])
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _tail(log: Path, lines: int = 12) -> str:
+    try:
+        text = log.read_text(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return ("\n--- the probe's last output:\n" + "\n".join(text)) if text else ""
+
+
+# ------------------------------------------------------------------------- output
+
+
+def describe(spec: ExperimentSpec, measurement: Measurement, prediction: Prediction, saved: Path) -> str:
+    """The probe's figures and the prediction, as the table ``tunekit plan --probe`` prints."""
+    m, p = measurement, prediction
+    rows = [
+        ("start-up (Ray, study, Tuner, until the first trial starts)", f"{m.startup_s:.1f} s"),
+        ("first epoch in a new worker (process, TensorFlow import, tracing)", f"{m.new_worker_first_epoch_s:.1f} s"),
+        ("first epoch in a reused worker (data, model, tracing)", f"{m.reused_first_epoch_s:.2f} s"),
+        ("each later epoch (train, validate, checkpoint, report)", f"{m.epoch_s:.3f} s"),
+        ("between a trial's end and the next trial's start", f"{m.gap_s:.2f} s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [
+        f"probe: {m.probe_trials} trials, {m.probe_epochs} epochs in {m.probe_seconds:.0f} s on {m.target} "
+        f"({m.cpus:g} CPUs, {m.gpus:g} GPUs)",
+        *(f"  {label:<{width}}  {value:>8}" for label, value in rows),
+        *(f"  note: {note}" for note in m.notes),
+        f"prediction: {p.trials} trials, {p.concurrency} at a time ({p.concurrency_reason})",
+        f"  wall time    {_duration(p.wall_seconds)} ({p.wall_seconds:.0f} s, until the last trial ends)",
+        f"  epochs       {p.epochs:.0f} (asynchronous ASHA, simulated; the ideal rung plan: {p.planned_epochs})",
+        f"  {p.slot_unit}-hours    {p.slot_hours:.4f}",
+        f"saved: {saved} (`tunekit run` files it with the experiment; the report shows predicted against actual)",
+    ]
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+# ------------------------------------------------------------------ the child process
+
+
+def _child(argv: Sequence[str]) -> int:
+    """``python -m tunekit.search.probe SPEC WORKDIR SLOTS [--set K=V]... [--address A]``."""
+    parser = argparse.ArgumentParser(prog="python -m tunekit.search.probe")
+    parser.add_argument("spec")
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("slots", type=int)
+    parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--address")
+    args = parser.parse_args(argv)
+    from tunekit.driver.runner import run  # imported before the clock starts, as in `tunekit run`
+    from tunekit.errors import NoResultError, SearchInterrupted
+
+    spec = load_spec(args.spec, args.set)
+    probe_spec = load_spec(args.spec, args.set, probe_sections(spec, args.slots))
+    launch: dict[str, Any] = {"launched_at": time.time()}
+    (args.workdir / _LAUNCH_FILE).write_text(json.dumps(launch))
+    try:
+        run(probe_spec, name=_NAME, storage=args.workdir, address=args.address, progress=sys.stdout)
+    except (SearchInterrupted, NoResultError) as error:
+        print(f"tunekit: probe: {error}", flush=True)  # stopped at its time limit: measure what ran
+    launch.update(_cluster_size())
+    (args.workdir / _LAUNCH_FILE).write_text(json.dumps(launch))
+    return 0
+
+
+def _cluster_size() -> dict[str, float]:
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    total = ray.cluster_resources()
+    return {"cpus": float(total.get("CPU", 0.0)), "gpus": float(total.get("GPU", 0.0))}
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(sys.argv[1:]))
