@@ -120,6 +120,13 @@ def finite(value: Any) -> float | None:
     number = float(value)
     return number if math.isfinite(number) else None
 
+
+# ------------------------------------------------------------------------ warm start
+
+# {"sources": [...], "used": n, "skipped": {reason: n}}: what search.warm_start_from added
+# to the study as history (tunekit.search.history); the MLflow parent run records it.
+WARM_START_FILE = "warm_start.json"
+
 # ----------------------------------------------------------- predictions and ledger
 
 # The prediction of a probe of this spec (``tunekit plan --probe``), filed by ``tunekit run``

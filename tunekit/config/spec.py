@@ -17,6 +17,7 @@ import yaml
 
 from tunekit.config import _validate as v
 from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
+from tunekit.config.warm_start import check_sources, parse_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable
 from tunekit.errors import SpecError
 
@@ -54,7 +55,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
-    "search": ("algorithm", "seed", "n_startup_trials", "warm_start"),
+    "search": ("algorithm", "seed", "n_startup_trials", "warm_start", "warm_start_from"),
     "scheduler": ("type", "grace_period", "reduction_factor"),
     "resources": ("cpu", "gpu", "gpu_memory"),
     "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures"),
@@ -84,6 +85,8 @@ class SearchSettings:
     seed: int
     n_startup_trials: int
     warm_start: tuple[Mapping[str, Any], ...]
+    # Earlier experiments' directories (absolute) whose finished trials seed the study.
+    warm_start_from: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,9 @@ def load_spec(
     merge_sections(raw, sections or {})
     for assignment in overrides:
         apply_override(raw, assignment)
-    return parse_spec(raw, spec_dir, trainable)
+    spec = parse_spec(raw, spec_dir, trainable)
+    check_sources(spec.search.warm_start_from, spec.metric.name, spec.metric.mode)
+    return spec
 
 
 def _resolve_extends(raw: dict[str, Any], directory: Path, seen: set[Path]) -> dict[str, Any]:
@@ -292,7 +297,7 @@ def parse_spec(
     recorded_without_space = not locate_trainable and not raw.get("space")
     space = SearchSpace(()) if recorded_without_space else parse_space(raw.get("space"), "space")
     metric = _metric(v.require(raw, "metric", ""))
-    search = _search(_optional(raw, "search"), space)
+    search = _search(_optional(raw, "search"), space, spec_dir)
     budget = _budget(v.require(raw, "budget", ""), search, space)
     scheduler = _scheduler(_optional(raw, "scheduler"), budget)
     resources = _resources(_optional(raw, "resources"))
@@ -309,7 +314,11 @@ def parse_spec(
         "trainable": _resolved_trainable(trainable),
         "metric": asdict(metric),
         "budget": asdict(budget),
-        "search": {**asdict(search), "warm_start": [dict(p) for p in search.warm_start]},
+        "search": {
+            **asdict(search),
+            "warm_start": [dict(p) for p in search.warm_start],
+            "warm_start_from": list(search.warm_start_from),
+        },
         "scheduler": asdict(scheduler),
         "resources": asdict(resources),
         "training": asdict(training),
@@ -383,7 +392,7 @@ def _metric(raw: object) -> MetricSpec:
     return MetricSpec(name, mode)
 
 
-def _search(raw: object, space: SearchSpace) -> SearchSettings:
+def _search(raw: object, space: SearchSpace, spec_dir: Path | None) -> SearchSettings:
     section = v.mapping(raw, "search", SECTION_KEYS["search"])
     algorithm = v.one_of(section.get("algorithm", "tpe"), "search.algorithm", ALGORITHMS)
     seed = v.integer(section.get("seed", 0), "search.seed", minimum=0)
@@ -398,9 +407,10 @@ def _search(raw: object, space: SearchSpace) -> SearchSettings:
             raise SpecError(point_path, "must map parameter names to values", point)
         space.check_point(point, point_path)
         warm_start.append(dict(point))
+    sources = parse_sources(section.get("warm_start_from"), spec_dir, algorithm)
     if algorithm == "grid":
         space.grid_size()  # every parameter expands, and the grid is of a sane size
-    return SearchSettings(algorithm, seed, startup, tuple(warm_start))
+    return SearchSettings(algorithm, seed, startup, tuple(warm_start), sources)
 
 
 def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSpec:

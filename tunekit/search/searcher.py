@@ -31,11 +31,11 @@ from tunekit.compat import reopen_trial
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE, finite
+from tunekit.search.history import DUPLICATE_ATTR, add_history
 from tunekit.search.plan import study_url
 
 # User attributes tunekit sets on study trials.
 RAY_TRIAL_ATTR = "ray_trial_id"
-DUPLICATE_ATTR = "tunekit_duplicate_of"  # a repeated proposal, told the outcome of this trial number
 GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
 EXHAUSTED_ATTR = "tunekit_exhausted"  # on the study: why the search ended before num_samples trials
 REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
@@ -112,10 +112,12 @@ def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
 def open_study(
     spec: ExperimentSpec, experiment_dir: Path, storage: optuna.storages.BaseStorage | None = None
 ) -> optuna.Study:
-    """Creates the study (enqueuing warm starts) or, when it exists, loads it unchanged.
+    """Creates the study (with its warm-start history and points) or, when it exists, loads it unchanged.
 
     The study lives in the experiment's SQLite file unless ``storage`` is given (tests
-    pass an in-memory one).
+    pass an in-memory one). A new study first takes the finished trials of
+    ``search.warm_start_from`` as history (``tunekit.search.history``), then the
+    ``search.warm_start`` points are enqueued.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url: str | optuna.storages.BaseStorage = storage if storage is not None else study_url(experiment_dir)
@@ -134,6 +136,8 @@ def open_study(
         load_if_exists=True,
     )
     if not existed:
+        if spec.search.warm_start_from:
+            add_history(study, spec, experiment_dir if storage is None else None)
         for point in spec.search.warm_start:
             study.enqueue_trial(spec.space.check_point(point, "search.warm_start"))
     return study

@@ -1,0 +1,185 @@
+"""Warm starts from earlier experiments: their finished trials become the new study's history.
+
+``search.warm_start_from`` names experiment directories. Their COMPLETE and PRUNED trials
+(with every intermediate value) are added to the new study before its first trial, so
+TPE models the space from the start. A trial is used only when its configuration is one
+the new space can produce: the same parameters, each within its range or choices (on its
+step), conditional parameters present exactly where active; values an earlier space
+fixed count as that trial's values. Everything else is skipped, and why is counted.
+
+History trials carry ``HISTORY_ATTR``. They are not Ray trials: the searcher never maps
+them (``OptunaStudySearcher._numbers``), so they count toward no budget, are never
+repeats of this search's trials, and never reach ``trials.csv``, MLflow or the best trial.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRange, SearchSpace, parse_space
+from tunekit.config.spec import ExperimentSpec
+from tunekit.layout import SPEC_FILE, WARM_START_FILE
+from tunekit.search.plan import study_url
+
+HISTORY_ATTR = "tunekit_history_from"  # on a history trial: "<source dir>#<its number there>"
+WARM_START_ATTR = "tunekit_warm_start"  # on the study: the HistorySummary as a mapping
+# On a study trial the searcher told without training it (a repeated proposal): the
+# number of the trial whose outcome it was given (tunekit.search.searcher).
+DUPLICATE_ATTR = "tunekit_duplicate_of"
+# Study trials a search told without training them: not evidence of their own.
+_REPEAT_ATTRS = (DUPLICATE_ATTR, HISTORY_ATTR)
+_USED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass
+class HistorySummary:
+    """How many earlier trials became history, and why the others did not."""
+
+    sources: tuple[str, ...]
+    used: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # reason -> trials
+
+    def describe(self) -> str:
+        """One console line: "warm start: 10 trials of 1 earlier experiment used, 2 skipped (...)"."""
+        experiments = f"{len(self.sources)} earlier experiment" + ("" if len(self.sources) == 1 else "s")
+        text = f"warm start: {self.used} trials of {experiments} used as history"
+        if not self.skipped:
+            return text
+        reasons = ", ".join(f"{count} {reason}" for reason, count in self.skipped.most_common())
+        return f"{text}, {sum(self.skipped.values())} skipped ({reasons})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sources": list(self.sources), "used": self.used, "skipped": dict(self.skipped)}
+
+    @classmethod
+    def recorded(cls, experiment_dir: Path) -> HistorySummary | None:
+        """The summary a warm start left in ``experiment_dir``, or None when it had none."""
+        path = experiment_dir / WARM_START_FILE
+        if not path.is_file():
+            return None
+        record = json.loads(path.read_text())
+        return cls(tuple(record["sources"]), int(record["used"]), Counter(record["skipped"]))
+
+
+def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path | None) -> HistorySummary:
+    """Adds the earlier experiments' fitting trials to ``study``; records and returns the counts.
+
+    The summary goes to the study's user attrs and, when ``experiment_dir`` is given, to
+    ``WARM_START_FILE`` there (the MLflow parent run reads it).
+    """
+    summary = HistorySummary(spec.search.warm_start_from)
+    trials: list[FrozenTrial] = []
+    for source in spec.search.warm_start_from:
+        earlier_space, earlier = _earlier_study(Path(source))
+        for frozen in earlier:
+            history, reason = history_trial(frozen, earlier_space, spec.space, f"{source}#{frozen.number}")
+            if history is None:
+                summary.skipped[reason] += 1
+            else:
+                trials.append(history)
+    study.add_trials(trials)
+    summary.used = len(trials)
+    study.set_user_attr(WARM_START_ATTR, summary.to_dict())
+    if experiment_dir is not None:
+        (experiment_dir / WARM_START_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    return summary
+
+
+def _earlier_study(directory: Path) -> tuple[SearchSpace, list[FrozenTrial]]:
+    raw = yaml.safe_load((directory / SPEC_FILE).read_text())
+    study = optuna.load_study(study_name=str(raw["name"]), storage=study_url(directory))
+    return parse_space(raw.get("space"), "space"), study.get_trials(deepcopy=False)
+
+
+def history_trial(
+    frozen: FrozenTrial, earlier_space: SearchSpace, space: SearchSpace, origin: str
+) -> tuple[FrozenTrial | None, str]:
+    """``frozen`` as a history trial of a study over ``space``, or None and why it does not fit."""
+    if any(attr in frozen.user_attrs for attr in _REPEAT_ATTRS):
+        return None, "not trained by that search (a repeat or its own history)"
+    if frozen.state not in _USED_STATES:
+        return None, f"{frozen.state.name.lower()} (only complete and pruned trials are used)"
+    if frozen.value is None:
+        return None, "without a value"
+    config = ran_configuration(frozen.params, earlier_space)
+    reason = misfit(config, space)
+    if reason:
+        return None, reason
+    searched = {
+        p.name: p.distribution for p in space.params if p.name in config and not isinstance(p.distribution, Fixed)
+    }
+    history = optuna.trial.create_trial(
+        state=frozen.state,
+        value=frozen.value,
+        params={name: _internal_type(dist, config[name]) for name, dist in searched.items()},
+        distributions={name: optuna_distribution(dist) for name, dist in searched.items()},
+        intermediate_values=dict(frozen.intermediate_values),
+        user_attrs={HISTORY_ATTR: origin},
+    )
+    return history, ""
+
+
+def ran_configuration(params: Mapping[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """The configuration a trial of ``space`` ran: its sampled params and the fixed values active for it."""
+    config: dict[str, Any] = {}
+    for param in space.params:
+        if not param.is_active(config):
+            continue
+        if isinstance(param.distribution, Fixed):
+            config[param.name] = param.distribution.value
+        elif param.name in params:
+            config[param.name] = params[param.name]
+    return config
+
+
+def misfit(config: Mapping[str, Any], space: SearchSpace) -> str:
+    """Why ``space`` could not have produced ``config`` ("" when it could), for the skip counts."""
+    active: dict[str, Any] = {}
+    for param in space.params:
+        present = param.name in config
+        if not param.is_active(active):
+            if present:
+                return f"with {param.name}, inactive here"
+            continue
+        if not present:
+            return f"without {param.name}"
+        if not _contains(param.distribution, config[param.name]):
+            return f"with {param.name} outside this space"
+        active[param.name] = config[param.name]
+    unknown = sorted(set(config) - set(space.names))
+    return f"with {unknown[0]}, not in this space" if unknown else ""
+
+
+def _contains(dist: Distribution, value: Any) -> bool:
+    if not dist.contains(value):
+        return False
+    if isinstance(dist, FloatRange) and dist.step is not None:
+        steps = (float(value) - dist.low) / dist.step
+        return abs(steps - round(steps)) < 1e-8
+    return True
+
+
+def optuna_distribution(dist: Distribution) -> BaseDistribution:
+    """The Optuna distribution ``SearchSpace.sample`` asks for this parameter with."""
+    if isinstance(dist, FloatRange):
+        return FloatDistribution(dist.low, dist.high, log=dist.log, step=dist.step)
+    if isinstance(dist, IntRange):
+        return IntDistribution(dist.low, dist.high, log=dist.log, step=dist.step)
+    if isinstance(dist, Choice):
+        return CategoricalDistribution(dist.values)
+    raise TypeError(f"a fixed value is not sampled, so it has no Optuna distribution: {dist}")
+
+
+def _internal_type(dist: Distribution, value: Any) -> Any:
+    # An int an earlier choice held is a float to a uniform range, as suggest_float returns it.
+    return float(value) if isinstance(dist, FloatRange) else value
