@@ -78,8 +78,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--tracking-uri", help="MLflow tracking URI (sets tracking.uri)")
     run.set_defaults(handler=_run)
 
-    resume = commands.add_parser("resume", help="finish an interrupted search")
+    resume = commands.add_parser(
+        "resume", help="finish an interrupted search, or grow one (--set budget.num_samples=N)"
+    )
     resume.add_argument("experiment_dir")
+    resume.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="budget.KEY=VALUE",
+        help="a new budget: num_samples (more trials), max_concurrent or time_budget_s; repeatable",
+    )
     resume.add_argument("--address", help="Ray cluster address to join")
     resume.set_defaults(handler=_resume)
 
@@ -151,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
 
-    _print_summary(resume(args.experiment_dir, address=args.address))
+    _print_summary(resume(args.experiment_dir, overrides=args.set, address=args.address))
     return 0
 
 

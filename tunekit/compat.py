@@ -8,12 +8,14 @@ cheap: every function imports its library itself.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
-    from ray.tune import RunConfig, Tuner
+    from ray.tune import RunConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import SearchGenerator
 
 
 # ------------------------------------------------------------------------------ Ray
@@ -107,3 +109,72 @@ def drop_custom_gradients() -> int:
     for name in names:
         del registry[name]
     return len(names)
+
+
+# ------------------------------------------------------------------ Ray: growing a search
+
+
+def restored_tune_config(tuner: Tuner) -> TuneConfig:
+    """The tune config a tuner made by ``Tuner.restore`` unpickled from its ``tuner.pkl``.
+
+    Why: a grown search (``tunekit resume DIR --set budget.num_samples=N``) must run with its
+    new ``num_samples``, ``max_concurrent_trials`` and ``time_budget_s``; Ray restores the
+    first run's and the public ``Tuner`` neither exposes nor takes a new one. Checked
+    against Ray 2.60 (``Tuner._local_tuner``, ``TunerInternal._tune_config``).
+    """
+    local = tuner._local_tuner
+    if local is None:
+        raise RuntimeError("a Tuner restored through Ray Client has no local tune config; tunekit needs a local Tuner")
+    config: TuneConfig = local._tune_config
+    return config
+
+
+def set_search_generator_budget(generator: SearchGenerator, total_samples: int) -> None:
+    """Sets how many trials a restored ``SearchGenerator`` creates in all, and un-finishes it.
+
+    Why: the generator's saved state holds the first run's ``total_samples`` and, once its
+    searcher said so, ``finished``; restored as saved, a grown search would start no new
+    trial. Called after Ray restored that state. Checked against Ray 2.60
+    (``SearchGenerator._total_samples``, ``_finished``, ``set_state``).
+    """
+    generator._total_samples = total_samples
+    generator._finished = False
+
+
+def forget_saved_run_limits(experiment_dir: Path) -> None:
+    """Removes the stopper and the pending-trial limit from Ray's newest saved experiment state.
+
+    Why: ``TuneController.resume`` sets every attribute it saved over the ones this run
+    built, among them ``_stopper`` (the time budget, with the seconds the first run left)
+    and ``_max_pending_trials`` (the first run's concurrency). Without them in the file the
+    controller keeps this run's: a grown search's time budget counts from the resume, its
+    new concurrency holds, and the failure guard Ray calls is the one tunekit reads.
+    Checked against Ray 2.60 (``TuneController.save_to_dir``, ``resume``,
+    ``__setstate__``; ``experiment_state-<session>.json``, plain JSON with a
+    ``runner_data`` mapping).
+    """
+    import json
+
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    newest = _find_newest_experiment_checkpoint(str(experiment_dir))
+    if newest is None:
+        return
+    path = Path(newest)
+    state = json.loads(path.read_text())
+    for key in ("_stopper", "_max_pending_trials"):
+        state["runner_data"].pop(key, None)
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(json.dumps(state))
+    partial.replace(path)
+
+
+def pbt_set_next_sync(scheduler: Any, epoch: int) -> None:
+    """Sets the epoch at which synchronous PBT next ranks the whole population.
+
+    Why: a resumed PBT starts with its first sync point (``perturbation_interval``) while
+    the restored trials are past it; it would never pick a paused trial to run again.
+    ``RecordingPBT.replay`` sets the point the population was heading for. Checked
+    against Ray 2.60 (``_next_perturbation_sync``).
+    """
+    scheduler._next_perturbation_sync = epoch

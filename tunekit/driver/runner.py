@@ -16,7 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from tunekit.compat import restored_run_config
+from tunekit.compat import forget_saved_run_limits, restored_run_config, restored_tune_config
+from tunekit.config.growth import resumed_spec
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import builders_from
 from tunekit.driver.session import (
@@ -88,6 +89,7 @@ def run(
 def resume(
     experiment_dir: str | Path,
     *,
+    overrides: Sequence[str] = (),
     address: str | None = None,
     progress: TextIO | bool | None = True,
     trainable: ModuleType | None = None,
@@ -95,18 +97,32 @@ def resume(
     build_model: Callable[..., Any] | None = None,
     fit_options: Callable[..., Any] | None = None,
 ) -> ExperimentResults:
-    """Finishes an interrupted search from its directory.
+    """Finishes an interrupted search from its directory, or grows a finished one.
 
     A search whose builders were passed from Python needs them passed again here.
+
+    Args:
+        overrides: ``key.path=value`` strings, as ``tunekit resume --set``: only
+            ``budget.num_samples`` (at least the trials already run), ``budget.max_concurrent``
+            and ``budget.time_budget_s`` may change. The study's history, ASHA's rungs and
+            the MLflow runs carry on; spec.yaml records the new budget, and a new time
+            budget counts from this resume.
+
+    Raises:
+        SpecError: an override changes anything else, or asks for fewer trials than ran.
+        As ``run`` otherwise.
     """
     directory = Path(experiment_dir).expanduser().resolve()
     if not (directory / SPEC_FILE).is_file():
         raise NotAnExperimentError(directory, SPEC_FILE)
-    spec = load_spec(directory / SPEC_FILE, trainable=builders_from(trainable, build_data, build_model, fit_options))
+    python_trainable = builders_from(trainable, build_data, build_model, fit_options)
+    spec, grown = resumed_spec(directory, overrides, python_trainable)
+    if grown:
+        (directory / SPEC_FILE).write_text(spec.to_yaml())
     stream = sys.stdout if progress is True else (progress or None)
     links = _bridge_rotated_checkpoints(directory)
     try:
-        _fit(spec, directory, address, stream, restore=True)
+        _fit(spec, directory, address, stream, restore=True, grown=grown)
     finally:
         for link in links:
             link.unlink(missing_ok=True)
@@ -149,9 +165,16 @@ def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str |
 
 
 def _fit(
-    spec: ExperimentSpec, experiment_dir: Path, address: str | None, stream: TextIO | None, *, restore: bool
+    spec: ExperimentSpec,
+    experiment_dir: Path,
+    address: str | None,
+    stream: TextIO | None,
+    *,
+    restore: bool,
+    grown: bool = False,
 ) -> None:
     from tunekit.driver.progress import ConsoleProgress
+    from tunekit.search.history import HistorySummary
     from tunekit.search.searcher import exhausted_reason
 
     console = ConsoleProgress(spec, stream) if stream else None
@@ -170,7 +193,9 @@ def _fit(
             console.phase("preparing the study and the Tuner")
         from tunekit.driver.guard import FailureRules
 
-        tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
+        tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore, grown=grown)
+        if console and not restore and (history := HistorySummary.recorded(experiment_dir)):
+            console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
         with signals.fitting(), quiet_trial_tracebacks():
@@ -195,8 +220,13 @@ def _fit(
         raise NoResultError(reason, experiment_dir)
 
 
-def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:
-    """A new Tuner, or the experiment's restored one with this process's listeners attached."""
+def _tuner_for(
+    spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool, grown: bool = False
+) -> tuple[Any, Any, Any]:
+    """A new Tuner, or the experiment's restored one with this process's listeners attached.
+
+    ``grown``: the restored search runs with ``spec``'s budget (``_grow``).
+    """
     from ray import tune
 
     from tunekit.driver.recorder import Recorder
@@ -212,7 +242,28 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
+    if grown:
+        _grow(tuner, recorder, spec, experiment_dir)
     return tuner, recorder, run_config.stop
+
+
+def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path) -> None:
+    """Gives a restored Tuner ``spec``'s budget; the searcher, study, rungs and runs stay.
+
+    Ray restores the first run's ``num_samples``, concurrency and time budget from its
+    saved state; each is replaced here before ``fit`` (see ``tunekit.search.growth``).
+    """
+    from tunekit.search.growth import GrowingSearch
+
+    config = restored_tune_config(tuner)
+    searcher = recorder.searcher  # the same object as config.search_alg: one pickle
+    searcher.grow(spec)
+    recorder.spec = spec  # its tables and the console's progress count to the new total
+    config.search_alg = GrowingSearch(searcher, spec.budget.num_samples, spec.budget.max_concurrent)
+    config.max_concurrent_trials = None  # the limit is inside GrowingSearch; Ray would warn twice
+    config.num_samples = spec.budget.num_samples
+    config.time_budget_s = spec.budget.time_budget_s
+    forget_saved_run_limits(experiment_dir)
 
 
 def _has_tune_state(experiment_dir: Path) -> bool:

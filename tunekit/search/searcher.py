@@ -176,6 +176,10 @@ class OptunaStudySearcher(Searcher):
         self.skipped_repeats = 0
         self.exhausted_reason: str | None = None
 
+    def grow(self, spec: ExperimentSpec) -> None:
+        """Takes a resumed search's grown spec: only its budget differs (``tunekit.config.growth``)."""
+        self._spec = spec
+
     @property
     def study(self) -> optuna.Study:
         if self._study is None:

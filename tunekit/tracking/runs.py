@@ -51,6 +51,7 @@ from tunekit.tracking.tags import (
 from tunekit.tracking.values import (
     MAX_TAG_LENGTH,
     brief,
+    budget_tags,
     logger,
     metric_key,
     outcome,
@@ -59,6 +60,7 @@ from tunekit.tracking.values import (
     run_status,
     spec_params,
     tag_value,
+    warm_start_params,
 )
 
 _LOST_REASON = "started just before the driver stopped and not in Ray's last saved state; not resumed"
@@ -234,7 +236,12 @@ class RunBook:
                 name=self.experiment_dir.name,
                 tags={TAG_ROLE: "experiment", TAG_EXPERIMENT_DIR: directory, **environment_tags()},
             )
-        self._parent.params.update(spec_params(self.spec))
+        params = spec_params(self.spec)
+        if parents:  # MLflow params never change; a grown search's new budget goes to tags
+            params = {key: value for key, value in params.items() if not key.startswith("budget.")}
+        self._parent.params.update(params)
+        self._parent.tags.update(budget_tags(self.spec))
+        self._parent.params.update(warm_start_params(self.experiment_dir))
         self._spec_pending = (self.experiment_dir / SPEC_FILE).is_file()
         self._write_tracking_file(name, sender.uri, experiment_id, self._parent_id)
 

@@ -36,6 +36,11 @@ TAG_ATTEMPTS = "tunekit.attempts"
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
 
 
+# On the parent run: "tunekit.budget.num_samples" and so on, the budget the search runs
+# with now (its params keep the first run's; a grown search changes it).
+TAG_BUDGET_PREFIX = "tunekit.budget."
+
+
 PARENT_RUN_TAG = "mlflow.parentRunId"
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+from pathlib import Path
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import TrialStatus
+from tunekit.layout import WARM_START_FILE, TrialStatus
 from tunekit.tracking.client import MlflowError
+from tunekit.tracking.tags import TAG_BUDGET_PREFIX
 
 # One logger for all of tracking (tracker, writer, its helpers): users and tests filter on it.
 logger = logging.getLogger("tunekit.tracking.tracker")
@@ -86,3 +88,23 @@ def spec_params(spec: ExperimentSpec) -> dict[str, str]:
     for name, definition in raw["space"].items():
         params[param_key(f"space.{name}")] = param_value(json.dumps(definition, sort_keys=True))
     return params
+
+
+def budget_tags(spec: ExperimentSpec) -> dict[str, str]:
+    """The budget the search runs with now, as parent-run tags (a grown search changes it)."""
+    return {f"{TAG_BUDGET_PREFIX}{key}": str(value) for key, value in spec.raw["budget"].items()}
+
+
+def warm_start_params(experiment_dir: Path) -> dict[str, str]:
+    """What ``search.warm_start_from`` added to the study (``WARM_START_FILE``), as parent-run params."""
+    path = experiment_dir / WARM_START_FILE
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text())
+    skipped = record.get("skipped", {})
+    reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.items())
+    return {
+        "warm_start.used": str(record.get("used", 0)),
+        "warm_start.skipped": str(sum(skipped.values())),
+        **({"warm_start.skipped_reasons": param_value(reasons)} if reasons else {}),
+    }

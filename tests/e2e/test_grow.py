@@ -1,0 +1,169 @@
+"""A finished search grown on resume, and a new search warm-started from it, on a real Ray.
+
+One Ray for the module; three short searches of the digits MLP (2 epochs): 6 trials, the
+same grown to 10, and 3 trials warm-started from those 10. MLflow on SQLite.
+The rules without Ray: tests/unit/config/test_grow.py, tests/unit/search/test_warm_start.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import pytest
+import ray
+import yaml
+from mlflow.tracking import MlflowClient
+
+import tunekit
+from tunekit.driver.session import ray_init_options
+from tunekit.layout import SPEC_FILE, STUDY_FILE
+from tunekit.search.history import HISTORY_ATTR, WARM_START_ATTR
+from tunekit.search.searcher import RAY_TRIAL_ATTR, open_study
+from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+FIRST_SIX = [
+    "trial_id",
+    "number",
+    "status",
+    "epochs",
+    "final_metric",
+    "best_metric",
+    "params.learning_rate",
+    "params.units",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def spec(name: str, tracking_uri: str, num_samples: int, **search: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "trainable": "trainables.digits_mlp",
+        "metric": {"name": "val_accuracy", "mode": "max"},
+        "budget": {"num_samples": num_samples, "max_epochs": 2, "max_concurrent": 2},
+        "search": {"algorithm": "tpe", "seed": 0, "n_startup_trials": 3, **search},
+        "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        "resources": {"cpu": 1},
+        "training": {"precision": "float32", "seed": 0},
+        "space": {
+            "learning_rate": {"type": "loguniform", "low": 1.0e-3, "high": 1.0e-1},
+            "units": {"type": "choice", "values": [16, 32]},
+        },
+        "tracking": {"uri": tracking_uri},
+    }
+
+
+def study_of(experiment_dir: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{experiment_dir / STUDY_FILE}")
+
+
+def own_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study trials Ray ran (not repeated proposals told without training, not history)."""
+    return [t for t in study.trials if RAY_TRIAL_ATTR in t.user_attrs]
+
+
+def mlflow_runs(tracking_uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == "experiment"]
+    children = [r for r in runs if PARENT_RUN_TAG in r.data.tags]
+    return parents, children
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> dict[str, Any]:
+    """A 6-trial search, then the same directory resumed with budget.num_samples=10."""
+    storage = tmp_path_factory.mktemp("grow")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        first = tunekit.run(spec("grow", tracking_uri, 6), storage=storage, name="grow", progress=False)
+        study = study_of(first.experiment_dir, "grow")
+        before = {
+            "trials": first.trials[FIRST_SIX].copy(),
+            "study": [(t.number, t.params, t.value, t.state, t.intermediate_values) for t in own_trials(study)],
+        }
+        after = tunekit.resume(first.experiment_dir, overrides=["budget.num_samples=10"], progress=False)
+    return {"before": before, "after": after}
+
+
+def test_a_grown_search_has_ten_trials_and_its_first_six_unchanged(grown: dict[str, Any]) -> None:
+    after: tunekit.ExperimentResults = grown["after"]
+    assert len(grown["before"]["trials"]) == 6
+    assert len(after.trials) == 10 and after.trials["trial_id"].is_unique
+    assert set(after.trials["status"]) <= {"completed", "pruned"}, after.trials[["status", "reason"]]
+    first_six = after.trials[after.trials["trial_id"].isin(grown["before"]["trials"]["trial_id"])][FIRST_SIX]
+    pd.testing.assert_frame_equal(first_six.reset_index(drop=True), grown["before"]["trials"].reset_index(drop=True))
+    study = own_trials(study_of(after.experiment_dir, "grow"))
+    assert len(study) == 10
+    assert [(t.number, t.params, t.value, t.state, t.intermediate_values) for t in study[:6]] == grown["before"][
+        "study"
+    ]
+    assert all(t.state.is_finished() for t in study)
+    assert yaml.safe_load((after.experiment_dir / SPEC_FILE).read_text())["budget"]["num_samples"] == 10
+
+
+def test_a_grown_search_stays_one_parent_run_with_a_child_per_trial(grown: dict[str, Any], tracking_uri: str) -> None:
+    after: tunekit.ExperimentResults = grown["after"]
+    parents, children = mlflow_runs(tracking_uri, "grow")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags[f"{TAG_BUDGET_PREFIX}num_samples"] == "10"
+    assert parent.data.params["budget.num_samples"] == "6"  # MLflow params never change: the first run's
+    assert sorted(r.data.tags["tunekit.ray_trial_id"] for r in children) == sorted(after.trials["trial_id"])
+    assert {r.data.tags[PARENT_RUN_TAG] for r in children} == {parent.info.run_id}
+
+
+def test_a_warm_started_study_holds_the_history_before_its_own_trials(
+    grown: dict[str, Any], tracking_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source: Path = grown["after"].experiment_dir
+    history = [t for t in own_trials(study_of(source, "grow")) if t.state.name in ("COMPLETE", "PRUNED")]
+    monkeypatch.chdir(REPO)
+    later = spec("later", tracking_uri, 3, warm_start_from=str(source))
+    results = tunekit.run(later, storage=tmp_path, name="later", progress=False)
+
+    study = study_of(results.experiment_dir, "later")
+    k = len(history)
+    assert [t.user_attrs.get(HISTORY_ATTR) for t in study.trials[:k]] == [f"{source}#{t.number}" for t in history]
+    assert [(t.params, t.value, t.state) for t in study.trials[:k]] == [(t.params, t.value, t.state) for t in history]
+    assert study.user_attrs[WARM_START_ATTR] == {"sources": [str(source)], "used": k, "skipped": {}}
+    # Only its own trials count toward num_samples and reach the tables, MLflow and the best.
+    own = own_trials(study)
+    assert len(own) == 3 and min(t.number for t in own) >= k
+    assert sorted(results.trials["number"]) == sorted(t.number for t in own)
+    assert results.best is not None and results.best.trial_id in set(results.trials["trial_id"])
+    parents, children = mlflow_runs(tracking_uri, "later")
+    assert len(parents) == 1 and len(children) == 3
+    assert (parents[0].data.params["warm_start.used"], parents[0].data.params["warm_start.skipped"]) == (str(k), "0")
+
+    # TPE's first proposal came from the history: k >= n_startup_trials, so it modelled the
+    # space at once; without history the same seed proposes a random configuration.
+    assert k >= 3
+    unseeded = open_study(
+        tunekit.load_spec({**later, "search": {**later["search"], "warm_start_from": None}}),
+        tmp_path,
+        optuna.storages.InMemoryStorage(),
+    )
+    first_guess = unseeded.ask()
+    results.spec.space.sample(first_guess)
+    assert own[0].params != first_guess.params

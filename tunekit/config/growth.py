@@ -1,0 +1,82 @@
+"""Growing a search on resume: ``tunekit resume DIR --set budget.num_samples=N``.
+
+A resumed search may change its budget (more trials, another concurrency, a new time
+budget) and nothing else: its study, ASHA's rungs and its MLflow runs only make sense
+for the space, metric, epochs and trainable they were made with.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunekit.config.spec import ExperimentSpec, apply_override, parse_spec
+from tunekit.contract import Trainable
+from tunekit.errors import SpecError
+from tunekit.layout import SPEC_FILE, TRIALS_FILE
+
+GROWABLE = ("budget.num_samples", "budget.max_concurrent", "budget.time_budget_s")
+
+
+def resumed_spec(
+    experiment_dir: Path, overrides: Iterable[str] = (), trainable: Trainable | None = None
+) -> tuple[ExperimentSpec, bool]:
+    """The experiment's spec with ``overrides`` applied, and whether they changed it.
+
+    Its ``search.warm_start_from`` directories are not checked again: their history is
+    in the study already, and they may have moved since.
+
+    Raises:
+        SpecError: an override changes anything but ``GROWABLE``, breaks a spec rule, or
+            asks for fewer trials than the search already ran.
+    """
+    recorded = yaml.safe_load((experiment_dir / SPEC_FILE).read_text())
+    before = parse_spec(recorded, experiment_dir, trainable)
+    raw = copy.deepcopy(recorded)
+    overrides = list(overrides)
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    after = parse_spec(raw, experiment_dir, trainable) if overrides else before
+    changed = changed_keys(before.raw, after.raw)
+    for key, value in changed.items():
+        if key not in GROWABLE:
+            raise SpecError(
+                f"--set {key}",
+                f"cannot change when resuming; only {', '.join(GROWABLE)} can",
+                value,
+            )
+    ran = trials_run(experiment_dir)
+    if after.budget.num_samples < ran:
+        raise SpecError(
+            "--set budget.num_samples",
+            f"must be at least the {ran} trials this search already ran",
+            after.budget.num_samples,
+        )
+    return after, bool(changed)
+
+
+def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every dotted key whose value differs between two raw specs, with its new value."""
+    changed: dict[str, Any] = {}
+    for key in [*before, *(k for k in after if k not in before)]:
+        path = f"{prefix}{key}"
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            changed.update(changed_keys(old, new, f"{path}."))
+        elif old != new:
+            changed[path] = new
+    return changed
+
+
+def trials_run(experiment_dir: Path) -> int:
+    """How many trials the search has started, by its trials table."""
+    table = experiment_dir / TRIALS_FILE
+    if not table.is_file():
+        return 0
+    with table.open(newline="") as handle:
+        return sum(1 for _ in csv.DictReader(handle))

@@ -1,0 +1,39 @@
+"""The search algorithm of a grown search: Ray's restored state, this run's budget.
+
+Ray restores a search's ``SearchGenerator`` and ``ConcurrencyLimiter`` as the first run
+saved them, with its ``num_samples`` and ``max_concurrent``, and has no public way to
+change them (``Tuner.restore`` keeps the first ``TuneConfig``). ``GrowingSearch`` lets Ray
+restore everything, then sets the grown budget; tunekit's searcher, the study and the
+trials stay as they were. Imported only where Ray already is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
+
+from tunekit.compat import set_search_generator_budget
+
+
+class GrowingSearch(SearchGenerator):
+    """A ``SearchGenerator`` over a ``ConcurrencyLimiter`` that keeps this run's budget on restore.
+
+    Args:
+        searcher: tunekit's searcher (restored from the first run's ``tuner.pkl``).
+        num_samples: trials in all, those already run included.
+        max_concurrent: trials at once from now on.
+    """
+
+    def __init__(self, searcher: Searcher, num_samples: int, max_concurrent: int) -> None:
+        super().__init__(ConcurrencyLimiter(searcher, max_concurrent=max_concurrent))
+        self.num_samples = num_samples
+        self.max_concurrent = max_concurrent
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        # Ray calls this last in restore_from_dir, after the limiter took its saved state.
+        super().set_state(state)
+        set_search_generator_budget(self, self.num_samples)
+        limiter = self.searcher
+        if isinstance(limiter, ConcurrencyLimiter):
+            limiter.set_max_concurrency(self.max_concurrent)
