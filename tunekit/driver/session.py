@@ -11,16 +11,16 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tunekit.compat import ray_leaves_sigterm_alone
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals
-from tunekit.errors import ResourceError, SearchInterrupted, StorageError
+from tunekit.errors import ResourceError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -185,24 +185,19 @@ def ray_session(
     if console:
         console.phase(f"starting Ray ({'joining ' + address if address else 'local'})")
     try:
-        # "local": without an address, a new local Ray, never a cluster that happens to run here.
-        ray.init(address=address or "local", **options)
-    except SystemExit:
-        # ray.init's own SIGTERM handler exits; turn it into tunekit's interruption.
-        ray.shutdown()
-        where = signals.experiment_dir if signals is not None else None
+        with ray_leaves_sigterm_alone():
+            # "local": without an address, a new local Ray, never a cluster that happens to run here.
+            ray.init(address=address or "local", **options)
         if signals is not None:
-            signals.received = signal.SIGTERM
-        raise SearchInterrupted("interrupted by SIGTERM while starting Ray", where, signal.SIGTERM) from None
+            signals.install()
+            signals.raise_if_received()
     except BaseException:
-        ray.shutdown()  # a half-started Ray (SIGINT during start) must not outlive the process
+        ray.shutdown()  # a half-started Ray must not outlive the process
         raise
     OWNED_RAY = {"key": key, "local": address is None}
     if not _ATEXIT_REGISTERED:
         atexit.register(shutdown)
         _ATEXIT_REGISTERED = True
-    if signals is not None:
-        signals.install()  # ray.init replaced the SIGTERM handler with its own
     if console:
         resources = ray.cluster_resources()
         console.phase(

@@ -46,11 +46,19 @@ def quiet_trial_tracebacks() -> Iterator[None]:
             logger.removeFilter(quiet)
 
 
+class _StartUpInterrupted(BaseException):
+    """What the handler raises before ``fit``. A BaseException, as KeyboardInterrupt is, so
+    the ``except Exception`` blocks inside ``ray.init`` cannot swallow it; ``StopSignals``
+    turns it into ``SearchInterrupted`` as it exits."""
+
+
 class StopSignals:
     """SIGINT and SIGTERM stop a search the way Ray Tune's Ctrl-C does, in every phase.
 
     Before ``Tuner.fit`` (starting Ray, building the study and the Tuner) the first signal
-    raises ``SearchInterrupted`` at once. During ``fit`` it sets Tune's own stop event (Ray
+    is recorded and raises ``SearchInterrupted`` at once; where Python swallows that raise
+    (an at-fork hook inside ``ray.init``), the record ends the start-up at the next check
+    (after ``ray.init``, and at the start of ``fit``). During ``fit`` it sets Tune's own stop event (Ray
     installs its handler for SIGUSR1 too, and tunekit sets ``TUNE_DISABLE_SIGINT_HANDLER``),
     so Tune ends its loop, saves the experiment state and removes its actors, including
     trials still waiting for resources; ``fit`` returns and the tables are written. A
@@ -74,20 +82,35 @@ class StopSignals:
             self.install()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
         if self._active:
             for number, handler in self._saved.items():
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        if isinstance(error, _StartUpInterrupted) and self.received is not None:
+            name = signal.Signals(self.received).name
+            raise SearchInterrupted(
+                f"interrupted by {name} during start-up", self.experiment_dir, self.received
+            ) from None
 
     def install(self) -> None:
+        """Registers the handlers with the operating system (again).
+
+        Needed again after ``ray.init``: Ray's core worker installs its C++ failure-signal
+        handler for SIGTERM below Python (it prints "*** SIGTERM received ***" and exits),
+        which ``signal.getsignal`` does not show.
+        """
         if self._active:
             for number in self._SIGNALS:
                 signal.signal(number, self._handle)
 
+    def raise_if_received(self) -> None:
+        """Ends the start-up if a signal came whose exception Python swallowed (an at-fork hook)."""
+        if self.received is not None:
+            raise _StartUpInterrupted
+
     @contextlib.contextmanager
     def fitting(self) -> Iterator[None]:
-        if self.received is not None:
-            raise SearchInterrupted("interrupted", self.experiment_dir, self.received)
+        self.raise_if_received()
         if self._active:
             # Whatever handles SIGUSR1 once fit runs is Ray's stop handler (a stale one from
             # an earlier fit in this process would set an event nobody waits on).
@@ -109,9 +132,9 @@ class StopSignals:
                 self._on_forced_exit()
             os._exit(128 + number)
         self.received = number
-        name = signal.Signals(number).name
         if not self._in_fit:
-            raise SearchInterrupted(f"interrupted by {name} during start-up", self.experiment_dir, number)
+            raise _StartUpInterrupted
+        name = signal.Signals(number).name
         sys.stderr.write(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
         sys.stderr.flush()
         threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
