@@ -8,6 +8,8 @@ cheap: every function imports its library itself.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,29 @@ def restored_run_config(tuner: Tuner) -> RunConfig:
     if local is None:
         raise RuntimeError("a Tuner restored through Ray Client has no local run config; tunekit needs a local Tuner")
     return local.get_run_config()
+
+
+@contextlib.contextmanager
+def ray_leaves_sigterm_alone() -> Iterator[None]:
+    """While it is open, ``ray.init`` does not replace the process's SIGTERM handler.
+
+    Why: ``ray.init`` and the local node it starts each install a SIGTERM handler that calls
+    ``sys.exit`` wherever the main thread happens to be. A SIGTERM during start-up raised
+    that SystemExit inside logging's at-fork hook, where Python prints "Exception ignored"
+    and carries on: the signal was lost and the search ran on. tunekit's own handler
+    (``tunekit.driver.signals``) records the signal before it raises, so it is never lost,
+    and tunekit shuts the half-started Ray down itself. Checked against Ray 2.60
+    (``ray._private.utils.set_sigterm_handler``, called from ``worker.init`` and
+    ``node.Node``).
+    """
+    import ray._private.utils as ray_utils
+
+    original = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
 
 
 def asha_rungs(scheduler: ASHAScheduler) -> list[tuple[float, dict[str, float]]]:
