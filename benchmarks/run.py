@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "pipeline": "input pipeline (benchmarks/pipeline.py)",
     "logging_cost": "cost of MLflow tracking (benchmarks/logging_cost.py)",
     "warm": "a second tunekit.run in one process (warm Ray) vs the first",
+    "eta": "tunekit plan --probe's predicted wall time against the default search's actual",
 }
 # Written by others; run when present.
 EXTERNAL = ("pipeline", "logging_cost")

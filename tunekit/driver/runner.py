@@ -300,7 +300,10 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
 
 def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
     """Who hears about the search as it goes: the console and, when enabled, MLflow."""
-    listeners: list[Any] = [console] if console else []
+    from tunekit.results.ledger import LedgerFile
+
+    # The ledger file first: the MLflow tracker logs it to the parent run at the search's end.
+    listeners: list[Any] = [*([console] if console else []), LedgerFile(experiment_dir)]
     if spec.tracking.enabled:
         from tunekit.tracking.tracker import MlflowTracker
 

@@ -22,11 +22,14 @@ without it counts from its first trial's start.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.layout import TrialStatus, finite
+from tunekit.errors import TunekitError
+from tunekit.layout import LEDGER_FILE, TrialStatus, finite
 from tunekit.search.forecast import read_prediction, slot_units
 from tunekit.search.plan import spec_milestones
 
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
 
 DEFAULT_TOLERANCE = 0.01  # 1 % of the final best, relative
+logger = logging.getLogger("tunekit")
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,78 @@ def _error(predicted: float | None, actual: float | None) -> float | None:
     if predicted is None or actual is None or actual == 0:
         return None
     return 100 * (predicted - actual) / actual
+
+
+# --------------------------------------------------------------- ledger.json
+
+
+def write_ledger(experiment_dir: Path, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
+    """Writes ``ledger.json`` (the ledger, predicted against actual, and flat ``metrics``) and returns it."""
+    from tunekit.results.load import load
+
+    results = load(experiment_dir)
+    ledger = compute_ledger(results, tolerance)
+    comparison = predicted_vs_actual(results, ledger)
+    record = {**ledger.to_dict(), "predicted_vs_actual": comparison, "metrics": flat_metrics(ledger, comparison)}
+    partial = experiment_dir / f"{LEDGER_FILE}.partial"
+    partial.write_text(json.dumps(record, indent=2))
+    partial.replace(experiment_dir / LEDGER_FILE)
+    return record
+
+
+def flat_metrics(ledger: Ledger, comparison: list[dict[str, Any]] | None) -> dict[str, float]:
+    """The ledger's numbers as MLflow metrics of the parent run (names stay the same across searches)."""
+    values: dict[str, float | None] = {
+        "ledger_slot_hours": ledger.slot_hours,
+        "ledger_pruned_share": ledger.pruned_share,
+        "ledger_seconds_to_best": ledger.seconds_to_best,
+        "ledger_slot_hours_to_best": ledger.slot_hours_to_best,
+    }
+    for stretch in ledger.rungs:
+        name = "final" if stretch.rung is None else f"rung{stretch.rung}"
+        values |= {
+            f"ledger_{name}_trials": stretch.trials,
+            f"ledger_{name}_epochs": stretch.epochs,
+            f"ledger_{name}_slot_hours": stretch.slot_hours,
+        }
+    for row, key in zip(comparison or [], ("wall_seconds", "epochs", "slot_hours"), strict=False):
+        values |= {f"predicted_{key}": row["predicted"], f"actual_{key}": row["actual"]}
+    return {key: number for key, value in values.items() if (number := finite(value)) is not None}
+
+
+class LedgerFile:
+    """A recorder listener that writes ``ledger.json`` when the search ends.
+
+    It comes before the MLflow tracker among the listeners, so the tracker's writer finds
+    the file and logs it, with its metrics, to the parent run. Every other hook is a no-op.
+    """
+
+    def __init__(self, experiment_dir: Path) -> None:
+        self.experiment_dir = experiment_dir
+
+    def experiment_ended(self, recorder: Any) -> None:
+        try:
+            write_ledger(self.experiment_dir)
+        except (TunekitError, OSError, ValueError, KeyError) as error:
+            logger.warning("no compute ledger for %s: %s", self.experiment_dir, error)
+
+    def experiment_started(self, recorder: Any) -> None:
+        pass
+
+    def trial_started(self, record: Any) -> None:
+        pass
+
+    def epoch_reported(self, record: Any, row: Any) -> None:
+        pass
+
+    def trial_ended(self, record: Any) -> None:
+        pass
+
+    def tick(self, recorder: Any) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
+        pass
 
 
 # ------------------------------------------------------------------------ text

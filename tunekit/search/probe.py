@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ def run_probe(settings: ProbeSettings, spec: ExperimentSpec) -> Measurement:
         workdir = Path(scratch)
         log = workdir / "probe.log"
         command = [sys.executable, "-m", "tunekit.search.probe", settings.spec_path, str(workdir), str(slots)]
+        command += ["--seconds", str(settings.seconds)]
         command += [f"--set={item}" for item in settings.overrides]
         if settings.address:
             command += ["--address", settings.address]
@@ -236,14 +238,19 @@ def _duration(seconds: float) -> str:
 
 
 def _child(argv: Sequence[str]) -> int:
-    """``python -m tunekit.search.probe SPEC WORKDIR SLOTS [--set K=V]... [--address A]``."""
+    """``python -m tunekit.search.probe SPEC WORKDIR SLOTS --seconds S [--set K=V]... [--address A]``."""
     parser = argparse.ArgumentParser(prog="python -m tunekit.search.probe")
     parser.add_argument("spec")
     parser.add_argument("workdir", type=Path)
     parser.add_argument("slots", type=int)
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--address")
+    parser.add_argument("--seconds", type=float, required=True)
     args = parser.parse_args(argv)
+    # Bounded on its own too: a parent that died (killed, timed out) leaves no search running on.
+    timer = threading.Timer(args.seconds, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.daemon = True
+    timer.start()
     from tunekit.driver.runner import run  # imported before the clock starts, as in `tunekit run`
     from tunekit.errors import NoResultError, SearchInterrupted
 

@@ -18,12 +18,13 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import installed_versions, redact_uri
-from tunekit.layout import ENDED_STATUSES, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
+from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
 from tunekit.tracking import artifacts
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
 from tunekit.tracking.events import (
     EpochEvent,
+    ExploitEvent,
     InfoEvent,
     ProgressEvent,
     RunEvent,
@@ -175,6 +176,8 @@ class RunBook:
             "epochs_spent": float(event.epochs_spent),
             "epochs_full_budget": float(budget.num_samples * budget.max_epochs),
             "wall_seconds": round(event.wall_seconds, 3),
+            # The compute ledger that tunekit.results.ledger.LedgerFile wrote just before.
+            **_ledger_metrics(self.experiment_dir / LEDGER_FILE),
         }
         self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
         # A search that ended with no trial reporting the metric failed (the command exits 1).
@@ -322,6 +325,8 @@ class RunBook:
             self._spec_pending = False
         sender.send_metrics(parent_id, pending.metrics)
         if pending.status is not None:
+            if (self.experiment_dir / LEDGER_FILE).is_file():
+                sender.client.log_artifact(parent_id, str(self.experiment_dir / LEDGER_FILE))
             self._retire_lost_trials()
             if self._model_trial is not None:
                 self._log_best_model(self._model_trial)
@@ -367,6 +372,15 @@ class RunBook:
         if run_id is None:
             raise RuntimeError("tunekit tracking: the parent run is not open")
         return run_id
+
+
+def _ledger_metrics(path: Path) -> dict[str, float]:
+    """The flat metrics of a ``ledger.json``; none when the search wrote no ledger."""
+    try:
+        metrics = json.loads(path.read_text()).get("metrics", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(key): number for key, value in metrics.items() if (number := finite(value)) is not None}
 
 
 def ui_url(tracking_uri: str, experiment_id: str) -> str | None:

@@ -1,0 +1,150 @@
+"""The ETA's error: ``tunekit plan --probe``'s prediction against the search it predicts.
+
+Each round runs, one after the other, as a user would: ``tunekit plan SPEC --probe`` (a bounded
+real probe; its measurement is kept under the storage root), then ``tunekit run SPEC`` (which
+files the prediction with the experiment), and compares the predicted wall time, epochs and
+CPU-hours with the experiment's actual ones (``tunekit report``'s predicted-against-actual).
+The spec is the shipped default, ``search_spaces/digits_mlp.yaml``, with MLflow tracking to a
+SQLite file in the work directory. The CIFAR specs need a download and are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+NAME = "eta"
+TITLE = "tunekit plan --probe: predicted against actual wall time of the default search"
+TARGET = 35.0  # per cent, either way
+
+MODES: dict[str, dict[str, Any]] = {
+    "smoke": {"rounds": 1, "set": ["budget.num_samples=4", "budget.max_epochs=3"], "probe_seconds": 60},
+    "quick": {"rounds": 2, "set": [], "probe_seconds": 90},
+    "full": {"rounds": 4, "set": [], "probe_seconds": 90},
+}
+
+DEFINITIONS = {
+    "predicted wall time": "plan --probe's predicted_wall_seconds: from the search's start (tunekit.run called, "
+    "after the driver's imports) to its last trial's end",
+    "actual wall time": "the same span in the experiment: prediction.json's launched_at to the last ended_at "
+    "of trials.csv",
+    "error": "(predicted - actual) / actual, per cent",
+    "process wall time": "the whole `tunekit run` process, as the shell sees it (Python start, imports, "
+    "shutdown included): shown for context",
+}
+
+
+def _tunekit(args: list[str], workdir: Path, log: Path) -> float:
+    """Runs ``tunekit ARGS`` from the repository root; returns its wall seconds."""
+    started = time.time()
+    with log.open("a") as out:
+        code = subprocess.run(
+            [sys.executable, "-m", "tunekit", *args], cwd=common.REPO, env=common.child_env(), stdout=out, stderr=out
+        ).returncode
+    if code != 0:
+        raise common.ChildFailed(f"tunekit {args[0]} exited {code}; see {log}:\n{log.read_text()[-3000:]}")
+    return time.time() - started
+
+
+def one_round(index: int, settings: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    spec = str(common.DIGITS_SPEC)
+    overrides = [f"--set={item}" for item in settings["set"]]
+    storage = ["--storage", str(workdir / f"round{index}")]
+    log = workdir / f"round{index}.log"
+    load_before = os.getloadavg()[0]
+    probe_s = _tunekit(
+        ["plan", spec, *overrides, *storage, "--probe", "--probe-seconds", str(settings["probe_seconds"])], workdir, log
+    )
+    tracking = ["--tracking-uri", f"sqlite:///{workdir / f'round{index}.db'}"]
+    run_s = _tunekit(["run", spec, *overrides, *storage, *tracking, "--name", "search"], workdir, log)
+    report = subprocess.run(
+        [sys.executable, "-m", "tunekit", "report", str(workdir / f"round{index}" / "search"), "--format", "json"],
+        cwd=common.REPO,
+        env=common.child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    compared = {row["figure"]: row for row in json.loads(report.stdout)["predicted_vs_actual"] or []}
+    return {
+        "probe_seconds": probe_s,
+        "process_wall_seconds": run_s,
+        "compared": compared,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    errors = [r["compared"]["wall seconds"]["error_percent"] for r in rounds]
+    worst = max(errors, key=abs)
+    figures = []
+    for index, r in enumerate(rounds):
+        wall, epochs, hours = (r["compared"][k] for k in ("wall seconds", "epochs", "CPU-hours"))
+        figures += [
+            common.figure(
+                f"round {index}: wall time predicted / actual",
+                f"{wall['predicted']:.1f} / {wall['actual']:.1f}",
+                "s",
+                f"within ±{TARGET:.0f}%",
+                abs(wall["error_percent"]) <= TARGET,
+                f"error {wall['error_percent']:+.1f}%; load {r['load_before']:.1f} -> {r['load_after']:.1f}",
+            ),
+            common.figure(
+                f"round {index}: epochs predicted / actual",
+                f"{epochs['predicted']:.0f} / {epochs['actual']:.0f}",
+                note=f"error {epochs['error_percent']:+.1f}%",
+            ),
+            common.figure(
+                f"round {index}: CPU-hours predicted / actual",
+                f"{hours['predicted']:.4f} / {hours['actual']:.4f}",
+                note=f"error {hours['error_percent']:+.1f}%",
+            ),
+            common.figure(
+                f"round {index}: probe / whole run process",
+                f"{r['probe_seconds']:.0f} / {r['process_wall_seconds']:.0f}",
+                "s",
+            ),
+        ]
+    figures.append(common.figure("largest wall-time error", worst, "%", f"within ±{TARGET:.0f}%", abs(worst) <= TARGET))
+    ratios = [
+        f"round {i}: predicted {r['compared']['wall seconds']['predicted']:.1f} s against "
+        f"{r['compared']['wall seconds']['actual']:.1f} s actual ({e:+.1f}%)"
+        for i, (r, e) in enumerate(zip(rounds, errors, strict=True))
+    ]
+    return {"figures": figures, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parser(NAME, __doc__.splitlines()[0]).parse_args(argv)
+    settings = MODES[args.mode]
+    report = common.Report(NAME, TITLE, args.mode, args.out)
+    rounds = []
+    with common.Workdir(NAME, args.keep) as workdir:
+        for index in range(settings["rounds"]):
+            print(f"[{NAME}] round {index}: plan --probe, then the search ...", flush=True)
+            rounds.append(one_round(index, settings, workdir))
+    analysis = analyse(rounds)
+    setup = {
+        "spec": "search_spaces/digits_mlp.yaml" + (f" with {', '.join(settings['set'])}" if settings["set"] else ""),
+        "rounds": settings["rounds"],
+        "probe_seconds": settings["probe_seconds"],
+        "tracking": "MLflow, SQLite in the work directory",
+    }
+    notes = [
+        "The CIFAR specs (search_spaces/cifar_*.yaml) need a dataset download and are not measured.",
+        "Each round probes afresh, then searches; nothing else of the benchmark runs meanwhile, "
+        "but the machine's load (shown per round) moves both.",
+    ]
+    return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, {"rounds": rounds})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

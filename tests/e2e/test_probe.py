@@ -1,0 +1,83 @@
+"""`tunekit plan --probe` on a tiny spec, then the search it predicts: the prediction is filed with
+the experiment, the report compares it with what happened, and the MLflow parent run holds the
+compute ledger. Real Ray, real TensorFlow trials, real SQLite (MLflow), as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_tunekit
+
+from tunekit.layout import LEDGER_FILE, PREDICTION_FILE, PROBES_DIR, TRACKING_FILE
+
+SPEC = """\
+name: probe-e2e
+trainable: trainables.digits_mlp
+metric: {{name: val_accuracy, mode: max}}
+budget: {{num_samples: 4, max_epochs: 3, max_concurrent: 2}}
+search: {{algorithm: random, seed: 0}}
+scheduler: {{type: asha, grace_period: 1, reduction_factor: 2}}
+resources: {{cpu: 1, gpu: 0}}
+training: {{precision: float32, seed: 0}}
+space:
+  learning_rate: {{type: loguniform, low: 1.0e-3, high: 1.0e-2}}
+  units: {{type: choice, values: [16, 32]}}
+storage: {{path: {root}/results}}
+tracking: {{uri: "sqlite:///{root}/mlflow.db"}}
+"""
+PROBE_SECONDS = 30
+
+
+def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(root=tmp_path))
+
+    probe = run_tunekit(
+        "plan",
+        str(spec),
+        "--probe",
+        "--probe-seconds",
+        str(PROBE_SECONDS),
+        "--format",
+        "json",
+        timeout=PROBE_SECONDS + 30,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert f"at most {PROBE_SECONDS} s (a hard stop)" in probe.stderr
+    predicted = json.loads(probe.stdout)
+    measured = predicted["measurement"]
+    assert 0 < measured["startup_s"] < predicted["predicted_wall_seconds"] < PROBE_SECONDS * 4
+    assert measured["new_worker_first_epoch_s"] > measured["epoch_s"] > 0
+    assert 4 * 1 <= predicted["predicted_epochs"] <= 4 * 3  # at least the first rung, at most every epoch
+    assert predicted["slot_hours"] > 0 and predicted["slot_unit"] == "CPU" and predicted["concurrency"] == 2
+    assert Path(predicted["saved"]).parent == tmp_path / "results" / PROBES_DIR
+
+    search = run_tunekit("run", str(spec), "--name", "searched", timeout=120)
+    assert search.returncode == 0, search.stderr[-2000:]
+    experiment = tmp_path / "results" / "searched"
+    assert (
+        json.loads((experiment / PREDICTION_FILE).read_text())["predicted_wall_seconds"]
+        == (predicted["predicted_wall_seconds"])
+    )
+
+    report = run_tunekit("report", str(experiment), "--format", "json", "--price-per-hour", "2")
+    assert report.returncode == 0, report.stderr[-2000:]
+    record = json.loads(report.stdout)
+    figures = {row["figure"]: row for row in record["predicted_vs_actual"]}
+    assert set(figures) == {"wall seconds", "epochs", "CPU-hours"}
+    assert all(row["actual"] > 0 and row["error_percent"] is not None for row in figures.values())
+    ledger = record["ledger"]
+    assert sum(r["epochs"] for r in ledger["rungs"]) == ledger["epochs"] == figures["epochs"]["actual"]
+    assert ledger["cost"] == ledger["slot_hours"] * 2 > 0
+    assert all(t["samples_per_second"] > 0 and t["peak_memory_mb"] > 0 for t in ledger["trials"])
+
+    import mlflow
+
+    tracking = json.loads((experiment / TRACKING_FILE).read_text())
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    parent = client.get_run(tracking["parent_run_id"])
+    written = json.loads((experiment / LEDGER_FILE).read_text())
+    assert parent.data.metrics["ledger_slot_hours"] == written["slot_hours"] > 0
+    assert parent.data.metrics["predicted_wall_seconds"] == predicted["predicted_wall_seconds"]
+    assert LEDGER_FILE in [artifact.path for artifact in client.list_artifacts(parent.info.run_id)]
