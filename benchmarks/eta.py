@@ -46,7 +46,11 @@ def _tunekit(args: list[str], workdir: Path, log: Path) -> float:
     started = time.time()
     with log.open("a") as out:
         code = subprocess.run(
-            [sys.executable, "-m", "tunekit", *args], cwd=common.REPO, env=common.child_env(), stdout=out, stderr=out
+            [sys.executable, "-m", "tunekit.cli", *args],
+            cwd=common.REPO,
+            env=common.child_env(),
+            stdout=out,
+            stderr=out,
         ).returncode
     if code != 0:
         raise common.ChildFailed(f"tunekit {args[0]} exited {code}; see {log}:\n{log.read_text()[-3000:]}")
@@ -65,7 +69,7 @@ def one_round(index: int, settings: dict[str, Any], workdir: Path) -> dict[str, 
     tracking = ["--tracking-uri", f"sqlite:///{workdir / f'round{index}.db'}"]
     run_s = _tunekit(["run", spec, *overrides, *storage, *tracking, "--name", "search"], workdir, log)
     report = subprocess.run(
-        [sys.executable, "-m", "tunekit", "report", str(workdir / f"round{index}" / "search"), "--format", "json"],
+        [sys.executable, "-m", "tunekit.cli", "report", str(workdir / f"round{index}" / "search"), "--format", "json"],
         cwd=common.REPO,
         env=common.child_env(),
         capture_output=True,

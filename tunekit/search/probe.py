@@ -248,7 +248,8 @@ def _child(argv: Sequence[str]) -> int:
     parser.add_argument("--seconds", type=float, required=True)
     args = parser.parse_args(argv)
     # Bounded on its own too: a parent that died (killed, timed out) leaves no search running on.
-    timer = threading.Timer(args.seconds, os.kill, (os.getpid(), signal.SIGTERM))
+    # Later than the parent's own SIGTERM, which a second signal would turn into an abrupt exit.
+    timer = threading.Timer(args.seconds + 2 * STOP_GRACE_S, os.kill, (os.getpid(), signal.SIGTERM))
     timer.daemon = True
     timer.start()
     from tunekit.driver.runner import run  # imported before the clock starts, as in `tunekit run`
