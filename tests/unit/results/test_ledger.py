@@ -130,3 +130,29 @@ def test_predicted_against_actual_when_a_prediction_was_filed(tmp_path: Path) ->
     text = describe(ledger, rows)
     assert "predicted wall seconds: 16 against 15 actual (+7%)" in text
     assert "spent on trials later pruned: 44%" in text
+
+
+def test_report_prints_the_ledger_and_adds_it_to_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main
+
+    experiment(tmp_path)
+    assert main(["report", str(tmp_path), "--tolerance", "0.05", "--price-per-hour", "3.6"]) == 0
+    text = capsys.readouterr().out
+    assert "within 5.0% of the final best (0.9) after 8.0 s" in text
+    assert "cost at 3.6 per CPU-hour: 0.0360, reaching that best 0.0300" in text
+    assert main(["report", str(tmp_path), "--format", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["ledger"]["epochs"] == 7 and record["predicted_vs_actual"] is None
+    assert record["best"]["trial_id"] == "a"
+
+
+def test_the_html_page_holds_the_ledger_and_predicted_against_actual(tmp_path: Path) -> None:
+    from tunekit.results.report import render_html
+
+    results = experiment(tmp_path)
+    (tmp_path / PREDICTION_FILE).write_text(json.dumps({"predicted_wall_seconds": 16.0, "launched_at": 995.0}))
+    page = render_html(results, {}, price_per_hour=3.6)
+    assert "<h2>Compute ledger</h2>" in page
+    assert "44% spent on trials later pruned" in page
+    assert "<td>final</td><td>3-4</td><td>1</td><td>2</td>" in page
+    assert '<td class="text">wall seconds</td><td>16</td><td>15</td><td>+7%</td>' in page

@@ -26,7 +26,7 @@ from tunekit.search.forecast import (
     target_of,
 )
 from tunekit.search.plan import plan_budget
-from tunekit.search.probe import measure, probe_sections
+from tunekit.search.probe import describe, measure, probe_sections
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -177,3 +177,21 @@ def test_probing_code_imports_nothing_heavy(imported_after: Callable[[str], list
         "forecast.Measurement('local', 0, 2, 0, 10, 5, 1, 0.5, 0.2, 0.1, 4, 12, 30), simulations=5)"
     )
     assert imported_after(code) == []
+
+
+def test_plain_plan_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main
+
+    assert main(["plan", str(DIGITS), "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["planned_epochs"], plan["exhaustive_epochs"]) == (118, 480)
+    assert [rung["epoch"] for rung in plan["rungs"]] == [2, 6, 18, 20]
+
+
+def test_the_probe_table_names_each_figure_and_where_it_is_kept() -> None:
+    spec = digits()
+    text = describe(spec, COSTS, predict(spec, COSTS, simulations=5), Path("/store/.probes/x.json"))
+    assert "probe: 4 trials, 12 epochs in 30 s on local (2 CPUs, 0 GPUs)" in text
+    assert "first epoch in a new worker (process, TensorFlow import, tracing)" in text
+    assert "prediction: 24 trials, 2 at a time (max_concurrent 2)" in text
+    assert "saved: /store/.probes/x.json" in text
