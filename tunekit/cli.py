@@ -217,8 +217,9 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
         file=sys.stderr if args.format == "json" else sys.stdout,
         flush=True,
     )
-    measurement = run_probe(ProbeSettings(args.spec, tuple(args.set), args.address, seconds), spec)
-    saved = save_measurement(Path(args.storage or spec.storage.path).expanduser().resolve(), spec, measurement)
+    root = Path(args.storage or spec.storage.path).expanduser().resolve()
+    measurement = run_probe(ProbeSettings(args.spec, tuple(args.set), args.address, seconds, root), spec)
+    saved = save_measurement(root, spec, measurement)
     prediction = predict(spec, measurement)
     if args.format == "json":
         record = {**prediction.to_dict(), "measurement": dataclasses.asdict(measurement), "saved": str(saved)}

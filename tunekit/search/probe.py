@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tunekit.config.resources import local_gpu_count
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import TunekitError
+from tunekit.layout import PROBES_DIR
 from tunekit.search.forecast import Measurement, Prediction, concurrency, target_of
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class ProbeSettings:
     overrides: tuple[str, ...]
     address: str | None
     seconds: float
+    storage_root: Path  # the probe's scratch search lives here: shared by every node on a cluster
 
 
 def probe_sections(spec: ExperimentSpec, slots: int) -> dict[str, Any]:
@@ -89,7 +91,9 @@ def run_probe(settings: ProbeSettings, spec: ExperimentSpec) -> Measurement:
             message ends with the tail of the child's output.
     """
     slots = probe_slots(spec, settings.address)
-    with tempfile.TemporaryDirectory(prefix="tunekit-probe-") as scratch:
+    scratch_root = settings.storage_root / PROBES_DIR
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="scratch-", dir=scratch_root) as scratch:
         workdir = Path(scratch)
         log = workdir / "probe.log"
         command = [sys.executable, "-m", "tunekit.search.probe", settings.spec_path, str(workdir), str(slots)]
