@@ -1,12 +1,14 @@
 """A finished search grown on resume, and a new search warm-started from it, on a real Ray.
 
 One Ray for the module; three short searches of the digits MLP (2 epochs): 6 trials, the
-same grown to 10, and 3 trials warm-started from those 10. MLflow on SQLite.
+same grown to 10 (one at a time, with a time budget), and 2 trials warm-started from those
+10. MLflow on SQLite.
 The rules without Ray: tests/unit/config/test_grow.py, tests/unit/search/test_warm_start.py.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ import pytest
 import ray
 import yaml
 from mlflow.tracking import MlflowClient
+from ray.tune.stopper import TimeoutStopper
+from ray.tune.utils.serialization import TuneFunctionDecoder
 
 import tunekit
 from tunekit.driver.session import ray_init_options
@@ -101,7 +105,8 @@ def grown(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> dict[s
             "trials": first.trials[FIRST_SIX].copy(),
             "study": [(t.number, t.params, t.value, t.state, t.intermediate_values) for t in own_trials(study)],
         }
-        after = tunekit.resume(first.experiment_dir, overrides=["budget.num_samples=10"], progress=False)
+        grow = ["budget.num_samples=10", "budget.max_concurrent=1", "budget.time_budget_s=600"]
+        after = tunekit.resume(first.experiment_dir, overrides=grow, progress=False)
     return {"before": before, "after": after}
 
 
@@ -118,7 +123,25 @@ def test_a_grown_search_has_ten_trials_and_its_first_six_unchanged(grown: dict[s
         "study"
     ]
     assert all(t.state.is_finished() for t in study)
-    assert yaml.safe_load((after.experiment_dir / SPEC_FILE).read_text())["budget"]["num_samples"] == 10
+    budget = yaml.safe_load((after.experiment_dir / SPEC_FILE).read_text())["budget"]
+    assert (budget["num_samples"], budget["max_concurrent"], budget["time_budget_s"]) == (10, 1, 600.0)
+
+
+def test_a_grown_search_s_time_budget_is_its_own_from_the_resume(grown: dict[str, Any]) -> None:
+    # Ray saves its stopper with the experiment state and puts it back on resume; the grown
+    # search's must be the new time budget, whole (the first run had none).
+    newest = max(grown["after"].experiment_dir.glob("experiment_state-*.json"))
+    stopper = json.loads(newest.read_text(), cls=TuneFunctionDecoder)["runner_data"]["_stopper"]
+    timeouts = [s for s in stopper._stoppers if isinstance(s, TimeoutStopper)]
+    assert [t._timeout_seconds for t in timeouts] == [600.0]
+
+
+def test_a_grown_search_runs_at_its_new_concurrency(grown: dict[str, Any]) -> None:
+    first_six = set(grown["before"]["trials"]["trial_id"])
+    added = grown["after"].trials[lambda t: ~t["trial_id"].isin(first_six)].sort_values("started_at")
+    assert len(added) == 4
+    # max_concurrent went from 2 to 1: each added trial started after the one before ended.
+    assert all(later >= earlier for earlier, later in zip(added["ended_at"], added["started_at"][1:], strict=False))
 
 
 def test_a_grown_search_stays_one_parent_run_with_a_child_per_trial(grown: dict[str, Any], tracking_uri: str) -> None:
@@ -128,6 +151,7 @@ def test_a_grown_search_stays_one_parent_run_with_a_child_per_trial(grown: dict[
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.tags[f"{TAG_BUDGET_PREFIX}num_samples"] == "10"
+    assert parent.data.tags[f"{TAG_BUDGET_PREFIX}max_concurrent"] == "1"
     assert parent.data.params["budget.num_samples"] == "6"  # MLflow params never change: the first run's
     assert sorted(r.data.tags["tunekit.ray_trial_id"] for r in children) == sorted(after.trials["trial_id"])
     assert {r.data.tags[PARENT_RUN_TAG] for r in children} == {parent.info.run_id}
@@ -139,7 +163,7 @@ def test_a_warm_started_study_holds_the_history_before_its_own_trials(
     source: Path = grown["after"].experiment_dir
     history = [t for t in own_trials(study_of(source, "grow")) if t.state.name in ("COMPLETE", "PRUNED")]
     monkeypatch.chdir(REPO)
-    later = spec("later", tracking_uri, 3, warm_start_from=str(source))
+    later = spec("later", tracking_uri, 2, n_startup_trials=2, warm_start_from=str(source))
     results = tunekit.run(later, storage=tmp_path, name="later", progress=False)
 
     study = study_of(results.experiment_dir, "later")
@@ -149,16 +173,16 @@ def test_a_warm_started_study_holds_the_history_before_its_own_trials(
     assert study.user_attrs[WARM_START_ATTR] == {"sources": [str(source)], "used": k, "skipped": {}}
     # Only its own trials count toward num_samples and reach the tables, MLflow and the best.
     own = own_trials(study)
-    assert len(own) == 3 and min(t.number for t in own) >= k
+    assert len(own) == 2 and min(t.number for t in own) >= k
     assert sorted(results.trials["number"]) == sorted(t.number for t in own)
     assert results.best is not None and results.best.trial_id in set(results.trials["trial_id"])
     parents, children = mlflow_runs(tracking_uri, "later")
-    assert len(parents) == 1 and len(children) == 3
+    assert len(parents) == 1 and len(children) == 2
     assert (parents[0].data.params["warm_start.used"], parents[0].data.params["warm_start.skipped"]) == (str(k), "0")
 
     # TPE's first proposal came from the history: k >= n_startup_trials, so it modelled the
     # space at once; without history the same seed proposes a random configuration.
-    assert k >= 3
+    assert k >= 2
     unseeded = open_study(
         tunekit.load_spec({**later, "search": {**later["search"], "warm_start_from": None}}),
         tmp_path,

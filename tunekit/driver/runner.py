@@ -122,7 +122,7 @@ def resume(
     stream = sys.stdout if progress is True else (progress or None)
     links = _bridge_rotated_checkpoints(directory)
     try:
-        _fit(spec, directory, address, stream, restore=True, grown=grown)
+        _fit(spec, directory, address, stream, restore=True)
     finally:
         for link in links:
             link.unlink(missing_ok=True)
@@ -171,7 +171,6 @@ def _fit(
     stream: TextIO | None,
     *,
     restore: bool,
-    grown: bool = False,
 ) -> None:
     from tunekit.driver.progress import ConsoleProgress
     from tunekit.search.history import HistorySummary
@@ -193,7 +192,7 @@ def _fit(
             console.phase("preparing the study and the Tuner")
         from tunekit.driver.guard import FailureRules
 
-        tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore, grown=grown)
+        tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):
             console.phase(history.describe())
         if console:
@@ -220,12 +219,12 @@ def _fit(
         raise NoResultError(reason, experiment_dir)
 
 
-def _tuner_for(
-    spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool, grown: bool = False
-) -> tuple[Any, Any, Any]:
+def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:
     """A new Tuner, or the experiment's restored one with this process's listeners attached.
 
-    ``grown``: the restored search runs with ``spec``'s budget (``_grow``).
+    A restored Tuner whose pickled spec has another budget than ``spec`` (a grown search,
+    also when an earlier resume that grew it was stopped before Ray saved anything) runs
+    with ``spec``'s (``_grow``).
     """
     from ray import tune
 
@@ -242,7 +241,7 @@ def _tuner_for(
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
-    if grown:
+    if recorder.spec.budget != spec.budget:
         _grow(tuner, recorder, spec, experiment_dir)
     return tuner, recorder, run_config.stop
 
