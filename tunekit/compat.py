@@ -194,6 +194,65 @@ def forget_saved_run_limits(experiment_dir: Path) -> None:
     partial.replace(path)
 
 
+# ------------------------------------------------------------------------- Ray: PBT
+
+
+class _ControllerWithoutSearcher:
+    """A scheduler's view of the tune controller in which no search algorithm is set."""
+
+    search_alg = None
+
+    def __init__(self, controller: Any) -> None:
+        self._controller = controller
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._controller, name)
+
+
+def pbt_add_trial_beside_searcher(scheduler: Any, controller: Any, trial: Any) -> None:
+    """``PopulationBasedTraining.on_trial_add`` without its refusal of a search algorithm.
+
+    Why: Ray's PBT refuses any searcher, because a searcher that learns from a trial's
+    results would credit the first configuration with what a mutated one reached.
+    tunekit's Optuna searcher only proposes the initial population and records every
+    mutation on the study trial (``tunekit.search.pbt``), so the refusal does not apply;
+    ``on_trial_add`` reads ``controller.search_alg`` only for that check. Checked against
+    Ray 2.60 (``pbt.PopulationBasedTraining.on_trial_add``).
+    """
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    without_searcher: Any = _ControllerWithoutSearcher(controller)
+    PopulationBasedTraining.on_trial_add(scheduler, without_searcher, trial)
+
+
+def pbt_trial_state(scheduler: Any, trial: Any) -> Any:
+    """PBT's record of one trial (``last_score``, ``last_perturbation_time``, ``last_checkpoint``,
+    ``last_result``), or None before ``on_trial_add``.
+
+    Why: Ray does not save scheduler state with an experiment, so a resumed PBT would
+    perturb every trial at its first result; ``RecordingPBT.replay`` refills these from the
+    recorded epochs. The exploit step also reads the source's checkpoint from it. Checked
+    against Ray 2.60 (``_trial_state``, ``_PBTTrialState``).
+    """
+    return scheduler._trial_state.get(trial)
+
+
+def set_trial_restore_checkpoint(trial: Any, checkpoint: Any) -> None:
+    """Points the checkpoint a paused trial restarts from at ``checkpoint``, keeping its metrics.
+
+    Why: after an exploit Ray restarts the trial from the source trial's checkpoint in the
+    source's folder, which the source's checkpoint rotation may delete before the trial
+    restarts (it can wait for a free slot); tunekit copies it into the trial's own folder
+    and points the trial there, as PBT's ``_exploit`` itself points it at the source.
+    Checked against Ray 2.60 (``_CheckpointManager._latest_checkpoint_result``).
+    """
+    from ray.train._internal.session import _TrainingResult
+
+    manager = trial.run_metadata.checkpoint_manager
+    latest = manager._latest_checkpoint_result
+    manager._latest_checkpoint_result = _TrainingResult(checkpoint=checkpoint, metrics=latest.metrics if latest else {})
+
+
 def pbt_set_next_sync(scheduler: Any, epoch: int) -> None:
     """Sets the epoch at which synchronous PBT next ranks the whole population.
 

@@ -135,3 +135,17 @@ PREDICTION_FILE = "prediction.json"
 LEDGER_FILE = "ledger.json"
 # Under the storage root: one measurement per spec fingerprint and target, <fingerprint>.json.
 PROBES_DIR = ".probes"
+
+
+# ----------------------------------------------------------- population-based training
+
+# One row per PBT exploit step: a trial copied another trial's checkpoint and went on
+# under a perturbed configuration (tunekit.search.pbt records them, the recorder writes
+# them). ``old.<param>``/``new.<param>``: the trial's whole configuration before and after
+# (it takes the source's, with the mutated parameters perturbed).
+EXPLOITS_FILE = "exploits.csv"
+EXPLOIT_COLUMNS = ("trial_id", "number", "epoch", "source_trial_id", "source_number", "source_epoch", "time")
+OLD_PREFIX = "old."
+NEW_PREFIX = "new."
+# In a trial's folder: the source checkpoint an exploit copied, restarted from.
+EXPLOITED_CHECKPOINT_PREFIX = "exploited_checkpoint_"

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 from tunekit.config import _validate as v
+from tunekit.config import pbt
 from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 from tunekit.config.warm_start import check_sources, parse_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable
@@ -24,7 +25,7 @@ from tunekit.errors import SpecError
 # The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
 MetricMode = Literal["max", "min"]
 Algorithm = Literal["tpe", "random", "grid"]
-SchedulerType = Literal["asha", "fifo"]
+SchedulerType = Literal["asha", "fifo", "pbt"]
 Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
 # "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
 GpuMemoryMode = Literal["growth", "cap"]
@@ -56,7 +57,15 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
     "search": ("algorithm", "seed", "n_startup_trials", "warm_start", "warm_start_from"),
-    "scheduler": ("type", "grace_period", "reduction_factor"),
+    "scheduler": (
+        "type",
+        "grace_period",
+        "reduction_factor",
+        "perturbation_interval",
+        "quantile_fraction",
+        "resample_probability",
+        "mutate",
+    ),
     "resources": ("cpu", "gpu", "gpu_memory"),
     "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures"),
     "storage": ("path",),
@@ -94,6 +103,13 @@ class SchedulerSpec:
     type: SchedulerType
     grace_period: int
     reduction_factor: float
+    # PBT only (tunekit.config.pbt): epochs between perturbations, the share of the
+    # population copied from and into, the chance to resample instead of perturb, and
+    # the parameters that mutate.
+    perturbation_interval: int = 0
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    mutate: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -299,7 +315,7 @@ def parse_spec(
     metric = _metric(v.require(raw, "metric", ""))
     search = _search(_optional(raw, "search"), space, spec_dir)
     budget = _budget(v.require(raw, "budget", ""), search, space)
-    scheduler = _scheduler(_optional(raw, "scheduler"), budget)
+    scheduler = _scheduler(_optional(raw, "scheduler"), budget, search, space)
     resources = _resources(_optional(raw, "resources"))
     training = _training(_optional(raw, "training"))
     _check_searched_training_keys(space)
@@ -319,7 +335,7 @@ def parse_spec(
             "warm_start": [dict(p) for p in search.warm_start],
             "warm_start_from": list(search.warm_start_from),
         },
-        "scheduler": asdict(scheduler),
+        "scheduler": _scheduler_raw(scheduler),
         "resources": asdict(resources),
         "training": asdict(training),
         "space": copy.deepcopy(dict(raw.get("space") or {})),
@@ -436,14 +452,26 @@ def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSp
     return BudgetSpec(num_samples, max_epochs, max_concurrent, time_budget_s)
 
 
-def _scheduler(raw: object, budget: BudgetSpec) -> SchedulerSpec:
+def _scheduler(raw: object, budget: BudgetSpec, search: SearchSettings, space: SearchSpace) -> SchedulerSpec:
     section = v.mapping(raw, "scheduler", SECTION_KEYS["scheduler"])
     kind = v.one_of(section.get("type", "asha"), "scheduler.type", SCHEDULERS)
+    if kind == "pbt":
+        settings = pbt.parse_pbt_settings(section, budget.num_samples, budget.max_epochs, budget.max_concurrent)
+        pbt.check_searched_by(search.algorithm)
+        return SchedulerSpec("pbt", 1, 3.0, **settings, mutate=pbt.parse_mutate(section.get("mutate"), space))
+    pbt.check_asha_section(section)
     grace = v.integer(section.get("grace_period", 1), "scheduler.grace_period", minimum=1)
     if kind == "asha" and grace > budget.max_epochs:
         raise SpecError("scheduler.grace_period", f"must be <= budget.max_epochs ({budget.max_epochs})", grace)
     factor = v.number(section.get("reduction_factor", 3), "scheduler.reduction_factor", above=1)
     return SchedulerSpec(kind, grace, factor)
+
+
+def _scheduler_raw(scheduler: SchedulerSpec) -> dict[str, Any]:
+    """The scheduler section as the experiment records it: the settings of its type only."""
+    filled = asdict(scheduler)
+    unused = pbt.ASHA_KEYS if scheduler.type == "pbt" else pbt.PBT_KEYS
+    return {key: list(value) if key == "mutate" else value for key, value in filled.items() if key not in unused}
 
 
 def _resources(raw: object) -> ResourcesSpec:

@@ -36,6 +36,7 @@ from tunekit.driver.records import (
 from tunekit.layout import (
     EPOCH_KEY,
     EPOCHS_FILE,
+    EXPLOITS_FILE,
     EXPORT_NOTE,
     FAILURE_KEY,
     INFO_KEY,
@@ -47,6 +48,7 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
 )
+from tunekit.search.pbt import ExploitStep, RecordingPBT, write_exploits_csv
 from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
 
@@ -85,6 +87,7 @@ class Recorder(Callback):
         self.epochs: list[EpochRow] = []
         self.started = time.time()
         self.export_notes: set[str] = set()
+        self.exploits: list[ExploitStep] = []  # PBT's exploit steps, in order (exploits.csv)
         self._row_index: dict[tuple[str, int], int] = {}  # (trial id, epoch) -> its row in self.epochs
 
     # ----------------------------------------------------------------- Ray callbacks
@@ -94,8 +97,9 @@ class Recorder(Callback):
         if record is None:
             record = TrialRecord(trial.trial_id, self.searcher.trial_number(trial.trial_id), params_of(trial.config))
             self.trials[trial.trial_id] = record
-        else:  # restarted after a worker died, or resumed
-            record.attempts += 1
+        else:  # restarted after a worker died, or resumed, or after PBT paused it
+            if not (isinstance(self.scheduler, RecordingPBT) and self.scheduler.restarted_after_pause(trial.trial_id)):
+                record.attempts += 1
             record.status = TrialStatus.RUNNING
         for listener in self.listeners:
             listener.trial_started(record)
@@ -169,6 +173,11 @@ class Recorder(Callback):
         self.epochs.append(row)
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        if isinstance(self.scheduler, RecordingPBT) and len(self.scheduler.exploits) > len(self.exploits):
+            for step in self.scheduler.exploits[len(self.exploits) :]:
+                self.searcher.note_exploit(step.trial_id, step.for_study(self.searcher.trial_number))
+            self.exploits = list(self.scheduler.exploits)
+            self.write_tables()
         for listener in self.listeners:
             listener.tick(self)
 
@@ -236,6 +245,10 @@ class Recorder(Callback):
     def write_tables(self) -> None:
         write_trials_csv(self.experiment_dir / TRIALS_FILE, list(self.trials.values()))
         write_epochs_csv(self.experiment_dir / EPOCHS_FILE, self.epochs)
+        if isinstance(self.scheduler, RecordingPBT):
+            numbers = {r.trial_id: r.number for r in self.trials.values()}
+            params = self.scheduler.params
+            write_exploits_csv(self.experiment_dir / EXPLOITS_FILE, self.exploits, numbers, params, self.started)
 
     # Ray saves this with every experiment checkpoint and hands it back on restore.
     def get_state(self) -> dict[str, Any]:
@@ -243,6 +256,7 @@ class Recorder(Callback):
             "trials": [asdict(r) for r in self.trials.values()],
             "epochs": [asdict(r) for r in self.epochs],
             "started": self.started,
+            "exploits": [asdict(step) for step in self.exploits],
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -252,12 +266,19 @@ class Recorder(Callback):
         self.started = state["started"]
         self._write_started()  # a resumed search keeps its first clock
         if isinstance(self.scheduler, RecordingASHA):
-            values: dict[str, dict[int, float]] = {}
-            for row in self.epochs:
-                if self.spec.metric.name in row.metrics:
-                    values.setdefault(row.trial_id, {})[row.epoch] = row.metrics[self.spec.metric.name]
             pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
-            self.scheduler.replay(values, pruned)
+            self.scheduler.replay(self._metric_by_epoch(), pruned)
+        self.exploits = [ExploitStep(**step) for step in state.get("exploits", [])]
+        if isinstance(self.scheduler, RecordingPBT):
+            self.scheduler.replay(self._metric_by_epoch(), self.exploits)
+
+    def _metric_by_epoch(self) -> dict[str, dict[int, float]]:
+        """{trial id: {epoch: the spec's metric}}, from the recorded epochs: what schedulers replay."""
+        values: dict[str, dict[int, float]] = {}
+        for row in self.epochs:
+            if self.spec.metric.name in row.metrics:
+                values.setdefault(row.trial_id, {})[row.epoch] = row.metrics[self.spec.metric.name]
+        return values
 
     # Ray pickles callbacks with the tuner; listeners hold consoles and clients.
     def __getstate__(self) -> dict[str, Any]:

@@ -315,23 +315,12 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
 
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
-    from tunekit.layout import EPOCH_KEY
-    from tunekit.search.schedulers import RecordingASHA
+    from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
     from tunekit.search.searcher import OptunaStudySearcher
 
     searcher = OptunaStudySearcher(spec, experiment_dir)
     searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
-    if spec.scheduler.type == "asha":
-        scheduler: Any = RecordingASHA(
-            time_attr=EPOCH_KEY,
-            metric=spec.metric.name,
-            mode=spec.metric.mode,
-            max_t=spec.budget.max_epochs,
-            grace_period=spec.scheduler.grace_period,
-            reduction_factor=spec.scheduler.reduction_factor,
-        )
-    else:
-        scheduler = tune.schedulers.FIFOScheduler()
+    scheduler = build_scheduler(spec, experiment_dir)
     recorder = Recorder(spec, experiment_dir, searcher, scheduler, listeners)
     guard = FailureGuard()
     tuner = tune.Tuner(
@@ -354,7 +343,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
             stop=guard,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(spec)),
         ),
     )
     return tuner, recorder, guard

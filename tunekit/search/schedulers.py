@@ -1,14 +1,51 @@
-"""Schedulers tunekit builds for Ray Tune: ASHA that remembers whom it stopped."""
+"""Schedulers tunekit builds for Ray Tune: ASHA that remembers whom it stopped, FIFO, and PBT."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from tunekit.compat import asha_max_t, asha_metric_sign, asha_rungs
+from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY
+
+# Checkpoints each trial keeps: the last two are enough to resume (ASHA, FIFO).
+CHECKPOINTS_KEPT = 2
+
+
+def build_scheduler(spec: ExperimentSpec, experiment_dir: Path) -> TrialScheduler:
+    """The scheduler ``scheduler.type`` names, configured from the spec."""
+    if spec.scheduler.type == "asha":
+        return RecordingASHA(
+            time_attr=EPOCH_KEY,
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            max_t=spec.budget.max_epochs,
+            grace_period=spec.scheduler.grace_period,
+            reduction_factor=spec.scheduler.reduction_factor,
+        )
+    if spec.scheduler.type == "pbt":
+        from tunekit.search.pbt import RecordingPBT
+
+        return RecordingPBT(spec, experiment_dir)
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler()
+
+
+def checkpoints_to_keep(spec: ExperimentSpec) -> int:
+    """How many epoch checkpoints each trial keeps.
+
+    PBT copies a top trial's checkpoint from its last perturbation, up to
+    ``perturbation_interval`` epochs before the top trial's newest one, so that many must
+    survive its rotation (tunekit then copies it into the exploiting trial's folder).
+    """
+    if spec.scheduler.type == "pbt":
+        return spec.scheduler.perturbation_interval + CHECKPOINTS_KEPT
+    return CHECKPOINTS_KEPT
 
 
 class RecordingASHA(ASHAScheduler):

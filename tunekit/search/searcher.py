@@ -39,6 +39,7 @@ RAY_TRIAL_ATTR = "ray_trial_id"
 GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
 EXHAUSTED_ATTR = "tunekit_exhausted"  # on the study: why the search ended before num_samples trials
 REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
+PBT_STEPS_ATTR = "tunekit_pbt_steps"  # PBT's exploit steps of the trial: epoch, source trial number, new values
 # On a trial whose configuration tunekit picked (unseen, at random) after the sampler
 # proposed only repeats: the sampler did not choose it.
 UNSEEN_PICK_ATTR = "tunekit_unseen_pick"
@@ -366,6 +367,13 @@ class OptunaStudySearcher(Searcher):
 
     def trial_number(self, trial_id: str) -> int | None:
         return self._numbers.get(trial_id)
+
+    def note_exploit(self, trial_id: str, step: Mapping[str, Any]) -> None:
+        """PBT moved this trial onto another's checkpoint: its study trial lists every step
+        (user attr ``PBT_STEPS_ATTR``), since its params are only where it started."""
+        trial = self._open_trial(trial_id)
+        if trial is not None:
+            trial.set_user_attr(PBT_STEPS_ATTR, [*trial.user_attrs.get(PBT_STEPS_ATTR, []), dict(step)])
 
     def _open_trial(self, trial_id: str) -> optuna.Trial | None:
         if trial_id in self._live:

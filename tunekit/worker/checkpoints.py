@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +15,21 @@ from tunekit.layout import (
     FINAL_WEIGHTS,
 )
 
+# The one mutable parameter the checkpoint itself carries (the optimizer's variable); every
+# other parameter reaches the model through build_model, which gets the new config.
+LEARNING_RATE = "learning_rate"
 
-def save_checkpoint(directory: Path, model: Any, epoch: int) -> None:
-    """Weights and optimizer state (the optimizer's learning rate included) at an epoch's end."""
+
+def save_checkpoint(directory: Path, model: Any, epoch: int, config: dict[str, Any]) -> None:
+    """Weights and optimizer state (the optimizer's learning rate included) at an epoch's end,
+    with the configuration they were trained under (so a restore can tell it was mutated)."""
     import numpy as np
 
     optimizer = model.optimizer
     arrays = {f"w{i}": v.numpy() for i, v in enumerate(model.weights)}
     arrays.update({f"o{i}": v.numpy() for i, v in enumerate(optimizer.variables)})
     np.savez(directory / CHECKPOINT_WEIGHTS, **arrays)
-    (directory / CHECKPOINT_STATE).write_text(json.dumps({"epoch": epoch}))
+    (directory / CHECKPOINT_STATE).write_text(json.dumps({"epoch": epoch, "config": config}, default=str))
 
 
 def export_model(directory: Path, model: Any) -> str:
@@ -49,8 +54,13 @@ def export_model(directory: Path, model: Any) -> str:
     return f"saved weights only ({FINAL_WEIGHTS}): {FINAL_MODEL} failed ({why})"
 
 
-def restore_checkpoint(checkpoint: Any, model: Any, train_ds: Any) -> int:
-    """Loads weights and optimizer state; returns the number of epochs already trained."""
+def restore_checkpoint(checkpoint: Any, model: Any, train_ds: Any, config: dict[str, Any]) -> int:
+    """Loads weights and optimizer state; returns the number of epochs already trained.
+
+    The checkpoint may be another trial's, copied by PBT, with ``config`` a perturbed copy
+    of that trial's configuration: the model was built from ``config`` already, and a new
+    learning rate is set on the optimizer after its state (the source's rate) is loaded.
+    """
     if checkpoint is None:
         return 0
     import numpy as np
@@ -72,13 +82,42 @@ def restore_checkpoint(checkpoint: Any, model: Any, train_ds: Any) -> int:
                     f"{len(model.weights)}: the model changed since the checkpoint was written"
                 )
             for i, variable in enumerate(model.weights):
+                _check_shape(arrays[f"w{i}"], variable, directory)
                 variable.assign(arrays[f"w{i}"])
             model.optimizer.build(model.trainable_variables)
             for i, variable in enumerate(model.optimizer.variables):
                 variable.assign(arrays[f"o{i}"])
+    _apply_new_learning_rate(model.optimizer, state.get("config", {}), config)
     return int(state["epoch"])
+
+
+def _check_shape(saved: Any, variable: Any, directory: str) -> None:
+    if tuple(saved.shape) != tuple(variable.shape):
+        raise FatalTrialError(
+            f"the checkpoint in {directory} holds {variable.path} with shape {tuple(saved.shape)} but "
+            f"build_model's model has {tuple(variable.shape)}: a parameter that changed since the "
+            "checkpoint was written (a PBT mutation?) changes the architecture; remove it from scheduler.mutate"
+        )
+
+
+def _apply_new_learning_rate(optimizer: Any, saved: dict[str, Any], config: dict[str, Any]) -> None:
+    """Sets ``config``'s learning rate when it differs from the one the checkpoint trained with.
+
+    A restore that is no mutation (a retry, a resume) keeps the restored rate, which the
+    trainable's callbacks (ReduceLROnPlateau) may have lowered. The rate is a variable the
+    compiled train step reads, so setting it retraces nothing.
+    """
+    if LEARNING_RATE not in config or saved.get(LEARNING_RATE) == config[LEARNING_RATE]:
+        return
+    try:
+        optimizer.learning_rate = float(config[LEARNING_RATE])
+    except TypeError:
+        # Keras refuses to set a LearningRateSchedule's rate; build_model made the schedule
+        # from the new config, so it already follows the mutated learning_rate.
+        return
 
 
 @dataclass
 class TrialProgress:
     epoch: int = 0  # epochs completed, whether trained now or restored from a checkpoint
+    config: dict[str, Any] = field(default_factory=dict)  # what the model was built with; saved in checkpoints

@@ -118,7 +118,7 @@ class EpochReporter(keras.callbacks.Callback):
     def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
         """Checkpoints and reports; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
         checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
-        save_checkpoint(checkpoint_dir, self.model, completed)
+        save_checkpoint(checkpoint_dir, self.model, completed, self._progress.config)
         if final:
             note = export_model(checkpoint_dir, self.model)
             if note:

@@ -135,7 +135,8 @@ def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress
     check_model_takes_data(model, train_ds, "train")
     check_model_takes_data(model, val_ds, "validation")
     options = checked_fit_options(builders, model, config, ctx)
-    progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds)
+    progress.config = config
+    progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, config)
     if progress.epoch >= spec.budget.max_epochs:
         return
     steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)

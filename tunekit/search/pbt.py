@@ -1,0 +1,261 @@
+"""Population-based training that records every exploit step and survives a resume.
+
+Ray's ``PopulationBasedTraining`` does the work: at every ``perturbation_interval`` epochs
+a trial in the bottom ``quantile_fraction`` of the population is paused, takes the
+checkpoint of a trial in the top fraction and a perturbed copy of its configuration
+(each mutated value times 0.8 or 1.2, or resampled with ``resample_probability``), and
+restarts from there. The trainable (``tunekit.worker``) restores the weights and
+optimizer state and applies the new configuration (see ``tunekit.worker.checkpoints``).
+
+``RecordingPBT`` adds what tunekit needs around it:
+
+* every exploit step as an ``ExploitStep`` (epoch, trial, source, old and new values),
+  which the recorder writes to ``exploits.csv`` and the tracker to MLflow;
+* the source checkpoint copied into the exploiting trial's own folder, so the source's
+  checkpoint rotation cannot delete it while the trial waits for a free slot;
+* mutated values kept inside the space's bounds (Ray's perturbation would leave them);
+* which trials it paused, so a restart after a pause is not counted as a retry;
+* ``replay``: Ray does not save scheduler state, so a resumed search refills each
+  trial's last score and perturbation time from the recorded epochs.
+
+tunekit's Optuna searcher proposes the initial population (Ray's PBT refuses searchers;
+see ``tunekit.compat.pbt_add_trial_beside_searcher`` for why that refusal is lifted).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
+
+from tunekit.compat import (
+    pbt_add_trial_beside_searcher,
+    pbt_set_next_sync,
+    pbt_trial_state,
+    set_trial_restore_checkpoint,
+)
+from tunekit.config.space import FloatRange
+from tunekit.config.spec import ExperimentSpec
+from tunekit.layout import (
+    EPOCH_KEY,
+    EXPLOIT_COLUMNS,
+    EXPLOITED_CHECKPOINT_PREFIX,
+    NEW_PREFIX,
+    OLD_PREFIX,
+)
+
+logger = logging.getLogger("tunekit")
+
+
+@dataclass
+class ExploitStep:
+    """One exploit: ``trial_id`` at ``epoch`` took ``source_trial_id``'s checkpoint of
+    ``source_epoch`` and went on with ``new`` instead of ``old``.
+
+    Both are whole configurations: Ray's PBT gives the trial the source's configuration
+    with the mutated parameters perturbed, so a parameter that never mutates (``units``)
+    can change too, to the source's value.
+    """
+
+    trial_id: str
+    epoch: int
+    source_trial_id: str
+    source_epoch: int
+    old: dict[str, Any]
+    new: dict[str, Any]
+    wall_time: float = field(default_factory=time.time)
+
+    def for_study(self, number_of: Callable[[str], int | None]) -> dict[str, Any]:
+        """The step as the Optuna study keeps it: trials by their numbers."""
+        return {
+            "epoch": self.epoch,
+            "source": number_of(self.source_trial_id),
+            "source_epoch": self.source_epoch,
+            "old": dict(self.old),
+            "new": dict(self.new),
+        }
+
+    def describe(self, number_of: Callable[[str], int | None]) -> str:
+        """One line: ``epoch 4: copied trial 2 (epoch 4); learning_rate 0.001 -> 0.0012, ...``."""
+        source = number_of(self.source_trial_id)
+        who = f"trial {source}" if source is not None else self.source_trial_id
+        changed = {name: value for name, value in self.new.items() if self.old.get(name) != value}
+        changes = ", ".join(f"{name} {_short(self.old.get(name))} -> {_short(v)}" for name, v in changed.items())
+        return f"epoch {self.epoch}: copied {who} (epoch {self.source_epoch}); {changes}"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class _KeepInSpace:
+    """PBT's ``custom_explore_fn``: puts perturbed values back inside their range (and step).
+
+    A value times 1.2 can leave its range (a dropout of 0.45 becomes 0.54 of a [0, 0.5]
+    space); the trial then trains with something the spec never allowed.
+    """
+
+    def __init__(self, ranges: Mapping[str, FloatRange]) -> None:
+        self.ranges = dict(ranges)
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for name, bounds in self.ranges.items():
+            value = min(max(float(config[name]), bounds.low), bounds.high)
+            if bounds.step:
+                value = bounds.low + round((value - bounds.low) / bounds.step) * bounds.step
+            config[name] = value
+        return config
+
+
+def mutations(spec: ExperimentSpec) -> dict[str, Any]:
+    """Ray's ``hyperparam_mutations``: each mutable parameter's distribution, for resampling."""
+    ranges = _ranges(spec)
+    domains: dict[str, Any] = {}
+    for name, bounds in ranges.items():
+        if bounds.log:
+            domains[name] = tune.loguniform(bounds.low, bounds.high)
+        elif bounds.step:
+            domains[name] = tune.quniform(bounds.low, bounds.high, bounds.step)
+        else:
+            domains[name] = tune.uniform(bounds.low, bounds.high)
+    return domains
+
+
+def _ranges(spec: ExperimentSpec) -> dict[str, FloatRange]:
+    params = {p.name: p.distribution for p in spec.space.params}
+    ranges = {name: params[name] for name in spec.scheduler.mutate}
+    return {name: bounds for name, bounds in ranges.items() if isinstance(bounds, FloatRange)}
+
+
+class RecordingPBT(PopulationBasedTraining):
+    """Ray's asynchronous PBT over ``EPOCH_KEY``, recording its exploit steps (``exploits``)."""
+
+    def __init__(self, spec: ExperimentSpec, experiment_dir: Path) -> None:
+        settings = spec.scheduler
+        super().__init__(
+            time_attr=EPOCH_KEY,
+            metric=spec.metric.name,
+            mode=spec.metric.mode,
+            perturbation_interval=settings.perturbation_interval,
+            hyperparam_mutations=mutations(spec),
+            quantile_fraction=settings.quantile_fraction,
+            resample_probability=settings.resample_probability,
+            custom_explore_fn=_KeepInSpace(_ranges(spec)),
+            # tunekit records the steps itself (exploits.csv); Ray's pbt_*.txt would repeat them.
+            log_config=False,
+            # Synchronous: the population is ranked at the same epoch. Asynchronous PBT ranks a
+            # trial against whatever the others last reported, and with more trials than slots
+            # (Ray takes turns) those are older, weaker epochs: nobody ever ranks last.
+            synch=True,
+        )
+        self.max_epochs = spec.budget.max_epochs
+        self.experiment_dir = Path(experiment_dir)
+        self._sign = 1.0 if spec.metric.mode == "max" else -1.0  # how PBT signs its scores
+        self.params = spec.space.names  # the columns of exploits.csv
+        self.exploits: list[ExploitStep] = []
+        self.paused: set[str] = set()  # trial ids paused by PBT and not yet restarted
+        self._epochs: dict[str, int] = {}  # trial id -> the epoch of its result being decided
+        self._replayed: dict[str, tuple[float, int]] = {}  # trial id -> (signed last score, perturbation epoch)
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        pbt_add_trial_beside_searcher(self, tune_controller, trial)
+        replayed = self._replayed.pop(trial.trial_id, None)
+        state = pbt_trial_state(self, trial)
+        if replayed is not None and state is not None:
+            state.last_score, state.last_perturbation_time = replayed
+            state.last_train_time = replayed[1]
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        self._epochs[trial.trial_id] = int(result.get(EPOCH_KEY, 0))
+        if self._epochs[trial.trial_id] >= self.max_epochs:
+            # The trial's last epoch: a copy now would replace its finished model with the
+            # source's, trained no further. It ends as it is.
+            return str(TrialScheduler.CONTINUE)
+        decision = super().on_trial_result(tune_controller, trial, result)
+        if decision == TrialScheduler.PAUSE or trial.status == Trial.PAUSED:
+            self.paused.add(trial.trial_id)
+        return str(decision)
+
+    def restarted_after_pause(self, trial_id: str) -> bool:
+        """Whether this start of the trial follows PBT's own pause (not a retry or a resume)."""
+        if trial_id in self.paused:
+            self.paused.discard(trial_id)
+            return True
+        return False
+
+    # Ray 2.60's private exploit hook: the one place that knows trial, source and configs.
+    def _exploit(self, tune_controller: Any, trial: Trial, trial_to_clone: Trial) -> None:
+        source_state = pbt_trial_state(self, trial_to_clone)
+        checkpoint = getattr(source_state, "last_checkpoint", None)
+        source_dir = Path(checkpoint.path) if checkpoint is not None else None
+        if source_dir is None or not source_dir.is_dir():
+            logger.info("tunekit: PBT skipped an exploit: %s has no checkpoint on disk", trial_to_clone.trial_id)
+            return
+        old = dict(trial.config)
+        source_epoch = int((source_state.last_result or {}).get(EPOCH_KEY, 0))
+        super()._exploit(tune_controller, trial, trial_to_clone)
+        copy_dir = self.experiment_dir / trial.trial_id / f"{EXPLOITED_CHECKPOINT_PREFIX}{len(self.exploits):06d}"
+        shutil.copytree(source_dir, copy_dir, dirs_exist_ok=True)
+        set_trial_restore_checkpoint(trial, tune.Checkpoint.from_directory(str(copy_dir)))
+        self.paused.add(trial.trial_id)
+        step = ExploitStep(
+            trial.trial_id,
+            self._epochs.get(trial.trial_id, 0),
+            trial_to_clone.trial_id,
+            source_epoch,
+            old,
+            dict(trial.config),
+        )
+        self.exploits.append(step)
+
+    def replay(self, values: Mapping[str, Mapping[int, float]], exploits: Sequence[ExploitStep]) -> None:
+        """Refills PBT's state after a resume: each trial's last score at its last
+        perturbation epoch (a multiple of the interval), and the steps taken so far."""
+        self.exploits = list(exploits)
+        interval = int(self._perturbation_interval)
+        reached = []
+        for trial_id, by_epoch in values.items():
+            if not by_epoch:
+                continue
+            last = max(by_epoch)
+            perturbed = (last // interval) * interval
+            scored = max((e for e in by_epoch if e <= perturbed), default=last)
+            self._replayed[trial_id] = (self._sign * by_epoch[scored], perturbed)
+            reached.append(perturbed)
+        if reached:
+            # The next epoch at which the whole population meets, as it was before the resume.
+            pbt_set_next_sync(self, min(reached) + interval)
+
+
+def write_exploits_csv(
+    path: Path, steps: Sequence[ExploitStep], numbers: Mapping[str, int | None], params: Sequence[str], started: float
+) -> None:
+    """``exploits.csv``: one row per step, trials also by their Optuna numbers, time from the search's start."""
+    columns = [*EXPLOIT_COLUMNS, *(OLD_PREFIX + n for n in params), *(NEW_PREFIX + n for n in params)]
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for step in steps:
+            row: dict[str, Any] = {
+                "trial_id": step.trial_id,
+                "number": numbers.get(step.trial_id),
+                "epoch": step.epoch,
+                "source_trial_id": step.source_trial_id,
+                "source_number": numbers.get(step.source_trial_id),
+                "source_epoch": step.source_epoch,
+                "time": round(step.wall_time - started, 3),
+            }
+            row.update({OLD_PREFIX + n: step.old.get(n) for n in params})
+            row.update({NEW_PREFIX + n: step.new.get(n) for n in params})
+            writer.writerow(row)
+    partial.replace(path)
