@@ -15,6 +15,7 @@ from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import (
     EPOCHS_FILE,
+    EXPLOITS_FILE,
     PARAM_PREFIX,
     SPEC_FILE,
     STARTED_FILE,
@@ -83,6 +84,14 @@ class ExperimentResults:
         except (OSError, ValueError, AttributeError):
             return None
         return finite(value)
+
+    @property
+    def exploits(self) -> pd.DataFrame:
+        """PBT's exploit steps (``exploits.csv``), one row each: epoch, trial, source trial and
+        epoch, ``old.*`` and ``new.*`` configuration. Empty for other schedulers."""
+        import pandas as pd
+
+        return _read_csv(pd, self.experiment_dir / EXPLOITS_FILE)
 
     @property
     def best_config(self) -> dict[str, Any] | None:

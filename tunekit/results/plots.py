@@ -240,19 +240,68 @@ def param_importance(results: ExperimentResults, *, path: str | Path | None = No
     return _finish(fig, path)
 
 
+def lineage(results: ExperimentResults, metric: str | None = None, *, path: str | Path | None = None) -> Figure:
+    """PBT's lineage: each trial's metric per epoch, and a dashed jump wherever it copied
+    another trial's checkpoint, from the source's point (where its curve then goes on).
+
+    Each jump is labelled ``#trial←#source`` by Optuna trial numbers; ``results.exploits``
+    has the configurations before and after.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    metric = metric or results.metric
+    fig, ax = _figure(width=9.0)
+    epochs, steps = results.epochs, results.exploits
+    if epochs.empty or metric not in epochs.columns:
+        return _finish(_empty(fig, ax, f"no epoch reported {metric}"), path)
+    if steps.empty:
+        return _finish(_empty(fig, ax, "no exploit steps: not a PBT search, or no trial copied another"), path)
+    numbers = _trial_numbers(results)
+    value_at = {(str(r.trial_id), int(r.epoch)): float(getattr(r, metric)) for r in epochs.itertuples()}
+    colors = _trial_colors(list(numbers))
+    for trial_id, rows in epochs.groupby("trial_id", sort=False):
+        rows = rows.sort_values("epoch")
+        mine = steps[steps["trial_id"] == trial_id].sort_values("epoch")
+        cuts = [int(e) for e in mine["epoch"]]
+        color = colors.get(str(trial_id), "#555555")
+        for start, end in zip([0, *cuts], [*cuts, math.inf], strict=True):
+            segment = rows[(rows["epoch"] > start) & (rows["epoch"] <= end)]
+            ax.plot(segment["epoch"], segment[metric], color=color, linewidth=1.3, marker=".")
+        for step in mine.itertuples():
+            source = (str(step.source_trial_id), int(step.source_epoch))
+            after = rows[rows["epoch"] > int(step.epoch)]
+            if source not in value_at or after.empty:
+                continue
+            x1, y1 = int(after["epoch"].iloc[0]), float(after[metric].iloc[0])
+            ax.plot([source[1], x1], [value_at[source], y1], color=color, linestyle="--", linewidth=1.1)
+            ax.scatter([source[1]], [value_at[source]], color=color, s=18, zorder=3)
+            label = f"#{numbers.get(str(trial_id), '?')}←#{numbers.get(source[0], '?')}"
+            ax.annotate(label, (x1, y1), fontsize=7, color=color, xytext=(2, -9), textcoords="offset points")
+    handles = [_line(colors[t], f"trial {n}") for t, n in numbers.items() if t in colors]
+    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(metric)
+    ax.set_title(f"PBT lineage: {len(steps)} exploit steps (dashed: the trial goes on from the source's checkpoint)")
+    return _finish(fig, path)
+
+
 def all_figures(results: ExperimentResults) -> dict[str, Figure]:
-    """Every figure above, by name, in the order a report shows them."""
+    """Every figure above, by name, in the order a report shows them (the lineage for PBT only)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FewTrialsWarning)  # the figure itself says so
         importance = param_importance(results)
-    return {
+    figures = {
         "learning_curves": learning_curves(results),
         "best_so_far": best_so_far(results),
         "parallel_coordinates": parallel_coordinates(results),
         "param_importance": importance,
     }
+    if results.spec.scheduler.type == "pbt":
+        figures["lineage"] = lineage(results)
+    return figures
 
 
 # ------------------------------------------------------------------- internals
@@ -384,6 +433,27 @@ def _rung_lines(ax: Axes, results: ExperimentResults) -> None:
             va="top",
             ha="left",
         )
+
+
+def _trial_numbers(results: ExperimentResults) -> dict[str, int | str]:
+    """{trial id: its Optuna number (or the id when it has none)}, in the trials table's order."""
+    if results.trials.empty:
+        return {}
+    return {
+        str(row.trial_id): str(row.trial_id) if _missing(row.number) else int(row.number)
+        for row in results.trials.itertuples()
+    }
+
+
+def _trial_colors(trial_ids: list[str]) -> dict[str, str]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(trial_ids) <= 10 else "tab20"]
+    return {trial_id: _hex(cmap(i % cmap.N)) for i, trial_id in enumerate(trial_ids)}
+
+
+def _hex(rgba: Any) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*(round(c * 255) for c in rgba[:3]))
 
 
 def _figure(width: float = _SIZE[0]) -> tuple[Figure, Axes]:

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, TRACKING_FILE, TrialStatus
+from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TRACKING_FILE, TrialStatus
 from tunekit.results.ledger import DEFAULT_TOLERANCE, compute_ledger, predicted_vs_actual
 from tunekit.results.load import ExperimentResults
 
@@ -29,6 +29,7 @@ FIGURE_TITLES = {
     "best_so_far": "Best so far against wall time",
     "parallel_coordinates": "Parameters against the metric",
     "param_importance": "Parameter importance",
+    "lineage": "PBT lineage: who copied whom",
 }
 STATUSES = (*ENDED_STATUSES, TrialStatus.RUNNING)
 _REASON_WIDTH = 80  # characters of a reason shown in the trial table
@@ -107,6 +108,7 @@ def render_html(
         _trial_table(results),
         "<h2>Compute ledger</h2>",
         _ledger_section(results, tolerance, price_per_hour),
+        *_lineage_section(results),
         "<h2>Figures</h2>",
     ]
     for key, title in FIGURE_TITLES.items():
@@ -120,6 +122,35 @@ def render_html(
 
 
 # -------------------------------------------------------------------- sections
+
+
+def _lineage_section(results: ExperimentResults) -> list[str]:
+    """PBT's exploit steps as a table (nothing for other schedulers): what each copy changed."""
+    if results.spec.scheduler.type != "pbt":
+        return []
+    steps = results.exploits
+    intro = (
+        "<p>Every row is one exploit step: the trial took the source trial's checkpoint (weights and "
+        "optimizer state) and went on with the source's configuration, mutated values perturbed. "
+        "The trial table shows each trial's starting configuration.</p>"
+    )
+    if steps.empty:
+        return ["<h2>PBT lineage</h2>", intro, "<p>No trial copied another.</p>"]
+    rows = [
+        f"<tr><td>{_fmt(step['epoch'])}</td><td>{_fmt(step['number'])}</td>"
+        f"<td>{_fmt(step['source_number'])} (epoch {_fmt(step['source_epoch'])})</td>"
+        f"<td>{_e(_changes(step))}</td></tr>"
+        for step in _records(steps)
+    ]
+    head = "<tr><th>epoch</th><th>trial</th><th>copied trial</th><th>configuration change</th></tr>"
+    return ["<h2>PBT lineage</h2>", intro, f"<table>{head}{''.join(rows)}</table>"]
+
+
+def _changes(step: dict[str, Any]) -> str:
+    """``learning_rate 0.00125 → 0.00288, units 64 → 128``: the parameters an exploit changed."""
+    names = [key[len(OLD_PREFIX) :] for key in step if key.startswith(OLD_PREFIX)]
+    pairs = [(name, _fmt(step[OLD_PREFIX + name]), _fmt(step[NEW_PREFIX + name])) for name in names]
+    return ", ".join(f"{name} {old} → {new}" for name, old, new in pairs if old != new)
 
 
 def _summary(results: ExperimentResults) -> str:

@@ -58,6 +58,14 @@ class TrialEndEvent:
 
 
 @dataclass(frozen=True)
+class ExploitEvent:
+    """PBT moved a trial onto another's checkpoint: the steps so far, each in words."""
+
+    trial_id: str
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ProgressEvent:
     """The best value after ``ended`` trials; the summary when ``final``."""
 
@@ -86,5 +94,5 @@ class Stop:
 STOP = Stop()
 
 # What the writer records on runs, and everything the tracker queues.
-RunEvent = TrialEvent | EpochEvent | InfoEvent | TrialEndEvent | ProgressEvent
+RunEvent = TrialEvent | EpochEvent | InfoEvent | TrialEndEvent | ExploitEvent | ProgressEvent
 TrackerEvent = RunEvent | Flush | Stop

@@ -41,6 +41,8 @@ from tunekit.tracking.tags import (
     TAG_EPOCHS,
     TAG_EXPERIMENT_DIR,
     TAG_OUTCOME,
+    TAG_PBT_EXPLOITS,
+    TAG_PBT_STEP_PREFIX,
     TAG_REASON,
     TAG_ROLE,
     TAG_RUNG,
@@ -153,6 +155,9 @@ class RunBook:
                     }
                 )
                 trial.pending.status = (run_status(event.status), int(event.ended_at * 1000))
+            case ExploitEvent():
+                steps = {f"{TAG_PBT_STEP_PREFIX}{i}": text[:MAX_TAG_LENGTH] for i, text in enumerate(event.steps, 1)}
+                self._trial(event.trial_id).pending.tags.update({TAG_PBT_EXPLOITS: str(len(event.steps)), **steps})
             case ProgressEvent():
                 self._apply_progress(event)
             case _:

@@ -41,6 +41,12 @@ TAG_BEST_TRIAL = "tunekit.best_trial_id"
 TAG_BUDGET_PREFIX = "tunekit.budget."
 
 
+# On a PBT trial's run: how many times it copied another trial, and each step in words
+# ("tunekit.pbt_step.1": "epoch 4: copied trial 2 (epoch 4); learning_rate 0.001 -> 0.0012").
+TAG_PBT_EXPLOITS = "tunekit.pbt_exploits"
+TAG_PBT_STEP_PREFIX = "tunekit.pbt_step."
+
+
 PARENT_RUN_TAG = "mlflow.parentRunId"
 
 

@@ -67,6 +67,7 @@ from tunekit.layout import TrialStatus, finite
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,
+    ExploitEvent,
     Flush,
     InfoEvent,
     ProgressEvent,
@@ -108,6 +109,7 @@ class MlflowTracker:
         self._info_seen: dict[str, int] = {}  # trial id -> id() of the info dict already queued
         self._started = time.time()
         self._ended_trials = 0
+        self._exploits_sent = 0  # PBT steps of recorder.exploits already queued
 
     # Ray pickles callbacks (the recorder drops its listeners, but be safe): no thread,
     # queue or client in the pickle.
@@ -142,6 +144,7 @@ class MlflowTracker:
         for record in list(recorder.trials.values()):
             if _status(record).is_finished():
                 self.trial_ended(record)
+        self._queue_exploits(recorder)
 
     def trial_started(self, record: TrialRecord) -> None:
         if self._off():
@@ -186,6 +189,7 @@ class MlflowTracker:
         pass  # warnings are for the console; the trial's run already has its reason and tags
 
     def tick(self, recorder: Recorder) -> None:
+        self._queue_exploits(recorder)
         if self._off() or not self._ended_trials:
             return
         # After trials ended (not on every step of Ray's loop), the best value so far.
@@ -218,6 +222,21 @@ class MlflowTracker:
         if record.info and self._info_seen.get(record.trial_id) != id(record.info):
             self._info_seen[record.trial_id] = id(record.info)
             self._queue.put(InfoEvent(record.trial_id, dict(record.info)))
+
+    def _queue_exploits(self, recorder: Recorder) -> None:
+        """PBT's new exploit steps: each moved trial's run gets all its steps again as tags."""
+        if self._off() or len(recorder.exploits) <= self._exploits_sent:
+            return
+        moved = {step.trial_id for step in recorder.exploits[self._exploits_sent :]}
+        self._exploits_sent = len(recorder.exploits)
+
+        def number_of(trial_id: str) -> int | None:
+            record = recorder.trials.get(trial_id)
+            return None if record is None else record.number
+
+        for trial_id in sorted(moved):
+            steps = tuple(s.describe(number_of) for s in recorder.exploits if s.trial_id == trial_id)
+            self._queue.put(ExploitEvent(trial_id, steps))
 
     def _progress(self, recorder: Recorder, *, final: bool) -> ProgressEvent:
         records = list(recorder.trials.values())
