@@ -26,8 +26,8 @@ TARGET = 35.0  # per cent, either way
 
 MODES: dict[str, dict[str, Any]] = {
     "smoke": {"rounds": 1, "set": ["budget.num_samples=4", "budget.max_epochs=3"], "probe_seconds": 60},
-    "quick": {"rounds": 2, "set": [], "probe_seconds": 90},
-    "full": {"rounds": 4, "set": [], "probe_seconds": 90},
+    "quick": {"rounds": 2, "set": [], "probe_seconds": 150},
+    "full": {"rounds": 4, "set": [], "probe_seconds": 150},
 }
 
 DEFINITIONS = {

@@ -26,7 +26,7 @@ space:
 storage: {{path: {root}/results}}
 tracking: {{uri: "sqlite:///{root}/mlflow.db"}}
 """
-PROBE_SECONDS = 30
+PROBE_SECONDS = 60  # a bound: the probe ends with its trials, in about 15 s on an idle 2-core machine
 
 
 def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp_path: Path) -> None:
