@@ -61,6 +61,7 @@ def one_round(index: int, settings: dict[str, Any], workdir: Path) -> dict[str, 
     spec = str(common.DIGITS_SPEC)
     overrides = [f"--set={item}" for item in settings["set"]]
     storage = ["--storage", str(workdir / f"round{index}")]
+    workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"round{index}.log"
     load_before = os.getloadavg()[0]
     probe_s = _tunekit(
@@ -84,6 +85,23 @@ def one_round(index: int, settings: dict[str, Any], workdir: Path) -> dict[str, 
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
+
+
+RAY_START_FAILED = "timed out during startup"  # Ray's own words when an overloaded machine starts it too slowly
+ATTEMPTS = 3
+
+
+def _round_with_retries(index: int, settings: dict[str, Any], workdir: Path, retried: list[str]) -> dict[str, Any]:
+    """One round; run again from its probe when Ray itself failed to start (a round measures tunekit, not that)."""
+    for attempt in range(1, ATTEMPTS):
+        try:
+            return one_round(index, settings, workdir / f"attempt{attempt}")
+        except common.ChildFailed as error:
+            if RAY_START_FAILED not in str(error):
+                raise
+            retried.append(f"round {index}, attempt {attempt}: Ray did not start (load {os.getloadavg()[0]:.1f})")
+            print(f"[{NAME}] {retried[-1]}; again", flush=True)
+    return one_round(index, settings, workdir / f"attempt{ATTEMPTS}")
 
 
 def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -131,10 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = MODES[args.mode]
     report = common.Report(NAME, TITLE, args.mode, args.out)
     rounds = []
+    retried: list[str] = []
     with common.Workdir(NAME, args.keep) as workdir:
         for index in range(settings["rounds"]):
             print(f"[{NAME}] round {index}: plan --probe, then the search ...", flush=True)
-            rounds.append(one_round(index, settings, workdir))
+            rounds.append(_round_with_retries(index, settings, workdir, retried))
     analysis = analyse(rounds)
     setup = {
         "spec": "search_spaces/digits_mlp.yaml" + (f" with {', '.join(settings['set'])}" if settings["set"] else ""),
@@ -146,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "The CIFAR specs (search_spaces/cifar_*.yaml) need a dataset download and are not measured.",
         "Each round probes afresh, then searches; nothing else of the benchmark runs meanwhile, "
         "but the machine's load (shown per round) moves both.",
+        *(f"{line}; the round was run again from its probe" for line in retried),
     ]
     return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, {"rounds": rounds})
 
