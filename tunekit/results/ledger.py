@@ -90,7 +90,7 @@ def compute_ledger(
     results: ExperimentResults, tolerance: float = DEFAULT_TOLERANCE, price_per_hour: float | None = None
 ) -> Ledger:
     """The ledger of a loaded experiment (see the module's docstring for each figure)."""
-    trials, epochs = results.trials, results.epochs
+    trials, epochs = _timed(results.trials, _TRIAL_TIMES), _timed(results.epochs, _EPOCH_TIMES)
     units, unit = slot_units(results.spec)
     origin = results.started_at
     if origin is None and not trials.empty:
@@ -122,6 +122,14 @@ def compute_ledger(
 
 
 # ------------------------------------------------------------------------ costs
+
+_TRIAL_TIMES = ("trial_id", "number", "status", "epochs", "started_at", "ended_at")
+_EPOCH_TIMES = ("trial_id", "epoch", "time")
+
+
+def _timed(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The table, or none of it when it lacks the times (an experiment older than them): nothing to count."""
+    return table if all(column in table.columns for column in columns) else table.iloc[0:0]
 
 
 def _rows(table: pd.DataFrame) -> list[Any]:
@@ -217,7 +225,7 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     trial, as ``plots.best_so_far`` draws it.
     """
     epochs, metric = results.epochs, results.metric
-    if epochs.empty or metric not in epochs.columns:
+    if epochs.empty or metric not in epochs.columns or "time" not in epochs.columns:
         return None, None
     points = sorted(
         (float(row.time), value)
@@ -253,7 +261,7 @@ def predicted_vs_actual(results: ExperimentResults, ledger: Ledger) -> list[dict
     """Rows of (figure, predicted, actual, error %) when a prediction was filed with the experiment."""
     prediction = read_prediction(results.experiment_dir)
     trials = results.trials
-    if prediction is None or trials.empty:
+    if prediction is None or trials.empty or "ended_at" not in trials.columns:
         return None
     ended = trials["ended_at"].dropna()
     launched = finite(prediction.get("launched_at"))

@@ -156,3 +156,13 @@ def test_the_html_page_holds_the_ledger_and_predicted_against_actual(tmp_path: P
     assert "44% spent on trials later pruned" in page
     assert "<td>final</td><td>3-4</td><td>1</td><td>2</td>" in page
     assert '<td class="text">wall seconds</td><td>16</td><td>15</td><td>+7%</td>' in page
+
+
+def test_an_experiment_older_than_the_time_columns_has_an_empty_ledger(tmp_path: Path) -> None:
+    experiment(tmp_path)  # then its tables replaced by ones without started_at, ended_at or time
+    (tmp_path / TRIALS_FILE).write_text(
+        "trial_id,number,status,reason,epochs,final_metric,best_metric\na,0,completed,,4,0.9,0.9\n"
+    )
+    (tmp_path / EPOCHS_FILE).write_text("trial_id,epoch,val_accuracy\na,1,0.5\n")
+    ledger = compute_ledger(load(tmp_path))
+    assert (ledger.slot_hours, ledger.epochs, ledger.seconds_to_best, ledger.trials) == (0.0, 0, None, [])
