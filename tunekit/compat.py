@@ -251,6 +251,10 @@ def set_trial_restore_checkpoint(trial: Any, checkpoint: Any) -> None:
     manager = trial.run_metadata.checkpoint_manager
     latest = manager._latest_checkpoint_result
     manager._latest_checkpoint_result = _TrainingResult(checkpoint=checkpoint, metrics=latest.metrics if latest else {})
+    # The run metadata caches its JSON for Ray's experiment state and only notices its own
+    # attributes changing: without this, a resume could restart the trial from its own older
+    # checkpoint under the new configuration (a units 64 checkpoint in a units 128 model).
+    trial.run_metadata.invalidate_cache()
 
 
 def pbt_set_next_sync(scheduler: Any, epoch: int) -> None:

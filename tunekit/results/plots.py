@@ -282,7 +282,8 @@ def lineage(results: ExperimentResults, metric: str | None = None, *, path: str 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)
-    ax.set_title(f"PBT lineage: {len(steps)} exploit steps (dashed: the trial goes on from the source's checkpoint)")
+    count = f"{len(steps)} exploit step{'' if len(steps) == 1 else 's'}"
+    ax.set_title(f"PBT lineage: {count} (dashed: the trial goes on from the source's checkpoint)")
     return _finish(fig, path)
 
 
