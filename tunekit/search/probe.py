@@ -131,7 +131,11 @@ def _run_bounded(command: Sequence[str], log: Path, seconds: float) -> None:
 def measure(
     results: ExperimentResults, launch: dict[str, Any], slots: int, target: str, elapsed: float, tail: str = ""
 ) -> Measurement:
-    """The probe's costs from its tables (see ``Measurement`` for each figure)."""
+    """The probe's costs from its tables (see ``Measurement`` for each figure).
+
+    Means, not medians: the prediction adds these durations up, and a sum's expectation
+    is the mean's (the probe's configurations differ, e.g. in batch size, so their epochs do).
+    """
     trials, epochs = results.trials, results.epochs
     origin = results.started_at
     if trials.empty or epochs.empty or origin is None or "epoch_seconds" not in epochs.columns:
@@ -158,18 +162,18 @@ def measure(
         notes.append("no trial ran in a reused worker in time: its first epoch is taken as a new worker's")
     if not later:
         notes.append("no trial reached a second epoch in time: later epochs are taken as the first one's own time")
-    steady = statistics.median(later) if later else float(epochs["epoch_seconds"].median())
+    steady = statistics.fmean(later) if later else float(epochs["epoch_seconds"].mean())
     return Measurement(
         target=target,
         measured_at=time.time(),
         cpus=float(launch.get("cpus") or os.cpu_count() or 1),
         gpus=float(launch.get("gpus") or 0.0),
         startup_s=float(order["started_at"].min()) - launched,
-        new_worker_first_epoch_s=statistics.median(new or [s for _, s in first_epochs]),
-        reused_first_epoch_s=statistics.median(reused or new or [s for _, s in first_epochs]),
+        new_worker_first_epoch_s=statistics.fmean(new or [s for _, s in first_epochs]),
+        reused_first_epoch_s=statistics.fmean(reused or new or [s for _, s in first_epochs]),
         epoch_s=steady,
         gap_s=_gap(order, slots),
-        end_s=statistics.median(ends) if ends else 0.0,
+        end_s=statistics.fmean(ends) if ends else 0.0,
         probe_trials=len(first_epochs),
         probe_epochs=len(epochs),
         probe_seconds=elapsed,
@@ -178,14 +182,14 @@ def measure(
 
 
 def _gap(order: Any, slots: int) -> float:
-    """Median wait between a trial's end and the start of the trial that took its slot."""
+    """Mean wait between a trial's end and the start of the trial that took its slot."""
     ended = sorted(float(e) for e in order["ended_at"].dropna())
     gaps = []
     for started in [float(s) for s in order["started_at"]][slots:]:
         before = [e for e in ended if e <= started]
         if before:
             gaps.append(started - before[-1])
-    return statistics.median(gaps) if gaps else 0.0
+    return statistics.fmean(gaps) if gaps else 0.0
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

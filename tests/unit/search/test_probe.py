@@ -164,7 +164,7 @@ def test_the_measurement_read_from_a_probes_tables(tmp_path: Path) -> None:
     assert m.startup_s == 12.0  # launch -> the first trial's start
     assert m.new_worker_first_epoch_s == pytest.approx(7.5)  # a: 1020 - 1012, b: 1019 - 1012
     assert m.reused_first_epoch_s == pytest.approx(1.05)  # c: 1022.5 - 1021.5, d: 1022.7 - 1021.6
-    assert m.epoch_s == pytest.approx(0.5)  # a 0.5, 0.5; b 1, 1; c 0.5, 0.5
+    assert m.epoch_s == pytest.approx(4 / 6)  # the mean of a 0.5, 0.5; b 1, 1; c 0.5, 0.5
     assert m.gap_s == pytest.approx(0.35)  # after b's end at 1021.2: c 0.3 s, d 0.4 s
     assert m.end_s == pytest.approx(0.1)  # a 1021 - 1021, b 1021.2 - 1021, c 1023.6 - 1023.5
     assert (m.probe_trials, m.probe_epochs, m.cpus, m.notes) == (4, 10, 2.0, ())
