@@ -260,76 +260,45 @@ def _trials(directory: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_sigterm_while_training_stops_in_seconds_and_resume_finishes(
-    tmp_path: Path,
-) -> None:
+def test_sigterm_in_start_up_and_in_training_stops_in_seconds_and_resume_finishes(tmp_path: Path) -> None:
+    # One search stopped twice, as a scheduler's SIGTERM would: while Ray starts, then while
+    # one trial trains and the other waits for resources (2 CPUs a trial on 2 cores).
     directory = tmp_path / "term"
-    log = tmp_path / "run.log"
-    # 2 CPUs a trial on this 2-core machine: one trains, the others wait for resources.
     overrides = [
         "tracking.enabled=false",
         "budget.num_samples=2",
         "budget.max_epochs=2",
         "resources.cpu=2",
+        "scheduler.type=fifo",
     ]
-    overrides += ["scheduler.type=fifo"]
     sets = [arg for o in overrides for arg in ("--set", o)]
-    process = _start(
-        ["run", str(DEFAULT_SPEC), *sets, "--storage", str(tmp_path), "--name", "term"],
-        log,
-    )
+    resume_line = f"tunekit: interrupted by SIGTERM; `tunekit resume {directory}` continues the search"
+
+    log = tmp_path / "run.log"
+    process = _start(["run", str(DEFAULT_SPEC), *sets, "--storage", str(tmp_path), "--name", "term"], log)
+    _wait_for(log, "starting Ray", process)
+    code, took, stderr = _stop(process, signal.SIGTERM)
+    assert (code, took < 10) == (143, True), (code, took, stderr)
+    assert stderr.splitlines()[-1] == resume_line
+    assert "Traceback" not in stderr
+
+    log = tmp_path / "resume.log"
+    process = _start(["resume", str(directory)], log)
     _wait_for(log, "first epoch reported", process)
     code, took, stderr = _stop(process, signal.SIGTERM)
     assert (code, took < 10) == (143, True), (code, took, stderr)
     assert stderr.splitlines() == [
         "",
         "tunekit: SIGTERM received: stopping the search and saving its state (again to force)",
-        f"tunekit: interrupted by SIGTERM; `tunekit resume {directory}` continues the search",
+        resume_line,
     ]
+
     resumed = run_tunekit("resume", str(directory), timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     trials = _trials(directory)
     assert len(trials) == 2
     assert {t["status"] for t in trials} == {"completed"}, trials
     assert "Traceback" not in resumed.stderr
-
-
-@pytest.mark.slow
-def test_sigterm_during_start_up_then_resume_starts_the_search(tmp_path: Path) -> None:
-    directory = tmp_path / "early"
-    log = tmp_path / "run.log"
-    sets = [
-        arg
-        for o in [
-            "tracking.enabled=false",
-            "budget.num_samples=1",
-            "budget.max_epochs=1",
-            "scheduler.type=fifo",
-        ]
-        for arg in ("--set", o)
-    ]
-    process = _start(
-        [
-            "run",
-            str(DEFAULT_SPEC),
-            *sets,
-            "--storage",
-            str(tmp_path),
-            "--name",
-            "early",
-        ],
-        log,
-    )
-    _wait_for(log, "starting Ray", process)
-    code, took, stderr = _stop(process, signal.SIGTERM)
-    assert (code, took < 10) == (143, True), (code, took, stderr)
-    assert (
-        stderr.splitlines()[-1] == f"tunekit: interrupted by SIGTERM; `tunekit resume {directory}` continues the search"
-    )
-    assert "Traceback" not in stderr
-    resumed = run_tunekit("resume", str(directory), timeout=180)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert [t["status"] for t in _trials(directory)] == ["completed"]
 
 
 @pytest.mark.slow

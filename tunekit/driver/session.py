@@ -192,6 +192,8 @@ def ray_session(
             signals.install()
             signals.raise_if_received()
     except BaseException:
+        if signals is not None:
+            signals.handled()  # an interruption must not strike again during the shutdown
         ray.shutdown()  # a half-started Ray must not outlive the process
         raise
     OWNED_RAY = {"key": key, "local": address is None}

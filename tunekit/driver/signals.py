@@ -5,6 +5,7 @@ Also quiets the traceback dumps Ray logs for failed trials (tunekit prints one l
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
@@ -56,9 +57,11 @@ class StopSignals:
     """SIGINT and SIGTERM stop a search the way Ray Tune's Ctrl-C does, in every phase.
 
     Before ``Tuner.fit`` (starting Ray, building the study and the Tuner) the first signal
-    is recorded and raises ``SearchInterrupted`` at once; where Python swallows that raise
-    (an at-fork hook inside ``ray.init``), the record ends the start-up at the next check
-    (after ``ray.init``, and at the start of ``fit``). During ``fit`` it sets Tune's own stop event (Ray
+    is recorded and raises ``SearchInterrupted`` at once. Python swallows a raise from a
+    signal handler in some places (an at-fork hook inside ``ray.init``, a ``__del__``), so
+    the interruption is raised again every second until the start-up code has taken it
+    (``handled``), and checked after ``ray.init`` and at the start of ``fit``. During
+    ``fit`` it sets Tune's own stop event (Ray
     installs its handler for SIGUSR1 too, and tunekit sets ``TUNE_DISABLE_SIGINT_HANDLER``),
     so Tune ends its loop, saves the experiment state and removes its actors, including
     trials still waiting for resources; ``fit`` returns and the tables are written. A
@@ -75,6 +78,8 @@ class StopSignals:
         self._in_fit = False
         self._saved: dict[int, Any] = {}
         self._active = threading.current_thread() is threading.main_thread()
+        self._handled = threading.Event()
+        self._raising_again = False
 
     def __enter__(self) -> StopSignals:
         if self._active:
@@ -83,6 +88,7 @@ class StopSignals:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        self.handled()
         if self._active:
             for number, handler in self._saved.items():
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)
@@ -103,6 +109,10 @@ class StopSignals:
             for number in self._SIGNALS:
                 signal.signal(number, self._handle)
 
+    def handled(self) -> None:
+        """The start-up code caught the interruption (and cleans up): stop raising it again."""
+        self._handled.set()
+
     def raise_if_received(self) -> None:
         """Ends the start-up if a signal came whose exception Python swallowed (an at-fork hook)."""
         if self.received is not None:
@@ -122,6 +132,9 @@ class StopSignals:
             self._in_fit = False
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self._raising_again:
+            self._raising_again = False
+            raise _StartUpInterrupted
         if self.received is not None:
             sys.stderr.write(
                 f"\ntunekit: second {signal.Signals(number).name}: exiting now; "
@@ -133,11 +146,18 @@ class StopSignals:
             os._exit(128 + number)
         self.received = number
         if not self._in_fit:
+            threading.Thread(target=self._raise_again_until_handled, name="tunekit-interrupt", daemon=True).start()
             raise _StartUpInterrupted
         name = signal.Signals(number).name
         sys.stderr.write(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
         sys.stderr.flush()
         threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
+
+    def _raise_again_until_handled(self) -> None:
+        """Re-delivers the interruption to the main thread while the start-up goes on regardless."""
+        while not self._handled.wait(1.0):
+            self._raising_again = True
+            _thread.interrupt_main(signal.Signals(self.received or signal.SIGTERM))
 
     def _stop_tune(self) -> None:
         """Sends SIGUSR1 once Ray's handler is in place (it is set at the start of fit)."""

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from tunekit.config.resources import local_fit_warning, unplaceable
 from tunekit.config.spec import ResourcesSpec, load_spec
 from tunekit.driver.progress import ConsoleProgress
 from tunekit.driver.runner import no_result_reason
+from tunekit.driver.signals import StopSignals
+from tunekit.errors import SearchInterrupted
 from tunekit.layout import ERROR_FILE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -170,3 +176,29 @@ def test_console_on_a_terminal_redraws_one_line_but_prints_failures(
     shown = failed[0].split("\x1b[2K")[-1]
     assert shown.endswith(f"..., see {tmp_path / 't1' / ERROR_FILE}")
     assert len(shown) < 200 + len(f", see {tmp_path / 't1' / ERROR_FILE}") + 1
+
+
+# ------------------------------------------------------------------ signals in start-up
+
+
+def test_a_start_up_interruption_that_code_swallowed_is_raised_again(tmp_path: Path) -> None:
+    # Python swallows a signal handler's raise in some places (an at-fork hook inside
+    # ray.init, a __del__); a broad except stands in for them here.
+    before = signal.getsignal(signal.SIGTERM)
+    swallowed = False
+    with (
+        pytest.raises(SearchInterrupted, match="interrupted by SIGTERM during start-up") as raised,
+        StopSignals(tmp_path),
+    ):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except BaseException:
+            swallowed = True
+        started = time.monotonic()
+        while time.monotonic() - started < 5:  # the start-up carrying on regardless
+            time.sleep(0.01)
+    assert swallowed
+    assert time.monotonic() - started < 2  # raised again within about a second
+    assert raised.value.signal_number == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before
