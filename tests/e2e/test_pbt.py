@@ -1,0 +1,162 @@
+"""Population-based training on a real Ray runtime, the default digits trainable, real SQLite.
+
+One module-scoped Ray session (2 CPUs): each search's 4 trials take turns on 2 slots,
+which is what synchronous PBT is for. Budgets are tiny (2 and 5 epochs, perturbations
+every 1 and 2 epochs) so the module stays within its share of CI's time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import optuna
+import pytest
+import ray
+
+import tunekit
+from tunekit.driver.session import ray_init_options
+from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX, STUDY_FILE
+from tunekit.results import plots
+from tunekit.search.searcher import PBT_STEPS_ATTR
+from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PBT_SPEC = REPO / "search_spaces" / "digits_mlp_pbt.yaml"
+KILL_ONCE = REPO / "tests" / "trainables" / "kill_once.py"
+EVERY_EPOCH = ["scheduler.perturbation_interval=1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+
+
+def _study(experiment_dir: Path) -> optuna.Study:
+    return optuna.load_study(study_name="digits-mlp-pbt", storage=f"sqlite:///{experiment_dir / STUDY_FILE}")
+
+
+def _final_checkpoint(experiment_dir: Path, trial_id: str) -> tuple[dict[str, float], list[float]]:
+    """The configuration in a trial's newest checkpoint, and its optimizer's scalar variables."""
+    newest = sorted((experiment_dir / trial_id).glob("checkpoint_*"))[-1]
+    config = json.loads((newest / CHECKPOINT_STATE).read_text())["config"]
+    with np.load(newest / CHECKPOINT_WEIGHTS) as arrays:
+        scalars = [float(arrays[name]) for name in arrays.files if name.startswith("o") and arrays[name].ndim == 0]
+    return config, scalars
+
+
+def test_a_population_of_4_trains_every_trial_to_the_end_and_records_each_exploit(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    results = tunekit.run(
+        PBT_SPEC,
+        overrides=["budget.max_epochs=2", *EVERY_EPOCH, f"tracking.uri={uri}"],
+        storage=tmp_path,
+        name="population",
+        progress=False,
+    )
+    trials, steps = results.trials, results.exploits
+    assert sorted(trials["number"]) == [0, 1, 2, 3]
+    assert set(trials["status"]) == {"completed"} and set(trials["epochs"]) == {2}, trials[["status", "reason"]]
+    assert set(trials["attempts"]) == {1}  # PBT's pauses and exploits are no retries
+    # Synchronous PBT ranks all 4 at epoch 1 (never at the last); the weakest quarter (1 trial) copies.
+    assert list(steps["epoch"]) == [1] and list(steps["source_epoch"]) == [1]
+    assert all(steps["trial_id"] != steps["source_trial_id"])
+    assert steps[NEW_PREFIX + "learning_rate"].between(1e-4, 1e-2).all()
+    assert steps[NEW_PREFIX + "dropout"].between(0.0, 0.5).all()
+
+    # The new configuration took effect: the trial's last checkpoint was trained under its
+    # last exploit's configuration, with that learning rate on the optimizer's variable.
+    for trial_id, rows in steps.groupby("trial_id"):
+        last = rows.iloc[-1]
+        config, scalars = _final_checkpoint(results.experiment_dir, str(trial_id))
+        assert config["learning_rate"] == last[NEW_PREFIX + "learning_rate"]
+        assert any(np.isclose(value, float(config["learning_rate"])) for value in scalars), scalars
+
+    # Optuna: COMPLETE with its final value, params as it started, every step as a user attr.
+    by_number = {t.number: t for t in _study(results.experiment_dir).trials}
+    for row in trials.itertuples():
+        study_trial = by_number[int(row.number)]
+        assert study_trial.state == optuna.trial.TrialState.COMPLETE
+        assert study_trial.value == pytest.approx(row.final_metric)
+        started = trials.loc[trials["number"] == row.number, "params.learning_rate"].iloc[0]
+        assert study_trial.params["learning_rate"] == pytest.approx(started)
+        moved = steps[steps["trial_id"] == row.trial_id]
+        recorded = study_trial.user_attrs.get(PBT_STEPS_ATTR, [])
+        assert [step["epoch"] for step in recorded] == list(moved["epoch"])
+        assert [step["source"] for step in recorded] == list(moved["source_number"])
+
+    # MLflow: each moved trial's child run counts and describes its steps.
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("digits-mlp-pbt")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    tags = {run.data.tags.get(TAG_TRIAL_ID): run.data.tags for run in runs}
+    for trial_id, rows in steps.groupby("trial_id"):
+        assert tags[str(trial_id)][TAG_PBT_EXPLOITS] == str(len(rows))
+        first = rows.iloc[0]
+        assert tags[str(trial_id)][f"{TAG_PBT_STEP_PREFIX}1"].startswith(
+            f"epoch {first['epoch']}: copied trial {first['source_number']} (epoch {first['source_epoch']}); "
+        )
+
+    figure = plots.lineage(results)
+    assert figure.axes[0].get_title().startswith("PBT lineage: 1 exploit step (dashed")
+
+
+def _interrupt_after_first_exploit(experiment_dir: Path) -> threading.Thread:
+    """SIGINT to this process (as Ctrl-C) once exploits.csv has a row, so a resume has steps to keep."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            table = experiment_dir / EXPLOITS_FILE
+            if table.is_file() and len(table.read_text().splitlines()) > 1:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
+def test_a_killed_worker_retries_and_resume_continues_the_population(tmp_path: Path) -> None:
+    # Perturbations at epochs 2 and 4: the first trial's worker dies after epoch 1, before them.
+    overrides = [f"trainable={KILL_ONCE}", "budget.max_epochs=5", "tracking.enabled=false"]
+    data = {"marker_dir": str(tmp_path), "kill_after_epoch": 1}
+    experiment_dir = tmp_path / "resumed"
+    watcher = _interrupt_after_first_exploit(experiment_dir)
+    with pytest.raises(tunekit.SearchInterrupted):
+        tunekit.run(PBT_SPEC, overrides=overrides, data=data, storage=tmp_path, name="resumed", progress=False)
+    watcher.join()
+    with (experiment_dir / EXPLOITS_FILE).open() as handle:
+        before = list(csv.DictReader(handle))
+    assert before
+
+    results = tunekit.resume(experiment_dir, progress=False)
+
+    trials = results.trials
+    assert sorted(trials["number"]) == [0, 1, 2, 3]  # the same population, no trial added
+    assert set(trials["status"]) == {"completed"} and set(trials["epochs"]) == {5}, trials[["status", "reason"]]
+    assert (tmp_path / "claimed").is_file()
+    # The killed trial came back from its checkpoint: more attempts than the resume alone gives.
+    assert trials["attempts"].max() >= 2
+    with (experiment_dir / EXPLOITS_FILE).open() as handle:
+        after = list(csv.DictReader(handle))
+    assert after[: len(before)] == before  # steps before the interruption kept as they were
+    assert len(after) > len(before)  # and PBT went on exploiting after the resume
+    assert [int(row["epoch"]) for row in after] == [2, 4]
+    study = _study(experiment_dir)
+    assert {t.state for t in study.trials} == {optuna.trial.TrialState.COMPLETE}
+    assert sum(len(t.user_attrs.get(PBT_STEPS_ATTR, [])) for t in study.trials) == len(after)
