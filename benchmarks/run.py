@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "logging_cost": "cost of MLflow tracking (benchmarks/logging_cost.py)",
     "warm": "a second tunekit.run in one process (warm Ray) vs the first",
     "eta": "tunekit plan --probe's predicted wall time against the default search's actual",
+    "pbt": "PBT vs TPE + ASHA at equal compute (epochs) on the digits MLP",
 }
 # Written by others; run when present.
 EXTERNAL = ("pipeline", "logging_cost")
