@@ -131,7 +131,8 @@ def test_a_grown_search_s_time_budget_is_its_own_from_the_resume(grown: dict[str
     # Ray saves its stopper with the experiment state and puts it back on resume; the grown
     # search's must be the new time budget, whole (the first run had none).
     newest = max(grown["after"].experiment_dir.glob("experiment_state-*.json"))
-    stopper = json.loads(newest.read_text(), cls=TuneFunctionDecoder)["runner_data"]["_stopper"]
+    state = json.loads(newest.read_text(), cls=TuneFunctionDecoder, allow_cloudpickle=True)  # our own file
+    stopper = state["runner_data"]["_stopper"]
     timeouts = [s for s in stopper._stoppers if isinstance(s, TimeoutStopper)]
     assert [t._timeout_seconds for t in timeouts] == [600.0]
 
