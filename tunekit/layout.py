@@ -121,12 +121,6 @@ def finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-# ------------------------------------------------------------------------ warm start
-
-# {"sources": [...], "used": n, "skipped": {reason: n}}: what search.warm_start_from added
-# to the study as history (tunekit.search.history); the MLflow parent run records it.
-WARM_START_FILE = "warm_start.json"
-
 # ----------------------------------------------------------- predictions and ledger
 
 # The prediction of a probe of this spec (``tunekit plan --probe``), filed by ``tunekit run``
@@ -135,6 +129,12 @@ PREDICTION_FILE = "prediction.json"
 LEDGER_FILE = "ledger.json"
 # Under the storage root: one measurement per spec fingerprint and target, <fingerprint>.json.
 PROBES_DIR = ".probes"
+
+# ------------------------------------------------------------------------ warm start
+
+# {"sources": [...], "used": n, "skipped": {reason: n}}: what search.warm_start_from added
+# to the study as history (tunekit.search.history); the MLflow parent run records it.
+WARM_START_FILE = "warm_start.json"
 
 
 # ----------------------------------------------------------- population-based training

@@ -51,11 +51,18 @@ class Plan:
     exhaustive_epochs: int  # what training every trial to the end would cost
     grid_size: int | None = None  # distinct configurations, for grid search
     repeats: int = 1  # how many times grid search trains each configuration
+    perturbation_interval: int = 0  # PBT: epochs between rankings of the population; 0 otherwise
 
     def describe(self) -> str:
         lines = []
         if self.grid_size is not None:
             lines.append(f"grid: {_count(self.grid_size, 'configuration')} x {_count(self.repeats, 'repeat')}")
+        if self.perturbation_interval:
+            lines.append(
+                f"pbt: every trial trains {self.max_epochs} epochs, the population ranked every "
+                f"{_count(self.perturbation_interval, 'epoch')}; epochs: {self.exhaustive_epochs}"
+            )
+            return "\n".join(lines)
         if not self.rungs:  # FIFO: nothing is stopped, there are no rungs to show
             lines.append(f"fifo: every trial trains {self.max_epochs} epochs; epochs: {self.exhaustive_epochs}")
             return "\n".join(lines)
@@ -86,8 +93,9 @@ def plan_budget(spec: ExperimentSpec) -> Plan:
     n, max_epochs = budget.num_samples, budget.max_epochs
     grid_size = spec.space.grid_size() if spec.search.algorithm == "grid" else None
     repeats = n // grid_size if grid_size else 1
-    if scheduler.type != "asha":
-        return Plan((), max_epochs, n, n * max_epochs, n * max_epochs, grid_size, repeats)
+    if scheduler.type != "asha":  # FIFO and PBT train every trial to the end
+        interval = scheduler.perturbation_interval if scheduler.type == "pbt" else 0
+        return Plan((), max_epochs, n, n * max_epochs, n * max_epochs, grid_size, repeats, interval)
     milestones = asha_milestones(scheduler.grace_period, scheduler.reduction_factor, max_epochs)
     rungs = [Rung(i, m, max(1, math.ceil(n / scheduler.reduction_factor**i))) for i, m in enumerate(milestones)]
     finishers = max(1, math.ceil(n / scheduler.reduction_factor ** len(milestones)))

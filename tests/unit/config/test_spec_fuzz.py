@@ -43,7 +43,7 @@ from tunekit.errors import SpecError
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 BASE: dict[str, Any] = yaml.safe_load(DEFAULT_SPEC.read_text())
-EXAMPLES = int(os.environ.get("TUNEKIT_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("TUNEKIT_FUZZ_EXAMPLES", "60"))
 
 FUZZ = settings(
     derandomize=True,

@@ -50,6 +50,14 @@ def test_fifo_plan_prints_no_rung_table(monkeypatch: pytest.MonkeyPatch) -> None
     assert plan.describe() == "fifo: every trial trains 20 epochs; epochs: 480"
 
 
+def test_pbt_plan_says_how_often_the_population_is_ranked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp_pbt.yaml", ["scheduler.perturbation_interval=3"])
+    plan = plan_budget(spec)
+    assert (plan.rungs, plan.perturbation_interval) == ((), 3)
+    assert plan.describe() == "pbt: every trial trains 20 epochs, the population ranked every 3 epochs; epochs: 80"
+
+
 def test_grid_plan_of_the_shipped_grid_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     plan = plan_budget(load_spec(REPO / "search_spaces" / "cifar_resnet_grid.yaml"))
