@@ -20,6 +20,7 @@ import ray
 import tunekit
 from tunekit.driver.session import ray_init_options
 from tunekit.testing import MlflowServer
+from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -180,8 +181,11 @@ def test_asha_replay_rebuilds_rungs() -> None:
 
 
 def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The search's end waits this long for the vanished server (30 s by default) before it
+    # gives up on what is left to send.
+    monkeypatch.setenv(FLUSH_TIMEOUT_ENV, "5")
     server = MlflowServer(tmp_path / "mlflow").start()
     experiment = tmp_path / "results" / "untracked-half"
 
