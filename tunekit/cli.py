@@ -150,6 +150,9 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import run
+    from tunekit.driver.signals import StopSignals
+
+    StopSignals.exit_in_start_up = True
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
     results = run(args.spec, overrides=overrides, name=args.name, storage=args.storage, address=args.address)
@@ -159,6 +162,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
+    from tunekit.driver.signals import StopSignals
+
+    StopSignals.exit_in_start_up = True
 
     _print_summary(resume(args.experiment_dir, overrides=args.set, address=args.address))
     return 0

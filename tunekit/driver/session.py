@@ -19,7 +19,7 @@ from typing import Any
 from tunekit.compat import ray_leaves_sigterm_alone
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
-from tunekit.driver.signals import StopSignals
+from tunekit.driver.signals import StopSignals, kill_ray_children
 from tunekit.errors import ResourceError, StorageError
 
 logger = logging.getLogger(__name__)
@@ -256,13 +256,4 @@ def kill_owned_local_ray() -> None:
     """
     if OWNED_RAY is None or not OWNED_RAY["local"]:
         return
-    try:
-        import psutil
-
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                command = " ".join(child.cmdline()[:2])
-                if command.startswith("ray::") or "/ray/" in command:  # Ray's processes, no other child
-                    child.kill()
-    except Exception as error:  # best effort on the way out; the process is exiting anyway
-        logger.debug("could not kill the local Ray's processes: %s", error)
+    kill_ray_children()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 from tunekit.errors import SearchInterrupted
 
@@ -69,6 +69,12 @@ class StopSignals:
     """
 
     _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # The ``tunekit`` command sets this. Before ``fit`` nothing needs saving (``resume``
+    # starts such a search afresh), so the command ends at once: it kills the Ray it was
+    # starting and exits, rather than raising through whatever ``ray.init`` is doing, where
+    # Python may swallow the raise (an at-fork hook) and print it. A library caller (a
+    # notebook, whose kernel must live on) gets ``SearchInterrupted`` instead.
+    exit_in_start_up: ClassVar[bool] = False
 
     def __init__(self, experiment_dir: Path, on_forced_exit: Callable[[], None] | None = None) -> None:
         """``on_forced_exit`` runs before a second signal ends the process (kills a local Ray)."""
@@ -146,12 +152,24 @@ class StopSignals:
             os._exit(128 + number)
         self.received = number
         if not self._in_fit:
+            if self.exit_in_start_up:
+                self._exit_now(number)
             threading.Thread(target=self._raise_again_until_handled, name="tunekit-interrupt", daemon=True).start()
             raise _StartUpInterrupted
         name = signal.Signals(number).name
         sys.stderr.write(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
         sys.stderr.flush()
         threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
+
+    def _exit_now(self, number: int) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()  # the console's start-up lines; os._exit would drop them
+        name = signal.Signals(number).name
+        resume = f"`tunekit resume {self.experiment_dir}` continues the search"
+        sys.stderr.write(f"\ntunekit: interrupted by {name}; {resume}\n")
+        sys.stderr.flush()
+        kill_ray_children()
+        os._exit(128 + number)
 
     def _raise_again_until_handled(self) -> None:
         """Re-delivers the interruption to the main thread while the start-up goes on regardless."""
@@ -166,3 +184,17 @@ class StopSignals:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 return
             time.sleep(0.05)
+
+
+def kill_ray_children() -> None:
+    """Kills every Ray process this process started, whether or not ``ray.init`` finished."""
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                command = " ".join(child.cmdline()[:2])
+                if command.startswith("ray::") or "/ray/" in command:  # Ray's processes, no other child
+                    child.kill()
+    except Exception as error:  # best effort on the way out; the process is exiting anyway
+        logging.getLogger(__name__).debug("could not kill the local Ray's processes: %s", error)
