@@ -150,23 +150,22 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import run
-    from tunekit.driver.signals import StopSignals
-
-    StopSignals.exit_in_start_up = True
+    from tunekit.driver.signals import exit_at_once_in_start_up
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
-    results = run(args.spec, overrides=overrides, name=args.name, storage=args.storage, address=args.address)
+    with exit_at_once_in_start_up():
+        results = run(args.spec, overrides=overrides, name=args.name, storage=args.storage, address=args.address)
     _print_summary(results)
     return 0
 
 
 def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
-    from tunekit.driver.signals import StopSignals
+    from tunekit.driver.signals import exit_at_once_in_start_up
 
-    StopSignals.exit_in_start_up = True
-
-    _print_summary(resume(args.experiment_dir, overrides=args.set, address=args.address))
+    with exit_at_once_in_start_up():
+        results = resume(args.experiment_dir, overrides=args.set, address=args.address)
+    _print_summary(results)
     return 0
 
 

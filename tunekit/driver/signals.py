@@ -69,11 +69,12 @@ class StopSignals:
     """
 
     _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    # The ``tunekit`` command sets this. Before ``fit`` nothing needs saving (``resume``
-    # starts such a search afresh), so the command ends at once: it kills the Ray it was
-    # starting and exits, rather than raising through whatever ``ray.init`` is doing, where
-    # Python may swallow the raise (an at-fork hook) and print it. A library caller (a
-    # notebook, whose kernel must live on) gets ``SearchInterrupted`` instead.
+    # True while the ``tunekit`` command searches (``exit_at_once_in_start_up``). Before
+    # ``fit`` nothing needs saving (``resume`` starts such a search afresh), so the command
+    # ends at once: it kills the Ray it was starting and exits, rather than raising through
+    # whatever ``ray.init`` is doing, where Python may swallow the raise (an at-fork hook)
+    # and print it. A library caller (a notebook, whose kernel must live on) gets
+    # ``SearchInterrupted`` instead.
     exit_in_start_up: ClassVar[bool] = False
 
     def __init__(self, experiment_dir: Path, on_forced_exit: Callable[[], None] | None = None) -> None:
@@ -184,6 +185,16 @@ class StopSignals:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 return
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def exit_at_once_in_start_up() -> Iterator[None]:
+    """For the ``tunekit`` command's searches: a signal before ``fit`` ends the process at once."""
+    StopSignals.exit_in_start_up = True
+    try:
+        yield
+    finally:
+        StopSignals.exit_in_start_up = False
 
 
 def kill_ray_children() -> None:

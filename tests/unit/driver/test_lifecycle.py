@@ -184,6 +184,7 @@ def test_console_on_a_terminal_redraws_one_line_but_prints_failures(
 def test_a_start_up_interruption_that_code_swallowed_is_raised_again(tmp_path: Path) -> None:
     # Python swallows a signal handler's raise in some places (an at-fork hook inside
     # ray.init, a __del__); a broad except stands in for them here.
+    assert not StopSignals.exit_in_start_up  # a library caller's setting: it raises, never exits
     before = signal.getsignal(signal.SIGTERM)
     swallowed = False
     with (
