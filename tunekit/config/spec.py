@@ -69,7 +69,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "resources": ("cpu", "gpu", "gpu_memory"),
     "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures"),
     "storage": ("path",),
-    "tracking": ("enabled", "uri", "experiment", "registered_model"),
+    "tracking": ("enabled", "uri", "experiment", "registered_model", "required"),
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
@@ -140,6 +140,9 @@ class TrackingSpec:
     uri: str | None
     experiment: str | None
     registered_model: str | None
+    # An unreachable server fails the search at start-up, and records MLflow did not take
+    # by the end fail it too (`tunekit sync` sends them later); false: a warning, as ever.
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -530,11 +533,16 @@ def _tracking(raw: object) -> TrackingSpec:
     for key, value in optional.items():
         if value is not None:
             v.string(value, f"tracking.{key}")
+    enabled = v.boolean(section.get("enabled", True), "tracking.enabled")
+    required = v.boolean(section.get("required", False), "tracking.required")
+    if required and not enabled:
+        raise SpecError("tracking.required", "must be false when tracking.enabled is false", required)
     return TrackingSpec(
-        enabled=v.boolean(section.get("enabled", True), "tracking.enabled"),
+        enabled=enabled,
         uri=optional["uri"],
         experiment=optional["experiment"],
         registered_model=optional["registered_model"],
+        required=required,
     )
 
 
