@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a spec; print ok or the first error")
     validate.add_argument("spec")
     _add_set(validate)
+    validate.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_spec",
+        help="print the resolved spec (extends merged, --set applied, paths absolute, defaults filled in)",
+    )
     validate.set_defaults(handler=_validate)
 
     plan = commands.add_parser("plan", help="print ASHA's rungs and the epochs the search will spend")
@@ -177,7 +183,10 @@ def _validate(args: argparse.Namespace) -> int:
     warning = local_fit_warning(spec.resources)
     if warning:
         print(f"tunekit: warning: {warning}", file=sys.stderr)
-    print("ok")
+    if args.print_spec:
+        print(spec.to_yaml(), end="")
+    else:
+        print("ok")
     return 0
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
+import itertools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tunekit.config.spec import ExperimentSpec, apply_override, parse_spec
+from tunekit.config.spec import SPEC_LINE, ExperimentSpec, apply_override, parse_spec
 from tunekit.contract import Trainable
 from tunekit.errors import SpecError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE
@@ -35,13 +37,18 @@ def resumed_spec(
         SpecError: an override changes anything but ``GROWABLE``, breaks a spec rule, or
             asks for fewer trials than the search already ran.
     """
-    recorded = yaml.safe_load((experiment_dir / SPEC_FILE).read_text())
-    before = parse_spec(recorded, experiment_dir, trainable)
+    text = (experiment_dir / SPEC_FILE).read_text()
+    recorded = yaml.safe_load(text)
+    before = _with_origin(parse_spec(recorded, experiment_dir, trainable), text)
     raw = copy.deepcopy(recorded)
     overrides = list(overrides)
     for assignment in overrides:
         apply_override(raw, assignment)
-    after = parse_spec(raw, experiment_dir, trainable) if overrides else before
+    after = before
+    if overrides:
+        grown = parse_spec(raw, experiment_dir, trainable)
+        origin = (*before.origin, *(f"resume --set {a}" for a in overrides))
+        after = dataclasses.replace(grown, spec_dir=before.spec_dir, origin=origin)
     changed = changed_keys(before.raw, after.raw)
     for key, value in changed.items():
         if key not in GROWABLE:
@@ -58,6 +65,13 @@ def resumed_spec(
             after.budget.num_samples,
         )
     return after, bool(changed)
+
+
+def _with_origin(spec: ExperimentSpec, text: str) -> ExperimentSpec:
+    """The recorded spec with the header it was written with, and the folder of the spec it started from."""
+    origin = tuple(line[2:] for line in itertools.takewhile(lambda line: line.startswith("# "), text.splitlines()))
+    started = next((line[len(SPEC_LINE) :] for line in origin if line.startswith(SPEC_LINE)), "")
+    return dataclasses.replace(spec, spec_dir=str(Path(started).parent) if started else "", origin=origin)
 
 
 def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from tunekit.config import _validate as v
 from tunekit.errors import SpecError
 
@@ -243,7 +245,7 @@ def parse_space(raw: object, path: str = "space") -> SearchSpace:
 
 def _parse_distribution(body: object, path: str) -> Distribution:
     if not isinstance(body, Mapping):
-        raise SpecError(path, "must be a mapping such as {type: uniform, low: 0, high: 1}", body)
+        raise SpecError(path, _not_a_mapping(body), body)
     kind = v.one_of(body.get("type"), v.join(path, "type"), DISTRIBUTION_TYPES)
     v.mapping(body, path, _KEYS[kind])
     if kind in ("uniform", "loguniform"):
@@ -253,6 +255,18 @@ def _parse_distribution(body: object, path: str) -> Distribution:
     if kind == "choice":
         return _parse_choice(body, path)
     return Fixed(v.require(body, "value", path))
+
+
+def _not_a_mapping(body: object) -> str:
+    """What to write instead: a constant written bare (often over an inherited distribution) is
+    a fixed one; null only removes a parameter a base spec defines."""
+    rule = "must be a mapping such as {type: uniform, low: 0, high: 1}"
+    if body is None:
+        return f"{rule}; null removes a parameter only over a base spec (extends)"
+    if isinstance(body, int | float | bool) or (isinstance(body, str) and "(" not in body):
+        constant = yaml.safe_dump(body, default_flow_style=True).removesuffix("\n...\n").strip()
+        return f"{rule}; for a constant write {{type: fixed, value: {constant}}}"
+    return rule
 
 
 def _parse_float_range(body: Mapping[str, Any], path: str, *, log: bool) -> FloatRange:
