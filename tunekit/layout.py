@@ -6,7 +6,7 @@ the driver never imports the worker (TensorFlow) for a constant.
 
 An experiment directory holds::
 
-    spec.yaml  study.db  trials.csv  epochs.csv  started.json  tracking.json  Ray's state files
+    spec.yaml  study.db  trials.csv  epochs.csv  spans.csv  started.json  tracking.json  Ray's state files
     <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
     <trial id>/output.log     the trainable's stdout and stderr, every attempt
     <trial id>/error.txt      the full traceback of a failed trial
@@ -26,9 +26,11 @@ STUDY_FILE = "study.db"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)
-# {"started_at": wall-clock seconds}: when the search's clock started; epochs.csv's time
-# column counts from it (kept across resumes). Written by tunekit.driver.recorder.
+# {"started_at": wall-clock seconds, "sessions": [[start, end], ...]}: the search's clock
+# (tunekit.clock). Every time column counts active seconds on it: the time between a stop
+# and a resume is left out. Written by tunekit.driver.recorder.
 STARTED_FILE = "started.json"
+SPANS_FILE = "spans.csv"  # one row per stretch a trial ran (start and end on the active clock)
 STARTED_KEY = "started_at"
 
 # ----------------------------------------------------------------------- trial files
@@ -45,6 +47,8 @@ FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with b
 PARAM_PREFIX = "params."
 INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
 # The columns of trials.csv and the fixed columns of epochs.csv (tunekit.driver.recorder writes them).
+# trials.csv: wall_seconds is the seconds the trial ran, summed over its spans (active time);
+# started_at and ended_at are wall-clock timestamps. epochs.csv: time is active seconds.
 TRIAL_COLUMNS = (
     "trial_id",
     "number",
@@ -62,6 +66,7 @@ TRIAL_COLUMNS = (
     "ended_at",
 )
 EPOCH_COLUMNS = ("trial_id", "epoch", "attempt", "resumed_from_epoch", "time")
+SPAN_COLUMNS = ("trial_id", "span", "start", "end")
 
 # ------------------------------------------------------------- a trial's report keys
 

@@ -9,7 +9,6 @@ into the experiment directory as trials end, and forwards each change to listene
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
+from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.records import (
     EpochRow,
@@ -31,6 +31,7 @@ from tunekit.driver.records import (
     settle_ended,
     settle_errored,
     write_epochs_csv,
+    write_spans_csv,
     write_trials_csv,
 )
 from tunekit.layout import (
@@ -42,8 +43,7 @@ from tunekit.layout import (
     INFO_KEY,
     RESTORED_WEIGHTS,
     SEARCH_STATUSES,
-    STARTED_FILE,
-    STARTED_KEY,
+    SPANS_FILE,
     STOPPED_BY_MODEL,
     TRIALS_FILE,
     TrialStatus,
@@ -53,6 +53,8 @@ from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
 
 logger = logging.getLogger("tunekit")
+
+_TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
 
 
 class Listener(Protocol):
@@ -85,10 +87,14 @@ class Recorder(Callback):
         self.listeners = list(listeners)
         self.trials: dict[str, TrialRecord] = {}
         self.epochs: list[EpochRow] = []
-        self.started = time.time()
+        self.clock = SearchClock.new()
         self.export_notes: set[str] = set()
         self.exploits: list[ExploitStep] = []  # PBT's exploit steps, in order (exploits.csv)
         self._row_index: dict[tuple[str, int], int] = {}  # (trial id, epoch) -> its row in self.epochs
+        self._touched = 0.0  # when started.json's session end was last moved
+        # When this process's session began (the runner sets it before Ray starts, so the
+        # active clock and the console's elapsed time agree); setup's time when unset.
+        self.session_began: float | None = None
 
     # ----------------------------------------------------------------- Ray callbacks
 
@@ -101,6 +107,7 @@ class Recorder(Callback):
             if not (isinstance(self.scheduler, RecordingPBT) and self.scheduler.restarted_after_pause(trial.trial_id)):
                 record.attempts += 1
             record.status = TrialStatus.RUNNING
+        record.begin_span(self.clock.now())
         for listener in self.listeners:
             listener.trial_started(record)
 
@@ -129,7 +136,7 @@ class Recorder(Callback):
             metrics,
             record.attempts,
             bookkeeping.get("resumed_from_epoch"),
-            time.time() - self.started,
+            self.clock.now(),
         )
         self._add_row(row)
         apply_epoch(record, row, self.spec)
@@ -139,13 +146,17 @@ class Recorder(Callback):
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
         pruned = trial.trial_id in getattr(self.scheduler, "stopped", ())
-        settle_ended(record, self.spec, pruned=pruned, elapsed=time.time() - self.started)
+        settle_ended(record, self.spec, pruned=pruned, elapsed=self.clock.now())
         self._end(record)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
         settle_errored(record, str(getattr(trial, "error_msg", "") or ""))
         self._end(record)
+
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """A worker died and Ray retries the trial from its checkpoint: this span ends here."""
+        self._record(trial).close_span(self.clock.now())
 
     def _warn_export(self, record: TrialRecord, note: str) -> None:
         """One warning line per search: every trial of one model class fails its export alike."""
@@ -173,6 +184,10 @@ class Recorder(Callback):
         self.epochs.append(row)
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        if isinstance(self.scheduler, RecordingPBT):
+            self._close_paused_spans(trials)
+        if time.time() - self._touched > _TOUCH_EVERY_S:
+            self._touch_clock()
         if isinstance(self.scheduler, RecordingPBT) and len(self.scheduler.exploits) > len(self.exploits):
             for step in self.scheduler.exploits[len(self.exploits) :]:
                 self.searcher.note_exploit(step.trial_id, step.for_study(self.searcher.trial_number))
@@ -188,13 +203,14 @@ class Recorder(Callback):
         total_num_samples: int | None = None,
         **info: Any,
     ) -> None:
-        self._write_started()
+        self.clock.begin(self.session_began)
+        self._touch_clock()
         for listener in self.listeners:
             listener.experiment_started(self)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self._reconcile(trials)
-        self.write_tables()
+        self.end_session()
         for listener in self.listeners:
             listener.experiment_ended(self)
 
@@ -211,6 +227,34 @@ class Recorder(Callback):
         return pick_best(candidates, self.spec.metric.mode)
 
     # ------------------------------------------------------------------- internals
+
+    def end_session(self) -> None:
+        """This process's session ends: running trials' spans close, the clock stops, tables are written.
+
+        Called when Ray ends the experiment and again by the runner after ``fit`` (an
+        interrupted ``fit`` may skip Ray's end); the second call changes nothing.
+        """
+        now = self.clock.now()
+        for record in self.trials.values():
+            record.close_span(now)
+        self.clock.end()
+        self.write_tables()
+
+    def _close_paused_spans(self, trials: list[Trial]) -> None:
+        """PBT pauses trials while it ranks them; a paused trial holds no slot, so its span ends."""
+        now = None
+        for trial in trials:
+            record = self.trials.get(trial.trial_id)
+            if record is None or not record.spans or record.spans[-1][1] is not None:
+                continue
+            if trial.status == Trial.PAUSED:
+                now = self.clock.now() if now is None else now
+                record.close_span(now)
+
+    def _touch_clock(self) -> None:
+        self._touched = time.time()
+        self.clock.touch(self._touched)
+        self.clock.write(self.experiment_dir)
 
     def _record(self, trial: Trial) -> TrialRecord:
         if trial.trial_id not in self.trials:
@@ -230,32 +274,30 @@ class Recorder(Callback):
 
     def _end(self, record: TrialRecord) -> None:
         record.ended_at = time.time()
+        record.close_span(self.clock.now())
         if record.status == TrialStatus.COMPLETED:
             record.rung = rung_of(record.epochs, self.spec)
         self.write_tables()
         for listener in self.listeners:
             listener.trial_ended(record)
 
-    def _write_started(self) -> None:
-        """Persists when the search's clock started, so epochs.csv's times can be placed."""
-        partial = self.experiment_dir / f"{STARTED_FILE}.partial"
-        partial.write_text(json.dumps({STARTED_KEY: self.started}))
-        partial.replace(self.experiment_dir / STARTED_FILE)
-
     def write_tables(self) -> None:
-        write_trials_csv(self.experiment_dir / TRIALS_FILE, list(self.trials.values()))
+        self._touch_clock()
+        records = list(self.trials.values())
+        write_trials_csv(self.experiment_dir / TRIALS_FILE, records, self.clock.now())
         write_epochs_csv(self.experiment_dir / EPOCHS_FILE, self.epochs)
+        write_spans_csv(self.experiment_dir / SPANS_FILE, records)
         if isinstance(self.scheduler, RecordingPBT):
             numbers = {r.trial_id: r.number for r in self.trials.values()}
             params = self.scheduler.params
-            write_exploits_csv(self.experiment_dir / EXPLOITS_FILE, self.exploits, numbers, params, self.started)
+            write_exploits_csv(self.experiment_dir / EXPLOITS_FILE, self.exploits, numbers, params, self.clock)
 
     # Ray saves this with every experiment checkpoint and hands it back on restore.
     def get_state(self) -> dict[str, Any]:
         return {
             "trials": [asdict(r) for r in self.trials.values()],
             "epochs": [asdict(r) for r in self.epochs],
-            "started": self.started,
+            "clock": asdict(self.clock),
             "exploits": [asdict(step) for step in self.exploits],
         }
 
@@ -263,14 +305,27 @@ class Recorder(Callback):
         self.trials = {r["trial_id"]: TrialRecord(**r) for r in state["trials"]}
         self.epochs = [EpochRow(**r) for r in state["epochs"]]
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
-        self.started = state["started"]
-        self._write_started()  # a resumed search keeps its first clock
+        self.clock = self._restored_clock(state)
+        # Trials running when the last session ended stopped with it, whatever Ray saved.
+        stopped_at = self.clock.active_seconds
+        for record in self.trials.values():
+            record.close_span(stopped_at)
         if isinstance(self.scheduler, RecordingASHA):
             pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
             self.scheduler.replay(self._metric_by_epoch(), pruned)
         self.exploits = [ExploitStep(**step) for step in state.get("exploits", [])]
         if isinstance(self.scheduler, RecordingPBT):
             self.scheduler.replay(self._metric_by_epoch(), self.exploits)
+
+    def _restored_clock(self, state: dict[str, Any]) -> SearchClock:
+        """The clock as the last session left it: started.json, touched up to the end, beats Ray's older pickle."""
+        on_disk = SearchClock.read(self.experiment_dir)
+        if on_disk is not None and on_disk.sessions:
+            return on_disk
+        saved = state.get("clock")
+        if saved:
+            return SearchClock(saved["started_at"], [list(pair) for pair in saved["sessions"]])
+        return SearchClock.new()
 
     def _metric_by_epoch(self) -> dict[str, dict[int, float]]:
         """{trial id: {epoch: the spec's metric}}, from the recorded epochs: what schedulers replay."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import describe_error
-from tunekit.layout import EPOCH_COLUMNS, INFO_PREFIX, PARAM_PREFIX, TRIAL_COLUMNS, TrialStatus, finite
+from tunekit.layout import EPOCH_COLUMNS, INFO_PREFIX, PARAM_PREFIX, SPAN_COLUMNS, TRIAL_COLUMNS, TrialStatus, finite
 from tunekit.search.plan import rung_of
 
 
@@ -39,13 +39,26 @@ class TrialRecord:
     rated_epochs: int = 0  # epochs averaged into samples_per_second
     stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
     restored_weights: bool = False  # the model's callbacks put back earlier weights at the end
+    # Each stretch the trial held its slot, [start, end] on the search's active clock
+    # (tunekit.clock); the last end is None while it runs. A retry, a resume and a PBT
+    # pause each end one. The trial's time is their sum, never a gap between them.
+    spans: list[list[float | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.status = TrialStatus(self.status)  # a plain string from a state saved before the enum
 
-    @property
-    def wall_seconds(self) -> float:
-        return (self.ended_at or time.time()) - self.started_at
+    def begin_span(self, now: float) -> None:
+        self.close_span(now)
+        self.spans.append([now, None])
+
+    def close_span(self, now: float) -> None:
+        if self.spans and self.spans[-1][1] is None:
+            start = self.spans[-1][0] or 0.0
+            self.spans[-1][1] = max(start, now)
+
+    def active_seconds(self, now: float) -> float:
+        """Seconds the trial ran, over all its spans (an open one up to ``now``)."""
+        return sum((now if end is None else end) - (start or 0.0) for start, end in self.spans)
 
 
 @dataclass
@@ -55,7 +68,7 @@ class EpochRow:
     metrics: dict[str, float]
     attempt: int
     resumed_from_epoch: int | None
-    at: float  # seconds since the search started
+    at: float  # active seconds since the search started (tunekit.clock)
 
 
 # ------------------------------------------------------------------ how trials end
@@ -130,7 +143,8 @@ def settle_errored(record: TrialRecord, traceback: str) -> None:
 # -------------------------------------------------------------------------- tables
 
 
-def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
+def write_trials_csv(path: Path, records: list[TrialRecord], now: float) -> None:
+    """``trials.csv``; ``now`` is the search's active clock, for the spans of running trials."""
     param_names = sorted({name for r in records for name in r.params})
     info_names = sorted({name for r in records for name in r.info if name != "node_id"})
     columns = [
@@ -140,13 +154,27 @@ def write_trials_csv(path: Path, records: list[TrialRecord]) -> None:
     ]
     rows = []
     for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
-        # TRIAL_COLUMNS are TrialRecord attributes, by construction
-        row = {column: getattr(r, column) for column in TRIAL_COLUMNS}
-        row["wall_seconds"] = round(r.wall_seconds, 3)
+        # TRIAL_COLUMNS are TrialRecord attributes, by construction, but for the one it adds up
+        row = {column: getattr(r, column) for column in TRIAL_COLUMNS if column != "wall_seconds"}
+        row["wall_seconds"] = round(r.active_seconds(now), 3)
         row.update({f"{PARAM_PREFIX}{name}": r.params.get(name) for name in param_names})
         row.update({f"{INFO_PREFIX}{name}": _cell(r.info.get(name)) for name in info_names})
         rows.append(row)
     _write_csv(path, columns, rows)
+
+
+def write_spans_csv(path: Path, records: list[TrialRecord]) -> None:
+    """``spans.csv``: one row per stretch a trial ran, on the active clock (end empty while running)."""
+    rows = [
+        {"trial_id": r.trial_id, "span": index, "start": _seconds(start), "end": _seconds(end)}
+        for r in records
+        for index, (start, end) in enumerate(r.spans, start=1)
+    ]
+    _write_csv(path, list(SPAN_COLUMNS), rows)
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:

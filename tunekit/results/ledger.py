@@ -1,6 +1,6 @@
 """Where a search's compute went: a pure function over a loaded experiment's tables.
 
-``compute_ledger(results)`` answers, from ``trials.csv`` and ``epochs.csv`` alone:
+``compute_ledger(results)`` answers, from ``trials.csv``, ``epochs.csv`` and ``spans.csv`` alone:
 
 * per ASHA rung, how many trials trained in it, how many epochs and how many slot-hours;
 * the share of slot-hours spent on trials ASHA later pruned;
@@ -11,12 +11,17 @@
 
 Slot-hours are the hours trials held their resources, counted in the unit a trial
 holds: its GPUs when it has any, else its CPUs (a 1-CPU trial running 36 s is 0.01
-CPU-hours). A trial's time is cut into its epochs at the moments it reported them
-(``epochs.csv``'s ``time``): an epoch costs what passed since the previous report
-(training, validation, checkpoint), a trial's first epoch also its start-up, and its
-last one whatever came after (the final export), so the rungs add up to the trials'
-wall time. Times count from the search's start (``started.json``); an experiment
-without it counts from its first trial's start.
+CPU-hours). A trial held its slot during its spans (``spans.csv``: each attempt, each
+stretch between PBT's pauses, each session of a resumed search), never between them.
+Within a span, its time is cut into epochs at the moments it reported them
+(``epochs.csv``'s ``time``): an epoch costs what passed since the previous report in
+that span, or since the span began (start-up, restore), and the span's last reported
+epoch also takes whatever came after (the final export, or work a kill lost). So the
+rungs add up to the trials' time exactly. All times are active seconds
+(``tunekit.clock``); an experiment older than spans takes each trial's start to end.
+
+This module is part of ``tunekit.results.summary``'s one computation: renderers take the
+ledger from a ``Summary``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from tunekit.search.plan import spec_milestones
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tunekit.clock import SearchClock
     from tunekit.results.load import ExperimentResults
 
 DEFAULT_TOLERANCE = 0.01  # 1 % of the final best, relative
@@ -92,22 +98,18 @@ def compute_ledger(
     """The ledger of a loaded experiment (see the module's docstring for each figure)."""
     trials, epochs = _timed(results.trials, _TRIAL_TIMES), _timed(results.epochs, _EPOCH_TIMES)
     units, unit = slot_units(results.spec)
-    origin = results.started_at
-    if origin is None and not trials.empty:
-        origin = float(trials["started_at"].min())
-    epoch_costs = _epoch_costs(trials, epochs, origin or 0.0)  # (trial id, epoch) -> seconds
-    trial_seconds: dict[str, float] = {}
-    for (trial_id, _epoch), seconds in epoch_costs.items():
-        trial_seconds[trial_id] = trial_seconds.get(trial_id, 0.0) + seconds
+    spans = trial_spans(results)
+    epoch_costs = _epoch_costs(spans, epochs)  # (trial id, epoch) -> seconds
+    trial_seconds = {trial_id: sum(end - start for start, end in pairs) for trial_id, pairs in spans.items()}
     hours = units / 3600
     total = sum(trial_seconds.values()) * hours
     pruned = sum(trial_seconds.get(str(r.trial_id), 0.0) for r in _rows(trials) if r.status == TrialStatus.PRUNED)
     final_best, reached_at = _time_to_best(results, tolerance)
-    to_best = None if reached_at is None else _slot_seconds_until(trials, epochs, origin or 0.0, reached_at) * hours
+    to_best = None if reached_at is None else _slot_seconds_until(spans, reached_at) * hours
     return Ledger(
         slot_unit=unit,
         slot_hours=total,
-        epochs=len(epoch_costs) - sum(1 for _t, e in epoch_costs if e == 0),
+        epochs=len(epochs.drop_duplicates(["trial_id", "epoch"])) if len(epochs) else 0,
         rungs=_rung_costs(results, epoch_costs, hours),
         pruned_share=pruned * hours / total if total > 0 else None,
         tolerance=tolerance,
@@ -136,30 +138,56 @@ def _rows(table: pd.DataFrame) -> list[Any]:
     return [] if table.empty else list(table.itertuples(index=False))
 
 
-def _epoch_costs(trials: pd.DataFrame, epochs: pd.DataFrame, origin: float) -> dict[tuple[str, int], float]:
-    """Seconds each trial spent per epoch; epoch 0 holds a trial that never reported one."""
-    reports: dict[str, list[tuple[int, float]]] = {}
+def trial_spans(results: ExperimentResults) -> dict[str, list[tuple[float, float]]]:
+    """Each trial's closed spans in active seconds, from ``spans.csv`` (running ones up to their last report).
+
+    An experiment older than ``spans.csv`` has one span per trial, its start to its end.
+    """
+    trials, epochs = results.trials, _timed(results.epochs, _EPOCH_TIMES)
+    last_report = epochs.groupby("trial_id")["time"].max().to_dict() if len(epochs) else {}
+    table = results.spans
+    spans: dict[str, list[tuple[float, float]]] = {str(r.trial_id): [] for r in _rows(trials)}
+    if not table.empty:
+        for row in _rows(table):
+            start, end = float(row.start), finite(row.end)
+            if end is None:  # still running when the tables were written
+                end = max(start, float(last_report.get(row.trial_id, start)))
+            spans.setdefault(str(row.trial_id), []).append((start, end))
+        return spans
+    timed = _timed(trials, _TRIAL_TIMES)
+    origin = results.started_at
+    if origin is None and not timed.empty:
+        origin = float(timed["started_at"].min())
+    for trial in _rows(timed):
+        start = float(trial.started_at) - (origin or 0.0)
+        ended = finite(trial.ended_at)
+        end = float(last_report.get(trial.trial_id, start)) if ended is None else ended - (origin or 0.0)
+        spans[str(trial.trial_id)] = [(start, max(start, end))]
+    return spans
+
+
+def _epoch_costs(spans: dict[str, list[tuple[float, float]]], epochs: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """Seconds each trial spent per epoch; epoch 0 holds a span before a trial's first report."""
+    reports: dict[str, list[tuple[float, int]]] = {}
     for row in _rows(epochs):
-        reports.setdefault(str(row.trial_id), []).append((int(row.epoch), float(row.time)))
+        reports.setdefault(str(row.trial_id), []).append((float(row.time), int(row.epoch)))
     costs: dict[tuple[str, int], float] = {}
-    for trial in _rows(trials):
-        trial_id = str(trial.trial_id)
-        start = float(trial.started_at) - origin
-        end = _ended(trial, origin)
-        previous = start
+    for trial_id, pairs in spans.items():
         done = sorted(reports.get(trial_id, []))
-        for epoch, at in done:
-            costs[(trial_id, epoch)] = max(0.0, at - previous)
-            previous = max(previous, at)
-        tail = max(0.0, end - previous) if end is not None else 0.0
-        last = done[-1][0] if done else 0
-        costs[(trial_id, last)] = costs.get((trial_id, last), 0.0) + tail
+        last_epoch = 0
+        for start, end in sorted(pairs):
+            previous = start
+            for at, epoch in done:
+                if start - _SLACK_S <= at <= end + _SLACK_S:
+                    costs[(trial_id, epoch)] = costs.get((trial_id, epoch), 0.0) + max(0.0, at - previous)
+                    previous, last_epoch = max(previous, at), epoch
+            tail = max(0.0, end - previous)
+            costs[(trial_id, last_epoch)] = costs.get((trial_id, last_epoch), 0.0) + tail
     return costs
 
 
-def _ended(trial: Any, origin: float) -> float | None:
-    ended = finite(trial.ended_at)
-    return None if ended is None else ended - origin
+# Times are rounded to milliseconds in the tables: a report belongs to a span it touches.
+_SLACK_S = 0.002
 
 
 def _segment(epoch: int, milestones: list[int]) -> int | None:
@@ -241,32 +269,39 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     return final, reached
 
 
-def _slot_seconds_until(trials: pd.DataFrame, epochs: pd.DataFrame, origin: float, until: float) -> float:
-    """Trial-seconds spent before ``until`` (seconds since the search's start)."""
-    last_report = epochs.groupby("trial_id")["time"].max().to_dict() if len(epochs) else {}
-    total = 0.0
-    for trial in _rows(trials):
-        start = float(trial.started_at) - origin
-        end = _ended(trial, origin)
-        if end is None:  # still running when the tables were written: up to its last report
-            end = float(last_report.get(trial.trial_id, start))
-        total += max(0.0, min(end, until) - start)
-    return total
+def _slot_seconds_until(spans: dict[str, list[tuple[float, float]]], until: float) -> float:
+    """Trial-seconds spent before ``until`` (active seconds since the search's start)."""
+    return sum(max(0.0, min(end, until) - start) for pairs in spans.values() for start, end in pairs)
 
 
 # -------------------------------------------------------------- predicted vs actual
 
 
-def predicted_vs_actual(results: ExperimentResults, ledger: Ledger) -> list[dict[str, Any]] | None:
-    """Rows of (figure, predicted, actual, error %) when a prediction was filed with the experiment."""
-    prediction = read_prediction(results.experiment_dir)
+def predicted_vs_actual(
+    results: ExperimentResults, ledger: Ledger, clock: SearchClock | None
+) -> list[dict[str, Any]] | None:
+    """Rows of (figure, predicted, actual, error %) when a prediction was filed with the experiment.
+
+    Like with like: the prediction is for the experiment's current budget (a grown search
+    is predicted again from the probe's measurement, for all its trials), and the actual
+    wall time counts from the launch to the last trial's end in active seconds, so a stop
+    and a resume add no idle hours.
+    """
+    prediction = prediction_for_budget(results)
     trials = results.trials
     if prediction is None or trials.empty or "ended_at" not in trials.columns:
         return None
     ended = trials["ended_at"].dropna()
     launched = finite(prediction.get("launched_at"))
-    wall = None if ended.empty or launched is None else float(ended.max()) - launched
+    wall = None
+    if not ended.empty and launched is not None:
+        last_end = float(ended.max())
+        if clock is not None and clock.sessions:
+            wall = (clock.sessions[0][0] - launched) + clock.active_at(last_end)
+        else:
+            wall = last_end - launched
     pairs = [
+        ("trials", finite(prediction.get("trials")), float(len(trials))),
         ("wall seconds", finite(prediction.get("predicted_wall_seconds")), wall),
         ("epochs", finite(prediction.get("predicted_epochs")), float(ledger.epochs)),
         (f"{ledger.slot_unit}-hours", finite(prediction.get("slot_hours")), ledger.slot_hours),
@@ -275,6 +310,24 @@ def predicted_vs_actual(results: ExperimentResults, ledger: Ledger) -> list[dict
         {"figure": name, "predicted": predicted, "actual": actual, "error_percent": _error(predicted, actual)}
         for name, predicted, actual in pairs
     ]
+
+
+def prediction_for_budget(results: ExperimentResults) -> dict[str, Any] | None:
+    """The filed prediction, made again for the spec's budget when the search grew since.
+
+    ``repredicted`` says so: the measurement is the probe's, the budget today's.
+    """
+    from tunekit.search.forecast import Measurement, predict
+
+    prediction = read_prediction(results.experiment_dir)
+    if prediction is None:
+        return None
+    budget = results.spec.budget
+    if finite(prediction.get("trials")) == budget.num_samples or not isinstance(prediction.get("measurement"), dict):
+        return prediction
+    measurement = Measurement.from_dict(prediction["measurement"])
+    first = prediction.get("trials")
+    return {**prediction, **predict(results.spec, measurement).to_dict(), "repredicted_from_trials": first}
 
 
 def _error(predicted: float | None, actual: float | None) -> float | None:
@@ -287,15 +340,20 @@ def _error(predicted: float | None, actual: float | None) -> float | None:
 
 
 def write_ledger(experiment_dir: Path, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
-    """Writes ``ledger.json`` (the ledger, predicted against actual, and flat ``metrics``) and returns it."""
+    """Writes ``ledger.json`` (the summary's figures: ledger, predicted against actual, best,
+    counts, times, and their flat ``metrics`` for the MLflow parent) and returns it."""
     from tunekit.results.load import load
 
-    results = load(experiment_dir)
-    ledger = compute_ledger(results, tolerance)
-    comparison = predicted_vs_actual(results, ledger)
-    record = {**ledger.to_dict(), "predicted_vs_actual": comparison, "metrics": flat_metrics(ledger, comparison)}
+    summary = load(experiment_dir).summary(tolerance)
+    figures = summary.to_dict()
+    record = {
+        **figures.pop("ledger"),
+        "predicted_vs_actual": figures.pop("predicted_vs_actual"),
+        "summary": figures,
+        "metrics": summary.flat_metrics(),
+    }
     partial = experiment_dir / f"{LEDGER_FILE}.partial"
-    partial.write_text(json.dumps(record, indent=2))
+    partial.write_text(json.dumps(record, indent=2, default=str))
     partial.replace(experiment_dir / LEDGER_FILE)
     return record
 
@@ -315,7 +373,7 @@ def flat_metrics(ledger: Ledger, comparison: list[dict[str, Any]] | None) -> dic
             f"ledger_{name}_epochs": stretch.epochs,
             f"ledger_{name}_slot_hours": stretch.slot_hours,
         }
-    for row, key in zip(comparison or [], ("wall_seconds", "epochs", "slot_hours"), strict=False):
+    for row, key in zip(comparison or [], ("trials", "wall_seconds", "epochs", "slot_hours"), strict=False):
         values |= {f"predicted_{key}": row["predicted"], f"actual_{key}": row["actual"]}
     return {key: number for key, value in values.items() if (number := finite(value)) is not None}
 
@@ -375,7 +433,7 @@ def describe(ledger: Ledger, comparison: list[dict[str, Any]] | None = None) -> 
     if ledger.seconds_to_best is not None and ledger.final_best is not None:
         lines.append(
             f"within {ledger.tolerance:.1%} of the final best ({ledger.final_best:.4g}) after "
-            f"{ledger.seconds_to_best:.1f} s and {ledger.slot_hours_to_best or 0.0:.4f} {ledger.slot_unit}-hours"
+            f"{ledger.seconds_to_best:.1f} active s and {ledger.slot_hours_to_best or 0.0:.4f} {ledger.slot_unit}-hours"
         )
     if ledger.cost is not None:
         to_best = "" if ledger.cost_to_best is None else f", reaching that best {ledger.cost_to_best:.4f}"
@@ -387,6 +445,9 @@ def describe(ledger: Ledger, comparison: list[dict[str, Any]] | None = None) -> 
     if peaks:
         lines.append(f"peak memory per trial: median {_median(peaks):,.0f} MB (largest {max(peaks):,.0f} MB)")
     for row in comparison or []:
+        if row["figure"] == "trials":  # said once, above the figures it qualifies
+            lines.append(f"predicted for {_number(row['predicted'])} trials; {_number(row['actual'])} ran")
+            continue
         error = row["error_percent"]
         lines.append(
             f"predicted {row['figure']}: {_number(row['predicted'])} against {_number(row['actual'])} actual"

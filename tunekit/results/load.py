@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,33 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
-from tunekit.layout import (
-    EPOCHS_FILE,
-    EXPLOITS_FILE,
-    PARAM_PREFIX,
-    SPEC_FILE,
-    STARTED_FILE,
-    STARTED_KEY,
-    TRIALS_FILE,
-    TrialStatus,
-    finite,
-)
-from tunekit.search.plan import pick_best
+from tunekit.layout import EPOCHS_FILE, EXPLOITS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, finite
+from tunekit.results.summary import BestTrial, best_trial
 
 if TYPE_CHECKING:
     import pandas as pd
 
-
-@dataclass(frozen=True)
-class BestTrial:
-    trial_id: str
-    number: int | None
-    config: dict[str, Any]
-    metric: float
-    epochs: int
-    status: str
+    from tunekit.results.summary import Summary
 
 
 @dataclass(frozen=True)
@@ -51,8 +33,12 @@ class ExperimentResults:
             file's mapping). A mapping passed here is parsed the same way.
         trials: one row per trial (id, status, reason, epochs, final and best metric,
             rung, wall time, samples/s, node, ``params.*``).
-        epochs: one row per trial per reported epoch, with every reported metric.
-        best: the best trial (trained to the end if any trial was), or None.
+        epochs: one row per trial per reported epoch, with every reported metric; ``time``
+            is active seconds since the search started (stops between sessions excluded).
+        best: the best trial of this experiment (trained to the end if any trial was),
+            with the configuration its model was trained under (after PBT's exploits), or None.
+            Every other figure (counts, times, the best including a warm start's history,
+            the ledger) is in ``summary()``.
     """
 
     experiment_dir: Path
@@ -75,15 +61,25 @@ class ExperimentResults:
 
     @property
     def started_at(self) -> float | None:
-        """When the search's clock started (wall-clock seconds); epochs' ``time`` counts from it.
+        """When the search's first session started (wall-clock seconds).
 
         None for an experiment written before tunekit recorded it, or not on this machine.
         """
-        try:
-            value = json.loads((self.experiment_dir / STARTED_FILE).read_text()).get(STARTED_KEY)
-        except (OSError, ValueError, AttributeError):
-            return None
-        return finite(value)
+        clock = SearchClock.read(self.experiment_dir)
+        return None if clock is None else clock.started_at
+
+    @property
+    def spans(self) -> pd.DataFrame:
+        """Each stretch a trial ran (``spans.csv``): ``start`` and ``end`` in active seconds."""
+        import pandas as pd
+
+        return _read_csv(pd, self.experiment_dir / SPANS_FILE)
+
+    def summary(self, tolerance: float | None = None, price_per_hour: float | None = None) -> Summary:
+        """Every derived figure, computed once (``tunekit.results.summary``): what every report renders."""
+        from tunekit.results.summary import summarize
+
+        return summarize(self, tolerance, price_per_hour)
 
     @property
     def exploits(self) -> pd.DataFrame:
@@ -145,19 +141,13 @@ class ExperimentResults:
             raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
         return final_model_path(self.experiment_dir, str(trial))
 
-    def to_json(self) -> str:
-        best = None if self.best is None else self.best.__dict__
+    def to_json(self, summary: Summary | None = None) -> str:
+        """The summary's figures (``best``, ``best_including_history``, counts, times, ledger) and the trials."""
+        figures = (summary or self.summary()).to_dict()
         # Best first, as the table: a script taking the first trial gets the best one.
         trials = json.loads(self.ranked().to_json(orient="records")) if not self.trials.empty else []
         return json.dumps(
-            {
-                "experiment_dir": str(self.experiment_dir),
-                "metric": self.metric,
-                "mode": self.mode,
-                "best": best,
-                "trials": trials,
-            },
-            indent=2,
+            {"experiment_dir": str(self.experiment_dir), **figures, "trials": trials}, indent=2, default=str
         )
 
 
@@ -176,7 +166,8 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     trials = _read_csv(pd, directory / TRIALS_FILE)
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
     spec = recorded_spec(yaml.safe_load(spec_path.read_text()), directory, trials)
-    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, spec.metric.mode))
+    exploits = _read_csv(pd, directory / EXPLOITS_FILE)
+    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, exploits, spec.metric.mode))
 
 
 def recorded_spec(raw: Any, spec_dir: Path | None = None, trials: pd.DataFrame | None = None) -> ExperimentSpec:
@@ -202,33 +193,6 @@ def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
     if not path.is_file() or path.stat().st_size == 0:
         return pd.DataFrame()
     return pd.read_csv(path)
-
-
-def best_trial(trials: pd.DataFrame, mode: MetricMode) -> BestTrial | None:
-    if trials.empty:
-        return None
-    candidates = [(str(row["status"]), finite(row["final_metric"]), row) for _, row in trials.iterrows()]
-    row = pick_best(candidates, mode)
-    if row is None:
-        return None
-    config = {
-        column[len(PARAM_PREFIX) :]: _plain(row[column])
-        for column in trials.columns
-        if column.startswith(PARAM_PREFIX) and not _is_missing(row[column])
-    }
-    number = None if _is_missing(row["number"]) else int(row["number"])
-    return BestTrial(
-        str(row["trial_id"]), number, config, float(row["final_metric"]), int(row["epochs"]), str(row["status"])
-    )
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _plain(value: Any) -> Any:
-    # numpy scalars out of pandas -> plain Python values a config can hold
-    return value.item() if hasattr(value, "item") else value
 
 
 # ------------------------------------------------------------------ from MLflow

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TRACKING_FILE, TrialStatus
-from tunekit.results.ledger import DEFAULT_TOLERANCE, compute_ledger, predicted_vs_actual
+from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults
+from tunekit.results.summary import INHERITED, BestTrial, Summary, describe_lineage, duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,6 +93,7 @@ def render_html(
 ) -> str:
     """The page as a string; ``images`` maps figure names to base64 PNG data."""
     name = results.spec.name
+    summary = results.summary(tolerance, price_per_hour)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -101,13 +103,13 @@ def render_html(
         f'<p class="sub">{_e(str(results.experiment_dir))} · report written '
         f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p>",
         "<h2>Summary</h2>",
-        _summary(results),
+        _summary(results, summary),
         "<h2>Best trial</h2>",
-        best_trial(results),
+        best_section(summary),
         "<h2>Trials, best first</h2>",
         _trial_table(results),
         "<h2>Compute ledger</h2>",
-        _ledger_section(results, tolerance, price_per_hour),
+        _ledger_section(summary),
         *_lineage_section(results),
         "<h2>Figures</h2>",
     ]
@@ -132,7 +134,8 @@ def _lineage_section(results: ExperimentResults) -> list[str]:
     intro = (
         "<p>Every row is one exploit step: the trial took the source trial's checkpoint (weights and "
         "optimizer state) and went on with the source's configuration, mutated values perturbed. "
-        "The trial table shows each trial's starting configuration.</p>"
+        "The trial table shows each trial's starting configuration; the best trial's section its "
+        "final one, which its model was trained under.</p>"
     )
     if steps.empty:
         return ["<h2>PBT lineage</h2>", intro, "<p>No trial copied another.</p>"]
@@ -153,26 +156,32 @@ def _changes(step: dict[str, Any]) -> str:
     return ", ".join(f"{name} {old} → {new}" for name, old, new in pairs if old != new)
 
 
-def _summary(results: ExperimentResults) -> str:
-    trials = results.trials
+def _summary(results: ExperimentResults, summary: Summary) -> str:
     spec = results.spec
     budget = spec.budget
-    counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
-    spent = int(trials["epochs"].sum()) if not trials.empty else 0
-    full = budget.num_samples * budget.max_epochs
+    counts = summary.counts
+    full = summary.epochs_full_budget
     cards = [
-        (f"{len(trials)} / {budget.num_samples}", "trials run / planned"),
+        (f"{summary.trials_run} / {summary.trials_planned}", "trials run / planned"),
         *[
             (str(counts.get(s, 0)), s)
             for s in STATUSES
             if counts.get(s, 0) or s in (TrialStatus.COMPLETED, TrialStatus.PRUNED)
         ],
-        (f"{spent} / {full}" if full else str(spent), "epochs spent / every trial to the end"),
-        (_share(spent, full), "of the full budget"),
-        (_duration(_wall_seconds(trials)), "wall time"),
         (
-            "-" if results.best is None else f"{results.best.metric:.4g}",
-            f"best {results.metric} ({results.mode})",
+            f"{summary.epochs_spent} / {full}" if full else str(summary.epochs_spent),
+            "epochs spent / every trial to the end",
+        ),
+        (_share(summary.epochs_spent, full), "of the full budget"),
+        (duration(summary.active_seconds), "active time"),
+        *(
+            [(duration(summary.downtime_seconds), f"stopped between {summary.sessions} sessions")]
+            if summary.sessions > 1
+            else []
+        ),
+        (
+            "-" if summary.best is None else f"{summary.best.metric:.4g}",
+            f"best {results.metric} ({results.mode}), this experiment",
         ),
     ]
     scheduler, search = spec.scheduler, spec.search
@@ -212,18 +221,37 @@ def _tracking(results: ExperimentResults) -> str:
     )
 
 
-def best_trial(results: ExperimentResults) -> str:
-    best = results.best
+def best_section(summary: Summary) -> str:
+    """The best trial of this experiment with the configuration its model was trained under,
+    its PBT lineage, and the best including a warm start's inherited history when that differs."""
+    best = summary.best
     if best is None:
-        return "<p>No trial reported the metric.</p>"
+        return "<p>No trial reported the metric.</p>" + _inherited(summary)
     rows = "".join(
-        f'<tr><td class="text">{_e(k)}</td><td class="text">{_e(_fmt(v))}</td></tr>' for k, v in best.config.items()
+        f'<tr><td class="text">{_e(k)}</td><td class="text">{_e(_fmt(v))}</td>'
+        f'<td class="text">{_e(_fmt(best.initial_config.get(k)))}</td></tr>'
+        for k, v in best.config.items()
     )
+    head = '<tr><th class="text">parameter</th><th class="text">value (final)</th><th class="text">at start</th></tr>'
+    lineage = "".join(f"<li>{_e(line)}</li>" for line in describe_lineage(best))
     return (
-        f"<p>Trial <b>{_e(best.number)}</b> (<code>{_e(best.trial_id)}</code>): "
-        f"{_e(results.metric)} = <b>{best.metric:.4f}</b> "
+        f"<p>Trial <b>{_e(best.number)}</b> (<code>{_e(best.trial_id)}</code>) of this experiment: "
+        f"{_e(summary.metric)} = <b>{best.metric:.4f}</b> "
         f"after {best.epochs} epochs, {_e(best.status)}.</p>"
-        f'<table><tr><th class="text">parameter</th><th class="text">value</th></tr>{rows}</table>'
+        f"<table>{head}{rows}</table>"
+        + (f"<p>Its configuration changed by PBT's exploit steps:</p><ul>{lineage}</ul>" if lineage else "")
+        + _inherited(summary)
+    )
+
+
+def _inherited(summary: Summary) -> str:
+    other: BestTrial | None = summary.best_including_history
+    if other is None or other.scope != INHERITED:
+        return ""
+    return (
+        f"<p>Including the history a warm start inherited, the best is trial {_e(other.number)} of "
+        f"<code>{_e(other.source)}</code>: {_e(summary.metric)} = {other.metric:.4f} "
+        "(Optuna's study, and optuna-dashboard's \"Best Trial\", may show this one).</p>"
     )
 
 
@@ -268,9 +296,9 @@ def _trial_table(results: ExperimentResults) -> str:
     return f'<div class="scroll"><table class="trials"><tr>{head}</tr>{"".join(body)}</table></div>'
 
 
-def _ledger_section(results: ExperimentResults, tolerance: float, price_per_hour: float | None) -> str:
+def _ledger_section(summary: Summary) -> str:
     """Where the compute went (per rung, pruned share, time to best, cost) and predicted against actual."""
-    ledger = compute_ledger(results, tolerance, price_per_hour)
+    ledger = summary.ledger
     unit = ledger.slot_unit
     rows = "".join(
         f"<tr><td>{'final' if r.rung is None else r.rung}</td><td>{r.first_epoch}-{r.last_epoch}</td>"
@@ -281,19 +309,19 @@ def _ledger_section(results: ExperimentResults, tolerance: float, price_per_hour
         f"<table><tr><th>rung</th><th>epochs from-to</th><th>trials</th><th>epochs</th>"
         f"<th>{unit}-hours</th></tr>{rows}</table>"
     )
-    facts = [f"{ledger.slot_hours:.4f} {unit}-hours over {ledger.epochs} epochs"]
+    facts = [*summary.time_lines(), f"{ledger.slot_hours:.4f} {unit}-hours over {ledger.epochs} epochs"]
     if ledger.pruned_share is not None:
         facts.append(f"{ledger.pruned_share:.0%} spent on trials later pruned")
     if ledger.seconds_to_best is not None and ledger.final_best is not None:
         facts.append(
             f"within {ledger.tolerance:.1%} of the final best ({ledger.final_best:.4g}) after "
-            f"{ledger.seconds_to_best:.1f} s and {ledger.slot_hours_to_best or 0.0:.4f} {unit}-hours"
+            f"{ledger.seconds_to_best:.1f} active s and {ledger.slot_hours_to_best or 0.0:.4f} {unit}-hours"
         )
     if ledger.cost is not None:
         to_best = "" if ledger.cost_to_best is None else f", {ledger.cost_to_best:.4f} to reach that best"
         facts.append(f"cost {ledger.cost:.4f} at {ledger.price_per_hour:g} per {unit}-hour{to_best}")
     parts = ["<ul>" + "".join(f"<li>{_e(fact)}</li>" for fact in facts) + "</ul>", table]
-    comparison = predicted_vs_actual(results, ledger)
+    comparison = summary.predicted_vs_actual
     if comparison:
         cells = "".join(
             f'<tr><td class="text">{_e(row["figure"])}</td><td>{_e(_fmt(row["predicted"]))}</td>'
@@ -332,20 +360,6 @@ def _png_base64(fig: Figure) -> str:
 
 def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     return [dict(zip(table.columns, values, strict=True)) for values in table.itertuples(index=False)]
-
-
-def _wall_seconds(trials: pd.DataFrame) -> float | None:
-    if trials.empty or "started_at" not in trials or trials["ended_at"].dropna().empty:
-        return None
-    return float(trials["ended_at"].max() - trials["started_at"].min())
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
 def _share(part: int, whole: int) -> str:

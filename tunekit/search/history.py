@@ -28,8 +28,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRange, SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import SPEC_FILE, WARM_START_FILE
-from tunekit.search.plan import study_url
+from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
+from tunekit.search.plan import pick_best, study_url
 
 HISTORY_ATTR = "tunekit_history_from"  # on a history trial: "<source dir>#<its number there>"
 WARM_START_ATTR = "tunekit_warm_start"  # on the study: the HistorySummary as a mapping
@@ -48,6 +48,10 @@ class HistorySummary:
     sources: tuple[str, ...]
     used: int = 0
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> trials
+    # The best history trial (complete before pruned, as tunekit's best): source, number,
+    # metric, status, epochs, config. What "best including history" reports, and often
+    # what Optuna's study.best_trial is.
+    best: dict[str, Any] | None = None
 
     def describe(self) -> str:
         """One console line: "warm start: 10 trials of 1 earlier experiment used, 2 skipped (...)"."""
@@ -59,7 +63,7 @@ class HistorySummary:
         return f"{text}, {sum(self.skipped.values())} skipped ({reasons})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sources": list(self.sources), "used": self.used, "skipped": dict(self.skipped)}
+        return {"sources": list(self.sources), "used": self.used, "skipped": dict(self.skipped), "best": self.best}
 
     @classmethod
     def recorded(cls, experiment_dir: Path) -> HistorySummary | None:
@@ -68,7 +72,7 @@ class HistorySummary:
         if not path.is_file():
             return None
         record = json.loads(path.read_text())
-        return cls(tuple(record["sources"]), int(record["used"]), Counter(record["skipped"]))
+        return cls(tuple(record["sources"]), int(record["used"]), Counter(record["skipped"]), record.get("best"))
 
 
 def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path | None) -> HistorySummary:
@@ -89,10 +93,29 @@ def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path 
                 trials.append(history)
     study.add_trials(trials)
     summary.used = len(trials)
+    summary.best = _best_of_history(trials, spec)
     study.set_user_attr(WARM_START_ATTR, summary.to_dict())
     if experiment_dir is not None:
         (experiment_dir / WARM_START_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
+
+
+def _best_of_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> dict[str, Any] | None:
+    """The best history trial by tunekit's rule (complete before pruned), as warm_start.json records it."""
+    statuses = {TrialState.COMPLETE: TrialStatus.COMPLETED, TrialState.PRUNED: TrialStatus.PRUNED}
+    best = pick_best([(statuses[t.state], t.value, t) for t in trials], spec.metric.mode)
+    if best is None:
+        return None
+    source, _, number = str(best.user_attrs[HISTORY_ATTR]).rpartition("#")
+    epochs = max(best.intermediate_values, default=0)
+    return {
+        "source": source,
+        "number": int(number),
+        "metric": best.value,
+        "status": str(statuses[best.state]),
+        "epochs": epochs,
+        "config": dict(best.params),
+    }
 
 
 def _earlier_study(directory: Path) -> tuple[SearchSpace, list[FrozenTrial]]:

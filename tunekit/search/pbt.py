@@ -37,6 +37,7 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 
+from tunekit.clock import SearchClock
 from tunekit.compat import (
     pbt_add_trial_beside_searcher,
     pbt_set_next_sync,
@@ -237,9 +238,13 @@ class RecordingPBT(PopulationBasedTraining):
 
 
 def write_exploits_csv(
-    path: Path, steps: Sequence[ExploitStep], numbers: Mapping[str, int | None], params: Sequence[str], started: float
+    path: Path,
+    steps: Sequence[ExploitStep],
+    numbers: Mapping[str, int | None],
+    params: Sequence[str],
+    clock: SearchClock,
 ) -> None:
-    """``exploits.csv``: one row per step, trials also by their Optuna numbers, time from the search's start."""
+    """``exploits.csv``: one row per step, trials also by their Optuna numbers, time on the search's active clock."""
     columns = [*EXPLOIT_COLUMNS, *(OLD_PREFIX + n for n in params), *(NEW_PREFIX + n for n in params)]
     partial = path.with_name(path.name + ".partial")
     with partial.open("w", newline="") as handle:
@@ -253,7 +258,7 @@ def write_exploits_csv(
                 "source_trial_id": step.source_trial_id,
                 "source_number": numbers.get(step.source_trial_id),
                 "source_epoch": step.source_epoch,
-                "time": round(step.wall_time - started, 3),
+                "time": round(clock.active_at(step.wall_time), 3),
             }
             row.update({OLD_PREFIX + n: step.old.get(n) for n in params})
             row.update({NEW_PREFIX + n: step.new.get(n) for n in params})

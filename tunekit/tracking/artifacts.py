@@ -25,7 +25,7 @@ def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
     ``build_model`` and ``load_weights``). A trial that never reached its end has none.
     """
     for checkpoint in sorted(
-        (Path(experiment_dir) / trial_id).glob("checkpoint_*"), key=_checkpoint_order, reverse=True
+        (Path(experiment_dir) / trial_id).glob("checkpoint_*"), key=checkpoint_order, reverse=True
     ):
         for name in (FINAL_MODEL, FINAL_WEIGHTS):
             if (checkpoint / name).is_file():
@@ -33,7 +33,7 @@ def final_model_path(experiment_dir: Path, trial_id: str) -> Path | None:
     return None
 
 
-def _checkpoint_order(path: Path) -> tuple[int, str]:
+def checkpoint_order(path: Path) -> tuple[int, str]:
     # Ray pads the index (checkpoint_000007); compare numbers anyway, not text.
     suffix = path.name.rpartition("_")[2]
     return (int(suffix) if suffix.isdigit() else -1, path.name)

@@ -110,10 +110,23 @@ def test_a_status_saved_as_a_plain_string_becomes_the_enum() -> None:
     assert trial.status is TrialStatus.PRUNED and trial.status.is_finished()
 
 
-def test_trials_csv_holds_plain_status_strings(tmp_path: Path) -> None:
+def test_trials_csv_holds_plain_status_strings_and_the_seconds_of_the_trials_spans(tmp_path: Path) -> None:
     trial = record(9)
+    # Ran 0-4 s, its worker died; retried 5-9 s; the search stopped; resumed 9-12 s, where it ended.
+    for start, end in [(0.0, 4.0), (5.0, 9.0), (9.0, 12.0)]:
+        trial.begin_span(start)
+        trial.close_span(end)
     settle_ended(trial, spec(), pruned=False, elapsed=1.0)
-    write_trials_csv(tmp_path / "trials.csv", [trial])
+    write_trials_csv(tmp_path / "trials.csv", [trial], now=30.0)
     with (tmp_path / "trials.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert rows[0]["status"] == "completed"
+    assert float(rows[0]["wall_seconds"]) == 11.0  # never the gaps, never up to "now"
+
+
+def test_a_running_trials_open_span_counts_up_to_now() -> None:
+    trial = record(1)
+    trial.begin_span(2.0)
+    assert trial.active_seconds(now=7.5) == 5.5
+    trial.begin_span(10.0)  # a new span closes the open one where it starts
+    assert trial.spans == [[2.0, 10.0], [10.0, None]]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tunekit.clock import SearchClock
 from tunekit.layout import EPOCHS_FILE, PREDICTION_FILE, SPEC_FILE, STARTED_FILE, STARTED_KEY, TRIALS_FILE
 from tunekit.results.ledger import compute_ledger, describe, predicted_vs_actual
 from tunekit.results.load import ExperimentResults, load
@@ -116,17 +117,25 @@ def test_without_started_json_times_count_from_the_first_trial(tmp_path: Path) -
 def test_predicted_against_actual_when_a_prediction_was_filed(tmp_path: Path) -> None:
     results = experiment(tmp_path)
     ledger = compute_ledger(results)
-    assert predicted_vs_actual(results, ledger) is None
-    prediction = {"predicted_wall_seconds": 16.0, "predicted_epochs": 7.0, "slot_hours": 0.02, "launched_at": 995.0}
+    clock = SearchClock.read(tmp_path)
+    assert predicted_vs_actual(results, ledger, clock) is None
+    prediction = {
+        "predicted_wall_seconds": 16.0,
+        "predicted_epochs": 7.0,
+        "slot_hours": 0.02,
+        "launched_at": 995.0,
+        "trials": 3,
+    }
     (tmp_path / PREDICTION_FILE).write_text(json.dumps(prediction))
-    rows = predicted_vs_actual(results, ledger)
+    rows = predicted_vs_actual(results, ledger, clock)
     assert rows is not None
     assert [(r["figure"], r["predicted"], r["actual"]) for r in rows] == [
+        ("trials", 3.0, 3.0),
         ("wall seconds", 16.0, 15.0),  # the last trial ended 15 s after the launch
         ("epochs", 7.0, 7.0),
         ("CPU-hours", 0.02, pytest.approx(0.01)),
     ]
-    assert rows[0]["error_percent"] == pytest.approx(100 / 15)
+    assert rows[1]["error_percent"] == pytest.approx(100 / 15)
     text = describe(ledger, rows)
     assert "predicted wall seconds: 16 against 15 actual (+7%)" in text
     assert "spent on trials later pruned: 44%" in text
@@ -138,7 +147,7 @@ def test_report_prints_the_ledger_and_adds_it_to_json(tmp_path: Path, capsys: py
     experiment(tmp_path)
     assert main(["report", str(tmp_path), "--tolerance", "0.05", "--price-per-hour", "3.6"]) == 0
     text = capsys.readouterr().out
-    assert "within 5.0% of the final best (0.9) after 8.0 s" in text
+    assert "within 5.0% of the final best (0.9) after 8.0 active s" in text
     assert "cost at 3.6 per CPU-hour: 0.0360, reaching that best 0.0300" in text
     assert main(["report", str(tmp_path), "--format", "json"]) == 0
     record = json.loads(capsys.readouterr().out)

@@ -17,6 +17,7 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
+from tunekit.clock import SearchClock
 from tunekit.compat import pbt_trial_state, set_trial_restore_checkpoint
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
@@ -290,11 +291,14 @@ def test_mutations_resample_within_the_space_and_checkpoints_outlive_an_interval
 def test_the_exploit_table_has_every_parameter_before_and_after(tmp_path: Path) -> None:
     step = ExploitStep("t1", 2, "t0", 2, {"learning_rate": 1e-3, "units": 32}, {"learning_rate": 8e-4, "units": 64})
     path = tmp_path / "exploits.csv"
-    write_exploits_csv(path, [step], {"t0": 0, "t1": 1}, ["learning_rate", "units"], step.wall_time - 5)
+    # Stopped for 10 s between two sessions: the step's time is 8 + 2 active seconds, not 20.
+    now = step.wall_time
+    clock = SearchClock(now - 20, [[now - 20, now - 12], [now - 2, now + 5]])
+    write_exploits_csv(path, [step], {"t0": 0, "t1": 1}, ["learning_rate", "units"], clock)
     assert path.read_text().splitlines() == [
         "trial_id,number,epoch,source_trial_id,source_number,source_epoch,time,"
         "old.learning_rate,old.units,new.learning_rate,new.units",
-        "t1,1,2,t0,0,2,5.0,0.001,32,0.0008,64",
+        "t1,1,2,t0,0,2,10.0,0.001,32,0.0008,64",
     ]
     assert (
         step.describe({"t0": 0}.get)

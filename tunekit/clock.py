@@ -1,0 +1,120 @@
+"""The search's clock: active seconds, never the time a search was stopped.
+
+A search runs in sessions: ``tunekit run``, then each ``tunekit resume``. Every time
+figure tunekit reports (an epoch's ``time``, a trial's ``wall_seconds``, the ledger's
+slot-hours, time to best, the MLflow parent's ``wall_seconds``) counts seconds on this
+clock, which stands still between a stop and the next resume. The gaps are reported on
+their own as downtime.
+
+``started.json`` keeps the sessions as wall-clock ``[start, end]`` pairs; the driver moves
+the current session's end forward as it writes its tables, so a driver killed without
+warning still leaves its session's end within seconds of the truth. Stdlib only: the
+driver writes it, ``tunekit.results`` reads it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tunekit.layout import STARTED_FILE, STARTED_KEY, finite
+
+SESSIONS_KEY = "sessions"
+
+
+@dataclass
+class SearchClock:
+    """Wall-clock sessions of one search, and the active seconds they add up to.
+
+    Attributes:
+        started_at: wall-clock seconds when the first session began.
+        sessions: ``[start, end]`` wall-clock pairs, oldest first. While this process runs
+            a session (``begin`` without ``end``), the last pair's end follows the wall clock.
+    """
+
+    started_at: float
+    sessions: list[list[float]] = field(default_factory=list)
+    running: bool = False
+
+    @classmethod
+    def new(cls, now: float | None = None) -> SearchClock:
+        start = time.time() if now is None else now
+        return cls(start, [])
+
+    def begin(self, now: float | None = None) -> None:
+        """Starts this process's session (a fresh search, or a resume)."""
+        start = time.time() if now is None else now
+        if not self.sessions:
+            self.started_at = start
+        self.sessions.append([start, start])
+        self.running = True
+
+    def touch(self, now: float | None = None) -> None:
+        """Moves the running session's end to ``now`` (what a killed driver leaves on disk)."""
+        if self.running and self.sessions:
+            self.sessions[-1][1] = max(self.sessions[-1][0], time.time() if now is None else now)
+
+    def end(self, now: float | None = None) -> None:
+        self.touch(now)
+        self.running = False
+
+    def active_at(self, wall: float) -> float:
+        """Active seconds from the search's start until the wall-clock time ``wall``."""
+        total = 0.0
+        for index, (start, end) in enumerate(self.sessions):
+            if wall <= start:
+                break
+            current = self.running and index == len(self.sessions) - 1
+            total += (wall if current else min(wall, end)) - start
+        return total
+
+    def wall_at(self, active: float) -> float:
+        """The wall-clock time at which the search had run ``active`` seconds (MLflow's timestamps)."""
+        elapsed = 0.0
+        for start, end in self.sessions:
+            if active <= elapsed + (end - start) or (start, end) == tuple(self.sessions[-1]):
+                return start + (active - elapsed)
+            elapsed += end - start
+        return self.started_at + active
+
+    def now(self) -> float:
+        """Active seconds so far."""
+        return self.active_at(time.time())
+
+    @property
+    def active_seconds(self) -> float:
+        """Active seconds of every session, as recorded (the running one up to its last touch)."""
+        return sum(end - start for start, end in self.sessions)
+
+    @property
+    def downtime_seconds(self) -> float:
+        """Seconds between sessions: the search was stopped, and nothing ran."""
+        return sum(max(0.0, later[0] - earlier[1]) for earlier, later in itertools.pairwise(self.sessions))
+
+    # ------------------------------------------------------------------- started.json
+
+    def write(self, experiment_dir: Path) -> None:
+        record = {STARTED_KEY: self.started_at, SESSIONS_KEY: self.sessions}
+        partial = experiment_dir / f"{STARTED_FILE}.partial"
+        partial.write_text(json.dumps(record))
+        partial.replace(experiment_dir / STARTED_FILE)
+
+    @classmethod
+    def read(cls, experiment_dir: Path) -> SearchClock | None:
+        """The experiment's recorded clock; None when it has none (not started, or unreadable)."""
+        try:
+            record = json.loads((experiment_dir / STARTED_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        started = finite(record.get(STARTED_KEY)) if isinstance(record, dict) else None
+        if started is None:
+            return None
+        sessions = [
+            [float(pair[0]), float(pair[1])]
+            for pair in record.get(SESSIONS_KEY) or []
+            if isinstance(pair, list) and len(pair) == 2 and all(finite(v) is not None for v in pair)
+        ]
+        return cls(started, sessions)

@@ -1,0 +1,452 @@
+"""``tunekit check DIR``: does an experiment agree with itself?
+
+A search writes the same facts into several places: ``trials.csv``, ``epochs.csv`` and
+``spans.csv``, the Optuna study, the trials' checkpoints, ``ledger.json``, and MLflow
+when tracked. Each feature (ASHA, PBT, grid, resume, grow, warm start, retries) has its own
+path into them, so a disagreement between two is a bug somewhere. ``check_experiment``
+holds every place against the others and against ``tunekit.results.summary`` (the one
+computation every report renders), and names each disagreement with both values.
+
+Run by users after a crash or before trusting a result, and by the end-to-end suite after
+every search it makes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunekit.clock import SearchClock
+from tunekit.layout import (
+    CHECKPOINT_STATE,
+    LEDGER_FILE,
+    STARTED_FILE,
+    TRACKING_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    finite,
+)
+from tunekit.results.load import ExperimentResults, load
+from tunekit.search.forecast import slot_units
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tunekit.results.summary import Summary
+
+# Times are written rounded to milliseconds, and a table is written a moment apart from the
+# clock file: figures within this many seconds agree.
+TIME_SLACK_S = 0.05
+# Relative tolerance of derived floats (slot-hours recomputed from rounded spans).
+RELATIVE_SLACK = 1e-6
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One disagreement: where it was seen, what, and the two values side by side."""
+
+    where: str  # "trials.csv vs study"
+    what: str  # "trial 3 (abc12) state"
+    expected: Any
+    actual: Any
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}: {self.expected!r} vs {self.actual!r}"
+
+
+@dataclass
+class CheckReport:
+    experiment_dir: Path
+    findings: list[Finding] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # the places compared, in order
+    notes: list[str] = field(default_factory=list)  # what was not compared, and why
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def describe(self) -> str:
+        places = ", ".join(self.checked)
+        lines = [f"{self.experiment_dir}: " + ("ok" if self.ok else f"{len(self.findings)} disagreements")]
+        lines.append(f"compared: {places}")
+        lines += [f"  {finding}" for finding in self.findings]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def check_experiment(
+    experiment_dir: str | Path, *, mlflow: bool = True, tracking_uri: str | None = None
+) -> CheckReport:
+    """Compares every record of an experiment with the others; see ``CheckReport.findings``.
+
+    Args:
+        experiment_dir: the experiment's directory.
+        mlflow: compare MLflow's runs too, when the experiment was tracked (``tracking.json``).
+        tracking_uri: where its runs are, when not the URI ``tracking.json`` recorded.
+    """
+    results = load(experiment_dir)
+    report = CheckReport(results.experiment_dir)
+    summary = results.summary()
+    sections: list[tuple[str, Callable[[], Iterator[Finding]]]] = [
+        ("trials.csv", lambda: _trials_table(results)),
+        ("epochs.csv", lambda: _epochs_against_trials(results)),
+        ("spans.csv", lambda: _spans(results)),
+        ("study", lambda: _study(results)),
+        ("checkpoints", lambda: _checkpoints(results)),
+        ("summary", lambda: _figures(results, summary)),
+    ]
+    for name, section in sections:
+        report.checked.append(name)
+        report.findings.extend(section())
+    if not (results.experiment_dir / LEDGER_FILE).is_file():
+        report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")
+    else:
+        report.checked.append(LEDGER_FILE)
+        report.findings.extend(_ledger_file(results, summary))
+    running = int(summary.counts.get(TrialStatus.RUNNING, 0))
+    if running:
+        report.notes.append(f"{running} trials were running when the search stopped; `tunekit resume` finishes them")
+    tracked = results.experiment_dir / TRACKING_FILE
+    if mlflow and tracked.is_file():
+        report.checked.append("mlflow")
+        report.findings.extend(_mlflow(results, summary, json.loads(tracked.read_text()), tracking_uri))
+    elif mlflow:
+        report.notes.append("not tracked in MLflow (no tracking.json)")
+    return report
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def _rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [] if table.empty else table.to_dict("records")
+
+
+def _label(row: dict[str, Any]) -> str:
+    number = finite(row.get("number"))
+    return f"trial {int(number) if number is not None else '?'} ({row['trial_id']})"
+
+
+def _trials_table(results: ExperimentResults) -> Iterator[Finding]:
+    rows = _rows(results.trials)
+    ids = [str(r["trial_id"]) for r in rows]
+    for trial_id in sorted({i for i in ids if ids.count(i) > 1}):
+        yield Finding(TRIALS_FILE, f"trial {trial_id} rows", 1, ids.count(trial_id))
+    numbers = [int(n) for r in rows if (n := finite(r.get("number"))) is not None]
+    for number in sorted({n for n in numbers if numbers.count(n) > 1}):
+        yield Finding(TRIALS_FILE, f"rows of trial number {number}", 1, numbers.count(number))
+    valid = {str(s) for s in TrialStatus}
+    for row in rows:
+        status = str(row["status"])
+        if status not in valid:
+            yield Finding(TRIALS_FILE, f"{_label(row)} status", sorted(valid), status)
+        elif TrialStatus(status).is_finished() and not isinstance(row.get("reason"), str):
+            yield Finding(TRIALS_FILE, f"{_label(row)} reason of a {status} trial", "a reason", row.get("reason"))
+    if len(rows) > results.spec.budget.num_samples:
+        yield Finding(TRIALS_FILE, "trials against the budget", results.spec.budget.num_samples, len(rows))
+
+
+def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
+    where = "trials.csv vs epochs.csv"
+    epochs, metric, mode = results.epochs, results.metric, results.mode
+    by_trial: dict[str, list[dict[str, Any]]] = {}
+    for row in _rows(epochs):
+        by_trial.setdefault(str(row["trial_id"]), []).append(row)
+    known = {str(r["trial_id"]) for r in _rows(results.trials)}
+    for trial_id in sorted(set(by_trial) - known):
+        yield Finding(where, f"epochs of trial {trial_id}", "a trial in trials.csv", "none")
+    for row in _rows(results.trials):
+        reported = sorted(by_trial.get(str(row["trial_id"]), []), key=lambda r: int(r["epoch"]))
+        numbers = [int(r["epoch"]) for r in reported]
+        epochs_count = int(finite(row.get("epochs")) or 0)
+        if numbers != list(range(1, epochs_count + 1)):
+            yield Finding(where, f"{_label(row)} epochs", list(range(1, epochs_count + 1)), numbers)
+        values = [v for r in reported if (v := finite(r.get(metric))) is not None]
+        final, best = finite(row.get("final_metric")), finite(row.get("best_metric"))
+        if values and not _same(final, values[-1]):
+            yield Finding(where, f"{_label(row)} final {metric}", final, values[-1])
+        if values and not _same(best, max(values) if mode == "max" else min(values)):
+            yield Finding(where, f"{_label(row)} best {metric}", best, max(values) if mode == "max" else min(values))
+
+
+def _spans(results: ExperimentResults) -> Iterator[Finding]:
+    where = "trials.csv vs spans.csv"
+    clock = SearchClock.read(results.experiment_dir)
+    if clock is None:
+        yield Finding("experiment", STARTED_FILE, "present", "missing")
+        return
+    spans = results.spans
+    by_trial: dict[str, list[tuple[float, float | None]]] = {}
+    for row in _rows(spans):
+        by_trial.setdefault(str(row["trial_id"]), []).append((float(row["start"]), finite(row["end"])))
+    reports: dict[str, list[float]] = {}
+    for row in _rows(results.epochs):
+        reports.setdefault(str(row["trial_id"]), []).append(float(row["time"]))
+    limit = clock.active_seconds + TIME_SLACK_S
+    for row in _rows(results.trials):
+        trial_id, label = str(row["trial_id"]), _label(row)
+        pairs = sorted(by_trial.get(trial_id, []))
+        if not pairs:
+            yield Finding(where, f"{label} spans", "at least one", 0)
+            continue
+        closed = [(start, end) for start, end in pairs if end is not None]
+        if TrialStatus(str(row["status"])).is_finished() and len(closed) != len(pairs):
+            yield Finding(where, f"{label} open spans of a {row['status']} trial", 0, len(pairs) - len(closed))
+        for (_, end), (start, _) in itertools.pairwise(closed):
+            if start < end - TIME_SLACK_S:
+                yield Finding(where, f"{label} spans overlap", f"start >= {end}", start)
+        if closed and closed[-1][1] is not None and closed[-1][1] > limit:
+            yield Finding(where, f"{label} span ends after the search's active time", f"<= {limit:.3f}", closed[-1][1])
+        total = sum(end - start for start, end in closed)
+        wall = finite(row.get("wall_seconds"))
+        if len(closed) == len(pairs) and (wall is None or abs(total - wall) > TIME_SLACK_S):
+            yield Finding(where, f"{label} wall_seconds against its spans", round(total, 3), wall)
+        for at in reports.get(trial_id, []):
+            inside = any(
+                start - TIME_SLACK_S <= at <= (end if end is not None else math.inf) + TIME_SLACK_S
+                for start, end in pairs
+            )
+            if not inside:
+                yield Finding("epochs.csv vs spans.csv", f"{label} report at {at} s", "inside a span", pairs)
+
+
+# ----------------------------------------------------------------- the study
+
+
+def _study(results: ExperimentResults) -> Iterator[Finding]:
+    import optuna
+
+    from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
+    from tunekit.search.plan import study_url
+    from tunekit.search.searcher import RAY_TRIAL_ATTR
+
+    where = "trials.csv vs study"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
+    except (KeyError, ValueError) as error:
+        yield Finding(where, "the study", "present", str(error))
+        return
+    ours = {
+        str(t.user_attrs[RAY_TRIAL_ATTR]): t
+        for t in study.get_trials(deepcopy=False)
+        if RAY_TRIAL_ATTR in t.user_attrs and HISTORY_ATTR not in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs
+    }
+    rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
+    for trial_id in sorted(set(ours) - set(rows)):
+        yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", "a row in trials.csv", "none")
+    epochs: dict[str, set[int]] = {}
+    for row in _rows(results.epochs):
+        if finite(row.get(results.metric)) is not None:
+            epochs.setdefault(str(row["trial_id"]), set()).add(int(row["epoch"]))
+    for trial_id, row in rows.items():
+        trial, label = ours.get(trial_id), _label(row)
+        if trial is None:
+            yield Finding(where, f"{label} in the study", "a study trial", "none")
+            continue
+        if finite(row.get("number")) != trial.number:
+            yield Finding(where, f"{label} number", row.get("number"), trial.number)
+        expected = _study_states(str(row["status"]), finite(row.get("final_metric")))
+        if trial.state.name not in expected:
+            yield Finding(where, f"{label} state", " or ".join(expected), trial.state.name)
+        if trial.state.name == "COMPLETE" and not _same(finite(row.get("final_metric")), trial.value):
+            yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
+        steps = set(trial.intermediate_values)
+        if steps != epochs.get(trial_id, set()):
+            yield Finding(where, f"{label} epochs reported", sorted(epochs.get(trial_id, set())), sorted(steps))
+
+
+def _study_states(status: str, final: float | None) -> tuple[str, ...]:
+    """The Optuna states a trial of this status may have (tunekit.search.searcher tells them)."""
+    match TrialStatus(status):
+        case TrialStatus.COMPLETED:
+            return ("COMPLETE",)
+        case TrialStatus.PRUNED:
+            return ("PRUNED",)
+        case TrialStatus.FAILED:
+            return ("FAIL",)
+        case TrialStatus.STOPPED:
+            return ("PRUNED",) if final is not None else ("FAIL",)
+        case _:  # running, or lost: the search ended around it
+            return ("RUNNING", "PRUNED", "FAIL")
+
+
+# ----------------------------------------------------------- the checkpoints
+
+
+def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
+    """Completed trials left a model; the best trial's last checkpoint holds the best config."""
+    from tunekit.tracking.artifacts import final_model_path
+
+    where = "trials.csv vs checkpoints"
+    directory = results.experiment_dir
+    for row in _rows(results.trials):
+        if str(row["status"]) == TrialStatus.COMPLETED and final_model_path(directory, str(row["trial_id"])) is None:
+            yield Finding(where, f"{_label(row)} final model", "model.keras or model.weights.h5", "none")
+    best = results.best
+    if best is None:
+        return
+    where, label = "best vs checkpoints", f"trial {best.number} ({best.trial_id})"
+    state = _last_checkpoint_state(directory / best.trial_id)
+    if state is None:
+        yield Finding(where, f"{label} last checkpoint", "present", "none")
+        return
+    saved = {key: value for key, value in (state.get("config") or {}).items() if not str(key).startswith("_")}
+    if not _same_config(best.config, saved):
+        yield Finding(where, f"{label} config its model was trained under", best.config, saved)
+    if int(state.get("epoch", -1)) != best.epochs:
+        yield Finding(where, f"{label} last checkpoint's epoch", best.epochs, state.get("epoch"))
+
+
+def _last_checkpoint_state(trial_dir: Path) -> dict[str, Any] | None:
+    from tunekit.tracking.artifacts import checkpoint_order
+
+    for checkpoint in sorted(trial_dir.glob("checkpoint_*"), key=checkpoint_order, reverse=True):
+        path = checkpoint / CHECKPOINT_STATE
+        if path.is_file():
+            state = json.loads(path.read_text())
+            return state if isinstance(state, dict) else None
+    return None
+
+
+# ------------------------------------------------------------- the figures
+
+
+def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
+    """The summary against the tables it was computed from, added up another way."""
+    where = "summary vs trials.csv"
+    trials = results.trials
+    statuses = [str(s) for s in trials["status"]] if not trials.empty else []
+    for status in TrialStatus:
+        if summary.counts.get(status, 0) != statuses.count(status):
+            yield Finding(where, f"{status} trials", statuses.count(status), summary.counts.get(status, 0))
+    spent = int(trials["epochs"].sum()) if not trials.empty else 0
+    if summary.epochs_spent != spent:
+        yield Finding(where, "epochs spent", spent, summary.epochs_spent)
+    wall = sum(finite(w) or 0.0 for w in trials["wall_seconds"]) if not trials.empty else 0.0
+    per_slot = slot_units(results.spec)[0] / 3600
+    if not _same(summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot):
+        yield Finding(
+            "ledger vs trials.csv", "slot-hours against wall_seconds", wall * per_slot, summary.ledger.slot_hours
+        )
+    if summary.active_seconds is not None and not trials.empty:
+        longest = max(finite(w) or 0.0 for w in trials["wall_seconds"])
+        if longest > summary.active_seconds + TIME_SLACK_S:
+            yield Finding(
+                where, "a trial's wall_seconds within the search's active time", summary.active_seconds, longest
+            )
+    best = summary.best
+    if best is not None and not _same(summary.ledger.final_best, best.metric):
+        yield Finding("summary vs ledger", "final best", best.metric, summary.ledger.final_best)
+
+
+def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
+    """``ledger.json`` (written at the search's end; the MLflow parent logs it) against the summary now."""
+    record = json.loads((results.experiment_dir / LEDGER_FILE).read_text())
+    written = record.get("metrics") or {}
+    for key, value in summary.flat_metrics().items():
+        if key in ("downtime_seconds",) or key.startswith("actual_") or key.startswith("predicted_"):
+            continue
+        if not _same(finite(written.get(key)), value, absolute=TIME_SLACK_S):
+            yield Finding("ledger.json vs summary", key, value, written.get(key))
+    best = (record.get("summary") or {}).get("best") or {}
+    if summary.best is not None and best.get("trial_id") != summary.best.trial_id:
+        yield Finding("ledger.json vs summary", "best trial", summary.best.trial_id, best.get("trial_id"))
+
+
+# ------------------------------------------------------------------ MLflow
+
+
+def _mlflow(
+    results: ExperimentResults, summary: Summary, record: dict[str, Any], tracking_uri: str | None
+) -> Iterator[Finding]:
+    from mlflow.tracking import MlflowClient
+
+    from tunekit.tracking.client import search_all_runs
+    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BEST_TRIAL, TAG_STATUS, TAG_TRIAL_ID
+    from tunekit.tracking.values import metric_key
+
+    where = "files vs mlflow"
+    uri = tracking_uri or record.get("tracking_uri")
+    parent_id = str(record.get("parent_run_id"))
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        parent = client.get_run(parent_id)
+    except Exception as error:  # MLflow raises its own and HTTP errors alike
+        yield Finding(where, f"parent run {parent_id} at {uri}", "reachable", f"{type(error).__name__}: {error}")
+        return
+    children = list(search_all_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'"))
+    runs: dict[str, list[Any]] = {}
+    for run in children:
+        runs.setdefault(str(run.data.tags.get(TAG_TRIAL_ID)), []).append(run)
+    rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
+    for trial_id in sorted(set(runs) - set(rows)):
+        yield Finding(where, f"child run of trial {trial_id}", "a row in trials.csv", "none")
+    metric = metric_key(results.metric)
+    epochs: dict[str, set[int]] = {}
+    for row in _rows(results.epochs):
+        if finite(row.get(results.metric)) is not None:
+            epochs.setdefault(str(row["trial_id"]), set()).add(int(row["epoch"]))
+    for trial_id, row in rows.items():
+        label, found = _label(row), runs.get(trial_id, [])
+        if len(found) != 1:
+            yield Finding(where, f"{label} child runs", 1, len(found))
+            continue
+        run = found[0]
+        if run.data.tags.get(TAG_STATUS) != str(row["status"]):
+            yield Finding(where, f"{label} status", str(row["status"]), run.data.tags.get(TAG_STATUS))
+        history = client.get_metric_history(run.info.run_id, metric)
+        steps = {int(point.step) for point in history}
+        if steps != epochs.get(trial_id, set()):
+            yield Finding(where, f"{label} {metric} steps", sorted(epochs.get(trial_id, set())), sorted(steps))
+        last = max(history, key=lambda p: (p.step, p.timestamp), default=None)
+        final = finite(row.get("final_metric"))
+        if last is not None and not _same(final, last.value):
+            yield Finding(where, f"{label} final {metric}", final, last.value)
+    if any(str(r["status"]) == TrialStatus.RUNNING for r in rows.values()):
+        return  # an interrupted search: the parent's final figures come when it ends
+    parent_metrics = parent.data.metrics
+    for key, value in summary.flat_metrics().items():
+        if key.startswith(("ledger_", "predicted_", "actual_")) or key == "downtime_seconds":
+            continue  # the ledger's figures travel as ledger.json, compared above
+        if not _same(finite(parent_metrics.get(key)), value, absolute=TIME_SLACK_S):
+            yield Finding("summary vs mlflow parent", key, value, parent_metrics.get(key))
+    if summary.best is not None:
+        best_key = metric_key(f"best_{results.metric}")
+        if not _same(finite(parent_metrics.get(best_key)), summary.best.metric):
+            yield Finding("summary vs mlflow parent", best_key, summary.best.metric, parent_metrics.get(best_key))
+        if parent.data.tags.get(TAG_BEST_TRIAL) != summary.best.trial_id:
+            yield Finding(
+                "summary vs mlflow parent", TAG_BEST_TRIAL, summary.best.trial_id, parent.data.tags.get(TAG_BEST_TRIAL)
+            )
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _within(at: float, start: float, end: float | None) -> bool:
+    return start - TIME_SLACK_S <= at <= (math.inf if end is None else end + TIME_SLACK_S)
+
+
+def _same(a: float | None, b: float | None, *, absolute: float = 1e-9) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=RELATIVE_SLACK, abs_tol=absolute)
+
+
+def _same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if set(a) != set(b):
+        return False
+    for key, value in a.items():
+        other = b[key]
+        if isinstance(value, float) or isinstance(other, float):
+            if not _same(finite(value), finite(other)):
+                return False
+        elif str(value) != str(other):
+            return False
+    return True
