@@ -136,6 +136,48 @@ def drop_custom_gradients() -> int:
     return len(names)
 
 
+# ----------------------------------------------------------------------------- Keras
+
+
+def producing_layer(tensor: Any) -> Any:
+    """The layer (or operation) of a functional model that produced a symbolic tensor.
+
+    Why: moving the float32 boundary of a mixed-precision model onto its final activation
+    (``tunekit.worker.precision``) rewrites the layer behind each output; Keras keeps that
+    link only in the tensor's private ``_keras_history``. Checked against Keras 3.15.
+    """
+    return tensor._keras_history.operation
+
+
+def layer_calls(layer: Any) -> int:
+    """How many times a layer is called in the graphs it belongs to.
+
+    Why: an output layer that is also called elsewhere (shared) must keep its activation
+    there, so tunekit only splits the activation off a layer called once; Keras counts the
+    calls only in the private ``_inbound_nodes``. Checked against Keras 3.15.
+    """
+    return len(layer._inbound_nodes)
+
+
+def keras_compile_arguments(model: Any) -> dict[str, Any]:
+    """The arguments a model was compiled with, as the objects passed (optimizer, losses, metrics).
+
+    Why: a compiled model rebuilt with float32 outputs must be compiled again as its author
+    compiled it. ``get_compile_config()`` serialises the arguments, and deserialising them
+    fails for any loss or metric function not registered with Keras (a plain function, a
+    lambda); Keras keeps the objects themselves in the private ``_compile_config``. The
+    optimizer there is the user's own, before the loss-scale wrapper ``compile`` adds for
+    mixed_float16, so compiling again wraps it once. Without it (another Keras), the public
+    config is deserialised. Checked against Keras 3.15.
+    """
+    import keras
+
+    recorded = getattr(model, "_compile_config", None)
+    if recorded is not None and isinstance(getattr(recorded, "config", None), dict):
+        return dict(recorded.config)
+    return dict(keras.saving.deserialize_keras_object(model.get_compile_config()))
+
+
 # ------------------------------------------------------------------ Ray: growing a search
 
 

@@ -38,11 +38,18 @@ class TrialContext:
         replicas: number of model replicas (GPUs under MirroredStrategy, else 1).
         precision: the Keras dtype policy in force (``float32``, ``mixed_float16``, ...).
         seed: the trial's seed; use it for shuffling and augmentation.
-        workdir: a private scratch directory for this trial.
+        workdir: Ray's scratch directory for this trial on the worker's local disk; it is
+            not kept with the experiment (write what you keep to ``trial_dir``).
         cpus: CPUs granted to the trial; cap parallel input work at this.
         max_epochs: the most epochs the trial may train.
         jit_compile: whether tunekit compiles the model with XLA.
-        data: the spec's ``data`` section (paths, image size, ...), as written.
+        data: the spec's ``data`` section (paths, image size, ...); relative paths that
+            name a file or folder beside the spec that wrote them (else in the working
+            directory) are absolute.
+        spec_dir: the folder of the spec file the search was started from (the working
+            directory for a spec given as a mapping); ``tunekit.data.resolve_path`` looks
+            for relative data paths there first.
+        trial_dir: the trial's folder in the experiment directory, kept with its results.
     """
 
     batch_size: int
@@ -55,6 +62,8 @@ class TrialContext:
     max_epochs: int
     jit_compile: bool
     data: Mapping[str, Any] = field(default_factory=dict)
+    spec_dir: str = ""
+    trial_dir: str = ""
 
 
 @dataclass(frozen=True)

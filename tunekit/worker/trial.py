@@ -41,9 +41,11 @@ from tunekit.layout import (
     FAILURE_KIND_KEY,
     OUTPUT_FILE,
 )
+from tunekit.worker.autocompile import compile_from_config
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
+from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
 
 _worker: WorkerDevices | None = None
 
@@ -58,13 +60,9 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
     trial_dir = Path(experiment_dir) / tune.get_context().get_trial_id()
     with _output_to(trial_dir / OUTPUT_FILE):
         try:
-            _train(dict(config), spec, progress)
-        except FatalTrialError as error:
-            _report_failure(tune, trial_dir, str(error), "fatal", progress.epoch, error)
-        except (ImportError, SyntaxError) as error:
+            _train(dict(config), spec, progress, trial_dir)
+        except (FatalTrialError, ImportError, SyntaxError) as error:
             _report_failure(tune, trial_dir, describe_error(error), "fatal", progress.epoch, error)
-        except TrialFailure as error:
-            _report_failure(tune, trial_dir, str(error), "trial", progress.epoch, error)
         except Exception as error:
             _report_failure(tune, trial_dir, describe_error(error), "trial", progress.epoch, error)
         finally:
@@ -98,7 +96,7 @@ def _output_to(path: Path) -> Iterator[None]:
             os.close(saved[1])
 
 
-def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress) -> None:
+def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress, trial_dir: Path) -> None:
     from ray import tune
 
     from tunekit.worker.reporter import EpochReporter
@@ -123,14 +121,19 @@ def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress
         max_epochs=spec.budget.max_epochs,
         jit_compile=bool(config.get("jit_compile", spec.training.jit_compile)),
         data=spec.data,
+        spec_dir=spec.spec_dir,
+        trial_dir=str(trial_dir),
     )
     builders = load_builders(spec.trainable)
     train_ds, val_ds = checked_data(builders.build_data(config, ctx))
     with devices.strategy.scope():
         model = checked_model(builders.build_model(config, ctx))
-        model = _ensure_float32_output(model, precision)
+        try:
+            model = with_float32_outputs(model, precision, lambda: _first_inputs(val_ds), val_ds.element_spec[0])
+        except PrecisionError as error:
+            raise precision_failure(error, spec, lambda p: resolve_precision(p, devices)) from None
         if not model.compiled:
-            _compile_from_config(model, config, ctx)
+            compile_from_config(model, config, ctx)
         model.jit_compile = ctx.jit_compile
     check_model_takes_data(model, train_ds, "train")
     check_model_takes_data(model, val_ds, "validation")
@@ -197,41 +200,10 @@ def _release_trial_state() -> None:
     keras.mixed_precision.set_global_policy("float32")
 
 
-def _ensure_float32_output(model: Any, precision: str) -> Any:
-    """Under mixed precision the model's outputs must be float32 for a stable loss."""
-    if precision == "float32":
-        return model
-    outputs = model.outputs if getattr(model, "outputs", None) else []
-    if all(str(getattr(o, "dtype", "float32")) == "float32" for o in outputs):
-        return model
-    if model.compiled:
-        raise FatalTrialError(
-            f"build_model returned a compiled model whose output is {outputs[0].dtype} under {precision}; "
-            "end it with a float32 layer, e.g. keras.layers.Activation('softmax', dtype='float32')"
-        )
-    import keras
-
-    cast = [
-        keras.layers.Activation("linear", dtype="float32", name=f"float32_output_{i}")(o) for i, o in enumerate(outputs)
-    ]
-    return keras.Model(model.inputs, cast[0] if len(cast) == 1 else cast, name=model.name)
-
-
-def _compile_from_config(model: Any, config: dict[str, Any], ctx: TrialContext) -> None:
-    import keras
-
-    optimizer = keras.optimizers.get(
-        {
-            "class_name": str(config.get("optimizer", "adam")),
-            "config": {"learning_rate": float(config.get("learning_rate", 1e-3))},
-        }
-    )
-    model.compile(
-        optimizer=optimizer,
-        loss=config.get("loss", "sparse_categorical_crossentropy"),
-        metrics=["accuracy"],
-        jit_compile=ctx.jit_compile,
-    )
+def _first_inputs(dataset: Any) -> Any:
+    for batch in dataset.take(1):
+        return batch[0]
+    raise TrialFailure("build_data's validation set is empty")
 
 
 def _steps_per_epoch(dataset: Any) -> int | None:
