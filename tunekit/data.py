@@ -136,7 +136,8 @@ def from_image_folder(
     """A batched dataset of every image under ``path/<class>/``.
 
     Args:
-        path: a folder with one sub-folder per class of PNG or JPEG files.
+        path: a folder with one sub-folder per class of PNG or JPEG files (relative: see
+            ``resolve_path``).
         ctx: the trial context (batch size, seed, CPUs).
         training: shuffle and augment (validation data is neither).
         image_size: images are resized to ``image_size`` × ``image_size``.
@@ -145,7 +146,7 @@ def from_image_folder(
         cache: ``""`` caches decoded images in memory; a file path caches them on disk.
         shuffle_buffer: default: the whole dataset (a perfect shuffle).
     """
-    files, labels, _ = list_image_folder(path)
+    files, labels, _ = list_image_folder(resolve_path(path, ctx))
     return from_image_files(
         files,
         labels,
@@ -185,6 +186,51 @@ def from_image_files(
     )
     dataset = dataset.map(lambda file, label: (decode(file), label), num_parallel_calls=tf.data.AUTOTUNE)
     return _after_decode(dataset, ctx, training, augmentation, cache, shuffle_buffer or len(files), len(files))
+
+
+# -------------------------------------------------------------------------- paths
+
+
+def resolve_path(path: str | Path, ctx: TrialContext) -> Path:
+    """A data path as the spec means it: absolute as given, else beside the spec, else in the working directory.
+
+    Paths in the spec's ``data`` section that exist arrive absolute already; this finds
+    the others (written in code, or a file that appeared later), on any worker.
+
+    Raises:
+        FileNotFoundError: naming every place looked.
+    """
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        if not given.exists():
+            raise FileNotFoundError(f"no such file or folder: {given}")
+        return given
+    places = [Path(ctx.spec_dir)] if ctx.spec_dir else []
+    places += [Path.cwd()] if Path.cwd() not in places else []
+    for place in places:
+        if (place / given).exists():
+            return (place / given).resolve()
+    looked = ", ".join(str(place / given) for place in places)
+    raise FileNotFoundError(f"no such file or folder: {str(path)!r} (looked for {looked})")
+
+
+def _resolve_files(paths: str | Path | Sequence[str | Path], ctx: TrialContext) -> list[str]:
+    """Local files found by ``resolve_path``, glob patterns expanded (sorted); URLs (``gs://``) as given."""
+    names = [paths] if isinstance(paths, str | Path) else list(paths)
+    files: list[str] = []
+    for name in names:
+        text = str(name)
+        if "://" in text:
+            files.append(text)
+        elif any(char in text for char in "*?["):
+            folder = resolve_path(Path(text).parent, ctx)
+            matched = sorted(str(f) for f in folder.glob(Path(text).name))
+            if not matched:
+                raise FileNotFoundError(f"no file matches {text!r} (looked in {folder})")
+            files += matched
+        else:
+            files.append(str(resolve_path(text, ctx)))
+    return files
 
 
 # ----------------------------------------------------------------------- TFRecord
@@ -243,13 +289,15 @@ def from_tfrecord(
 ) -> tf.data.Dataset:
     """A batched dataset of TFRecord files of ``image`` (PNG/JPEG) + ``label`` (int64) examples.
 
-    Files are read in the order given (several at once, deterministically); see
-    ``from_image_folder`` for the other arguments.
+    Files are read in the order given (several at once, deterministically); a relative
+    path or glob pattern (``data/train-*.tfrecord``) is looked for as ``resolve_path`` does.
+    The dataset's length is unknown to tf.data; tunekit counts the batches it trains on.
+    See ``from_image_folder`` for the other arguments.
     """
     import tensorflow as tf
 
     _check_augmentation(augmentation)
-    names = [str(paths)] if isinstance(paths, str | Path) else [str(p) for p in paths]
+    names = _resolve_files(paths, ctx)
     if not names:
         raise ValueError("no TFRecord files given")
     decode = _bytes_decoder(image_size, channels)

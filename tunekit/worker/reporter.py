@@ -51,6 +51,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._steps = steps
         self._epoch_started = 0.0
         self._train_seconds = 0.0
+        self._batches = 0  # training batches of the current epoch, counted as they end
         self._validation = validation
         self._last: tuple[int, dict[str, float], dict[str, Any]] | None = None
         self._last_weights: list[Any] = []  # the weights at the last epoch's end
@@ -61,6 +62,12 @@ class EpochReporter(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_started = time.perf_counter()
         self._train_seconds = 0.0
+        self._batches = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        # Keras numbers a step's last batch (several with steps_per_execution): the count is
+        # known even when tf.data cannot tell a dataset's length (TFRecords, filter).
+        self._batches = batch + 1
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         # Validation runs inside the epoch; throughput counts training time only.
@@ -72,8 +79,11 @@ class EpochReporter(keras.callbacks.Callback):
         check_epoch_metrics(metrics, self._spec.metric.name, completed)
         elapsed = time.perf_counter() - self._epoch_started
         metrics["epoch_seconds"] = elapsed
-        if self._steps:
-            metrics["samples_per_second"] = self._steps * self._ctx.batch_size / (self._train_seconds or elapsed)
+        steps = self._batches or self._steps
+        if steps:
+            train_seconds = self._train_seconds or elapsed
+            metrics["steps_per_second"] = steps / train_seconds
+            metrics["samples_per_second"] = steps * self._ctx.batch_size / train_seconds
         metrics["memory_mb"] = memory_mb(self._devices)
         # On a GPU memory_mb is already TensorFlow's peak; on a CPU it is the RSS at the epoch's end.
         metrics["peak_memory_mb"] = metrics["memory_mb"] if self._devices.on_gpu else _peak_rss_mb()
