@@ -33,6 +33,8 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(root=tmp_path))
 
+    # The user's --set shapes the predicted search (8 trials of 6 epochs); the probe still
+    # runs its own 4 configurations of 3 epochs each, as it announces.
     probe = run_tunekit(
         "plan",
         str(spec),
@@ -41,15 +43,21 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
         str(PROBE_SECONDS),
         "--format",
         "json",
+        "--set",
+        "budget.num_samples=8",
+        "--set",
+        "budget.max_epochs=6",
         timeout=PROBE_SECONDS + 30,
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
-    assert f"at most {PROBE_SECONDS} s (a hard stop)" in probe.stderr
+    assert f"4 sampled configurations, up to 3 epochs each, 2 at a time; at most {PROBE_SECONDS} s" in probe.stderr
     predicted = json.loads(probe.stdout)
     measured = predicted["measurement"]
-    assert 0 < measured["startup_s"] < predicted["predicted_wall_seconds"] < PROBE_SECONDS * 4
+    assert (measured["probe_trials"], measured["probe_epochs"]) == (4, 12)
+    assert predicted["trials"] == 8
+    assert 0 < measured["startup_s"] < predicted["predicted_wall_seconds"] < PROBE_SECONDS * 8
     assert measured["new_worker_first_epoch_s"] > measured["epoch_s"] > 0
-    assert 4 * 1 <= predicted["predicted_epochs"] <= 4 * 3  # at least the first rung, at most every epoch
+    assert 8 * 1 <= predicted["predicted_epochs"] <= 8 * 6  # at least the first rung, at most every epoch
     assert predicted["slot_hours"] > 0 and predicted["slot_unit"] == "CPU" and predicted["concurrency"] == 2
     assert Path(predicted["saved"]).parent == tmp_path / "results" / PROBES_DIR
 
@@ -68,7 +76,8 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
     assert report.returncode == 0, report.stderr[-2000:]
     record = json.loads(report.stdout)
     figures = {row["figure"]: row for row in record["predicted_vs_actual"]}
-    assert set(figures) == {"wall seconds", "epochs", "CPU-hours"}
+    assert set(figures) == {"trials", "wall seconds", "epochs", "CPU-hours"}
+    assert (figures["trials"]["predicted"], figures["trials"]["actual"]) == (2, 2)  # like with like
     assert all(row["actual"] > 0 and row["error_percent"] is not None for row in figures.values())
     ledger = record["ledger"]
     assert sum(r["epochs"] for r in ledger["rungs"]) == ledger["epochs"] == figures["epochs"]["actual"]

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,23 @@ def probe_sections(spec: ExperimentSpec, slots: int) -> dict[str, Any]:
     if spec.search.algorithm == "grid":  # a grid fixes num_samples; sample its space instead
         sections["search"] = {"algorithm": "random"}
     return sections
+
+
+def probe_overrides(overrides: Sequence[str], sections: Mapping[str, Any]) -> list[str]:
+    """The user's ``--set`` values the probe's own search keeps: none of the sections the probe sets.
+
+    ``--set budget.num_samples=48`` shapes the predicted search, never the probe (which
+    would otherwise run 48 trials at full length under a 4-trial, 3-epoch announcement);
+    ``--set training.batch_size=256`` changes what an epoch costs, so the probe takes it.
+    """
+    owned = {f"{name}.{key}" for name, section in sections.items() for key in section} | {
+        name for name in sections if name != "search"
+    }
+    return [item for item in overrides if not any(_under(item.partition("=")[0].strip(), key) for key in owned)]
+
+
+def _under(path: str, key: str) -> bool:
+    return path == key or path.startswith(key + ".") or key.startswith(path + ".")
 
 
 def probe_slots(spec: ExperimentSpec, address: str | None) -> int:
@@ -264,7 +281,8 @@ def _child(argv: Sequence[str]) -> int:
     from tunekit.errors import NoResultError, SearchInterrupted
 
     spec = load_spec(args.spec, args.set)
-    probe_spec = load_spec(args.spec, args.set, probe_sections(spec, args.slots))
+    sections = probe_sections(spec, args.slots)
+    probe_spec = load_spec(args.spec, probe_overrides(args.set, sections), sections)
     launch: dict[str, Any] = {"launched_at": time.time()}
     (args.workdir / _LAUNCH_FILE).write_text(json.dumps(launch))
     try:

@@ -26,7 +26,7 @@ from tunekit.search.forecast import (
     target_of,
 )
 from tunekit.search.plan import plan_budget
-from tunekit.search.probe import describe, measure, probe_sections
+from tunekit.search.probe import describe, measure, probe_overrides, probe_sections
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -130,6 +130,23 @@ def test_the_probe_runs_short_fifo_trials_at_the_specs_concurrency() -> None:
     assert sections["budget"] == {"num_samples": 4, "max_epochs": 3, "max_concurrent": 2, "time_budget_s": None}
     assert (sections["scheduler"], sections["tracking"]) == ({"type": "fifo"}, {"enabled": False})
     assert "search" not in sections
+
+
+def test_the_users_set_values_shape_the_prediction_never_the_probes_own_budget() -> None:
+    overrides = [
+        "budget.num_samples=8",
+        "budget={num_samples: 9, max_epochs: 50}",
+        "scheduler.grace_period=2",
+        "tracking.uri=sqlite:///x.db",
+        "search.algorithm=grid",
+        "search.seed=3",
+        "training.batch_size=256",
+        "space.units.values=[8, 16]",
+    ]
+    grid = load_spec(REPO / "search_spaces" / "cifar_resnet_grid.yaml")
+    kept = probe_overrides(overrides, probe_sections(grid, slots=2))  # a grid probe samples at random
+    assert kept == ["search.seed=3", "training.batch_size=256", "space.units.values=[8, 16]"]
+    assert probe_overrides(["search.algorithm=random"], probe_sections(digits(), slots=2)) == ["search.algorithm=random"]
 
 
 PROBE_TRIALS = """\
