@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +27,26 @@ def load_from_mlflow(
     tracking_uri: str | None = None,
     *,
     experiment_dir: str | Path | None = None,
-    parent_run_id: str | None = None,
+    run_id: str | None = None,
+    latest: bool = False,
 ) -> ExperimentResults:
     """Loads an experiment from the runs ``tunekit.tracking.tracker`` logged, without its directory.
 
     The trials and epochs tables have the columns ``load`` gives; what MLflow does not
-    hold (an epoch's attempt and resume point) is left empty.
+    hold (an epoch's attempt and resume point) is left empty. Several searches that share
+    a name share its MLflow experiment (one parent run each); which one to load is never
+    guessed: an ambiguous name is an error that lists them.
 
     Args:
         experiment_name: the MLflow experiment (``tracking.experiment``, else the spec's name).
         tracking_uri: where to look (default: MLflow's own default, as the tracker used).
         experiment_dir: pick the parent run of this experiment directory...
-        parent_run_id: ...or this parent run; else the most recent tunekit parent run.
+        run_id: ...or this parent run (``parent_run_id`` in ``tracking.json``)...
+        latest: ...or the most recently started one.
 
     Raises:
-        TunekitError: no such MLflow experiment, or no tunekit run in it.
+        TunekitError: no such MLflow experiment, no tunekit run in it, or several and
+            neither ``experiment_dir``, ``run_id`` nor ``latest`` picks one.
     """
     import pandas as pd
     from mlflow import MlflowClient
@@ -54,16 +60,26 @@ def load_from_mlflow(
         raise TunekitError(f"no MLflow experiment {experiment_name!r} at {client.tracking_uri}")
     ids = [experiment.experiment_id]
     parents = list(search_all_runs(client, ids, f"tags.`{TAG_ROLE}` = 'experiment'"))
-    if parent_run_id is not None:
-        parents = [run for run in parents if run.info.run_id == parent_run_id]
+    if run_id is not None:
+        parents = [run for run in parents if run.info.run_id == run_id]
+        if not parents:
+            raise TunekitError(f"run_id: no tunekit parent run {run_id!r} in MLflow experiment {experiment_name!r}")
     elif experiment_dir is not None:
         wanted = str(Path(experiment_dir).expanduser().resolve())
         parents = [run for run in parents if run.data.tags.get(TAG_EXPERIMENT_DIR) == wanted]
     if not parents:
         raise TunekitError(f"no tunekit experiment run in MLflow experiment {experiment_name!r}")
-    parent = max(parents, key=lambda run: run.info.start_time)
+    parents.sort(key=lambda run: run.info.start_time, reverse=True)
+    children_of = {
+        run.info.run_id: list(search_all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{run.info.run_id}'"))
+        for run in (parents if len(parents) > 1 and not latest else parents[:1])
+    }
+    if len(children_of) > 1:
+        candidates = [(run.info.run_id, run.info.start_time, len(children_of[run.info.run_id])) for run in parents]
+        raise TunekitError(ambiguity_message(experiment_name, candidates))
+    parent = parents[0]
     spec = _spec_from_mlflow(client, parent)
-    children = list(search_all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}'"))
+    children = children_of[parent.info.run_id]
     trial_rows, epoch_rows = [], []
     origin = parent.info.start_time / 1000
     for child in children:
@@ -84,7 +100,20 @@ def load_from_mlflow(
         epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
     parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
-    return ExperimentResults(directory, parsed, trials, epochs, best_trial(trials, parsed.metric.mode))
+    return ExperimentResults(directory, parsed, trials, epochs, best_trial(trials, pd.DataFrame(), parsed.metric.mode))
+
+
+def ambiguity_message(experiment_name: str, candidates: list[tuple[str, int, int]]) -> str:
+    """One line naming every candidate parent run as (run id, start in ms, trial count), in the order given."""
+    listed = "; ".join(
+        f"{run_id} (started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(start_ms / 1000))} UTC, "
+        f"{trials} {'trial' if trials == 1 else 'trials'})"
+        for run_id, start_ms, trials in candidates
+    )
+    return (
+        f"MLflow experiment {experiment_name!r} holds {len(candidates)} tunekit searches; "
+        f"pass run_id= for one of them or latest=True for the newest: {listed}"
+    )
 
 
 def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:

@@ -11,6 +11,12 @@ Modules, in import order (each imports only those above it; nothing here imports
 - ``runs``: the parent run, the child runs and what each still has to send (``RunBook``).
 - ``writer``: the writer thread's loop, with its retries (``MlflowWriter``).
 - ``tracker``: the recorder listener that queues events (``MlflowTracker``).
+- ``backfill``: ``sync``, an experiment's records sent after the fact through the same writer.
+- ``preflight``: ``tracking.required``: the start-up check and the end-of-search verdict.
 
-MLflow is imported only by ``client``, lazily, in the writer thread.
+MLflow is imported only by ``client``, lazily (in the writer thread during a search).
 """
+
+from tunekit.tracking.backfill import SyncResult, sync
+
+__all__ = ["SyncResult", "sync"]

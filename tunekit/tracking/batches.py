@@ -77,10 +77,7 @@ class BatchSender:
             self.client.log_batch(run_id, metrics=metrics or [], params=params or [], tags=tags or [])
         except MlflowError as error:
             if error.code in AUTH_ERRORS:
-                raise Disabled(
-                    f"MLflow at {self.uri} refused tunekit's credentials ({brief(error)}); "
-                    "the search goes on without tracking"
-                ) from error
+                raise Disabled(f"MLflow at {self.uri} refused tunekit's credentials ({brief(error)})") from error
             if error.code not in DATA_ERRORS:
                 raise
             # Sending it again cannot succeed (e.g. a param changed value on resume): drop it.

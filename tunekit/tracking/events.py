@@ -67,7 +67,11 @@ class ExploitEvent:
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """The best value after ``ended`` trials; the summary when ``final``."""
+    """The best value after ``ended`` trials; the summary when ``final``.
+
+    ``at`` is when it happened (epoch seconds); None means now. ``tunekit sync`` sets it
+    from the records, so a second sync sends the same points at the same times.
+    """
 
     ended: int
     best: float | None
@@ -77,6 +81,7 @@ class ProgressEvent:
     wall_seconds: float
     final: bool
     interrupted: bool
+    at: float | None = None
 
 
 @dataclass(frozen=True)

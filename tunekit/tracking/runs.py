@@ -4,6 +4,11 @@ Events are applied to in-memory state first (``Pending`` per run); ``sync`` then
 whatever is pending. A failed call leaves its work pending, so the next attempt picks up
 where the last one stopped. Resuming reattaches to the runs MLflow already holds: the
 parent by its experiment-directory tag, children by their Ray trial id.
+
+``fill_only`` (``tunekit sync``): MLflow's metric histories are append-only, so a value
+sent again is a second point. A live search appends the parent's summary at every end (a
+resumed search's new counts are its newest points); a sync only fills the steps MLflow
+lacks, on the parent as on every child, so syncing twice adds nothing.
 """
 
 from __future__ import annotations
@@ -100,9 +105,10 @@ class RunBook:
         spec: the experiment's spec.
         experiment_dir: its directory (tags the parent run; holds spec.yaml and tracking.json).
         started: when the search started (the parent run's start time).
+        fill_only: send a parent metric only at a step MLflow does not hold for it yet.
     """
 
-    def __init__(self, spec: ExperimentSpec, experiment_dir: Path, started: float) -> None:
+    def __init__(self, spec: ExperimentSpec, experiment_dir: Path, started: float, *, fill_only: bool = False) -> None:
         self.spec = spec
         self.experiment_dir = experiment_dir
         self.sender: BatchSender | None = None  # set once connected
@@ -115,9 +121,19 @@ class RunBook:
         self._spec_pending = False
         self._model_trial: str | None = None
         self._last_best: tuple[int, float | None] | None = None
+        self._fill_only = fill_only
+        self._parent_found = False  # the parent existed before this session: its metrics may too
 
     def unsent_metrics(self) -> int:
         return sum(len(t.pending.metrics) for t in self.trials.values())
+
+    @property
+    def parent_id(self) -> str | None:
+        return self._parent_id
+
+    @property
+    def experiment_id(self) -> str | None:
+        return self._experiment_id
 
     # ------------------------------------------------------------------- events
 
@@ -164,7 +180,7 @@ class RunBook:
                 assert_never(event)
 
     def _apply_progress(self, event: ProgressEvent) -> None:
-        now = int(time.time() * 1000)
+        now = int((time.time() if event.at is None else event.at) * 1000)
         name = metric_key(f"best_{self.spec.metric.name}")
         point = (event.ended, event.best)
         best = finite(event.best)
@@ -227,6 +243,7 @@ class RunBook:
         if parents:
             run = parents[0]
             parent_id = self._parent_id = run.run_id
+            self._parent_found = True
             self._children = {
                 child.tags[TAG_TRIAL_ID]: child.run_id
                 for child in client.search_runs(experiment_id, f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'")
@@ -328,6 +345,8 @@ class RunBook:
         if self._spec_pending:
             artifacts.log_spec(sender.client, parent_id, self.experiment_dir / SPEC_FILE, self.spec.tracking.uri)
             self._spec_pending = False
+        if self._fill_only and self._parent_found:
+            self._drop_held_points(parent_id, pending.metrics)
         sender.send_metrics(parent_id, pending.metrics)
         if pending.status is not None:
             if (self.experiment_dir / LEDGER_FILE).is_file():
@@ -339,6 +358,12 @@ class RunBook:
             status, end_ms = pending.status
             sender.client.set_terminated(parent_id, status, end_ms)
             pending.status = None
+
+    def _drop_held_points(self, run_id: str, metrics: list[MetricPoint]) -> None:
+        """Removes the points at steps MLflow already holds for their key (``fill_only``)."""
+        client = self._sender().client
+        held = {key: client.metric_steps(run_id, key) for key in {m.key for m in metrics}}
+        metrics[:] = [m for m in metrics if m.step not in held[m.key]]
 
     def _log_best_model(self, trial_id: str) -> None:
         trial = self.trials.get(trial_id)

@@ -31,7 +31,7 @@ RETRY_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 LINGER_S = 0.2  # gather a burst of events into one request
 # MLflow's REST client retries a refused connection 7 times with exponential backoff
 # (minutes); the tracker retries on its own schedule instead, so it learns quickly.
-_HTTP_ENV_DEFAULTS = {
+HTTP_ENV_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
@@ -44,8 +44,9 @@ _HTTP_ENV_DEFAULTS = {
 class MlflowWriter:
     """Owns the MLflow client and every run id; only its own thread calls it (``run``).
 
-    ``disabled`` and ``uri`` are read by the tracker's callbacks on the driver thread
-    (plain attribute reads); ``warn_once`` may be called from either thread.
+    ``disabled``, ``uri`` and ``problem`` are read by the tracker's callbacks on the driver
+    thread (plain attribute reads); ``warn_once`` may be called from either thread.
+    ``problem`` says, once the loop ended, why MLflow does not hold everything (None: it does).
 
     Args:
         spec: the experiment's spec (``tracking`` section).
@@ -58,6 +59,9 @@ class MlflowWriter:
         wait: waits up to the given seconds (None: forever) for the next event on an empty
             queue, and returns it, or None when the time passed; by default the queue's own wait.
         backoff: seconds between retries after the 1st, 2nd... failure (the last repeats).
+        tracking_uri: where to send (default: the spec's ``tracking.uri``, else MLflow's default).
+        fill_only: a parent metric goes only to a step MLflow lacks (``tunekit sync``; see ``runs``).
+        warn: shows a warning (default: tracking's logger); ``tunekit sync`` reports ``problem`` instead.
     """
 
     def __init__(
@@ -72,25 +76,36 @@ class MlflowWriter:
         clock: Callable[[], float] = time.monotonic,
         wait: Callable[[float | None], TrackerEvent | None] | None = None,
         backoff: Sequence[float] = RETRY_BACKOFF_S,
+        tracking_uri: str | None = None,
+        fill_only: bool = False,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.experiment_dir = experiment_dir
         self.flush_timeout = flush_timeout
         self.disabled = False  # read by the listener's callbacks: they stop queueing
         self.uri = ""
+        self.problem: str | None = None
         self._queue = events
         self._client_factory = client_factory
         self._clock = clock
         self._wait = wait or self._wait_on_queue
         self._backoff = tuple(backoff)
         self._warned = False
-        self._runs = RunBook(spec, experiment_dir, started)
+        self._warn = warn or _log_warning
+        self._tracking_uri = tracking_uri
+        self._runs = RunBook(spec, experiment_dir, started, fill_only=fill_only)
         self._env_set: list[str] = []
+
+    @property
+    def runs(self) -> RunBook:
+        """The runs and what they still have to send; read it only once ``run`` returned."""
+        return self._runs
 
     def warn_once(self, message: str) -> None:
         if not self._warned:
             self._warned = True
-            logger.warning("tunekit: %s", message)
+            self._warn(message)
 
     def run(self) -> None:
         """The thread's body: connect, then apply and send events until ``Stop`` (or give up)."""
@@ -101,10 +116,7 @@ class MlflowWriter:
         try:
             self._connect()
         except Exception as error:  # anything at all: tracking must not stop training
-            self._disable(
-                f"cannot use MLflow at {self.uri or self.spec.tracking.uri}: {brief(error)}; "
-                "the search goes on without tracking"
-            )
+            self._disable(f"cannot use MLflow at {self.uri or self._raw_uri()}: {brief(error)}")
         while True:
             block = stop_at is None and not failures
             for event in self._take(None if block else max(0.0, retry_at - self._clock())):
@@ -145,7 +157,8 @@ class MlflowWriter:
                 break
         if not self.disabled and failures:
             left = self._runs.unsent_metrics()
-            self.warn_once(f"MLflow at {self.uri} stayed unreachable; {left} metric values were not logged")
+            self.problem = f"MLflow at {self.uri} stayed unreachable; {left} metric values were not logged"
+            self.warn_once(self.problem)
         _release(waiters)
         self._restore_env()
 
@@ -179,16 +192,17 @@ class MlflowWriter:
 
     def _disable(self, message: str) -> None:
         self.disabled = True
+        self.problem = message
         self._runs.trials.clear()
-        self.warn_once(message)
+        self.warn_once(f"{message}; the search goes on without tracking")
 
     def _connect(self) -> None:
         """Resolves the URI, checks the server answers, and opens experiment and parent run."""
-        raw_uri = self.spec.tracking.uri or default_tracking_uri()
+        raw_uri = self._raw_uri() or default_tracking_uri()
         self.uri = redact_uri(raw_uri)
         if urlsplit(raw_uri).scheme in ("http", "https"):
             self._set_http_env()
-            _probe(raw_uri)
+            probe(raw_uri)
         # A new SQLite store announces its table migrations at INFO, mid-way through the
         # search's progress lines; unless the user configured that logger, keep it quiet.
         migrations = logging.getLogger("mlflow.store.db.utils")
@@ -197,8 +211,11 @@ class MlflowWriter:
         self._runs.sender = BatchSender(self._client_factory(raw_uri), self.uri)
         self._runs.open_parent()
 
+    def _raw_uri(self) -> str | None:
+        return self._tracking_uri or self.spec.tracking.uri
+
     def _set_http_env(self) -> None:
-        for key, value in _HTTP_ENV_DEFAULTS.items():
+        for key, value in HTTP_ENV_DEFAULTS.items():
             if key not in os.environ:
                 os.environ[key] = value
                 self._env_set.append(key)
@@ -209,13 +226,17 @@ class MlflowWriter:
         self._env_set = []
 
 
+def _log_warning(message: str) -> None:
+    logger.warning("tunekit: %s", message)
+
+
 def _release(waiters: list[threading.Event]) -> None:
     for waiter in waiters:
         waiter.set()
     waiters.clear()
 
 
-def _probe(uri: str) -> None:
+def probe(uri: str) -> None:
     """One quick request: an unreachable server is known at once, not after MLflow's retries."""
     import requests
 

@@ -1,0 +1,267 @@
+"""``tunekit sync``: an experiment's records sent to MLflow after the fact, through the live tracker's writer.
+
+The records (``trials.csv``, ``epochs.csv``, ``exploits.csv``, ``started.json``) are read
+back into the events the tracker queues during a search, and one ``MlflowWriter`` sends
+them, in this thread, with its retries. So a synced experiment holds what a tracked search
+would have: the parent run found by its experiment-directory tag (or created), one child
+per trial found by its Ray trial id (or created), the same params and tags, each epoch
+at ``step=epoch``, the spec, ``ledger.json`` and the best trial's model as artifacts, and
+``tracking.json`` in the directory. Epochs MLflow holds are not sent again, and the
+parent's metrics only fill steps MLflow lacks (``fill_only``), so a second sync adds
+nothing and a search whose server went away halfway is completed.
+
+CSV cells are read as text, never converted: a param logged from the cell ``0.001``
+is the same string the live tracker logged from the float, and MLflow refuses a param
+whose value changes. An empty cell is a parameter the trial did not have (a conditional
+one), as the live tracker leaves it out.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunekit.config.spec import ExperimentSpec, parse_spec
+from tunekit.errors import NotAnExperimentError, TunekitError
+from tunekit.layout import (
+    EPOCH_COLUMNS,
+    EPOCHS_FILE,
+    EXPLOITS_FILE,
+    INFO_PREFIX,
+    NEW_PREFIX,
+    OLD_PREFIX,
+    PARAM_PREFIX,
+    SPEC_FILE,
+    STARTED_FILE,
+    STARTED_KEY,
+    TRIALS_FILE,
+    TrialStatus,
+    finite,
+)
+from tunekit.tracking.events import (
+    STOP,
+    EpochEvent,
+    ExploitEvent,
+    InfoEvent,
+    ProgressEvent,
+    RunEvent,
+    TrackerEvent,
+    TrialEndEvent,
+    TrialEvent,
+)
+from tunekit.tracking.runs import ui_url
+from tunekit.tracking.tracker import DEFAULT_FLUSH_TIMEOUT_S, FLUSH_TIMEOUT_ENV
+from tunekit.tracking.writer import MlflowWriter
+
+Row = dict[str, str]
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """Where the experiment's runs are now.
+
+    Attributes:
+        tracking_uri: the tracking URI, credentials removed.
+        experiment_id: the MLflow experiment.
+        parent_run_id: the experiment's parent run.
+        trials: trials sent (one child run each).
+        ui_url: the runs table in the MLflow UI, for a tracking server.
+    """
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    trials: int
+    ui_url: str | None
+
+
+def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncResult:
+    """Sends an experiment's records to MLflow: one parent run, one child run per trial.
+
+    Idempotent: runs MLflow holds are found again and only what they lack is sent, so a
+    second sync adds nothing, and a search that logged only part of itself is completed.
+
+    Args:
+        experiment_dir: the experiment directory.
+        tracking_uri: where to send (default: the spec's ``tracking.uri``, else MLflow's default).
+
+    Raises:
+        NotAnExperimentError: the directory holds no spec.yaml.
+        TunekitError: MLflow cannot be used, or did not take everything.
+    """
+    directory = Path(experiment_dir).expanduser().resolve()
+    spec = _recorded_spec(directory)
+    events: queue.SimpleQueue[TrackerEvent] = queue.SimpleQueue()
+    started, active = _search_times(directory)
+    trials = _read_csv(directory / TRIALS_FILE)
+    for event in record_events(spec, directory, trials, started, active):
+        events.put(event)
+    events.put(STOP)
+    flush_timeout = float(os.environ.get(FLUSH_TIMEOUT_ENV, DEFAULT_FLUSH_TIMEOUT_S))
+    writer = MlflowWriter(
+        spec,
+        directory,
+        events,
+        flush_timeout,
+        started,
+        tracking_uri=tracking_uri,
+        fill_only=True,
+        warn=lambda message: None,  # the one problem is raised below, as one line
+    )
+    writer.run()
+    runs = writer.runs
+    if writer.problem is not None or runs.parent_id is None or runs.experiment_id is None:
+        raise TunekitError(f"sync of {directory}: {writer.problem or 'MLflow did not open a parent run'}")
+    link = ui_url(writer.uri, runs.experiment_id)
+    return SyncResult(writer.uri, runs.experiment_id, runs.parent_id, len(trials), link)
+
+
+def record_events(
+    spec: ExperimentSpec, experiment_dir: Path, trials: list[Row], started: float, active: float | None
+) -> Iterator[RunEvent]:
+    """The events a tracker would have queued for these records, in the order it would have."""
+    epochs = _read_csv(experiment_dir / EPOCHS_FILE)
+    for row in trials:
+        status = TrialStatus(row["status"])
+        yield TrialEvent(
+            row["trial_id"],
+            _integer(row["number"]),
+            _present(row, PARAM_PREFIX),
+            _number(row["started_at"]) or started,
+            _integer(row["attempts"]) or 1,
+            status == TrialStatus.RUNNING,
+        )
+        info = _present(row, INFO_PREFIX) | ({"node_id": row["node_id"]} if row.get("node_id") else {})
+        if info:
+            yield InfoEvent(row["trial_id"], info)
+    for epoch in epochs:
+        metrics = {
+            key: number
+            for key, text in epoch.items()
+            if key not in EPOCH_COLUMNS and (number := finite(_number(text))) is not None
+        }
+        at = started + (_number(epoch["time"]) or 0.0)
+        yield EpochEvent(epoch["trial_id"], int(epoch["epoch"]), metrics, int(at * 1000))
+    yield from _exploit_events(experiment_dir / EXPLOITS_FILE, trials)
+    ended = [row for row in trials if TrialStatus(row["status"]).is_finished()]
+    ended.sort(key=lambda row: _number(row["ended_at"]) or started)
+    for row in ended:
+        yield TrialEndEvent(
+            row["trial_id"],
+            TrialStatus(row["status"]),
+            row["reason"],
+            _integer(row["rung"]),
+            _integer(row["epochs"]) or 0,
+            _integer(row["attempts"]) or 1,
+            _number(row["ended_at"]) or started,
+        )
+    yield from _progress_events(spec, trials, ended, started, active)
+
+
+def _progress_events(
+    spec: ExperimentSpec, trials: list[Row], ended: list[Row], started: float, active: float | None
+) -> Iterator[ProgressEvent]:
+    """The best value after each ended trial, in the order they ended, then the summary."""
+    from tunekit.search.plan import pick_best  # the rule the recorder picks the best by
+
+    counts: Counter[str] = Counter(TrialStatus(row["status"]) for row in trials)
+    epochs_spent = sum(_integer(row["epochs"]) or 0 for row in trials)
+    end = max((_number(row["ended_at"]) or started for row in ended), default=started)
+    for index in range(1, len(ended) + 1):
+        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in ended[:index]], spec.metric.mode)
+        final = index == len(ended)
+        yield ProgressEvent(
+            ended=index,
+            best=None if best is None else _number(best["final_metric"]),
+            best_trial=None if best is None else best["trial_id"],
+            counts=dict(counts),
+            epochs_spent=epochs_spent,
+            wall_seconds=end - started if active is None else active,
+            final=final,
+            interrupted=counts[TrialStatus.RUNNING] > 0,
+            at=end if final else _number(ended[index - 1]["ended_at"]),
+        )
+    if not ended:  # no trial ended: the parent still ends, as a search that ran none does
+        yield ProgressEvent(0, None, None, dict(counts), epochs_spent, active or 0.0, True, bool(trials), at=end)
+
+
+def _exploit_events(path: Path, trials: list[Row]) -> Iterator[ExploitEvent]:
+    """PBT's steps per trial, each in the words the live tracker tags them with."""
+    rows = _read_csv(path)
+    if not rows:
+        return
+    import yaml
+
+    from tunekit.search.pbt import ExploitStep  # its describe() words the tags
+
+    numbers = {row["trial_id"]: _integer(row["number"]) for row in trials}
+    steps: dict[str, list[str]] = {}
+    for row in rows:
+        step = ExploitStep(
+            row["trial_id"],
+            int(row["epoch"]),
+            row["source_trial_id"],
+            int(row["source_epoch"]),
+            {k[len(OLD_PREFIX) :]: yaml.safe_load(v) for k, v in row.items() if k.startswith(OLD_PREFIX) and v},
+            {k[len(NEW_PREFIX) :]: yaml.safe_load(v) for k, v in row.items() if k.startswith(NEW_PREFIX) and v},
+        )
+        steps.setdefault(step.trial_id, []).append(step.describe(numbers.get))
+    for trial_id in sorted(steps):
+        yield ExploitEvent(trial_id, tuple(steps[trial_id]))
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _recorded_spec(directory: Path) -> ExperimentSpec:
+    import yaml
+
+    path = directory / SPEC_FILE
+    if not path.is_file():
+        raise NotAnExperimentError(directory, SPEC_FILE)
+    # As the experiment recorded it: the trainable is not looked for (it may have moved).
+    return parse_spec(yaml.safe_load(path.read_text()), directory, locate_trainable=False)
+
+
+def _search_times(directory: Path) -> tuple[float, float | None]:
+    """When the search started, and its active seconds when ``started.json`` records its sessions."""
+    try:
+        record = json.loads((directory / STARTED_FILE).read_text())
+    except (OSError, ValueError):
+        record = {}
+    started = finite(record.get(STARTED_KEY)) if isinstance(record, dict) else None
+    if started is None:  # a directory from before started.json: the first trial's start
+        starts = [_number(row["started_at"]) for row in _read_csv(directory / TRIALS_FILE)]
+        started = min((s for s in starts if s is not None), default=0.0)
+    sessions = record.get("sessions") if isinstance(record, dict) else None
+    active = sum(end - start for start, end in sessions) if isinstance(sessions, list) and sessions else None
+    return started, active
+
+
+def _read_csv(path: Path) -> list[Row]:
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _present(row: Row, prefix: str) -> dict[str, object]:
+    return {key[len(prefix) :]: value for key, value in row.items() if key.startswith(prefix) and value != ""}
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _integer(text: str | None) -> int | None:
+    number = _number(text)
+    return None if number is None else int(number)
