@@ -26,6 +26,7 @@ from tunekit.layout import ENDED_STATUSES
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
     from tunekit.results.load import ExperimentResults
+    from tunekit.results.summary import Summary
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -131,6 +132,14 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--price-per-hour", type=float, metavar="P", help="price of one CPU- or GPU-hour: adds costs")
     report.set_defaults(handler=_report)
 
+    check = commands.add_parser(
+        "check", help="does an experiment agree with itself? (tables, study, checkpoints, ledger, MLflow)"
+    )
+    check.add_argument("experiment_dir")
+    check.add_argument("--no-mlflow", action="store_true", help="leave MLflow's runs out of the comparison")
+    check.add_argument("--tracking-uri", help="where the runs are, when not where tracking.json says")
+    check.set_defaults(handler=_check)
+
     logs = commands.add_parser("logs", help="a trial's output (stdout and stderr) and its error, if it failed")
     logs.add_argument("experiment_dir")
     logs.add_argument("trial", help="the trial's number (as in `tunekit report`) or its Ray trial id")
@@ -141,6 +150,13 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--tracking-uri", help="MLflow tracking URI to check")
     doctor.add_argument("--storage", default="tunekit_results", help="storage directory to check")
     doctor.set_defaults(handler=_doctor)
+
+    sync = commands.add_parser(
+        "sync", help="send an experiment's records to MLflow afterwards; run again, nothing is duplicated"
+    )
+    sync.add_argument("experiment_dir")
+    sync.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's tracking.uri, as run used)")
+    sync.set_defaults(handler=_sync)
     return parser
 
 
@@ -245,26 +261,31 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    import json
-
-    from tunekit.results.ledger import compute_ledger, describe, predicted_vs_actual
+    from tunekit.results.ledger import describe
     from tunekit.results.load import load
 
     results = load(args.experiment_dir)
-    ledger = compute_ledger(results, args.tolerance, args.price_per_hour)
-    comparison = predicted_vs_actual(results, ledger)
+    summary = results.summary(args.tolerance, args.price_per_hour)
     if args.format == "json":
-        record = json.loads(results.to_json())
-        print(json.dumps({**record, "ledger": ledger.to_dict(), "predicted_vs_actual": comparison}, indent=2))
+        print(results.to_json(summary))
     else:
         print(_table(results))
         print()
-        print(describe(ledger, comparison))
+        print("\n".join(_summary_lines(results, summary)))
+        print(describe(summary.ledger, summary.predicted_vs_actual))
     if args.html:
         from tunekit.results.report import write_html
 
         write_html(results, args.html, tolerance=args.tolerance, price_per_hour=args.price_per_hour)
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from tunekit.results.check import check_experiment
+
+    report = check_experiment(args.experiment_dir, mlflow=not args.no_mlflow, tracking_uri=args.tracking_uri)
+    print(report.describe())
+    return 0 if report.ok else EXIT_FAILURE
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -273,22 +294,51 @@ def _doctor(args: argparse.Namespace) -> int:
     return run_checks(address=args.address, tracking_uri=args.tracking_uri, storage=args.storage)
 
 
-def _print_summary(results: ExperimentResults) -> None:
-    counts = results.trials["status"].value_counts().to_dict() if not results.trials.empty else {}
-    print(f"experiment: {results.experiment_dir}")
-    print("trials: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ENDED_STATUSES))
-    best = results.best
-    if best is None:
-        print("best: none (no trial reported the metric)")
-        return
+def _sync(args: argparse.Namespace) -> int:
+    from tunekit.tracking import sync
+
+    synced = sync(args.experiment_dir, tracking_uri=args.tracking_uri)
     print(
-        f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
-        f"after {best.epochs} epochs, {best.status}"
+        f"synced {synced.trials} trials to MLflow at {synced.tracking_uri}: "
+        f"experiment {synced.experiment_id}, parent run {synced.parent_run_id}"
     )
-    print("best config: " + ", ".join(f"{k}={v}" for k, v in best.config.items()))
+    if synced.ui_url:
+        print(f"MLflow UI: {synced.ui_url}")
+    return 0
+
+
+def _print_summary(results: ExperimentResults) -> None:
+    print(f"experiment: {results.experiment_dir}")
+    print("\n".join(_summary_lines(results, results.summary())))
     link = _mlflow_link(results.experiment_dir)
     if link:
         print(f"mlflow: {link}")
+
+
+def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
+    """What the search's end and ``tunekit report`` say of it: counts, times, the best (and its scope)."""
+    from tunekit.results.summary import INHERITED, config_text, describe_lineage
+
+    lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in ENDED_STATUSES)]
+    lines += summary.time_lines()
+    best = summary.best
+    if best is None:
+        lines.append("best: none (no trial reported the metric)")
+    else:
+        lines.append(
+            f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
+            f"after {best.epochs} epochs, {best.status}"
+        )
+        changed = " (after PBT's exploit steps; the model was trained under it)" if best.lineage else ""
+        lines.append(f"best config{changed}: {config_text(best.config)}")
+        lines += [f"  {line}" for line in describe_lineage(best)]
+    inherited = summary.best_including_history
+    if inherited is not None and inherited.scope == INHERITED:
+        lines.append(
+            f"best including warm-start history: trial {inherited.number} of {inherited.source} "
+            f"{results.metric}={inherited.metric:.4f} ({config_text(inherited.config)})"
+        )
+    return lines
 
 
 def _mlflow_link(experiment_dir: Path) -> str | None:

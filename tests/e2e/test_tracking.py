@@ -23,11 +23,16 @@ import pytest
 from ray.tune.schedulers import FIFOScheduler
 
 import tunekit
+from tunekit.cli import main as cli_main
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.environment import redact_uri
+from tunekit.errors import TunekitError
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatus
+from tunekit.results.mlflow import ambiguity_message, load_from_mlflow
 from tunekit.testing import MlflowServer, free_port
+from tunekit.tracking import sync
+from tunekit.tracking.preflight import TrackingIncomplete, check_complete
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
     TAG_EXPERIMENT_DIR,
@@ -91,7 +96,7 @@ def drive(
                 {"val_accuracy": value, "loss": 1.0 / epoch, "epoch_seconds": 0.1},
                 1,
                 0 if epoch == 1 else None,
-                time.time() - recorder.started,
+                recorder.clock.now(),
             )
             recorder.epochs.append(row)
             record.epochs, record.final_metric = epoch, value
@@ -133,6 +138,29 @@ def runs_of(uri: str, experiment: str, experiment_dir: Path | None = None) -> tu
     assert len(parents) == 1, [r.data.tags for r in parents]
     children = [r for r in runs if r.data.tags.get(PARENT_RUN_TAG) == parents[0].info.run_id]
     return parents[0], children
+
+
+def untracked_experiment(
+    tmp_path: Path, uri: str, experiment: str, *, trials: int = 4, directory: str = "experiment"
+) -> tuple[Recorder, Path]:
+    """An experiment directory as a search leaves it, written by a real recorder, never sent to MLflow."""
+    spec, experiment_dir = small_spec(tmp_path, uri, f"tracking.experiment={experiment}", directory=directory)
+    recorder = recorder_for(spec, experiment_dir)
+    drive(MlflowTracker(spec, experiment_dir), recorder, trials=trials, epochs=3)  # never started: sends nothing
+    recorder.write_tables()
+    return recorder, experiment_dir
+
+
+def histories(uri: str, experiment: str, experiment_dir: Path) -> dict[str, dict[str, list[int]]]:
+    """{run name: {metric: its steps}} for the parent and each child run."""
+    mlflow_client = client(uri)
+    parent, children = runs_of(uri, experiment, experiment_dir)
+    return {
+        run.info.run_name: {
+            key: [p.step for p in mlflow_client.get_metric_history(run.info.run_id, key)] for key in run.data.metrics
+        }
+        for run in [parent, *children]
+    }
 
 
 def tracking_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -661,3 +689,120 @@ def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_ep
         assert child.info.status == run_status(TrialStatus(row.status))
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["trials_completed"] == (results.trials["status"] == "completed").sum()
+
+
+# ---------------------------------------------------- tunekit sync, tracking.required
+
+# Made up by a recorder without Ray: no study or checkpoints behind the tables.
+MADE_UP = pytest.mark.inconsistent_on_purpose("made-up records: no study or checkpoints behind trials.csv")
+
+
+@MADE_UP
+def test_sync_sends_an_untracked_experiment_once(tmp_path: Path, server: MlflowServer) -> None:
+    recorder, experiment_dir = untracked_experiment(tmp_path, f"http://127.0.0.1:{free_port()}", "synced")
+
+    for _ in range(2):
+        assert cli_main(["sync", str(experiment_dir), "--tracking-uri", server.uri]) == 0
+
+    mlflow_client = client(server.uri)
+    parent, children = runs_of(server.uri, "synced", experiment_dir)
+    assert len(children) == 4
+    for child in children:
+        record = recorder.trials[child.data.tags[TAG_TRIAL_ID]]
+        steps = [p.step for p in mlflow_client.get_metric_history(child.info.run_id, "val_accuracy")]
+        assert steps == list(range(1, record.epochs + 1))
+        assert len(mlflow_client.get_metric_history(child.info.run_id, "loss")) == record.epochs
+        assert child.data.params == {k: str(v) for k, v in record.params.items()}
+        assert child.data.tags[TAG_STATUS] == record.status and child.data.tags["tunekit.precision"] == "float32"
+        assert child.data.tags[TAG_TRIAL_NUMBER] == str(record.number)
+        assert child.info.status == "FINISHED"
+    assert parent.info.status == "FINISHED"
+    summary = {key: len(mlflow_client.get_metric_history(parent.info.run_id, key)) for key in parent.data.metrics}
+    assert summary["trials_completed"] == summary["wall_seconds"] == 1
+    assert summary["best_val_accuracy"] == 4  # one point per ended trial, in the order they ended
+    assert parent.data.metrics["trials_completed"] == 2 and parent.data.metrics["trials_pruned"] == 2
+    assert [a.path for a in mlflow_client.list_artifacts(parent.info.run_id)] == ["spec.yaml"]
+    recorded = json.loads((experiment_dir / TRACKING_FILE).read_text())
+    assert recorded["parent_run_id"] == parent.info.run_id and recorded["tracking_uri"] == server.uri
+
+
+@pytest.mark.slow
+@MADE_UP
+def test_sync_completes_a_search_whose_server_went_away_halfway(tmp_path: Path) -> None:
+    own = MlflowServer(tmp_path / "server").start()
+    try:
+        spec, experiment_dir = small_spec(tmp_path, own.uri, "tracking.experiment=half")
+        recorder = recorder_for(spec, experiment_dir)
+        tracker = MlflowTracker(spec, experiment_dir, flush_timeout=2)
+        tracker.experiment_started(recorder)
+        drive(tracker, recorder, trials=2, epochs=3)
+        assert tracker.flush(timeout=60)
+        own.stop()
+        drive(tracker, recorder, trials=3, epochs=3, first=2)
+        tracker.experiment_ended(recorder)
+        recorder.write_tables()
+        assert tracker.shortfall() is not None
+        with pytest.raises(TrackingIncomplete) as incomplete:
+            check_complete(
+                load_spec(experiment_dir / "spec.yaml", ["tracking.required=true"]), experiment_dir, [tracker]
+            )
+        assert str(incomplete.value) == (
+            f"tracking.required: {tracker.shortfall()}; the experiment is complete on disk: "
+            f"`tunekit sync {experiment_dir}` sends the rest"
+        )
+
+        # The same server back at its address (MLflow stores artifact locations with it).
+        back = MlflowServer(tmp_path / "server")
+        back.port, back.uri = own.port, own.uri
+        back.start()
+        try:
+            first = sync(experiment_dir, tracking_uri=back.uri)
+            after_one = histories(back.uri, "half", experiment_dir)
+            second = sync(experiment_dir, tracking_uri=back.uri)
+            assert histories(back.uri, "half", experiment_dir) == after_one
+            assert first.parent_run_id == second.parent_run_id and first.trials == 5
+            parent, children = runs_of(back.uri, "half", experiment_dir)
+            assert len(children) == 5 and parent.info.status == "FINISHED"
+            for child in children:
+                record = recorder.trials[child.data.tags[TAG_TRIAL_ID]]
+                assert after_one[child.info.run_name]["val_accuracy"] == list(range(1, record.epochs + 1))
+                assert child.data.tags[TAG_STATUS] == record.status and child.info.status == "FINISHED"
+            assert parent.data.metrics["trials_completed"] == 3 and parent.data.metrics["trials_pruned"] == 2
+        finally:
+            back.stop()
+    finally:
+        own.stop()
+
+
+@MADE_UP
+def test_load_from_mlflow_refuses_an_ambiguous_name_unless_told_which(tmp_path: Path, sqlite_uri: str) -> None:
+    older_recorder, older = untracked_experiment(tmp_path, sqlite_uri, "shared", trials=2, directory="a")
+    newer_recorder, newer = untracked_experiment(tmp_path, sqlite_uri, "shared", trials=3, directory="b")
+    older_run, newer_run = sync(older).parent_run_id, sync(newer).parent_run_id
+    mlflow_client = client(sqlite_uri)
+    starts = {run_id: mlflow_client.get_run(run_id).info.start_time for run_id in (older_run, newer_run)}
+
+    with pytest.raises(TunekitError) as ambiguous:
+        load_from_mlflow("shared", sqlite_uri)
+    assert str(ambiguous.value) == ambiguity_message(
+        "shared", [(newer_run, starts[newer_run], 3), (older_run, starts[older_run], 2)]
+    )
+    assert sorted(load_from_mlflow("shared", sqlite_uri, latest=True).trials["trial_id"]) == sorted(
+        newer_recorder.trials
+    )
+    assert sorted(load_from_mlflow("shared", sqlite_uri, run_id=older_run).trials["trial_id"]) == sorted(
+        older_recorder.trials
+    )
+    alone_recorder, alone = untracked_experiment(tmp_path, sqlite_uri, "alone", trials=1, directory="c")
+    sync(alone)
+    assert list(load_from_mlflow("alone", sqlite_uri).trials["trial_id"]) == list(alone_recorder.trials)
+
+
+@pytest.mark.slow
+def test_sync_of_a_tracked_search_adds_nothing(tracked: tunekit.ExperimentResults, server: MlflowServer) -> None:
+    before = histories(server.uri, EXPERIMENT, tracked.experiment_dir)
+    synced = sync(tracked.experiment_dir)  # the spec's tracking.uri, as the search used
+    assert histories(server.uri, EXPERIMENT, tracked.experiment_dir) == before
+    parent, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    assert synced.parent_run_id == parent.info.run_id and len(children) == 5
+    assert len(client(server.uri).search_model_versions(f"name = '{REGISTERED_MODEL}'")) == 1

@@ -33,6 +33,7 @@ from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, S
 from tunekit.layout import ERROR_FILE, SPEC_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
+from tunekit.tracking.preflight import check_complete, check_reachable
 
 
 def run(
@@ -78,6 +79,7 @@ def run(
         spec = load_spec(spec, overrides, sections, python_trainable)
     elif python_trainable is not None:
         spec = dataclasses.replace(spec, trainable=python_trainable)
+    check_reachable(spec)  # tracking.required: refuse before anything is written or started
     experiment_dir = create_experiment_dir(spec, name, storage)
     # A `tunekit plan --probe` of this spec under the same storage: its prediction goes with the experiment.
     attach_prediction(spec, experiment_dir, address, launched_at)
@@ -117,6 +119,7 @@ def resume(
         raise NotAnExperimentError(directory, SPEC_FILE)
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    check_reachable(spec)
     if grown:
         (directory / SPEC_FILE).write_text(spec.to_yaml())
     stream = sys.stdout if progress is True else (progress or None)
@@ -176,6 +179,7 @@ def _fit(
     from tunekit.search.history import HistorySummary
     from tunekit.search.searcher import exhausted_reason
 
+    session_began = time.time()  # the active clock's session starts here, with the console's
     console = ConsoleProgress(spec, stream) if stream else None
     if console:
         console.header(experiment_dir, _tracking_uri(spec))
@@ -193,6 +197,7 @@ def _fit(
         from tunekit.driver.guard import FailureRules
 
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
+        recorder.session_began = session_began
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):
             console.phase(history.describe())
         if console:
@@ -201,7 +206,7 @@ def _fit(
             try:
                 tuner.fit()
             finally:
-                recorder.write_tables()
+                recorder.end_session()
         wait_for_released_resources()
     if console and (exhausted := exhausted_reason(spec, experiment_dir)):
         console.phase(f"the search ended early: {exhausted}")
@@ -214,9 +219,10 @@ def _fit(
         )
     if isinstance(guard, FailureRules) and guard.abort_reason:
         raise SearchAborted(f"search stopped: {guard.abort_reason}", experiment_dir)
-    reason = no_result_reason(spec, experiment_dir, list(recorder.trials.values()), time.time() - recorder.started)
+    reason = no_result_reason(spec, experiment_dir, list(recorder.trials.values()), recorder.clock.now())
     if reason:
         raise NoResultError(reason, experiment_dir)
+    check_complete(spec, experiment_dir, recorder.listeners)
 
 
 def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:
@@ -276,7 +282,7 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
         spec: the experiment's spec (metric name, time budget).
         experiment_dir: where each trial's ``error.txt`` lives.
         records: the recorder's ``TrialRecord``s.
-        elapsed: seconds the search ran.
+        elapsed: active seconds the search ran.
     """
     if any(r.final_metric is not None or r.best_metric is not None for r in records):
         return ""

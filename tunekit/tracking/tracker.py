@@ -43,7 +43,9 @@ yet, so ``tunekit resume`` of a finished experiment completes its record.
 
 An unreachable tracking server costs one warning and the search goes on untracked; a
 server that goes away mid-search costs one warning, the tracker keeps what it has not
-sent and retries in the background. Credentials (``MLFLOW_TRACKING_USERNAME``,
+sent and retries in the background. With ``tracking.required: true`` both fail the search
+instead (``tunekit.tracking.preflight``): at start-up, and at the end when MLflow still
+lacks records, pointing to ``tunekit sync``. Credentials (``MLFLOW_TRACKING_USERNAME``,
 ``MLFLOW_TRACKING_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``) are read by MLflow from the
 environment; they are never logged, and user:password in a URI is removed before the
 URI is shown or stored anywhere.
@@ -62,6 +64,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import TrialStatus, finite
 from tunekit.tracking.events import (
@@ -107,9 +110,10 @@ class MlflowTracker:
         self._thread: threading.Thread | None = None
         self._writer: MlflowWriter | None = None
         self._info_seen: dict[str, int] = {}  # trial id -> id() of the info dict already queued
-        self._started = time.time()
+        self._clock: SearchClock | None = None  # the recorder's, from experiment_started on
         self._ended_trials = 0
         self._exploits_sent = 0  # PBT steps of recorder.exploits already queued
+        self._cut_off = False  # the writer was still sending when the flush timeout ended
 
     # Ray pickles callbacks (the recorder drops its listeners, but be safe): no thread,
     # queue or client in the pickle.
@@ -127,10 +131,10 @@ class MlflowTracker:
     # ------------------------------------------------------------ listener (driver)
 
     def experiment_started(self, recorder: Recorder) -> None:
-        self._started = recorder.started
+        self._clock = recorder.clock
         if self._thread is None:
             self._writer = MlflowWriter(
-                self.spec, self.experiment_dir, self._queue, self.flush_timeout, recorder.started
+                self.spec, self.experiment_dir, self._queue, self.flush_timeout, recorder.clock.started_at
             )
             self._thread = threading.Thread(target=self._writer.run, name="tunekit-mlflow", daemon=True)
             self._thread.start()
@@ -165,7 +169,8 @@ class MlflowTracker:
         if self._off():
             return
         metrics = {key: number for key, value in row.metrics.items() if (number := finite(value)) is not None}
-        self._queue.put(EpochEvent(record.trial_id, row.epoch, metrics, int((self._started + row.at) * 1000)))
+        at = self._clock.wall_at(row.at) if self._clock is not None else time.time()
+        self._queue.put(EpochEvent(record.trial_id, row.epoch, metrics, int(at * 1000)))
         self._queue_info(record)
 
     def trial_ended(self, record: TrialRecord) -> None:
@@ -204,13 +209,23 @@ class MlflowTracker:
             self._queue.put(self._progress(recorder, final=True))
         self._queue.put(STOP)
         thread.join(self.flush_timeout + PROBE_TIMEOUT_S)
-        if thread.is_alive():
+        self._cut_off = thread.is_alive()
+        if self._cut_off:
             writer.warn_once(
                 f"MLflow at {writer.uri or 'the tracking URI'} did not take everything in "
                 f"{self.flush_timeout:.0f} s; the rest of this search's tracking is lost "
                 f"(`tunekit resume {self.experiment_dir}` sends it later)"
             )
         self._thread = None
+
+    def shortfall(self) -> str | None:
+        """After ``experiment_ended``: why MLflow does not hold the whole search, or None when it does."""
+        writer = self._writer
+        if writer is None:
+            return None
+        if self._cut_off:
+            return f"MLflow at {writer.uri or 'the tracking URI'} did not take everything in {self.flush_timeout:.0f} s"
+        return writer.problem
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until everything queued so far was sent (for tests and benchmarks)."""
@@ -248,7 +263,7 @@ class MlflowTracker:
             best_trial=None if best is None else best.trial_id,
             counts=counts,
             epochs_spent=sum(r.epochs for r in records),
-            wall_seconds=time.time() - recorder.started,
+            wall_seconds=recorder.clock.now(),
             final=final,
             interrupted=counts.get(TrialStatus.RUNNING, 0) > 0,
         )

@@ -1,0 +1,101 @@
+"""``tracking.required: true``: refuse to search untracked, and say so when MLflow missed records.
+
+Without it an unreachable server costs one warning and the search goes on untracked (the
+tracker's contract). With it:
+
+* at start-up, before Ray starts, MLflow must answer: ``check_reachable`` raises one
+  ``TunekitError`` naming the URI and the fix, and nothing is written;
+* a server that goes away mid-search does not stop training: the writer keeps what it
+  has not sent and retries, as always; but if MLflow still lacks records when the search
+  ends (after the flush timeout), ``check_complete`` fails the search, pointing to
+  ``tunekit sync``, which sends the rest from the experiment's records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tunekit.config.spec import ExperimentSpec
+from tunekit.environment import redact_uri
+from tunekit.errors import TunekitError
+from tunekit.tracking.tracker import MlflowTracker
+from tunekit.tracking.values import brief
+from tunekit.tracking.writer import HTTP_ENV_DEFAULTS, probe
+
+_UNTRACKED = "or set tracking.required: false to search without it and send the runs later with `tunekit sync DIR`"
+
+
+class TrackingIncomplete(TunekitError):
+    """``tracking.required`` is set and MLflow does not hold the whole search; ``tunekit sync`` sends the rest.
+
+    ``experiment_dir`` is the experiment directory, complete on disk.
+    """
+
+    def __init__(self, message: str, experiment_dir: Path) -> None:
+        super().__init__(message)
+        self.experiment_dir = experiment_dir
+
+
+def check_reachable(spec: ExperimentSpec) -> None:
+    """With ``tracking.required``, raises unless MLflow at the spec's URI answers; else does nothing.
+
+    Reads only (the experiment is looked up, not created): a refused check leaves no trace.
+
+    Raises:
+        TunekitError: one line with the URI and the fix.
+    """
+    if not (spec.tracking.enabled and spec.tracking.required):
+        return
+    from tunekit.tracking.client import MlflowRunClient, default_tracking_uri
+
+    raw_uri = spec.tracking.uri or default_tracking_uri()
+    uri = redact_uri(raw_uri)
+    http = urlsplit(raw_uri).scheme in ("http", "https")
+    try:
+        if http:
+            probe(raw_uri)
+        with _quick_http_retries():
+            MlflowRunClient(raw_uri).get_experiment(spec.tracking.experiment or spec.name)
+    except ConnectionError:
+        raise TunekitError(
+            f"tracking.required: no answer from MLflow at {uri}; start the tracking server or fix tracking.uri, "
+            + _UNTRACKED
+        ) from None
+    except Exception as error:  # credentials, a store it cannot open: all mean "not usable"
+        raise TunekitError(
+            f"tracking.required: cannot use MLflow at {uri} ({brief(error)}); fix tracking.uri or the server, "
+            + _UNTRACKED
+        ) from None
+
+
+def check_complete(spec: ExperimentSpec, experiment_dir: Path, listeners: Sequence[object]) -> None:
+    """After the search, with ``tracking.required``: raises when MLflow lacks some of its records.
+
+    Raises:
+        TrackingIncomplete: with why, and the ``tunekit sync`` command that sends the rest.
+    """
+    if not spec.tracking.required:
+        return
+    for listener in listeners:
+        if isinstance(listener, MlflowTracker) and (shortfall := listener.shortfall()):
+            raise TrackingIncomplete(
+                f"tracking.required: {shortfall}; the experiment is complete on disk: "
+                f"`tunekit sync {experiment_dir}` sends the rest",
+                experiment_dir,
+            )
+
+
+@contextlib.contextmanager
+def _quick_http_retries() -> Iterator[None]:
+    """The writer's HTTP settings for one check: a failing server is known in seconds, not minutes."""
+    added = [key for key in HTTP_ENV_DEFAULTS if key not in os.environ]
+    os.environ.update({key: HTTP_ENV_DEFAULTS[key] for key in added})
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
