@@ -120,15 +120,96 @@ def describe_error(error: BaseException | str, limit: int = 500) -> str:
 
     For an exception: its type and message, condensed but whole where it fits. Keras's
     messages run over several lines and open with a line that says little ("Exception
-    encountered when calling ..."), so lines are joined, not cut to the first.
+    encountered when calling ..."), so lines are joined, not cut to the first. tunekit's
+    own trial errors (``TrialFailure``, ``FatalTrialError``) are written as reasons: their
+    message alone, whole ("non-finite loss at epoch 2").
 
-    For a traceback as text (Ray's ``Trial.error_msg``): its last line, which names the
-    error; ``""`` when the text is empty.
+    For a traceback as text (Ray's ``Trial.error_msg``, a trial's ``error.txt``): the last
+    exception it names, with its message, read the same way; else its last line; ``""``
+    when the text is empty.
+
+    TensorFlow's graph errors put a stack between the error and its cause ("Graph
+    execution error: Detected at node X defined at (most recent call last): File ...
+    <cause>"); the stack is dropped so the cause fits (see ``root_cause``).
     """
-    if isinstance(error, str):
-        lines = [line for line in error.strip().splitlines() if line.strip()]
-        line = re.sub(r"\s+", " ", lines[-1]).strip() if lines else ""
-    else:
-        text = re.sub(r"\s+", " ", str(error)).strip()
-        line = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if isinstance(error, TrialFailure | FatalTrialError):
+        return _one_line(str(error))
+    line = _describe_traceback(error) if isinstance(error, str) else _brief(type(error).__name__, str(error))
+    return line if len(line) <= limit else line[: limit - 1] + _CUT
+
+
+# TensorFlow's "where was this op defined" block: a header, then frames ('  File "...", line
+# N, in f'), blank lines and, in some versions, indented source lines. The cause follows it.
+_GRAPH_STACK = re.compile(
+    r"Detected at node \S+ defined at \(most recent call last\):[ \t]*(?:\n|$)"
+    r"(?:[ \t]*(?:File \"[^\n]*)?(?:\n|$)| {4,}\S[^\n]*(?:\n|$))*"
+)
+# A Python exception line: a dotted class name at the start of a line, then ": message" or nothing.
+_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?:: (.*))?:?")
+_CUT = "…"
+
+
+def root_cause(message: str) -> str:
+    """``message`` without TensorFlow's "Detected at node ... defined at" stacks.
+
+    The stack names the Python frames that built the failing op: the same error shows other
+    line numbers in every trial, and it pushed the cause (``data/train.tfrecord; No such
+    file or directory``) past any reasonable cut.
+    """
+    return _GRAPH_STACK.sub("", message)
+
+
+def _brief(type_name: str, message: str) -> str:
+    text = _one_line(root_cause(message))
+    return f"{type_name}: {text}" if text else type_name
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _describe_traceback(text: str) -> str:
+    """The last exception a traceback text names, as ``describe_error`` gives an exception.
+
+    The exception line is the first unindented line after a frame's indented ones (Python's
+    format and Ray's alike); the lines after it are its message. TensorFlow's stacks are
+    dropped first: their frames sit inside a message and would look like a traceback's.
+    """
+    lines = root_cause(text).strip().splitlines()
+    for index in range(len(lines) - 1, 0, -1):
+        after_frame = lines[index - 1][:1].isspace() and lines[index - 1].strip()
+        match = _EXCEPTION_LINE.fullmatch(lines[index]) if after_frame else None
+        if match:
+            first = match.group(2) or ""
+            message = "\n".join([first, *lines[index + 1 :]])
+            return _brief(match.group(1).rsplit(".", 1)[-1], message)
+    return _one_line(lines[-1]) if lines else ""
+
+
+# What differs between two trials hitting one error, each with what stands in for it.
+_VARYING = (
+    (re.compile(r"\bline \d+"), "line N"),  # a frame's line number
+    (re.compile(r"(\.py[cw]?):\d+(?::\d+)?"), r"\1:N"),  # path.py:12 or path.py:12:5
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x?"),  # memory addresses, "<object at 0x7f...>"
+    (re.compile(r"\b(pid|ip|id|actor_id|node_id|task_id|worker_id)=[^\s,)\]]+"), r"\1=?"),  # Ray's and Python's ids
+    (re.compile(r"\btmp[a-z0-9_]{8}\b"), "tmp?"),  # tempfile's random directory names
+    (re.compile(r"(?<=/)[0-9a-f]{8}(?=[/\s'\",:;]|$)"), "<trial>"),  # a trial's folder: its Ray id
+    (re.compile(r"(?<=[A-Za-z])_\d+\b"), "_N"),  # TensorFlow's numbered names: dense_3, __inference_f_4065
+)
+# A cut reason ends where its length says; errors that differ in a line number are cut at
+# different words. Reasons cut alike are compared on this many characters of their start.
+_CUT_FINGERPRINT = 200
+
+
+def failure_fingerprint(reason: str) -> str:
+    """What two failures share when they are the same error: ``reason`` normalised.
+
+    Line numbers, memory addresses, object and process ids, temporary directories, trial
+    ids and TensorFlow's numbered op and layer names differ between trials that hit one
+    error; they are replaced by placeholders, so the failure guard recognises the error.
+    """
+    text = _one_line(reason)
+    cut = text.endswith(_CUT)
+    for pattern, placeholder in _VARYING:
+        text = pattern.sub(placeholder, text)
+    return text[:_CUT_FINGERPRINT] if cut else text
