@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunekit.errors import failure_fingerprint
 from tunekit.layout import (
     FAILURE_KEY,
     FAILURE_KIND_KEY,
@@ -23,35 +24,41 @@ class FailureRules:
     """Decides, result by result, whether a trial stops and whether the whole search does.
 
     A result carrying ``FAILURE_KEY`` stops its trial. The search stops on a fatal
-    failure (``FAILURE_KIND_KEY == "fatal"``), or when the first trials all failed with
-    one identical error before any trial reported a result; ``abort_reason`` says which.
+    failure (``FAILURE_KIND_KEY == "fatal"``), or once ``REPEATED_FAILURE_LIMIT`` trials
+    have failed with the same error (same ``failure_fingerprint``) before any trial
+    reported an epoch; ``abort_reason`` says which. Ray asks ``stop_all`` after each
+    result, so the search stops at that trial: trials still running end as stopped.
     """
 
     def __init__(self) -> None:
         self.abort_reason: str | None = None
         self._any_success = False
-        self._failures: list[str] = []
+        # The trials that failed with each error, by fingerprint: a set, so the limit counts
+        # trials, however many of a trial's results carry its failure.
+        self._failed_trials: dict[str, set[str]] = {}
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         reason = result.get(FAILURE_KEY)
         if not reason:
             self._any_success = True
             return False
-        if result.get(FAILURE_KIND_KEY) == "fatal" and self.abort_reason is None:
-            self.abort_reason = f"trial {trial_id} failed with an error every trial would hit: {reason}"
-        self._failures.append(str(reason))
-        recent = self._failures[-REPEATED_FAILURE_LIMIT:]
-        if (
-            not self._any_success
-            and len(recent) == REPEATED_FAILURE_LIMIT
-            and len(set(recent)) == 1
-            and self.abort_reason is None
-        ):
-            self.abort_reason = (
-                f"the first {REPEATED_FAILURE_LIMIT} trials all failed with the same error, "
-                f"so the trainable is broken, not the configs: {reason}"
-            )
+        if self.abort_reason is None:
+            self.abort_reason = self._abort_reason(trial_id, str(reason), str(result.get(FAILURE_KIND_KEY)))
         return True
 
     def stop_all(self) -> bool:
         return self.abort_reason is not None
+
+    def _abort_reason(self, trial_id: str, reason: str, kind: str) -> str | None:
+        if kind == "fatal":
+            return f"trial {trial_id} failed with an error every trial would hit: {reason}"
+        if self._any_success:
+            return None
+        trials = self._failed_trials.setdefault(failure_fingerprint(reason), set())
+        trials.add(trial_id)
+        if len(trials) < REPEATED_FAILURE_LIMIT:
+            return None
+        return (
+            f"{REPEATED_FAILURE_LIMIT} trials failed with the same error before any trial finished an epoch, "
+            f"so the trainable is broken, not the configs: {reason}"
+        )

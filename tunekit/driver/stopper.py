@@ -8,4 +8,4 @@ from tunekit.driver.guard import FailureRules
 
 
 class FailureGuard(FailureRules, Stopper):
-    """Stops the whole search on a fatal trial error, or on one error repeated in every trial."""
+    """Stops the whole search on a fatal trial error, or on one error repeated before any trial succeeded."""

@@ -45,15 +45,48 @@ def test_the_same_error_in_the_first_trials_stops_the_search() -> None:
     guard("t9", failed("ValueError: shapes differ"))
     assert guard.stop_all() is True
     assert guard.abort_reason == (
-        f"the first {REPEATED_FAILURE_LIMIT} trials all failed with the same error, "
+        f"{REPEATED_FAILURE_LIMIT} trials failed with the same error before any trial finished an epoch, "
         "so the trainable is broken, not the configs: ValueError: shapes differ"
     )
+
+
+def test_a_tensorflow_error_stops_the_search_at_its_third_trial() -> None:
+    # The reasons three trials of one search gave for a missing TFRecord file (real texts,
+    # see tests/unit/test_errors.py): each names another traced function.
+    guard = FailureRules()
+    reasons = [
+        "NotFoundError: Graph execution error: data/train.tfrecord; No such file or directory "
+        f"[[{{{{node IteratorGetNext}}}}]] [Op:__inference_multi_step_on_iterator_{number}]"
+        for number in (1339, 2686, 2710)
+    ]
+    assert guard("ee5120d2", failed(reasons[0])) is True
+    assert guard("6fccbc26", failed(reasons[1])) is True
+    assert guard.stop_all() is False
+    assert guard("cc5e6db9", failed(reasons[2])) is True
+    assert guard.stop_all() is True
+    assert guard.abort_reason is not None and guard.abort_reason.endswith(reasons[2])
+
+
+def test_same_cause_counts_across_other_errors_in_between() -> None:
+    guard = FailureRules()
+    for trial_id, reason in [("t0", "OSError: a"), ("t1", "KeyError: 'b'"), ("t2", "OSError: a")]:
+        guard(trial_id, failed(reason))
+    assert guard.stop_all() is False
+    guard("t3", failed("OSError: a"))
+    assert guard.stop_all() is True
+
+
+def test_a_trial_seen_failing_twice_counts_once() -> None:
+    guard = FailureRules()
+    for trial_id in ("t0", "t0", "t1", "t1"):
+        guard(trial_id, failed("OSError: a"))
+    assert guard.stop_all() is False
 
 
 def test_different_errors_do_not_stop_the_search() -> None:
     guard = FailureRules()
     for index in range(REPEATED_FAILURE_LIMIT * 2):
-        guard(f"t{index}", failed(f"TrialFailure: error {index % 2}"))
+        guard(f"t{index}", failed(f"TrialFailure: error {index % 3}"))
     assert guard.stop_all() is False
 
 
