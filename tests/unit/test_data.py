@@ -193,3 +193,36 @@ def test_thread_pool_is_capped_at_the_trial_cpus(small_digits_folder: Path, tmp_
         assert options.autotune.cpu_budget == cpus
         assert options.deterministic is True
     epoch(pipelines[0])  # and the capped pipeline runs
+
+
+def test_a_relative_data_path_is_found_beside_the_spec_then_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec_dir, cwd = tmp_path / "project", tmp_path / "elsewhere"
+    (spec_dir / "data").mkdir(parents=True)
+    (cwd / "data").mkdir(parents=True)
+    (spec_dir / "data" / "train.tfrecord").write_bytes(b"")
+    (cwd / "data" / "val.tfrecord").write_bytes(b"")
+    monkeypatch.chdir(cwd)
+    ctx = TrialContext(**{**context().__dict__, "spec_dir": str(spec_dir)})
+
+    assert data.resolve_path("data/train.tfrecord", ctx) == spec_dir / "data" / "train.tfrecord"
+    assert data.resolve_path("data/val.tfrecord", ctx) == cwd / "data" / "val.tfrecord"
+    with pytest.raises(FileNotFoundError) as raised:
+        data.from_tfrecord("data/test.tfrecord", ctx, training=False)
+    assert str(raised.value) == (
+        f"no such file or folder: 'data/test.tfrecord' (looked for {spec_dir}/data/test.tfrecord, "
+        f"{cwd}/data/test.tfrecord)"
+    )
+
+
+def test_tfrecord_shards_are_found_by_a_glob_pattern(tmp_path: Path) -> None:
+    images = np.zeros((4, 8, 8), dtype=np.uint8)
+    for shard in (1, 0):
+        data.write_tfrecord(tmp_path / f"train-{shard}.tfrecord", images + shard, np.full(4, shard))
+    ctx = TrialContext(**{**context(batch_size=8).__dict__, "spec_dir": str(tmp_path)})
+
+    _, labels = epoch(data.from_tfrecord("train-*.tfrecord", ctx, training=False, image_size=8, channels=1))
+
+    # Shards are read several at once, interleaved, starting with the first in sorted order.
+    assert (sorted(labels), labels[0]) == ([0, 0, 0, 0, 1, 1, 1, 1], 0)
