@@ -21,6 +21,7 @@ from tunekit.driver.records import TrialRecord, settle_ended
 from tunekit.errors import FatalTrialError, TrialFailure
 from tunekit.layout import TrialStatus
 from tunekit.results.load import ExperimentResults
+from tunekit.results.summary import summarize
 from tunekit.search.searcher import open_study
 from tunekit.worker.checks import check_epoch_metrics
 
@@ -59,7 +60,7 @@ def test_report_json_lists_trials_best_first(tmp_path: Path) -> None:
     )
     results = ExperimentResults(tmp_path, spec, trials, pd.DataFrame(), None)
 
-    ranked = [t["trial_id"] for t in json.loads(results.to_json())["trials"]]
+    ranked = [t["trial_id"] for t in json.loads(summarize(results).to_json(results))["trials"]]
 
     assert ranked == ["d", "b", "a", "c"]
 

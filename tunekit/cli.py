@@ -263,11 +263,12 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
 def _report(args: argparse.Namespace) -> int:
     from tunekit.results.ledger import describe
     from tunekit.results.load import load
+    from tunekit.results.summary import summarize
 
     results = load(args.experiment_dir)
-    summary = results.summary(args.tolerance, args.price_per_hour)
+    summary = summarize(results, args.tolerance, args.price_per_hour)
     if args.format == "json":
-        print(results.to_json(summary))
+        print(summary.to_json(results))
     else:
         print(_table(results))
         print()
@@ -308,8 +309,10 @@ def _sync(args: argparse.Namespace) -> int:
 
 
 def _print_summary(results: ExperimentResults) -> None:
+    from tunekit.results.summary import summarize
+
     print(f"experiment: {results.experiment_dir}")
-    print("\n".join(_summary_lines(results, results.summary())))
+    print("\n".join(_summary_lines(results, summarize(results))))
     link = _mlflow_link(results.experiment_dir)
     if link:
         print(f"mlflow: {link}")
@@ -317,7 +320,7 @@ def _print_summary(results: ExperimentResults) -> None:
 
 def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
     """What the search's end and ``tunekit report`` say of it: counts, times, the best (and its scope)."""
-    from tunekit.results.summary import INHERITED, config_text, describe_lineage
+    from tunekit.results.best import INHERITED, config_text, describe_lineage
 
     lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in ENDED_STATUSES)]
     lines += summary.time_lines()

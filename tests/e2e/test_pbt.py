@@ -23,9 +23,10 @@ import pytest
 import ray
 
 import tunekit
+from tunekit.clock import SearchClock
 from tunekit.driver.session import ray_init_options
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX, STUDY_FILE
-from tunekit.results import plots
+from tunekit.results import plots, summarize
 from tunekit.search.searcher import PBT_STEPS_ATTR
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
 
@@ -35,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 PBT_SPEC = REPO / "search_spaces" / "digits_mlp_pbt.yaml"
 KILL_ONCE = REPO / "tests" / "trainables" / "kill_once.py"
 EVERY_EPOCH = ["scheduler.perturbation_interval=1"]
+STOPPED_S = 3.0  # between the interruption and the resume
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,6 +91,7 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     with (experiment_dir / EXPLOITS_FILE).open() as handle:
         before = list(csv.DictReader(handle))
     assert before
+    time.sleep(STOPPED_S)  # the search stands still: no figure may count this
 
     results = tunekit.resume(experiment_dir, progress=False)
 
@@ -144,3 +147,22 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
 
     figure = plots.lineage(results)
     assert figure.axes[0].get_title().startswith("PBT lineage: 2 exploit steps (dashed")
+
+    # Times are active: the stop is downtime, in no trial's time and in no slot-hour.
+    summary = summarize(results)
+    assert summary.sessions == 2 and summary.downtime_seconds >= STOPPED_S
+    clock = SearchClock.read(experiment_dir)
+    assert clock is not None
+    elapsed = clock.sessions[-1][1] - clock.started_at
+    assert summary.active_seconds == pytest.approx(elapsed - summary.downtime_seconds)
+    spans = results.spans.groupby("trial_id").apply(lambda rows: float((rows["end"] - rows["start"]).sum()))
+    for row in trials.itertuples():
+        assert row.wall_seconds == pytest.approx(spans[row.trial_id], abs=0.01)
+        assert row.wall_seconds < summary.active_seconds
+    # The best trial's configuration is the one its saved model was trained under.
+    best = results.best
+    assert best is not None
+    config, _ = _final_checkpoint(results.experiment_dir, best.trial_id)
+    assert {k: v for k, v in config.items() if not k.startswith("_")} == pytest.approx(best.config)
+    if best.lineage:
+        assert best.config == best.lineage[-1].config != best.initial_config

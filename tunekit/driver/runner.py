@@ -305,7 +305,7 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
 
 def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
     """Who hears about the search as it goes: the console and, when enabled, MLflow."""
-    from tunekit.results.ledger import LedgerFile
+    from tunekit.results.summary import LedgerFile
 
     # The ledger file first: the MLflow tracker logs it to the parent run at the search's end.
     listeners: list[Any] = [*([console] if console else []), LedgerFile(experiment_dir)]

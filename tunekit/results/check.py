@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from tunekit.clock import SearchClock
 from tunekit.layout import (
     CHECKPOINT_STATE,
+    EPOCHS_FILE,
     LEDGER_FILE,
+    SPANS_FILE,
     STARTED_FILE,
     TRACKING_FILE,
     TRIALS_FILE,
@@ -32,12 +34,12 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.results.load import ExperimentResults, load
+from tunekit.results.summary import Summary, summarize
 from tunekit.search.forecast import slot_units
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tunekit.results.summary import Summary
 
 # Times are written rounded to milliseconds, and a table is written a moment apart from the
 # clock file: figures within this many seconds agree.
@@ -50,7 +52,7 @@ RELATIVE_SLACK = 1e-6
 class Finding:
     """One disagreement: where it was seen, what, and the two values side by side."""
 
-    where: str  # "trials.csv vs study"
+    where: str  # f"{TRIALS_FILE} vs study"
     what: str  # "trial 3 (abc12) state"
     expected: Any
     actual: Any
@@ -91,11 +93,11 @@ def check_experiment(
     """
     results = load(experiment_dir)
     report = CheckReport(results.experiment_dir)
-    summary = results.summary()
+    summary = summarize(results)
     sections: list[tuple[str, Callable[[], Iterator[Finding]]]] = [
-        ("trials.csv", lambda: _trials_table(results)),
-        ("epochs.csv", lambda: _epochs_against_trials(results)),
-        ("spans.csv", lambda: _spans(results)),
+        (TRIALS_FILE, lambda: _trials_table(results)),
+        (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
+        (SPANS_FILE, lambda: _spans(results)),
         ("study", lambda: _study(results)),
         ("checkpoints", lambda: _checkpoints(results)),
         ("summary", lambda: _figures(results, summary)),
@@ -116,7 +118,7 @@ def check_experiment(
         report.checked.append("mlflow")
         report.findings.extend(_mlflow(results, summary, json.loads(tracked.read_text()), tracking_uri))
     elif mlflow:
-        report.notes.append("not tracked in MLflow (no tracking.json)")
+        report.notes.append(f"not tracked in MLflow (no {TRACKING_FILE})")
     return report
 
 
@@ -152,14 +154,14 @@ def _trials_table(results: ExperimentResults) -> Iterator[Finding]:
 
 
 def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
-    where = "trials.csv vs epochs.csv"
+    where = f"{TRIALS_FILE} vs {EPOCHS_FILE}"
     epochs, metric, mode = results.epochs, results.metric, results.mode
     by_trial: dict[str, list[dict[str, Any]]] = {}
     for row in _rows(epochs):
         by_trial.setdefault(str(row["trial_id"]), []).append(row)
     known = {str(r["trial_id"]) for r in _rows(results.trials)}
     for trial_id in sorted(set(by_trial) - known):
-        yield Finding(where, f"epochs of trial {trial_id}", "a trial in trials.csv", "none")
+        yield Finding(where, f"epochs of trial {trial_id}", f"a trial in {TRIALS_FILE}", "none")
     for row in _rows(results.trials):
         reported = sorted(by_trial.get(str(row["trial_id"]), []), key=lambda r: int(r["epoch"]))
         numbers = [int(r["epoch"]) for r in reported]
@@ -175,7 +177,7 @@ def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
 
 
 def _spans(results: ExperimentResults) -> Iterator[Finding]:
-    where = "trials.csv vs spans.csv"
+    where = f"{TRIALS_FILE} vs {SPANS_FILE}"
     clock = SearchClock.read(results.experiment_dir)
     if clock is None:
         yield Finding("experiment", STARTED_FILE, "present", "missing")
@@ -212,7 +214,7 @@ def _spans(results: ExperimentResults) -> Iterator[Finding]:
                 for start, end in pairs
             )
             if not inside:
-                yield Finding("epochs.csv vs spans.csv", f"{label} report at {at} s", "inside a span", pairs)
+                yield Finding(f"{EPOCHS_FILE} vs {SPANS_FILE}", f"{label} report at {at} s", "inside a span", pairs)
 
 
 # ----------------------------------------------------------------- the study
@@ -225,7 +227,7 @@ def _study(results: ExperimentResults) -> Iterator[Finding]:
     from tunekit.search.plan import study_url
     from tunekit.search.searcher import RAY_TRIAL_ATTR
 
-    where = "trials.csv vs study"
+    where = f"{TRIALS_FILE} vs study"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
@@ -239,7 +241,7 @@ def _study(results: ExperimentResults) -> Iterator[Finding]:
     }
     rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
-        yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", "a row in trials.csv", "none")
+        yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", f"a row in {TRIALS_FILE}", "none")
     epochs: dict[str, set[int]] = {}
     for row in _rows(results.epochs):
         if finite(row.get(results.metric)) is not None:
@@ -283,7 +285,7 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     """Completed trials left a model; the best trial's last checkpoint holds the best config."""
     from tunekit.tracking.artifacts import final_model_path
 
-    where = "trials.csv vs checkpoints"
+    where = f"{TRIALS_FILE} vs checkpoints"
     directory = results.experiment_dir
     for row in _rows(results.trials):
         if str(row["status"]) == TrialStatus.COMPLETED and final_model_path(directory, str(row["trial_id"])) is None:
@@ -319,7 +321,7 @@ def _last_checkpoint_state(trial_dir: Path) -> dict[str, Any] | None:
 
 def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
     """The summary against the tables it was computed from, added up another way."""
-    where = "summary vs trials.csv"
+    where = f"summary vs {TRIALS_FILE}"
     trials = results.trials
     statuses = [str(s) for s in trials["status"]] if not trials.empty else []
     for status in TrialStatus:
@@ -332,7 +334,7 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
     per_slot = slot_units(results.spec)[0] / 3600
     if not _same(summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot):
         yield Finding(
-            "ledger vs trials.csv", "slot-hours against wall_seconds", wall * per_slot, summary.ledger.slot_hours
+            f"ledger vs {TRIALS_FILE}", "slot-hours against wall_seconds", wall * per_slot, summary.ledger.slot_hours
         )
     if summary.active_seconds is not None and not trials.empty:
         longest = max(finite(w) or 0.0 for w in trials["wall_seconds"])
@@ -353,10 +355,10 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
         if key in ("downtime_seconds",) or key.startswith("actual_") or key.startswith("predicted_"):
             continue
         if not _same(finite(written.get(key)), value, absolute=TIME_SLACK_S):
-            yield Finding("ledger.json vs summary", key, value, written.get(key))
+            yield Finding(f"{LEDGER_FILE} vs summary", key, value, written.get(key))
     best = (record.get("summary") or {}).get("best") or {}
     if summary.best is not None and best.get("trial_id") != summary.best.trial_id:
-        yield Finding("ledger.json vs summary", "best trial", summary.best.trial_id, best.get("trial_id"))
+        yield Finding(f"{LEDGER_FILE} vs summary", "best trial", summary.best.trial_id, best.get("trial_id"))
 
 
 # ------------------------------------------------------------------ MLflow
@@ -386,7 +388,7 @@ def _mlflow(
         runs.setdefault(str(run.data.tags.get(TAG_TRIAL_ID)), []).append(run)
     rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
     for trial_id in sorted(set(runs) - set(rows)):
-        yield Finding(where, f"child run of trial {trial_id}", "a row in trials.csv", "none")
+        yield Finding(where, f"child run of trial {trial_id}", f"a row in {TRIALS_FILE}", "none")
     metric = metric_key(results.metric)
     epochs: dict[str, set[int]] = {}
     for row in _rows(results.epochs):

@@ -30,11 +30,9 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.errors import TunekitError
-from tunekit.layout import LEDGER_FILE, TrialStatus, finite
+from tunekit.layout import TrialStatus, finite
 from tunekit.search.forecast import read_prediction, slot_units
 from tunekit.search.plan import spec_milestones
 
@@ -339,25 +337,6 @@ def _error(predicted: float | None, actual: float | None) -> float | None:
 # --------------------------------------------------------------- ledger.json
 
 
-def write_ledger(experiment_dir: Path, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
-    """Writes ``ledger.json`` (the summary's figures: ledger, predicted against actual, best,
-    counts, times, and their flat ``metrics`` for the MLflow parent) and returns it."""
-    from tunekit.results.load import load
-
-    summary = load(experiment_dir).summary(tolerance)
-    figures = summary.to_dict()
-    record = {
-        **figures.pop("ledger"),
-        "predicted_vs_actual": figures.pop("predicted_vs_actual"),
-        "summary": figures,
-        "metrics": summary.flat_metrics(),
-    }
-    partial = experiment_dir / f"{LEDGER_FILE}.partial"
-    partial.write_text(json.dumps(record, indent=2, default=str))
-    partial.replace(experiment_dir / LEDGER_FILE)
-    return record
-
-
 def flat_metrics(ledger: Ledger, comparison: list[dict[str, Any]] | None) -> dict[str, float]:
     """The ledger's numbers as MLflow metrics of the parent run (names stay the same across searches)."""
     values: dict[str, float | None] = {
@@ -376,41 +355,6 @@ def flat_metrics(ledger: Ledger, comparison: list[dict[str, Any]] | None) -> dic
     for row, key in zip(comparison or [], ("trials", "wall_seconds", "epochs", "slot_hours"), strict=False):
         values |= {f"predicted_{key}": row["predicted"], f"actual_{key}": row["actual"]}
     return {key: number for key, value in values.items() if (number := finite(value)) is not None}
-
-
-class LedgerFile:
-    """A recorder listener that writes ``ledger.json`` when the search ends.
-
-    It comes before the MLflow tracker among the listeners, so the tracker's writer finds
-    the file and logs it, with its metrics, to the parent run. Every other hook is a no-op.
-    """
-
-    def __init__(self, experiment_dir: Path) -> None:
-        self.experiment_dir = experiment_dir
-
-    def experiment_ended(self, recorder: Any) -> None:
-        try:
-            write_ledger(self.experiment_dir)
-        except (TunekitError, OSError, ValueError, KeyError) as error:
-            logger.warning("no compute ledger for %s: %s", self.experiment_dir, error)
-
-    def experiment_started(self, recorder: Any) -> None:
-        pass
-
-    def trial_started(self, record: Any) -> None:
-        pass
-
-    def epoch_reported(self, record: Any, row: Any) -> None:
-        pass
-
-    def trial_ended(self, record: Any) -> None:
-        pass
-
-    def tick(self, recorder: Any) -> None:
-        pass
-
-    def warning(self, message: str) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------ text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +13,10 @@ from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import EPOCHS_FILE, EXPLOITS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, finite
-from tunekit.results.summary import BestTrial, best_trial
+from tunekit.results.best import BestTrial, best_trial
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from tunekit.results.summary import Summary
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ class ExperimentResults:
         best: the best trial of this experiment (trained to the end if any trial was),
             with the configuration its model was trained under (after PBT's exploits), or None.
             Every other figure (counts, times, the best including a warm start's history,
-            the ledger) is in ``summary()``.
+            the ledger) is in ``tunekit.results.summarize(results)``.
     """
 
     experiment_dir: Path
@@ -75,12 +72,6 @@ class ExperimentResults:
 
         return _read_csv(pd, self.experiment_dir / SPANS_FILE)
 
-    def summary(self, tolerance: float | None = None, price_per_hour: float | None = None) -> Summary:
-        """Every derived figure, computed once (``tunekit.results.summary``): what every report renders."""
-        from tunekit.results.summary import summarize
-
-        return summarize(self, tolerance, price_per_hour)
-
     @property
     def exploits(self) -> pd.DataFrame:
         """PBT's exploit steps (``exploits.csv``), one row each: epoch, trial, source trial and
@@ -91,6 +82,7 @@ class ExperimentResults:
 
     @property
     def best_config(self) -> dict[str, Any] | None:
+        """The configuration the best trial's model was trained under (after PBT's exploit steps)."""
         return None if self.best is None else self.best.config
 
     @property
@@ -140,15 +132,6 @@ class ExperimentResults:
             shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
             raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
         return final_model_path(self.experiment_dir, str(trial))
-
-    def to_json(self, summary: Summary | None = None) -> str:
-        """The summary's figures (``best``, ``best_including_history``, counts, times, ledger) and the trials."""
-        figures = (summary or self.summary()).to_dict()
-        # Best first, as the table: a script taking the first trial gets the best one.
-        trials = json.loads(self.ranked().to_json(orient="records")) if not self.trials.empty else []
-        return json.dumps(
-            {"experiment_dir": str(self.experiment_dir), **figures, "trials": trials}, indent=2, default=str
-        )
 
 
 def load(experiment_dir: str | Path) -> ExperimentResults:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TRACKING_FILE, TrialStatus
+from tunekit.results.best import INHERITED, BestTrial, describe_lineage
 from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults
-from tunekit.results.summary import INHERITED, BestTrial, Summary, describe_lineage, duration
+from tunekit.results.summary import Summary, duration, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,7 +94,7 @@ def render_html(
 ) -> str:
     """The page as a string; ``images`` maps figure names to base64 PNG data."""
     name = results.spec.name
-    summary = results.summary(tolerance, price_per_hour)
+    summary = summarize(results, tolerance, price_per_hour)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

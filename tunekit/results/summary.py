@@ -22,68 +22,25 @@ Scopes, as every renderer names them:
 from __future__ import annotations
 
 import json
+import logging
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock
 from tunekit.config.spec import MetricMode
-from tunekit.layout import (
-    ENDED_STATUSES,
-    NEW_PREFIX,
-    OLD_PREFIX,
-    PARAM_PREFIX,
-    WARM_START_FILE,
-    TrialStatus,
-    finite,
-)
+from tunekit.errors import TunekitError
+from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, finite
+from tunekit.results.best import BestTrial, inherited_best
+from tunekit.results.ledger import DEFAULT_TOLERANCE, Ledger, compute_ledger, flat_metrics, predicted_vs_actual
+from tunekit.results.load import ExperimentResults
 from tunekit.search.plan import pick_best
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tunekit.results.ledger import Ledger
-    from tunekit.results.load import ExperimentResults
-
-THIS_EXPERIMENT = "this experiment"
-INHERITED = "inherited history"
-
-
-@dataclass(frozen=True)
-class ExploitChange:
-    """One PBT exploit step of a trial: at ``epoch`` it took ``source_number``'s checkpoint and ``config``."""
-
-    epoch: int
-    source_trial_id: str
-    source_number: int | None
-    source_epoch: int
-    config: dict[str, Any]
-    changed: dict[str, list[Any]]  # parameter -> [before, after], only those that changed
-
-
-@dataclass(frozen=True)
-class BestTrial:
-    """The best trial and the configuration that produced its model.
-
-    ``config`` is the trial's final configuration: its starting one (``initial_config``)
-    unless PBT exploit steps (``lineage``) moved it. ``source`` names the experiment the
-    trial ran in: this one, or for an inherited best the earlier experiment and number.
-    """
-
-    trial_id: str
-    number: int | None
-    config: dict[str, Any]
-    metric: float
-    epochs: int
-    status: str
-    initial_config: dict[str, Any] = field(default_factory=dict)
-    lineage: tuple[ExploitChange, ...] = ()
-    scope: str = THIS_EXPERIMENT
-    source: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+logger = logging.getLogger("tunekit")
 
 
 @dataclass(frozen=True)
@@ -110,10 +67,15 @@ class Summary:
         record["ledger"] = self.ledger.to_dict()
         return record
 
+    def to_json(self, results: ExperimentResults) -> str:
+        """``tunekit report --format json``: every figure, then the trials best first."""
+        # Best first, as the table: a script taking the first trial gets the best one.
+        trials = json.loads(results.ranked().to_json(orient="records")) if not results.trials.empty else []
+        record = {"experiment_dir": str(results.experiment_dir), **self.to_dict(), "trials": trials}
+        return json.dumps(record, indent=2, default=str)
+
     def flat_metrics(self) -> dict[str, float]:
         """The figures as the MLflow parent run's metrics (names stay the same across searches)."""
-        from tunekit.results.ledger import flat_metrics
-
         values: dict[str, float | None] = {
             **{f"trials_{status}": float(self.counts.get(status, 0)) for status in ENDED_STATUSES},
             "epochs_spent": float(self.epochs_spent),
@@ -138,8 +100,6 @@ def summarize(
     results: ExperimentResults, tolerance: float | None = None, price_per_hour: float | None = None
 ) -> Summary:
     """Every derived figure of ``results``; ``tolerance`` and ``price_per_hour`` are the ledger's."""
-    from tunekit.results.ledger import DEFAULT_TOLERANCE, compute_ledger, predicted_vs_actual
-
     trials, spec = results.trials, results.spec
     clock = SearchClock.read(results.experiment_dir)
     counts = {str(s): int(c) for s, c in trials["status"].value_counts().items()} if not trials.empty else {}
@@ -171,72 +131,6 @@ def active_seconds(clock: SearchClock | None, trials: pd.DataFrame) -> float | N
     return float(trials["ended_at"].max() - trials["started_at"].min())
 
 
-# ------------------------------------------------------------------------ the best
-
-
-def best_trial(trials: pd.DataFrame, exploits: pd.DataFrame, mode: MetricMode) -> BestTrial | None:
-    """The best trial of the tables (trained to the end if any was) with its final configuration."""
-    if trials.empty:
-        return None
-    candidates = [(str(row["status"]), finite(row["final_metric"]), row) for _, row in trials.iterrows()]
-    row = pick_best(candidates, mode)
-    if row is None:
-        return None
-    initial = {
-        column[len(PARAM_PREFIX) :]: plain(row[column])
-        for column in trials.columns
-        if column.startswith(PARAM_PREFIX) and not is_missing(row[column])
-    }
-    trial_id = str(row["trial_id"])
-    lineage = lineage_of(trial_id, exploits)
-    return BestTrial(
-        trial_id=trial_id,
-        number=None if is_missing(row["number"]) else int(row["number"]),
-        config=dict(lineage[-1].config) if lineage else initial,
-        metric=float(row["final_metric"]),
-        epochs=int(row["epochs"]),
-        status=str(row["status"]),
-        initial_config=initial,
-        lineage=lineage,
-    )
-
-
-def lineage_of(trial_id: str, exploits: pd.DataFrame) -> tuple[ExploitChange, ...]:
-    """A trial's PBT exploit steps in order, each with the whole configuration it went on with."""
-    if exploits.empty or "trial_id" not in exploits.columns:
-        return ()
-    steps = exploits[exploits["trial_id"].astype(str) == trial_id].sort_values("epoch", kind="stable")
-    names = [column[len(NEW_PREFIX) :] for column in exploits.columns if column.startswith(NEW_PREFIX)]
-    changes = []
-    for _, step in steps.iterrows():
-        new = {name: plain(step[NEW_PREFIX + name]) for name in names if not is_missing(step[NEW_PREFIX + name])}
-        old = {name: plain(step[OLD_PREFIX + name]) for name in names if not is_missing(step[OLD_PREFIX + name])}
-        source_number = finite(step["source_number"])
-        changes.append(
-            ExploitChange(
-                epoch=int(step["epoch"]),
-                source_trial_id=str(step["source_trial_id"]),
-                source_number=None if source_number is None else int(source_number),
-                source_epoch=int(step["source_epoch"]),
-                config=new,
-                changed={name: [old.get(name), value] for name, value in new.items() if old.get(name) != value},
-            )
-        )
-    return tuple(changes)
-
-
-def describe_lineage(best: BestTrial) -> list[str]:
-    """The text report's lines: the starting configuration and each exploit step."""
-    if not best.lineage:
-        return []
-    lines = ["started as: " + config_text(best.initial_config)]
-    for step in best.lineage:
-        who = f"trial {step.source_number}" if step.source_number is not None else step.source_trial_id
-        changed = ", ".join(f"{name} {_short(old)} -> {_short(new)}" for name, (old, new) in step.changed.items())
-        lines.append(f"epoch {step.epoch}: copied {who} (epoch {step.source_epoch}); {changed or 'no change'}")
-    return lines
-
-
 def _best_including_history(results: ExperimentResults) -> BestTrial | None:
     """The better of this experiment's best and the best inherited by a warm start."""
     own, inherited = results.best, inherited_best(results.experiment_dir)
@@ -247,46 +141,64 @@ def _best_including_history(results: ExperimentResults) -> BestTrial | None:
     return pick_best(candidates, results.mode)
 
 
-def inherited_best(experiment_dir: Path) -> BestTrial | None:
-    """The best history trial a warm start added to the study, as ``warm_start.json`` recorded it."""
-    try:
-        record = json.loads((experiment_dir / WARM_START_FILE).read_text()).get("best")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(record, dict) or finite(record.get("metric")) is None:
-        return None
-    return BestTrial(
-        trial_id=str(record["source"]),
-        number=record.get("number"),
-        config=dict(record.get("config") or {}),
-        metric=float(record["metric"]),
-        epochs=int(record.get("epochs") or 0),
-        status=str(record.get("status") or TrialStatus.COMPLETED),
-        initial_config=dict(record.get("config") or {}),
-        scope=INHERITED,
-        source=str(record["source"]),
-    )
+# ------------------------------------------------------------------ ledger.json
+
+
+def write_ledger(experiment_dir: Path, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
+    """Writes ``ledger.json`` (the summary's figures: ledger, predicted against actual, best,
+    counts, times, and their flat ``metrics`` for the MLflow parent) and returns it."""
+    from tunekit.results.load import load
+
+    summary = summarize(load(experiment_dir), tolerance)
+    figures = summary.to_dict()
+    record = {
+        **figures.pop("ledger"),
+        "predicted_vs_actual": figures.pop("predicted_vs_actual"),
+        "summary": figures,
+        "metrics": summary.flat_metrics(),
+    }
+    partial = experiment_dir / f"{LEDGER_FILE}.partial"
+    partial.write_text(json.dumps(record, indent=2, default=str))
+    partial.replace(experiment_dir / LEDGER_FILE)
+    return record
+
+
+class LedgerFile:
+    """A recorder listener that writes ``ledger.json`` when the search ends.
+
+    It comes before the MLflow tracker among the listeners, so the tracker's writer finds
+    the file and logs it, with its metrics, to the parent run. Every other hook is a no-op.
+    """
+
+    def __init__(self, experiment_dir: Path) -> None:
+        self.experiment_dir = experiment_dir
+
+    def experiment_ended(self, recorder: Any) -> None:
+        try:
+            write_ledger(self.experiment_dir)
+        except (TunekitError, OSError, ValueError, KeyError) as error:
+            logger.warning("no compute ledger for %s: %s", self.experiment_dir, error)
+
+    def experiment_started(self, recorder: Any) -> None:
+        pass
+
+    def trial_started(self, record: Any) -> None:
+        pass
+
+    def epoch_reported(self, record: Any, row: Any) -> None:
+        pass
+
+    def trial_ended(self, record: Any) -> None:
+        pass
+
+    def tick(self, recorder: Any) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
+        pass
 
 
 # ------------------------------------------------------------------------ helpers
-
-
-def is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def plain(value: Any) -> Any:
-    # numpy scalars out of pandas -> plain Python values a config can hold
-    return value.item() if hasattr(value, "item") else value
-
-
-def config_text(config: dict[str, Any]) -> str:
-    """``units=64, learning_rate=0.00123456``: whole values, so the line can be copied into a spec."""
-    return ", ".join(f"{key}={value}" for key, value in config.items())
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def duration(seconds: float | None) -> str:

@@ -17,6 +17,19 @@ Modules, in import order (each imports only those above it; nothing here imports
 MLflow is imported only by ``client``, lazily (in the writer thread during a search).
 """
 
-from tunekit.tracking.backfill import SyncResult, sync
+from __future__ import annotations
 
-__all__ = ["SyncResult", "sync"]
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunekit.tracking.backfill import SyncResult
+
+__all__ = ["sync"]
+
+
+def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncResult:
+    """Sends an experiment's records to MLflow afterwards; see ``tunekit.tracking.backfill.sync``."""
+    from tunekit.tracking.backfill import sync as _sync
+
+    return _sync(experiment_dir, tracking_uri=tracking_uri)

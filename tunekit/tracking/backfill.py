@@ -19,7 +19,7 @@ one), as the live tracker leaves it out.
 from __future__ import annotations
 
 import csv
-import json
+import logging
 import os
 import queue
 from collections import Counter
@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec, parse_spec
 from tunekit.errors import NotAnExperimentError, TunekitError
 from tunekit.layout import (
@@ -38,8 +39,6 @@ from tunekit.layout import (
     OLD_PREFIX,
     PARAM_PREFIX,
     SPEC_FILE,
-    STARTED_FILE,
-    STARTED_KEY,
     TRIALS_FILE,
     TrialStatus,
     finite,
@@ -58,6 +57,8 @@ from tunekit.tracking.events import (
 from tunekit.tracking.runs import ui_url
 from tunekit.tracking.tracker import DEFAULT_FLUSH_TIMEOUT_S, FLUSH_TIMEOUT_ENV
 from tunekit.tracking.writer import MlflowWriter
+
+logger = logging.getLogger("tunekit")
 
 Row = dict[str, str]
 
@@ -98,9 +99,10 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
     directory = Path(experiment_dir).expanduser().resolve()
     spec = _recorded_spec(directory)
     events: queue.SimpleQueue[TrackerEvent] = queue.SimpleQueue()
-    started, active = _search_times(directory)
+    clock = _search_clock(directory)
     trials = _read_csv(directory / TRIALS_FILE)
-    for event in record_events(spec, directory, trials, started, active):
+    _refresh_ledger(directory)  # the parent's summary metrics render the one computation of them
+    for event in record_events(spec, directory, trials, clock):
         events.put(event)
     events.put(STOP)
     flush_timeout = float(os.environ.get(FLUSH_TIMEOUT_ENV, DEFAULT_FLUSH_TIMEOUT_S))
@@ -109,7 +111,7 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
         directory,
         events,
         flush_timeout,
-        started,
+        clock.started_at,
         tracking_uri=tracking_uri,
         fill_only=True,
         warn=lambda message: None,  # the one problem is raised below, as one line
@@ -123,9 +125,10 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
 
 
 def record_events(
-    spec: ExperimentSpec, experiment_dir: Path, trials: list[Row], started: float, active: float | None
+    spec: ExperimentSpec, experiment_dir: Path, trials: list[Row], clock: SearchClock
 ) -> Iterator[RunEvent]:
     """The events a tracker would have queued for these records, in the order it would have."""
+    started, active = clock.started_at, (clock.active_seconds if clock.sessions else None)
     epochs = _read_csv(experiment_dir / EPOCHS_FILE)
     for row in trials:
         status = TrialStatus(row["status"])
@@ -146,7 +149,7 @@ def record_events(
             for key, text in epoch.items()
             if key not in EPOCH_COLUMNS and (number := finite(_number(text))) is not None
         }
-        at = started + (_number(epoch["time"]) or 0.0)
+        at = clock.wall_at(_number(epoch["time"]) or 0.0)
         yield EpochEvent(epoch["trial_id"], int(epoch["epoch"]), metrics, int(at * 1000))
     yield from _exploit_events(experiment_dir / EXPLOITS_FILE, trials)
     ended = [row for row in trials if TrialStatus(row["status"]).is_finished()]
@@ -229,19 +232,23 @@ def _recorded_spec(directory: Path) -> ExperimentSpec:
     return parse_spec(yaml.safe_load(path.read_text()), directory, locate_trainable=False)
 
 
-def _search_times(directory: Path) -> tuple[float, float | None]:
-    """When the search started, and its active seconds when ``started.json`` records its sessions."""
+def _search_clock(directory: Path) -> SearchClock:
+    """The search's clock (``started.json``); for a directory older than it, one from the first trial's start."""
+    clock = SearchClock.read(directory)
+    if clock is not None:
+        return clock
+    starts = [_number(row["started_at"]) for row in _read_csv(directory / TRIALS_FILE)]
+    return SearchClock(min((s for s in starts if s is not None), default=0.0))
+
+
+def _refresh_ledger(directory: Path) -> None:
+    """Writes ``ledger.json`` from the records, as the search's end does (the tracker logs it and its metrics)."""
+    from tunekit.results.summary import write_ledger
+
     try:
-        record = json.loads((directory / STARTED_FILE).read_text())
-    except (OSError, ValueError):
-        record = {}
-    started = finite(record.get(STARTED_KEY)) if isinstance(record, dict) else None
-    if started is None:  # a directory from before started.json: the first trial's start
-        starts = [_number(row["started_at"]) for row in _read_csv(directory / TRIALS_FILE)]
-        started = min((s for s in starts if s is not None), default=0.0)
-    sessions = record.get("sessions") if isinstance(record, dict) else None
-    active = sum(end - start for start, end in sessions) if isinstance(sessions, list) and sessions else None
-    return started, active
+        write_ledger(directory)
+    except (TunekitError, OSError, ValueError, KeyError) as error:
+        logger.warning("no compute ledger for %s: %s", directory, error)
 
 
 def _read_csv(path: Path) -> list[Row]:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import installed_versions, redact_uri
 from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
-from tunekit.tracking import artifacts
+from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
 from tunekit.tracking.events import (
@@ -343,7 +343,7 @@ class RunBook:
         pending = self._parent
         sender.send(parent_id, pending.params, pending.tags)
         if self._spec_pending:
-            artifacts.log_spec(sender.client, parent_id, self.experiment_dir / SPEC_FILE, self.spec.tracking.uri)
+            log_spec(sender.client, parent_id, self.experiment_dir / SPEC_FILE, self.spec.tracking.uri)
             self._spec_pending = False
         if self._fill_only and self._parent_found:
             self._drop_held_points(parent_id, pending.metrics)
@@ -369,7 +369,7 @@ class RunBook:
         trial = self.trials.get(trial_id)
         run_id = trial.run_id if trial else (self._children or {}).get(trial_id)
         if run_id is not None:
-            artifacts.log_best_model(self._sender().client, self.spec, self.experiment_dir, trial_id, run_id)
+            log_best_model(self._sender().client, self.spec, self.experiment_dir, trial_id, run_id)
 
     def _retire_lost_trials(self) -> None:
         """Moves the runs of trials a killed driver started but Ray never saved to deleted runs.

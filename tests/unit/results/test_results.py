@@ -109,7 +109,7 @@ def made_up(tmp_path: Path, *, mode: MetricMode = "max") -> ExperimentResults:
             }
         ]
     )
-    from tunekit.results.summary import best_trial
+    from tunekit.results.best import best_trial
 
     spec = parse_spec(raw, None, locate_trainable=False)  # as results.load reads a recorded spec.yaml
     return ExperimentResults(tmp_path, spec, trials, epochs, best_trial(trials, pd.DataFrame(), mode))

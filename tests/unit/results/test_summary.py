@@ -30,6 +30,7 @@ from tunekit.layout import (
     WARM_START_FILE,
 )
 from tunekit.results.load import load
+from tunekit.results.summary import summarize
 
 SPEC = """\
 name: summary
@@ -74,7 +75,7 @@ def experiment(root: Path) -> Path:
 
 
 def test_a_stop_and_a_resume_bill_active_time_only_and_say_how_long_the_search_was_stopped(tmp_path: Path) -> None:
-    summary = load(experiment(tmp_path)).summary()
+    summary = summarize(load(experiment(tmp_path)))
     assert (summary.active_seconds, summary.downtime_seconds, summary.sessions) == (50.0, 8970.0, 2)
     assert summary.time_lines() == ["active time 0m 50s in 2 sessions; stopped for 2h 29m between them"]
     ledger = summary.ledger
@@ -130,7 +131,10 @@ def test_pbts_best_config_is_the_one_its_model_was_trained_under(
     assert results.best_config == {"learning_rate": 0.012, "units": 128}
     assert main(["report", str(root)]) == 0
     text = capsys.readouterr().out
-    assert "best config (after PBT's exploit steps; the model was trained under it): learning_rate=0.012, units=128" in text
+    assert (
+        "best config (after PBT's exploit steps; the model was trained under it): learning_rate=0.012, units=128"
+        in text
+    )
     assert "  started as: learning_rate=0.001, units=64" in text
     assert "  epoch 2: copied trial 1 (epoch 2); learning_rate 0.001 -> 0.012, units 64 -> 128" in text
     assert main(["report", str(root), "--format", "json"]) == 0
@@ -148,7 +152,7 @@ def test_a_warm_start_reports_both_scopes_of_best(tmp_path: Path, capsys: pytest
     inherited = {"source": "/runs/earlier", "number": 3, "metric": 0.95, "status": "completed", "epochs": 4}
     record = {"sources": ["/runs/earlier"], "used": 5, "skipped": {}, "best": {**inherited, "config": {"units": 64}}}
     (root / WARM_START_FILE).write_text(json.dumps(record))
-    summary = load(root).summary()
+    summary = summarize(load(root))
     assert summary.best is not None and (summary.best.trial_id, summary.best.scope) == ("a", "this experiment")
     other = summary.best_including_history
     assert other is not None and (other.scope, other.source, other.number, other.metric) == (
@@ -183,7 +187,7 @@ def test_a_grown_search_is_predicted_again_for_all_its_trials(tmp_path: Path) ->
     # Filed for 1 trial; the search then grew to 2 (spec.yaml's budget).
     filed = {"predicted_wall_seconds": 12.0, "trials": 1, "launched_at": 995.0, "measurement": measurement}
     (root / PREDICTION_FILE).write_text(json.dumps(filed))
-    rows = load(root).summary().predicted_vs_actual
+    rows = summarize(load(root)).predicted_vs_actual
     assert rows is not None
     by_figure = {row["figure"]: row for row in rows}
     assert (by_figure["trials"]["predicted"], by_figure["trials"]["actual"]) == (2.0, 2.0)
