@@ -196,8 +196,8 @@ _VARYING = (
     (re.compile(r"(?<=/)[0-9a-f]{8}(?=[/\s'\",:;]|$)"), "<trial>"),  # a trial's folder: its Ray id
     (re.compile(r"(?<=[A-Za-z])_\d+\b"), "_N"),  # TensorFlow's numbered names: dense_3, __inference_f_4065
 )
-# A cut reason ends where its length says; errors that differ in a line number are cut at
-# different words. Reasons cut alike are compared on this many characters of their start.
+# A reason is cut at a fixed length, so one error whose text holds a longer line number is
+# cut a few characters sooner: cut reasons are compared on this many characters of their start.
 _CUT_FINGERPRINT = 200
 
 
