@@ -221,10 +221,110 @@ def test_builders_returning_arrays_stop_the_search_at_once_with_one_line(tmp_pat
     assert (trials["epochs"] == 0).all()
 
 
-def _context(workdir: Path) -> TrialContext:
+DAY_TWO = Path(__file__).resolve().parents[1] / "projects" / "day_two"
+
+
+def _write_tfrecord_as_a_user_would(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    """Records as tunekit.data documents them (PNG bytes ``image``, int64 ``label``), written with TF alone."""
+    import tensorflow as tf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for image, label in zip(images, labels, strict=True):
+            png = tf.io.encode_png(image[..., None]).numpy()
+            feature = {
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def day_two_run(tmp_path_factory: pytest.TempPathFactory) -> tunekit.ExperimentResults:
+    """Precision searched over a base spec in another folder, reading TFRecords, run from elsewhere.
+
+    The grid is kind (functional, subclassed) x precision (float32, mixed_bfloat16): only
+    the subclassed model under mixed_bfloat16 cannot get float32 outputs.
+    """
+    from sklearn.datasets import load_digits
+
+    project = tmp_path_factory.mktemp("user") / "day_two"
+    shutil.copytree(DAY_TWO, project)
+    x, y = load_digits(return_X_y=True)
+    images = np.clip(x.reshape(-1, 8, 8) * 16, 0, 255).astype(np.uint8)
+    _write_tfrecord_as_a_user_would(project / "shared" / "data" / "train.tfrecord", images[:1400], y[:1400])
+    _write_tfrecord_as_a_user_would(project / "shared" / "data" / "val.tfrecord", images[1400:], y[1400:])
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(elsewhere)
+        return tunekit.run(project / "experiments" / "precision.yaml", name="day-two", progress=False)
+
+
+def _configs(results: tunekit.ExperimentResults) -> dict[tuple[str, str], Any]:
+    return {(row["params.kind"], row["params.precision"]): row for _, row in results.trials.iterrows()}
+
+
+SUBCLASSED_UNDER_BFLOAT16 = (
+    "build_model returned a subclassed model (TwoHeads) whose output is bfloat16 under mixed_bfloat16; tunekit "
+    "moves the float32 boundary only in functional and Sequential models: end call() with a float32 layer, "
+    "e.g. keras.layers.Activation('softmax', dtype='float32'); only trials under a mixed precision fail"
+)
+
+
+def test_only_the_mixed_trials_of_a_model_that_cannot_convert_fail(day_two_run: tunekit.ExperimentResults) -> None:
+    trials = _configs(day_two_run)
+    statuses = {config: (row["status"], row["reason"]) for config, row in trials.items()}
+    assert statuses == {
+        ("functional", "float32"): ("completed", "trained all 2 epochs"),
+        ("functional", "mixed_bfloat16"): ("completed", "trained all 2 epochs"),
+        ("subclassed", "float32"): ("completed", "trained all 2 epochs"),
+        ("subclassed", "mixed_bfloat16"): ("failed", SUBCLASSED_UNDER_BFLOAT16),
+    }
+
+
+def test_a_mixed_precision_model_is_saved_with_float32_outputs_that_reload_to_its_metric(
+    day_two_run: tunekit.ExperimentResults,
+) -> None:
+    import keras
+
+    from tunekit import data
+
+    row = _configs(day_two_run)[("functional", "mixed_bfloat16")]
+    final = sorted((day_two_run.experiment_dir / row["trial_id"]).glob("checkpoint_*"))[-1]
+    model = keras.models.load_model(final / FINAL_MODEL)
+    assert [str(x.dtype) for x in model.outputs] == ["float32", "float32"]
+    assert model.get_layer("digit").compute_dtype == "float32"
+    assert model.get_layer("digit_mixed_bfloat16").compute_dtype == "bfloat16"
+    spec = tunekit.load_spec(day_two_run.experiment_dir / "spec.yaml")
+    ctx = _context(day_two_run.experiment_dir, batch_size=64, data=spec.data)
+    val = data.from_tfrecord(spec.data["val"], ctx, training=False, image_size=8, channels=1)
+    measured = model.evaluate(val.map(lambda x, y: (x, {"digit": y, "parity": y % 2})), verbose=0, return_dict=True)
+    assert measured["digit_accuracy"] == pytest.approx(row["final_metric"], abs=1e-6)
+
+
+def test_tfrecords_of_unknown_length_report_their_throughput(day_two_run: tunekit.ExperimentResults) -> None:
+    completed = day_two_run.epochs.dropna(subset=["val_digit_accuracy"])
+    assert len(completed) == 6
+    assert (completed["samples_per_second"] > 0).all() and (completed["steps_per_second"] > 0).all()
+
+
+def test_the_experiments_spec_is_the_resolved_one_with_its_chain(day_two_run: tunekit.ExperimentResults) -> None:
+    text = (day_two_run.experiment_dir / "spec.yaml").read_text()
+    project = Path(day_two_run.spec["trainable"]).parents[1]
+    assert text.startswith(
+        "# tunekit's resolved spec: extends merged, --set applied, relative paths absolute, defaults filled in\n"
+        f"# spec: {project / 'experiments' / 'precision.yaml'}\n"
+        f"#   extends: {project / 'shared' / 'base.yaml'}\n"
+        "name: day-two\n"
+    )
+    assert day_two_run.spec["trainable"] == str(project / "shared" / "model.py")
+    assert day_two_run.spec["data"]["train"] == str(project / "shared" / "data" / "train.tfrecord")
+
+
+def _context(workdir: Path, batch_size: int = 32, data: Any = None) -> TrialContext:
     return TrialContext(
-        batch_size=32,
-        per_replica_batch_size=32,
+        batch_size=batch_size,
+        per_replica_batch_size=batch_size,
         replicas=1,
         precision="float32",
         seed=0,
@@ -232,4 +332,5 @@ def _context(workdir: Path) -> TrialContext:
         cpus=1,
         max_epochs=5,
         jit_compile=False,
+        data=data or {},
     )
