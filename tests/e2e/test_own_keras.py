@@ -317,7 +317,7 @@ def test_the_experiments_spec_is_the_resolved_one_with_its_chain(day_two_run: tu
         f"#   extends: {project / 'shared' / 'base.yaml'}\n"
         "name: day-two\n"
     )
-    assert day_two_run.spec["trainable"] == str(project / "shared" / "model.py")
+    assert day_two_run.spec["trainable"] == str(project / "shared" / "two_heads.py")
     assert day_two_run.spec["data"]["train"] == str(project / "shared" / "data" / "train.tfrecord")
 
 

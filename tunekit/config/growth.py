@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from tunekit.config.spec import SPEC_LINE, ExperimentSpec, apply_override, parse_spec
+from tunekit.config.files import SPEC_LINE
+from tunekit.config.spec import ExperimentSpec, apply_override, parse_spec
 from tunekit.contract import Trainable
 from tunekit.errors import SpecError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tunekit import compat
+from tunekit.compat import keras_compile_arguments, layer_calls, producing_layer
 from tunekit.config.space import Choice, Fixed
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import FatalTrialError, TrialFailure
@@ -122,10 +122,10 @@ def _float32_head(output: Any, precision: str) -> Any:
 
     if _dtype(output) == "float32":
         return output
-    layer = compat.producing_layer(output)
+    layer = producing_layer(output)
     name = layer.name
     activation = getattr(layer, "activation", None)
-    single_use = compat.layer_calls(layer) == 1
+    single_use = layer_calls(layer) == 1
     layer.name = f"{name}_{precision}"  # the float32 layer takes the name the output is known by
     if (
         single_use
@@ -149,7 +149,7 @@ def _dtype(tensor: Any) -> str:
 
 def _compile_like(rebuilt: Any, original: Any, precision: str) -> None:
     try:
-        rebuilt.compile(**compat.keras_compile_arguments(original))
+        rebuilt.compile(**keras_compile_arguments(original))
     except Exception as error:
         raise PrecisionError(
             f"build_model returned a compiled model whose outputs are not float32 under {precision}, and "
