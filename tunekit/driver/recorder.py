@@ -210,6 +210,9 @@ class Recorder(Callback):
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self._reconcile(trials)
+        self.searcher.settle_ended(
+            {r.trial_id: self._last_result(r) for r in self.trials.values() if r.status.is_finished()}
+        )
         self.end_session()
         for listener in self.listeners:
             listener.experiment_ended(self)
@@ -227,6 +230,23 @@ class Recorder(Callback):
         return pick_best(candidates, self.spec.metric.mode)
 
     # ------------------------------------------------------------------- internals
+
+    def settle_study(self) -> None:
+        """After a search that ended by itself (not by a signal, whose stopped trials a resume
+        continues): trials it stopped around without telling the searcher close in the study too."""
+        ended = [record for record in self.trials.values() if record.status.is_finished()]
+        self.searcher.settle_ended({record.trial_id: self._last_result(record) for record in ended})
+
+    def _last_result(self, record: TrialRecord) -> dict[str, Any]:
+        """A trial's last report, as the searcher reads it, rebuilt from its record."""
+        if record.status == TrialStatus.FAILED:
+            return {FAILURE_KEY: record.reason or "failed"}
+        result: dict[str, Any] = {EPOCH_KEY: record.epochs}
+        if record.final_metric is not None:
+            result[self.spec.metric.name] = record.final_metric
+        if record.stopped_by_model is not None:
+            result[INFO_KEY] = {STOPPED_BY_MODEL: record.stopped_by_model}
+        return result
 
     def end_session(self) -> None:
         """This process's session ends: running trials' spans close, the clock stops, tables are written.

@@ -207,6 +207,8 @@ def _fit(
                 tuner.fit()
             finally:
                 recorder.end_session()
+        if signals.received is None:  # a signal's stopped trials are the resume's to continue
+            recorder.settle_study()
         wait_for_released_resources()
     if console and (exhausted := exhausted_reason(spec, experiment_dir)):
         console.phase(f"the search ended early: {exhausted}")

@@ -225,7 +225,7 @@ def _study(results: ExperimentResults) -> Iterator[Finding]:
 
     from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
     from tunekit.search.plan import study_url
-    from tunekit.search.searcher import RAY_TRIAL_ATTR
+    from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
 
     where = f"{TRIALS_FILE} vs study"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -237,7 +237,7 @@ def _study(results: ExperimentResults) -> Iterator[Finding]:
     ours = {
         str(t.user_attrs[RAY_TRIAL_ATTR]): t
         for t in study.get_trials(deepcopy=False)
-        if RAY_TRIAL_ATTR in t.user_attrs and HISTORY_ATTR not in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs
+        if RAY_TRIAL_ATTR in t.user_attrs and not {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(t.user_attrs)
     }
     rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
@@ -370,7 +370,7 @@ def _mlflow(
     from mlflow.tracking import MlflowClient
 
     from tunekit.tracking.client import search_all_runs
-    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BEST_TRIAL, TAG_STATUS, TAG_TRIAL_ID
+    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BEST_TRIAL, TAG_STATUS, TAG_TRIAL_ID, TAG_WALL_SECONDS
     from tunekit.tracking.values import metric_key
 
     where = "files vs mlflow"
@@ -402,6 +402,9 @@ def _mlflow(
         run = found[0]
         if run.data.tags.get(TAG_STATUS) != str(row["status"]):
             yield Finding(where, f"{label} status", str(row["status"]), run.data.tags.get(TAG_STATUS))
+        tagged, wall = finite(_float(run.data.tags.get(TAG_WALL_SECONDS))), finite(row.get("wall_seconds"))
+        if TrialStatus(str(row["status"])).is_finished() and not _same(wall, tagged, absolute=TIME_SLACK_S):
+            yield Finding(where, f"{label} {TAG_WALL_SECONDS}", wall, tagged)
         history = client.get_metric_history(run.info.run_id, metric)
         steps = {int(point.step) for point in history}
         if steps != epochs.get(trial_id, set()):
@@ -429,6 +432,13 @@ def _mlflow(
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
 
 
 def _within(at: float, start: float, end: float | None) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from tunekit.clock import SearchClock
 from tunekit.errors import TunekitError
 from tunekit.layout import (
     EPOCH_COLUMNS,
@@ -81,9 +83,9 @@ def load_from_mlflow(
     spec = _spec_from_mlflow(client, parent)
     children = children_of[parent.info.run_id]
     trial_rows, epoch_rows = [], []
-    origin = parent.info.start_time / 1000
+    clock = _recorded_clock(parent)
     for child in children:
-        trial, epochs = _trial_from_run(client, child, spec, origin)
+        trial, epochs = _trial_from_run(client, child, spec, clock)
         trial_rows.append(trial)
         epoch_rows.extend(epochs)
     trials = pd.DataFrame(trial_rows)
@@ -114,6 +116,14 @@ def ambiguity_message(experiment_name: str, candidates: list[tuple[str, int, int
         f"MLflow experiment {experiment_name!r} holds {len(candidates)} tunekit searches; "
         f"pass run_id= for one of them or latest=True for the newest: {listed}"
     )
+
+
+def _wall_seconds(tagged: str | None, started: float, ended: float | None) -> float | None:
+    """The seconds a trial ran, as its run's tag recorded them; runs older than the tag: start to end."""
+    try:
+        return float(tagged) if tagged is not None else (round(ended - started, 3) if ended else None)
+    except ValueError:
+        return None
 
 
 def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
@@ -150,8 +160,20 @@ def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
     return spec
 
 
+def _recorded_clock(parent: Any) -> SearchClock:
+    """The search's clock as the parent run recorded its sessions (a run without them: its start)."""
+    from tunekit.tracking.tags import TAG_SESSIONS
+
+    start = parent.info.start_time / 1000
+    try:
+        sessions = [[float(a), float(b)] for a, b in json.loads(parent.data.tags.get(TAG_SESSIONS, "[]"))]
+    except (TypeError, ValueError):
+        sessions = []
+    return SearchClock(sessions[0][0] if sessions else start, sessions)
+
+
 def _trial_from_run(
-    client: Any, run: Any, spec: dict[str, Any], origin: float
+    client: Any, run: Any, spec: dict[str, Any], clock: SearchClock
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from tunekit.tracking import tags as t
 
@@ -170,7 +192,8 @@ def _trial_from_run(
                 },
             )
             row[key] = point.value
-            row["time"] = round(point.timestamp / 1000 - origin, 3)
+            at = point.timestamp / 1000
+            row["time"] = round(clock.active_at(at) if clock.sessions else at - clock.started_at, 3)
     epochs = [by_step[step] for step in sorted(by_step)]
     values = [row[metric] for row in epochs if metric in row]
     rates = [row["samples_per_second"] for row in epochs if "samples_per_second" in row]
@@ -185,7 +208,7 @@ def _trial_from_run(
         "final_metric": values[-1] if values else None,
         "best_metric": best,
         "rung": int(tags[t.TAG_RUNG]) if t.TAG_RUNG in tags else None,
-        "wall_seconds": round(ended - run.info.start_time / 1000, 3) if ended else None,
+        "wall_seconds": _wall_seconds(tags.get(t.TAG_WALL_SECONDS), run.info.start_time / 1000, ended),
         "samples_per_second": sum(rates) / len(rates) if rates else None,
         "node_id": tags.get("tunekit.node_id"),
         "attempts": int(tags.get(t.TAG_ATTEMPTS, 1)),

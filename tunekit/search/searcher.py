@@ -36,6 +36,8 @@ from tunekit.search.plan import study_url
 
 # User attributes tunekit sets on study trials.
 RAY_TRIAL_ATTR = "ray_trial_id"
+# On a study trial asked for just before the driver died, which Ray never ran (closed as FAIL on resume).
+LOST_ATTR = "tunekit_lost"
 GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
 EXHAUSTED_ATTR = "tunekit_exhausted"  # on the study: why the search ended before num_samples trials
 REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
@@ -416,6 +418,20 @@ class OptunaStudySearcher(Searcher):
         self._ran = None
         self._close_orphans()
 
+    def settle_ended(self, ended: Mapping[str, dict[str, Any]]) -> None:
+        """Closes the study trials of trials the search ended without telling this searcher.
+
+        When a stopper ends the whole search (the failure guard, a time budget), Ray stops
+        the trials still running through a path that never calls ``on_trial_complete``, so
+        their study trials would stay RUNNING while trials.csv has them stopped. ``ended``
+        maps each ended trial's id to a result as a trial's last report holds it (its epoch
+        and metric, or ``FAILURE_KEY``); each still open in the study is told as Ray would.
+        """
+        open_numbers = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        for trial_id, result in ended.items():
+            if self._numbers.get(trial_id) in open_numbers:
+                self.on_trial_complete(trial_id, dict(result), error=bool(result.get(FAILURE_KEY)))
+
     def _close_orphans(self) -> None:
         """Fails study trials asked for after Ray's last experiment checkpoint.
 
@@ -426,6 +442,8 @@ class OptunaStudySearcher(Searcher):
         known = set(self._numbers.values())
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if frozen.number not in known:
+                # Marked, so tunekit check knows why trials.csv has no row for it.
+                reopen_trial(self.study, frozen).set_user_attr(LOST_ATTR, True)
                 self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
 
 

@@ -128,7 +128,7 @@ def record_events(
     spec: ExperimentSpec, experiment_dir: Path, trials: list[Row], clock: SearchClock
 ) -> Iterator[RunEvent]:
     """The events a tracker would have queued for these records, in the order it would have."""
-    started, active = clock.started_at, (clock.active_seconds if clock.sessions else None)
+    started = clock.started_at
     epochs = _read_csv(experiment_dir / EPOCHS_FILE)
     for row in trials:
         status = TrialStatus(row["status"])
@@ -163,14 +163,16 @@ def record_events(
             _integer(row["epochs"]) or 0,
             _integer(row["attempts"]) or 1,
             _number(row["ended_at"]) or started,
+            _number(row["wall_seconds"]) or 0.0,
         )
-    yield from _progress_events(spec, trials, ended, started, active)
+    yield from _progress_events(spec, trials, ended, clock)
 
 
 def _progress_events(
-    spec: ExperimentSpec, trials: list[Row], ended: list[Row], started: float, active: float | None
+    spec: ExperimentSpec, trials: list[Row], ended: list[Row], clock: SearchClock
 ) -> Iterator[ProgressEvent]:
     """The best value after each ended trial, in the order they ended, then the summary."""
+    started, active = clock.started_at, (clock.active_seconds if clock.sessions else None)
     from tunekit.search.plan import pick_best  # the rule the recorder picks the best by
 
     counts: Counter[str] = Counter(TrialStatus(row["status"]) for row in trials)
@@ -189,6 +191,7 @@ def _progress_events(
             final=final,
             interrupted=counts[TrialStatus.RUNNING] > 0,
             at=end if final else _number(ended[index - 1]["ended_at"]),
+            sessions=tuple((start, stop) for start, stop in clock.sessions) if final else (),
         )
     if not ended:  # no trial ended: the parent still ends, as a search that ran none does
         yield ProgressEvent(0, None, None, dict(counts), epochs_spent, active or 0.0, True, bool(trials), at=end)

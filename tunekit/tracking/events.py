@@ -55,6 +55,7 @@ class TrialEndEvent:
     epochs: int
     attempts: int
     ended_at: float
+    wall_seconds: float  # the seconds it ran, over all its spans (active time, tunekit.clock)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class ProgressEvent:
     final: bool
     interrupted: bool
     at: float | None = None
+    # The search's sessions, [start, end] wall-clock (tunekit.clock), on the final summary:
+    # load_from_mlflow turns MLflow's timestamps into active seconds with them.
+    sessions: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)

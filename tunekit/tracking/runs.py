@@ -51,9 +51,11 @@ from tunekit.tracking.tags import (
     TAG_REASON,
     TAG_ROLE,
     TAG_RUNG,
+    TAG_SESSIONS,
     TAG_STATUS,
     TAG_TRIAL_ID,
     TAG_TRIAL_NUMBER,
+    TAG_WALL_SECONDS,
     UI_WORKFLOW_QUERY,
 )
 from tunekit.tracking.values import (
@@ -166,6 +168,7 @@ class RunBook:
                         TAG_OUTCOME: outcome(event.status, event.rung, event.epochs, event.reason),
                         TAG_EPOCHS: str(event.epochs),
                         TAG_ATTEMPTS: str(event.attempts),
+                        TAG_WALL_SECONDS: f"{event.wall_seconds:.3f}",
                         **({TAG_RUNG: str(event.rung)} if event.rung is not None else {}),
                         **({TAG_REASON: event.reason[:MAX_TAG_LENGTH]} if event.reason else {}),
                     }
@@ -191,20 +194,25 @@ class RunBook:
             self._parent.tags[TAG_BEST_TRIAL] = event.best_trial
         if not event.final:
             return
-        budget = self.spec.budget
-        summary = {
-            **{f"trials_{status}": float(event.counts.get(status, 0)) for status in ENDED_STATUSES},
-            "epochs_spent": float(event.epochs_spent),
-            "epochs_full_budget": float(budget.num_samples * budget.max_epochs),
-            "wall_seconds": round(event.wall_seconds, 3),
-            # The compute ledger that tunekit.results.ledger.LedgerFile wrote just before.
-            **_ledger_metrics(self.experiment_dir / LEDGER_FILE),
-        }
+        # ledger.json, which tunekit.results.summary.LedgerFile wrote just before, renders the
+        # one computation of every figure; the recorder's counts stand in when it could not.
+        summary = _ledger_metrics(self.experiment_dir / LEDGER_FILE) or self._recorded_figures(event)
+        if event.sessions:
+            self._parent.tags[TAG_SESSIONS] = json.dumps([list(pair) for pair in event.sessions])
         self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
         # A search that ended with no trial reporting the metric failed (the command exits 1).
         status = "KILLED" if event.interrupted else "FINISHED" if best is not None else "FAILED"
         self._parent.status = (status, now)
         self._model_trial = event.best_trial
+
+    def _recorded_figures(self, event: ProgressEvent) -> dict[str, float]:
+        budget = self.spec.budget
+        return {
+            **{f"trials_{status}": float(event.counts.get(status, 0)) for status in ENDED_STATUSES},
+            "epochs_spent": float(event.epochs_spent),
+            "epochs_full_budget": float(budget.num_samples * budget.max_epochs),
+            "wall_seconds": round(event.wall_seconds, 3),
+        }
 
     def _trial(self, trial_id: str) -> TrialRun:
         trial = self.trials.get(trial_id)

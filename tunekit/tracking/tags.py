@@ -33,6 +33,12 @@ TAG_EPOCHS = "tunekit.epochs"
 TAG_ATTEMPTS = "tunekit.attempts"
 
 
+TAG_WALL_SECONDS = "tunekit.wall_seconds"  # on a trial's run: the seconds it ran (active time)
+
+
+TAG_SESSIONS = "tunekit.sessions"  # on the parent: the search's sessions as JSON [[start, end], ...]
+
+
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
 
 

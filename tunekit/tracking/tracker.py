@@ -186,6 +186,7 @@ class MlflowTracker:
                 record.epochs,
                 record.attempts,
                 record.ended_at or time.time(),
+                record.active_seconds(self._clock.now() if self._clock is not None else 0.0),
             )
         )
         self._ended_trials += 1
@@ -265,6 +266,7 @@ class MlflowTracker:
             epochs_spent=sum(r.epochs for r in records),
             wall_seconds=recorder.clock.now(),
             final=final,
+            sessions=tuple((start, end) for start, end in recorder.clock.sessions) if final else (),
             interrupted=counts.get(TrialStatus.RUNNING, 0) > 0,
         )
 

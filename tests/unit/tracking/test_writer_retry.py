@@ -156,7 +156,7 @@ def trial_events(epochs: int = 3, metrics_per_epoch: int = 2) -> list[TrackerEve
     for epoch in range(1, epochs + 1):
         metrics = {"val_accuracy": 0.5 + epoch / 10, **{f"m{i}": float(i) for i in range(metrics_per_epoch - 1)}}
         events.append(EpochEvent("t0", epoch, metrics, 2000 + epoch))
-    events.append(TrialEndEvent("t0", TrialStatus.COMPLETED, "", None, epochs, 1, 3.0))
+    events.append(TrialEndEvent("t0", TrialStatus.COMPLETED, "", None, epochs, 1, 3.0, 2.5))
     events.append(ProgressEvent(1, 0.8, "t0", {TrialStatus.COMPLETED: 1}, epochs, 2.0, final=True, interrupted=False))
     return events
 
