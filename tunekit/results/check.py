@@ -94,7 +94,7 @@ def check_experiment(
     results = load(experiment_dir)
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
-    sections: list[tuple[str, Callable[[], Iterator[Finding]]]] = [
+    sections: list[tuple[str, Callable[[], Iterator[Finding | str]]]] = [
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
         (SPANS_FILE, lambda: _spans(results)),
@@ -104,7 +104,11 @@ def check_experiment(
     ]
     for name, section in sections:
         report.checked.append(name)
-        report.findings.extend(section())
+        for item in section():  # a string is a note: agreement explained, not a disagreement
+            if isinstance(item, str):
+                report.notes.append(item)
+            else:
+                report.findings.append(item)
     if not (results.experiment_dir / LEDGER_FILE).is_file():
         report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")
     else:
@@ -220,7 +224,7 @@ def _spans(results: ExperimentResults) -> Iterator[Finding]:
 # ----------------------------------------------------------------- the study
 
 
-def _study(results: ExperimentResults) -> Iterator[Finding]:
+def _study(results: ExperimentResults) -> Iterator[Finding | str]:
     import optuna
 
     from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
@@ -228,6 +232,7 @@ def _study(results: ExperimentResults) -> Iterator[Finding]:
     from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
 
     where = f"{TRIALS_FILE} vs study"
+    clock = SearchClock.read(results.experiment_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
@@ -257,10 +262,26 @@ def _study(results: ExperimentResults) -> Iterator[Finding]:
         if trial.state.name not in expected:
             yield Finding(where, f"{label} state", " or ".join(expected), trial.state.name)
         if trial.state.name == "COMPLETE" and not _same(finite(row.get("final_metric")), trial.value):
-            yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
+            if _trained_again(trial, row, clock):
+                yield (
+                    f"{label} was trained again after its driver died (Ray's saved state predated its end): "
+                    f"the study keeps its first value {trial.value}, the tables and its model the second "
+                    f"{finite(row.get('final_metric'))}"
+                )
+            else:
+                yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
         steps = set(trial.intermediate_values)
         if steps != epochs.get(trial_id, set()):
             yield Finding(where, f"{label} epochs reported", sorted(epochs.get(trial_id, set())), sorted(steps))
+
+
+def _trained_again(trial: Any, row: dict[str, Any], clock: SearchClock | None) -> bool:
+    """The study finished the trial in an earlier session than the one that ended it in trials.csv."""
+    completed, ended = trial.datetime_complete, finite(row.get("ended_at"))
+    if clock is None or len(clock.sessions) < 2 or completed is None or ended is None:
+        return False
+    last_start = clock.sessions[-1][0]
+    return completed.timestamp() < last_start <= ended
 
 
 def _study_states(status: str, final: float | None) -> tuple[str, ...]:

@@ -1,0 +1,87 @@
+"""tunekit check over a hand-made experiment with a real SQLite study (no Ray, no TensorFlow).
+
+The experiment is test_summary's (trial a completed in two sessions, trial b pruned); the
+study holds what the searcher would have told it, and trial a's last checkpoint its config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tunekit.layout import CHECKPOINT_STATE, FINAL_MODEL, TRIALS_FILE
+from tunekit.results.check import check_experiment
+from tunekit.search.plan import study_url
+from tunekit.search.searcher import RAY_TRIAL_ATTR
+
+from .test_summary import experiment
+
+PARAMS = {"a": {"learning_rate": 0.001, "units": 64}, "b": {"learning_rate": 0.01, "units": 128}}
+DISTRIBUTIONS = {
+    "learning_rate": optuna.distributions.FloatDistribution(0.0001, 0.1, log=True),
+    "units": optuna.distributions.CategoricalDistribution([64, 128]),
+}
+
+
+def consistent(root: Path) -> Path:
+    experiment(root)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="summary", storage=study_url(root), direction="maximize")
+    for trial_id, values, state in (
+        ("a", [0.5, 0.7, 0.8, 0.9], optuna.trial.TrialState.COMPLETE),
+        ("b", [0.6], optuna.trial.TrialState.PRUNED),
+    ):
+        trial = study.ask(DISTRIBUTIONS)
+        trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
+        for epoch, value in enumerate(values, start=1):
+            trial.report(value, epoch)
+        study.tell(trial, values[-1] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
+    checkpoint = root / "a" / "checkpoint_000003"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 4, "config": {**PARAMS["a"], "_seed": 1}}))
+    (checkpoint / FINAL_MODEL).write_text("a model")
+    return root
+
+
+def test_an_experiment_that_agrees_with_itself_is_ok(tmp_path: Path) -> None:
+    report = check_experiment(consistent(tmp_path))
+    assert report.ok, report.describe()
+    assert report.checked == ["trials.csv", "epochs.csv", "spans.csv", "study", "checkpoints", "summary"]
+    assert report.describe().splitlines()[0] == f"{tmp_path}: ok"
+
+
+def test_each_disagreement_names_both_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main
+
+    root = consistent(tmp_path)
+    table = (root / TRIALS_FILE).read_text()
+    # trial a's final value says 0.95 where its epochs end at 0.9 and the study holds 0.9;
+    # trial b's time says 9 s where its one span ran 7.
+    table = table.replace("a,0,completed,trained all 4 epochs,4,0.9,", "a,0,completed,trained all 4 epochs,4,0.95,")
+    table = table.replace(",0,7.0,", ",0,9.0,")
+    (root / TRIALS_FILE).write_text(table)
+    (root / "a" / "checkpoint_000003" / CHECKPOINT_STATE).write_text(
+        json.dumps({"epoch": 4, "config": {"learning_rate": 0.002, "units": 64}})
+    )
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert "trials.csv vs epochs.csv: trial 0 (a) final val_accuracy: 0.95 vs 0.9" in findings
+    assert "trials.csv vs study: trial 0 (a) value: 0.95 vs 0.9" in findings
+    assert "trials.csv vs spans.csv: trial 1 (b) wall_seconds against its spans: 7.0 vs 9.0" in findings
+    assert (
+        "best vs checkpoints: trial 0 (a) config its model was trained under: "
+        "{'learning_rate': 0.001, 'units': 64} vs {'learning_rate': 0.002, 'units': 64}" in findings
+    )
+    assert main(["check", str(root)]) == 1
+    assert f"{root}: {len(findings)} disagreements" in capsys.readouterr().out
+
+
+def test_a_study_trial_left_running_by_a_stopped_search_is_a_disagreement(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    study = optuna.load_study(study_name="summary", storage=study_url(root))
+    trial = study.ask(DISTRIBUTIONS)  # a third trial Ray ran and trials.csv never heard of
+    trial.set_user_attr(RAY_TRIAL_ATTR, "c")
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert findings == ["trials.csv vs study: study trial 2 (c): 'a row in trials.csv' vs 'none'"]
