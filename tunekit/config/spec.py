@@ -28,20 +28,32 @@ from tunekit.config.files import (
     read_yaml,
     resolve_extends,
 )
+from tunekit.config.objectives import METRIC_MODES as METRIC_MODES  # re-exported: the spec's vocabularies
+from tunekit.config.objectives import (
+    Constraint,
+    MetricSpec,
+    Selection,
+    check_scheduler,
+    check_warm_start_from,
+    objectives_raw,
+    parse_constraints,
+    parse_objectives,
+    parse_selection,
+    raw_extras,
+)
+from tunekit.config.objectives import MetricMode as MetricMode
 from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 from tunekit.config.warm_start import check_sources, parse_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable
 from tunekit.errors import SpecError
 
 # The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
-MetricMode = Literal["max", "min"]
-Algorithm = Literal["tpe", "random", "grid"]
+Algorithm = Literal["tpe", "random", "grid", "nsga2"]
 SchedulerType = Literal["asha", "fifo", "pbt"]
 Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
 # "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
 GpuMemoryMode = Literal["growth", "cap"]
 
-METRIC_MODES: tuple[MetricMode, ...] = get_args(MetricMode)
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 SCHEDULERS: tuple[SchedulerType, ...] = get_args(SchedulerType)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
@@ -64,6 +76,8 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "data",
         "storage",
         "tracking",
+        "constraints",
+        "select",
     ),
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
@@ -83,12 +97,6 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required"),
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    name: str
-    mode: MetricMode
 
 
 @dataclass(frozen=True)
@@ -160,7 +168,7 @@ class TrackingSpec:
 class ExperimentSpec:
     name: str
     trainable: Trainable  # a module named in the spec, or builder functions passed from Python
-    metric: MetricSpec
+    metric: MetricSpec  # the first objective: the one metric of a single-objective search
     budget: BudgetSpec
     search: SearchSettings
     scheduler: SchedulerSpec
@@ -175,6 +183,15 @@ class ExperimentSpec:
     spec_dir: str = ""
     # Where the spec came from (the files of its extends chain, the --set values): spec.yaml's header.
     origin: tuple[str, ...] = ()
+    # Every objective, ``metric`` first (tunekit.config.objectives); several make the search
+    # multi-objective. ``constraints`` and ``select`` only with several.
+    objectives: tuple[MetricSpec, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    select: Selection | None = None
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
 
     def to_yaml(self) -> str:
         """The resolved spec as YAML, after a comment header naming what it was made from."""
@@ -305,10 +322,14 @@ def parse_spec(
     # A record without its space (MLflow params leave it out) still describes the search.
     recorded_without_space = not locate_trainable and not raw.get("space")
     space = SearchSpace(()) if recorded_without_space else parse_space(raw.get("space"), "space")
-    metric = _metric(v.require(raw, "metric", ""))
+    objectives = parse_objectives(v.require(raw, "metric", ""))
     search = _search(_optional(raw, "search"), space, spec_dir)
     budget = _budget(v.require(raw, "budget", ""), search, space)
+    check_scheduler(objectives, _optional(raw, "scheduler"))  # before PBT's own settings are checked
     scheduler = _scheduler(_optional(raw, "scheduler"), budget, search, space)
+    check_warm_start_from(objectives, search.warm_start_from)
+    constraints = parse_constraints(raw.get("constraints"), objectives)
+    selection = parse_selection(raw.get("select"), objectives)
     resources = _resources(_optional(raw, "resources"))
     training = _training(_optional(raw, "training"))
     _check_searched_training_keys(space)
@@ -321,7 +342,7 @@ def parse_spec(
     filled = {
         "name": name,
         "trainable": _resolved_trainable(trainable),
-        "metric": asdict(metric),
+        "metric": objectives_raw(objectives),
         "budget": asdict(budget),
         "search": {
             **asdict(search),
@@ -335,11 +356,12 @@ def parse_spec(
         "data": data_section,
         "storage": asdict(storage),
         "tracking": asdict(tracking),
+        **raw_extras(constraints, selection),
     }
     return ExperimentSpec(
         name,
         trainable,
-        metric,
+        objectives[0],
         budget,
         search,
         scheduler,
@@ -350,6 +372,9 @@ def parse_spec(
         tracking,
         data_section,
         filled,
+        objectives=objectives,
+        constraints=constraints,
+        select=selection,
     )
 
 
@@ -392,13 +417,6 @@ def _optional(section: Mapping[str, Any], key: str, default: Any = None) -> Any:
     """A missing or null section means its defaults; any other value must pass its checks."""
     value = section.get(key)
     return ({} if default is None else default) if value is None else value
-
-
-def _metric(raw: object) -> MetricSpec:
-    section = v.mapping(raw, "metric", SECTION_KEYS["metric"])
-    name = v.string(v.require(section, "name", "metric"), "metric.name")
-    mode = v.one_of(v.require(section, "mode", "metric"), "metric.mode", METRIC_MODES)
-    return MetricSpec(name, mode)
 
 
 def _search(raw: object, space: SearchSpace, spec_dir: Path | None) -> SearchSettings:

@@ -31,14 +31,14 @@ RAW: dict[str, Any] = {
 
 def test_allowed_values_come_from_the_literal_types() -> None:
     assert METRIC_MODES == get_args(spec_module.MetricMode) == ("max", "min")
-    assert ALGORITHMS == ("tpe", "random", "grid")
+    assert ALGORITHMS == ("tpe", "random", "grid", "nsga2")
     assert SCHEDULERS == ("asha", "fifo", "pbt")
     assert PRECISIONS == ("auto", "float32", "mixed_float16", "mixed_bfloat16")
     assert GPU_MEMORY_MODES == ("growth", "cap")
 
 
 def test_an_unknown_word_lists_the_literals_values() -> None:
-    with pytest.raises(SpecError, match=r"^search\.algorithm: must be one of tpe, random, grid, got 'bayes'$"):
+    with pytest.raises(SpecError, match=r"^search\.algorithm: must be one of tpe, random, grid, nsga2, got 'bayes'$"):
         parse_spec({**RAW, "search": {"algorithm": "bayes"}}, None, locate_trainable=False)
 
 

@@ -48,7 +48,7 @@ MALFORMED = [
     (("name", 7), "name: must be a non-empty string, got 7"),
     (
         ("colour", "blue"),
-        "spec.colour: unknown key; valid keys are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking",
+        "spec.colour: unknown key; valid keys are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking, constraints, select",
     ),
     (
         ("trainable", "trainables.nope"),
@@ -73,7 +73,7 @@ MALFORMED = [
         ("budget.num_smples", 3),
         "budget.num_smples: unknown key; valid keys are num_samples, max_epochs, max_concurrent, time_budget_s",
     ),
-    (("search.algorithm", "bayes"), "search.algorithm: must be one of tpe, random, grid, got 'bayes'"),
+    (("search.algorithm", "bayes"), "search.algorithm: must be one of tpe, random, grid, nsga2, got 'bayes'"),
     (("search.seed", True), "search.seed: must be an integer >= 0, got true"),
     (("scheduler.grace_period", 30), "scheduler.grace_period: must be <= budget.max_epochs (20), got 30"),
     (("scheduler.reduction_factor", 1), "scheduler.reduction_factor: must be > 1, got 1"),
@@ -165,7 +165,7 @@ def test_there_are_at_least_25_distinct_malformed_cases() -> None:
         ),
         (
             "bugdet.num_samples=3",
-            "--set bugdet.num_samples: unknown section; valid sections are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking, got 'bugdet'",
+            "--set bugdet.num_samples: unknown section; valid sections are extends, name, trainable, metric, budget, search, scheduler, resources, training, space, data, storage, tracking, constraints, select, got 'bugdet'",
         ),
         ("budget.num_samples", "--set: expected key.path=value, got 'budget.num_samples'"),
         ("name.first=x", "--set name.first: name is not a mapping, got 'digits-mlp'"),
