@@ -1,0 +1,116 @@
+"""The Pareto front: non-dominated sorting, crowding distance, feasibility and hypervolume.
+
+Pure functions on plain numbers (stdlib and ``tunekit.config`` only), so the two places
+that rank trials by several objectives share them: the results (the front and each
+trial's rank, computed once in ``tunekit.results.summary``) and MO-ASHA
+(``tunekit.search.moasha``), which promotes at each rung by the same order.
+
+Every vector is "smaller is better": ``to_minimize`` flips the objectives a spec maximises.
+Ranks start at 1: rank 1 is the Pareto front, rank 2 the front once rank 1 is removed,
+and so on (Deb et al.'s NSGA-II fronts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from tunekit.config.objectives import Constraint, MetricSpec
+
+Vector = Sequence[float]
+
+
+def to_minimize(values: Mapping[str, float | None], objectives: Sequence[MetricSpec]) -> tuple[float, ...] | None:
+    """The objectives' values as one smaller-is-better vector; None when one is missing."""
+    vector = []
+    for objective in objectives:
+        value = values.get(objective.name)
+        if value is None or not math.isfinite(value):
+            return None
+        vector.append(-value if objective.mode == "max" else value)
+    return tuple(vector)
+
+
+def dominates(a: Vector, b: Vector) -> bool:
+    """``a`` is no worse than ``b`` in every objective and better in one (all minimised)."""
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+
+
+def nondominated_ranks(points: Sequence[Vector]) -> list[int]:
+    """Each point's front, from 1 (non-dominated); equal points share a front."""
+    count = len(points)
+    dominated_by = [0] * count  # how many points dominate each one
+    beats: list[list[int]] = [[] for _ in range(count)]
+    for i in range(count):
+        for j in range(i + 1, count):
+            if dominates(points[i], points[j]):
+                beats[i].append(j)
+                dominated_by[j] += 1
+            elif dominates(points[j], points[i]):
+                beats[j].append(i)
+                dominated_by[i] += 1
+    ranks = [0] * count
+    current = [i for i in range(count) if dominated_by[i] == 0]
+    rank = 1
+    while current:
+        following = []
+        for i in current:
+            ranks[i] = rank
+            for j in beats[i]:
+                dominated_by[j] -= 1
+                if dominated_by[j] == 0:
+                    following.append(j)
+        current, rank = following, rank + 1
+    return ranks
+
+
+def crowding_distances(points: Sequence[Vector]) -> list[float]:
+    """NSGA-II's crowding distance of each point within one front: the boundary points of
+    every objective are infinite, the others add their neighbours' gap over the range."""
+    count = len(points)
+    if count <= 2:
+        return [math.inf] * count
+    distance = [0.0] * count
+    for axis in range(len(points[0])):
+        order = sorted(range(count), key=lambda i: (points[i][axis], i))
+        low, high = points[order[0]][axis], points[order[-1]][axis]
+        distance[order[0]] = distance[order[-1]] = math.inf
+        if high == low:
+            continue
+        for position in range(1, count - 1):
+            gap = points[order[position + 1]][axis] - points[order[position - 1]][axis]
+            distance[order[position]] += gap / (high - low)
+    return distance
+
+
+def promotion_order(points: Sequence[Vector], feasible: Sequence[bool] | None = None) -> list[int]:
+    """Indices best first, as MO-ASHA ranks a rung (Syne Tune's MOASHA, Schmucker et al. 2021):
+    feasible before infeasible, then by front, then the less crowded first; ties by index."""
+    feasible = feasible if feasible is not None else [True] * len(points)
+    ranks, crowding = [0] * len(points), [0.0] * len(points)
+    # Feasible and infeasible points are sorted apart: an infeasible point never pushes a
+    # feasible one off its front.
+    for group in ([i for i in range(len(points)) if feasible[i]], [i for i in range(len(points)) if not feasible[i]]):
+        for i, rank in zip(group, nondominated_ranks([points[i] for i in group]), strict=True):
+            ranks[i] = rank
+        for rank in {ranks[i] for i in group}:
+            members = [i for i in group if ranks[i] == rank]
+            for i, distance in zip(members, crowding_distances([points[i] for i in members]), strict=True):
+                crowding[i] = distance
+    return sorted(range(len(points)), key=lambda i: (not feasible[i], ranks[i], -crowding[i], i))
+
+
+def is_feasible(values: Mapping[str, float | None], constraints: Sequence[Constraint]) -> bool:
+    """Every constraint holds; a metric never measured breaks its constraint."""
+    return all(c.holds(values.get(c.name)) for c in constraints)
+
+
+def hypervolume_2d(points: Sequence[Vector], reference: Vector) -> float:
+    """The area two-objective points (minimised) dominate up to ``reference``; points beyond it add nothing."""
+    inside = sorted((p[0], p[1]) for p in points if p[0] < reference[0] and p[1] < reference[1])
+    area, best_second = 0.0, reference[1]
+    for first, second in inside:
+        if second < best_second:
+            area += (reference[0] - first) * (best_second - second)
+            best_second = second
+    return area
