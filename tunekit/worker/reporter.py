@@ -16,12 +16,14 @@ from typing import Any
 import keras
 from ray import tune
 
+from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
 from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, STOPPED_BY_MODEL
 from tunekit.worker.checkpoints import TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
+from tunekit.worker.measures import Measures
 
 
 class EpochReporter(keras.callbacks.Callback):
@@ -41,6 +43,7 @@ class EpochReporter(keras.callbacks.Callback):
         progress: TrialProgress,
         steps: int | None,
         validation: Any,
+        measures: Measures | None = None,
     ) -> None:
         super().__init__()
         self._spec = spec
@@ -55,6 +58,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._validation = validation
         self._last: tuple[int, dict[str, float], dict[str, Any]] | None = None
         self._last_weights: list[Any] = []  # the weights at the last epoch's end
+        self._measures = measures
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         _reset_peak_rss()
@@ -76,7 +80,6 @@ class EpochReporter(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         completed = epoch + 1
         metrics = {key: float(value) for key, value in (logs or {}).items()}
-        check_epoch_metrics(metrics, self._spec.metric.name, completed)
         elapsed = time.perf_counter() - self._epoch_started
         metrics["epoch_seconds"] = elapsed
         steps = self._batches or self._steps
@@ -87,6 +90,10 @@ class EpochReporter(keras.callbacks.Callback):
         metrics["memory_mb"] = memory_mb(self._devices)
         # On a GPU memory_mb is already TensorFlow's peak; on a CPU it is the RSS at the epoch's end.
         metrics["peak_memory_mb"] = metrics["memory_mb"] if self._devices.on_gpu else _peak_rss_mb()
+        if self._measures is not None:
+            self._measures.add(metrics, self.model)
+        for name in tracked_metrics(self._spec.objectives, self._spec.constraints, self._spec.select):
+            check_epoch_metrics(metrics, name, completed)
         bookkeeping: dict[str, Any] = {"metrics": sorted(metrics)}
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch

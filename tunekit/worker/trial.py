@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunekit.compat import drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
@@ -46,6 +46,9 @@ from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
 from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
+
+if TYPE_CHECKING:
+    from tunekit.worker.measures import Measures
 
 _worker: WorkerDevices | None = None
 
@@ -143,7 +146,7 @@ def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress
     if progress.epoch >= spec.budget.max_epochs:
         return
     steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)
-    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds)
+    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, _measures(spec, val_ds))
     model.fit(
         train_ds,
         validation_data=val_ds,
@@ -198,6 +201,15 @@ def _release_trial_state() -> None:
     import keras
 
     keras.mixed_precision.set_global_policy("float32")
+
+
+def _measures(spec: ExperimentSpec, val_ds: Any) -> Measures | None:
+    """The objectives tunekit measures that the spec names (``tunekit.worker.measures``), or None."""
+    from tunekit.config.objectives import MEASURED, tracked_metrics
+    from tunekit.worker.measures import Measures
+
+    named = set(tracked_metrics(spec.objectives, spec.constraints, spec.select)) & set(MEASURED)
+    return Measures(named, _first_inputs(val_ds)) if named - {"peak_memory_mb"} else None
 
 
 def _first_inputs(dataset: Any) -> Any:

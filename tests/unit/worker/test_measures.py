@@ -1,0 +1,31 @@
+"""The objectives tunekit measures, on a real Keras model (no Ray)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from tunekit.worker.measures import Measures
+
+
+def small_model() -> keras.Model:
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_only_the_named_measures_are_added_and_parameters_are_counted_by_hand() -> None:
+    model = small_model()
+    batch = np.zeros((32, 64), dtype="float32")
+    metrics: dict[str, float] = {"val_accuracy": 0.5}
+    Measures({"model_params", "latency_ms", "val_accuracy"}, batch).add(metrics, model)
+    assert metrics["model_params"] == 64 * 16 + 16 + 16 * 10 + 10  # 1210 weights and biases
+    assert 0 < metrics["latency_ms"] < 1000
+    assert set(metrics) == {"val_accuracy", "model_params", "latency_ms"}
+
+
+def test_model_size_is_the_saved_models() -> None:
+    metrics: dict[str, float] = {}
+    Measures({"model_size_mb"}, np.zeros((4, 64), dtype="float32")).add(metrics, small_model())
+    # 1210 float32 weights are under 5 kB; the .keras zip adds its config: well under 1 MB.
+    assert 0.004 < metrics["model_size_mb"] < 1.0
