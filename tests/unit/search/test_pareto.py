@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tunekit.config.objectives import Constraint, MetricSpec
-from tunekit.results.pareto import (
+from tunekit.search.pareto import (
     crowding_distances,
     dominates,
     hypervolume_2d,

@@ -1,9 +1,10 @@
 """The Pareto front: non-dominated sorting, crowding distance, feasibility and hypervolume.
 
-Pure functions on plain numbers (stdlib and ``tunekit.config`` only), so the two places
-that rank trials by several objectives share them: the results (the front and each
-trial's rank, computed once in ``tunekit.results.summary``) and MO-ASHA
-(``tunekit.search.moasha``), which promotes at each rung by the same order.
+Pure functions on plain numbers (stdlib and ``tunekit.config`` only), so every place
+that ranks trials by several objectives shares them, as ``tunekit.search.plan.pick_best``
+is shared for one: MO-ASHA (``tunekit.search.moasha``) promotes at each rung by this
+order, the recorder marks feasibility with it, and ``tunekit.results.pareto`` computes
+the experiment's front and each trial's rank from it, once.
 
 Every vector is "smaller is better": ``to_minimize`` flips the objectives a spec maximises.
 Ranks start at 1: rank 1 is the Pareto front, rank 2 the front once rank 1 is removed,
