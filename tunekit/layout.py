@@ -45,6 +45,11 @@ FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with b
 # ------------------------------------------------------------------------- tables
 
 PARAM_PREFIX = "params."
+# With several objectives (tunekit.config.objectives), trials.csv has one column per
+# objective and constrained metric holding the trial's last value, and ``feasible``: every
+# constraint holds (a metric never measured breaks its constraint).
+FINAL_PREFIX = "final."
+FEASIBLE_COLUMN = "feasible"
 INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
 # The columns of trials.csv and the fixed columns of epochs.csv (tunekit.driver.recorder writes them).
 # trials.csv: wall_seconds is the seconds the trial ran, summed over its spans (active time);

@@ -48,6 +48,7 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
 )
+from tunekit.search.moasha import RecordingMOASHA
 from tunekit.search.pbt import ExploitStep, RecordingPBT, write_exploits_csv
 from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
@@ -244,6 +245,7 @@ class Recorder(Callback):
         result: dict[str, Any] = {EPOCH_KEY: record.epochs}
         if record.final_metric is not None:
             result[self.spec.metric.name] = record.final_metric
+        result.update(record.finals)  # several objectives: each one's last value
         if record.stopped_by_model is not None:
             result[INFO_KEY] = {STOPPED_BY_MODEL: record.stopped_by_model}
         return result
@@ -330,9 +332,11 @@ class Recorder(Callback):
         stopped_at = self.clock.active_seconds
         for record in self.trials.values():
             record.close_span(stopped_at)
+        pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
         if isinstance(self.scheduler, RecordingASHA):
-            pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
             self.scheduler.replay(self._metric_by_epoch(), pruned)
+        if isinstance(self.scheduler, RecordingMOASHA):
+            self.scheduler.replay(self._metrics_by_epoch(), pruned)
         self.exploits = [ExploitStep(**step) for step in state.get("exploits", [])]
         if isinstance(self.scheduler, RecordingPBT):
             self.scheduler.replay(self._metric_by_epoch(), self.exploits)
@@ -353,6 +357,13 @@ class Recorder(Callback):
         for row in self.epochs:
             if self.spec.metric.name in row.metrics:
                 values.setdefault(row.trial_id, {})[row.epoch] = row.metrics[self.spec.metric.name]
+        return values
+
+    def _metrics_by_epoch(self) -> dict[str, dict[int, dict[str, float]]]:
+        """{trial id: {epoch: every metric}}, from the recorded epochs: what MO-ASHA replays."""
+        values: dict[str, dict[int, dict[str, float]]] = {}
+        for row in self.epochs:
+            values.setdefault(row.trial_id, {})[row.epoch] = {**row.metrics, EPOCH_KEY: row.epoch}
         return values
 
     # Ray pickles callbacks with the tuner; listeners hold consoles and clients.

@@ -13,9 +13,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import describe_error
-from tunekit.layout import EPOCH_COLUMNS, INFO_PREFIX, PARAM_PREFIX, SPAN_COLUMNS, TRIAL_COLUMNS, TrialStatus, finite
+from tunekit.layout import (
+    EPOCH_COLUMNS,
+    FEASIBLE_COLUMN,
+    FINAL_PREFIX,
+    INFO_PREFIX,
+    PARAM_PREFIX,
+    SPAN_COLUMNS,
+    TRIAL_COLUMNS,
+    TrialStatus,
+    finite,
+)
+from tunekit.search.pareto import is_feasible
 from tunekit.search.plan import rung_of
 
 
@@ -39,6 +51,10 @@ class TrialRecord:
     rated_epochs: int = 0  # epochs averaged into samples_per_second
     stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
     restored_weights: bool = False  # the model's callbacks put back earlier weights at the end
+    # Several objectives: the last value of each objective and constrained metric, and
+    # whether every constraint holds on them (None before the first epoch).
+    finals: dict[str, float] = field(default_factory=dict)
+    feasible: bool | None = None
     # Each stretch the trial held its slot, [start, end] on the search's active clock
     # (tunekit.clock); the last end is None while it runs. A retry, a resume and a PBT
     # pause each end one. The trial's time is their sum, never a gap between them.
@@ -85,6 +101,11 @@ def apply_epoch(record: TrialRecord, row: EpochRow, spec: ExperimentSpec) -> Non
         )
         if better:
             record.best_metric = value
+    if spec.multi_objective:
+        for name in tracked_metrics(spec.objectives, spec.constraints, spec.select):
+            if (number := finite(row.metrics.get(name))) is not None:
+                record.finals[name] = number
+        record.feasible = is_feasible(record.finals, spec.constraints)
     rate = row.metrics.get("samples_per_second")
     if rate is not None:
         record.rated_epochs += 1
@@ -113,7 +134,8 @@ def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, ela
     elif pruned:
         record.status = TrialStatus.PRUNED
         record.rung = rung_of(record.epochs, spec)
-        record.reason = f"pruned by ASHA at rung {record.rung} (epoch {record.epochs})"
+        scheduler = "MO-ASHA" if spec.multi_objective else "ASHA"
+        record.reason = f"pruned by {scheduler} at rung {record.rung} (epoch {record.epochs})"
     else:
         # Neither finished nor pruned: the search stopped around it.
         record.status = TrialStatus.STOPPED
@@ -147,8 +169,11 @@ def write_trials_csv(path: Path, records: list[TrialRecord], now: float) -> None
     """``trials.csv``; ``now`` is the search's active clock, for the spans of running trials."""
     param_names = sorted({name for r in records for name in r.params})
     info_names = sorted({name for r in records for name in r.info if name != "node_id"})
+    final_names = list(dict.fromkeys(name for r in records for name in r.finals))
     columns = [
         *TRIAL_COLUMNS,
+        *(f"{FINAL_PREFIX}{name}" for name in final_names),
+        *([FEASIBLE_COLUMN] if final_names else []),
         *(f"{PARAM_PREFIX}{name}" for name in param_names),
         *(f"{INFO_PREFIX}{name}" for name in info_names),
     ]
@@ -157,6 +182,9 @@ def write_trials_csv(path: Path, records: list[TrialRecord], now: float) -> None
         # TRIAL_COLUMNS are TrialRecord attributes, by construction, but for the one it adds up
         row = {column: getattr(r, column) for column in TRIAL_COLUMNS if column != "wall_seconds"}
         row["wall_seconds"] = round(r.active_seconds(now), 3)
+        if final_names:
+            row.update({f"{FINAL_PREFIX}{name}": r.finals.get(name) for name in final_names})
+            row[FEASIBLE_COLUMN] = r.feasible
         row.update({f"{PARAM_PREFIX}{name}": r.params.get(name) for name in param_names})
         row.update({f"{INFO_PREFIX}{name}": _cell(r.info.get(name)) for name in info_names})
         rows.append(row)

@@ -1,4 +1,5 @@
-"""Schedulers tunekit builds for Ray Tune: ASHA that remembers whom it stopped, FIFO, and PBT."""
+"""Schedulers tunekit builds for Ray Tune: ASHA that remembers whom it stopped (MO-ASHA with
+several objectives, ``tunekit.search.moasha``), FIFO, and PBT."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ CHECKPOINTS_KEPT = 2
 
 def build_scheduler(spec: ExperimentSpec, experiment_dir: Path) -> TrialScheduler:
     """The scheduler ``scheduler.type`` names, configured from the spec."""
+    if spec.scheduler.type == "asha" and spec.multi_objective:
+        from tunekit.search.moasha import RecordingMOASHA
+
+        return RecordingMOASHA(spec)
     if spec.scheduler.type == "asha":
         return RecordingASHA(
             time_attr=EPOCH_KEY,
