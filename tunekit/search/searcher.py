@@ -104,7 +104,11 @@ def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
     if search.algorithm in ("grid", "random"):
         # Grid search pins every trial's point; the random sampler is never asked.
         return _PinnableSampler(optuna.samplers.RandomSampler(seed=seed))
+    if search.algorithm == "nsga2":
+        return _PinnableSampler(optuna.samplers.NSGAIISampler(seed=seed))
     # constant_liar: running trials count as bad guesses, so parallel trials spread out.
+    # TPE takes several objectives as it is (MOTPE), and the constraints each trial
+    # carries (Trial.set_constraint, which Optuna 5.0 reads in place of constraints_func).
     return _PinnableSampler(
         optuna.samplers.TPESampler(
             seed=seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
@@ -134,7 +138,7 @@ def open_study(
     study = optuna.create_study(
         storage=url,
         study_name=spec.name,
-        direction="maximize" if spec.metric.mode == "max" else "minimize",
+        directions=["maximize" if o.mode == "max" else "minimize" for o in spec.objectives],
         sampler=build_sampler(spec, history),
         load_if_exists=True,
     )
@@ -291,8 +295,10 @@ class OptunaStudySearcher(Searcher):
             return
         for step, value in sorted(earlier.intermediate_values.items()):
             trial.report(value, step=step)
+        for key, violation in earlier.constraints.items():
+            trial.set_constraint(key, violation)
         if earlier.state == TrialState.COMPLETE:
-            self.study.tell(trial, earlier.value)
+            self.study.tell(trial, earlier.values if self._spec.multi_objective else earlier.value)
         elif earlier.state == TrialState.PRUNED:
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
@@ -333,7 +339,9 @@ class OptunaStudySearcher(Searcher):
 
     def _report(self, trial: optuna.Trial, result: dict[str, Any]) -> None:
         value = finite(result.get(self._spec.metric.name))
-        if value is None or EPOCH_KEY not in result:
+        # Optuna keeps no intermediate values for several objectives (trial.report raises):
+        # epochs.csv holds every epoch's, and MO-ASHA prunes from the reports themselves.
+        if value is None or EPOCH_KEY not in result or self._spec.multi_objective:
             return
         step = int(result[EPOCH_KEY])
         # on_trial_complete repeats the last result when the trial was not stopped early.
@@ -358,10 +366,13 @@ class OptunaStudySearcher(Searcher):
         stopped_by_model = bool(result.get(f"{INFO_KEY}/{STOPPED_BY_MODEL}")) or (
             isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
         )
-        if error or result.get(FAILURE_KEY) or value is None:
+        values = objective_values(self._spec, result)
+        if error or result.get(FAILURE_KEY) or value is None or values is None:
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-        elif stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
-            self.study.tell(trial, value, skip_if_finished=True)
+            return
+        set_constraints(trial, self._spec, result)
+        if stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
+            self.study.tell(trial, values if self._spec.multi_objective else value, skip_if_finished=True)
         else:
             # Stopped before the end: Optuna keeps the last intermediate value as the
             # trial's value and its samplers treat it as the partial run it was.
@@ -445,6 +456,19 @@ class OptunaStudySearcher(Searcher):
                 # Marked, so tunekit check knows why trials.csv has no row for it.
                 reopen_trial(self.study, frozen).set_user_attr(LOST_ATTR, True)
                 self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def objective_values(spec: ExperimentSpec, result: Mapping[str, Any]) -> list[float] | None:
+    """Each objective's value in a trial's result, in the spec's order; None when one is missing."""
+    values = [finite(result.get(objective.name)) for objective in spec.objectives]
+    return None if any(value is None for value in values) else [float(v) for v in values if v is not None]
+
+
+def set_constraints(trial: optuna.Trial, spec: ExperimentSpec, result: Mapping[str, Any]) -> None:
+    """Each constraint's violation on the trial (<= 0 holds), keyed by its text; samplers and
+    ``study.best_trials`` read them. A metric the result lacks breaks its constraint."""
+    for constraint in spec.constraints:
+        trial.set_constraint(constraint.text, constraint.violation(finite(result.get(constraint.name))))
 
 
 def exhausted_reason(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
