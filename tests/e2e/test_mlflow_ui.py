@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -114,6 +115,23 @@ def test_the_link_tunekit_records_opens_the_experiment_on_its_training_runs(ui: 
     assert shot.stat().st_size > 10_000
 
 
+def test_the_compare_view_plots_the_trials_val_curves_under_names_that_say_their_outcome(ui: dict[str, Any]) -> None:
+    # MLflow calls a pruned run "Finished" like a completed one; the run name, the column every
+    # view shows, says which it was (the runs table nests the trials under the parent run).
+    ids = json.dumps([child.info.run_id for child in ui["children"]])
+    url = (
+        f"{ui['uri']}/#/metric/val_accuracy?runs={quote(ids)}&metric=%22val_accuracy%22"
+        f"&experiments={quote(json.dumps([ui['experiment_id']]))}&plot_metric_keys={quote(json.dumps(['val_accuracy']))}"
+    )
+    text = page_text(url, ui["root"], r"trial-0 · completed")
+    shot = ui["root"] / "val_curves.png"
+    chromium(url, ui["root"], f"--screenshot={shot}")
+    assert f"Comparing {TRIALS} Runs" in text, text[:3000]
+    for name in ("trial-0 · completed", "trial-1 · pruned@1", "trial-2 · completed", "trial-3 · pruned@1"):
+        assert f"{name} (val_accuracy)" in text, (name, text[:3000])  # each curve's legend
+    assert shot.stat().st_size > 10_000
+
+
 def test_parent_run_page_lists_every_trial_as_a_child_run(ui: dict[str, Any]) -> None:
     parent = ui["parent"]
     url = f"{ui['uri']}/#/experiments/{ui['experiment_id']}/runs/{parent.info.run_id}"
@@ -123,5 +141,5 @@ def test_parent_run_page_lists_every_trial_as_a_child_run(ui: dict[str, Any]) ->
     assert listed, text[:3000]
     names = {name.strip() for name in listed.group(1).split(",")}
     assert names == {child.info.run_name for child in ui["children"]}
-    assert len(names) == TRIALS
+    assert names == {"trial-0 · completed", "trial-1 · pruned@1", "trial-2 · completed", "trial-3 · pruned@1"}
     assert "best_val_accuracy" in text and "trials_pruned" in text

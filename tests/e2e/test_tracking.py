@@ -413,6 +413,14 @@ def test_run_status_and_outcome_follow_the_trial_status_and_reason(tmp_path: Pat
         "late": ("KILLED", "stopped: the search's time budget of 60 s ran out after 1 epochs", endings["late"][1]),
         "broken": ("FAILED", "failed after 1 epochs: TrialFailure: non-finite loss at epoch 2", endings["broken"][1]),
     }
+    # The runs table's one always-shown column tells the outcome: a pruned run is "Finished" too.
+    assert {c.data.tags[TAG_TRIAL_ID]: c.info.run_name for c in children} == {
+        "full": "trial-0 · completed",
+        "early": "trial-1 · completed",
+        "weak": "trial-2 · pruned@1",
+        "late": "trial-3 · stopped@1",
+        "broken": "trial-4 · failed@1",
+    }
 
 
 def test_credentials_never_reach_runs(tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -721,7 +729,11 @@ def test_sync_sends_an_untracked_experiment_once(tmp_path: Path, server: MlflowS
     assert summary["trials_completed"] == summary["wall_seconds"] == 1
     assert summary["best_val_accuracy"] == 4  # one point per ended trial, in the order they ended
     assert parent.data.metrics["trials_completed"] == 2 and parent.data.metrics["trials_pruned"] == 2
-    assert [a.path for a in mlflow_client.list_artifacts(parent.info.run_id)] == ["spec.yaml"]
+    # sync writes ledger.json from the records first (the summary, as a search's end does): the
+    # parent's figures are its metrics, and it is attached beside the spec.
+    assert [a.path for a in mlflow_client.list_artifacts(parent.info.run_id)] == ["ledger.json", "spec.yaml"]
+    ledger = json.loads((experiment_dir / "ledger.json").read_text())
+    assert parent.data.metrics["wall_seconds"] == ledger["metrics"]["wall_seconds"]
     recorded = json.loads((experiment_dir / TRACKING_FILE).read_text())
     assert recorded["parent_run_id"] == parent.info.run_id and recorded["tracking_uri"] == server.uri
 

@@ -345,13 +345,8 @@ def flat_metrics(ledger: Ledger, comparison: list[dict[str, Any]] | None) -> dic
         "ledger_seconds_to_best": ledger.seconds_to_best,
         "ledger_slot_hours_to_best": ledger.slot_hours_to_best,
     }
-    for stretch in ledger.rungs:
-        name = "final" if stretch.rung is None else f"rung{stretch.rung}"
-        values |= {
-            f"ledger_{name}_trials": stretch.trials,
-            f"ledger_{name}_epochs": stretch.epochs,
-            f"ledger_{name}_slot_hours": stretch.slot_hours,
-        }
+    # The per-rung table stays in ledger.json (an artifact of the parent run): as metrics it
+    # would add three columns per rung to the runs table.
     for row, key in zip(comparison or [], ("trials", "wall_seconds", "epochs", "slot_hours"), strict=False):
         values |= {f"predicted_{key}": row["predicted"], f"actual_{key}": row["actual"]}
     return {key: number for key, value in values.items() if (number := finite(value)) is not None}

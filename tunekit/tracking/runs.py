@@ -41,6 +41,7 @@ from tunekit.tracking.tags import (
     EXPERIMENT_KIND_TAG,
     INFO_TAGS,
     PARENT_RUN_TAG,
+    RUN_NAME_TAG,
     TAG_ATTEMPTS,
     TAG_BEST_TRIAL,
     TAG_EPOCHS,
@@ -67,6 +68,7 @@ from tunekit.tracking.values import (
     outcome,
     param_key,
     param_value,
+    run_name,
     run_status,
     spec_params,
     tag_value,
@@ -155,6 +157,7 @@ class RunBook:
                     trial.pending.tags[TAG_TRIAL_NUMBER] = str(event.number)
                 if event.running:  # a new trial, or one Ray restarts (after a lost worker, on resume)
                     trial.pending.tags.update({TAG_STATUS: str(TrialStatus.RUNNING), TAG_ATTEMPTS: str(event.attempts)})
+                    trial.pending.tags[RUN_NAME_TAG] = run_name(self._label(trial), TrialStatus.RUNNING, 0)
                     trial.pending.status = None
                     trial.pending.reopen = trial.run_id is not None
             case InfoEvent():
@@ -169,6 +172,7 @@ class RunBook:
                         TAG_EPOCHS: str(event.epochs),
                         TAG_ATTEMPTS: str(event.attempts),
                         TAG_WALL_SECONDS: f"{event.wall_seconds:.3f}",
+                        RUN_NAME_TAG: run_name(self._label(trial), event.status, event.epochs),
                         **({TAG_RUNG: str(event.rung)} if event.rung is not None else {}),
                         **({TAG_REASON: event.reason[:MAX_TAG_LENGTH]} if event.reason else {}),
                     }
@@ -213,6 +217,10 @@ class RunBook:
             "epochs_full_budget": float(budget.num_samples * budget.max_epochs),
             "wall_seconds": round(event.wall_seconds, 3),
         }
+
+    @staticmethod
+    def _label(trial: TrialRun) -> int | str:
+        return trial.number if trial.number is not None else trial.trial_id
 
     def _trial(self, trial_id: str) -> TrialRun:
         trial = self.trials.get(trial_id)
@@ -319,7 +327,8 @@ class RunBook:
         client = sender.client
         pending = trial.pending
         if trial.run_id is None:
-            name = f"trial-{trial.number}" if trial.number is not None else f"trial-{trial.trial_id}"
+            # MLflow refuses a run name beside a different mlflow.runName tag: the tag is the name.
+            name = pending.tags.pop(RUN_NAME_TAG, None) or run_name(self._label(trial), TrialStatus.RUNNING, 0)
             trial.run_id = client.create_run(
                 self._require(self._experiment_id),
                 start_ms=int(trial.started_at * 1000),

@@ -56,6 +56,9 @@ TAG_PBT_STEP_PREFIX = "tunekit.pbt_step."
 PARENT_RUN_TAG = "mlflow.parentRunId"
 
 
+RUN_NAME_TAG = "mlflow.runName"  # setting it renames the run (tunekit.tracking.values.run_name)
+
+
 # The experiment's kind, as MLflow 3's UI reads it (mlflow/server/js: ExperimentKind):
 # "custom_model_development" is classic model training, shown as "Machine learning";
 # without it the UI may take a tunekit experiment for a GenAI app.

@@ -48,6 +48,17 @@ def outcome(status: TrialStatus, rung: int | None, epochs: int, reason: str = ""
     return f"{status}: {first}"
 
 
+def run_name(trial: int | str, status: TrialStatus, epochs: int) -> str:
+    """A trial's run name, its outcome readable in the runs table: ``trial-5 · pruned@2``.
+
+    MLflow shows a pruned run as "Finished", like a completed one; the name is the one
+    column its runs table always shows. ``@n``: after n epochs.
+    """
+    if status in (TrialStatus.RUNNING, TrialStatus.COMPLETED):
+        return f"trial-{trial} · {status}"
+    return f"trial-{trial} · {status}@{epochs}"
+
+
 def metric_key(name: str) -> str:
     return _INVALID_NAME_CHARS.sub("_", name)[:250]
 
@@ -76,7 +87,7 @@ def brief(error: BaseException) -> str:
 
 
 def spec_params(spec: ExperimentSpec) -> dict[str, str]:
-    """The parent run's params: the settings that define the search (not tracking, not storage)."""
+    """The parent run's params: the settings that define the search (not the space, tracking or storage)."""
     raw = spec.raw
     params: dict[str, str] = {"name": spec.name, "trainable": str(raw["trainable"])}
     for section in ("metric", "search", "scheduler", "budget", "resources", "training"):
@@ -85,8 +96,8 @@ def spec_params(spec: ExperimentSpec) -> dict[str, str]:
                 params["search.warm_start"] = str(len(value))
                 continue
             params[f"{section}.{key}"] = param_value(value)
-    for name, definition in raw["space"].items():
-        params[param_key(f"space.{name}")] = param_value(json.dumps(definition, sort_keys=True))
+    # The space is in the spec.yaml artifact: as params it would add a column per parameter
+    # beside the trials' own (same names) in the runs table.
     return params
 
 
