@@ -324,9 +324,16 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
 
     lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in ENDED_STATUSES)]
     lines += summary.time_lines()
+    lines += summary.front_lines()
     best = summary.best
-    if best is None:
+    if best is None and summary.pareto is not None:
+        lines.append("best: none (no trial on the Pareto front meets the select rule)")
+    elif best is None:
         lines.append("best: none (no trial reported the metric)")
+    elif best.rule:
+        values = ", ".join(f"{name}={value:.6g}" for name, value in best.values.items())
+        lines.append(f"best: trial {best.number} ({best.trial_id}) {values}, chosen by {best.rule}")
+        lines.append(f"best config: {config_text(best.config)}")
     else:
         lines.append(
             f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
@@ -358,14 +365,18 @@ def _mlflow_link(experiment_dir: Path) -> str | None:
 
 
 def _table(results: ExperimentResults) -> str:
-    from tunekit.layout import PARAM_PREFIX
+    from tunekit.layout import FINAL_PREFIX, PARAM_PREFIX
 
     if results.trials.empty:
         return "no trials recorded"
     table = results.ranked()
     params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
-    shown = table[["number", "status", "epochs", "final_metric", "best_metric", "wall_seconds", *params, "reason"]]
-    shown = shown.rename(columns={c: c[len(PARAM_PREFIX) :] for c in params} | {"final_metric": results.metric})
+    # Several objectives: each trial's Pareto rank and every objective's final value.
+    finals = [c for c in table.columns if c.startswith(FINAL_PREFIX)] or ["final_metric"]
+    ranks = ["pareto_rank"] if "pareto_rank" in table.columns else []
+    shown = table[["number", "status", *ranks, "epochs", *finals, "best_metric", "wall_seconds", *params, "reason"]]
+    renamed = {c: c[len(PARAM_PREFIX) :] for c in params} | {c: c[len(FINAL_PREFIX) :] for c in finals}
+    shown = shown.rename(columns=renamed | {"final_metric": results.metric})
     reasons = shown["reason"].map(_short_reason)
     width = max(len("reason"), *(len(r) for r in reasons))
     # text reads from the left: pad so pandas' right alignment leaves the column flush left

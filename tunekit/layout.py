@@ -50,6 +50,9 @@ PARAM_PREFIX = "params."
 # constraint holds (a metric never measured breaks its constraint).
 FINAL_PREFIX = "final."
 FEASIBLE_COLUMN = "feasible"
+# The Pareto front as a table (trial id, number, each objective's final value), written
+# with ledger.json from the summary and logged to the MLflow parent run.
+PARETO_FILE = "pareto_front.csv"
 INFO_PREFIX = "info."  # what the trial ran on: precision, replicas, devices (lists joined by ";")
 # The columns of trials.csv and the fixed columns of epochs.csv (tunekit.driver.recorder writes them).
 # trials.csv: wall_seconds is the seconds the trial ran, summed over its spans (active time);

@@ -5,6 +5,11 @@ pruned ones (``tunekit.search.plan.pick_best``), failed trials never win, and th
 configuration is the trial's final one: after PBT's exploit steps (``exploits.csv``), the
 one its saved model was trained under, with the steps that led there one field away.
 ``tunekit.results.summary`` builds every report on it; ``ExperimentResults.best`` is it.
+
+With several objectives "best" is the ``select`` rule's choice among the Pareto front
+(``tunekit.results.pareto``): the front trials meeting ``select.subject_to``, best by
+``select``'s metric (by default the first objective). That one model is exported and
+registered; ``BestTrial.rule`` says which rule chose it.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.spec import MetricMode
+from tunekit.config.objectives import default_selection
+from tunekit.config.spec import ExperimentSpec, MetricMode
 from tunekit.layout import NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, WARM_START_FILE, TrialStatus, finite
+from tunekit.results.pareto import final_values, pareto_of
 from tunekit.search.plan import pick_best
 
 if TYPE_CHECKING:
@@ -57,17 +64,29 @@ class BestTrial:
     lineage: tuple[ExploitChange, ...] = ()
     scope: str = THIS_EXPERIMENT
     source: str = ""
+    # Several objectives: the rule that chose this trial among the front, and its final values.
+    rule: str = ""
+    values: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def best_trial(trials: pd.DataFrame, exploits: pd.DataFrame, mode: MetricMode) -> BestTrial | None:
-    """The best trial of the tables (trained to the end if any was) with its final configuration."""
+def best_trial(
+    trials: pd.DataFrame, exploits: pd.DataFrame, mode: MetricMode, spec: ExperimentSpec | None = None
+) -> BestTrial | None:
+    """The best trial of the tables (trained to the end if any was) with its final configuration.
+
+    With a multi-objective ``spec``: the ``select`` rule's choice among the Pareto front.
+    """
     if trials.empty:
         return None
-    candidates = [(str(row["status"]), finite(row["final_metric"]), row) for _, row in trials.iterrows()]
-    row = pick_best(candidates, mode)
+    rule = ""
+    if spec is not None and spec.multi_objective:
+        row, rule = selected(trials, spec)
+    else:
+        candidates = [(str(row["status"]), finite(row["final_metric"]), row) for _, row in trials.iterrows()]
+        row = pick_best(candidates, mode)
     if row is None:
         return None
     initial = {
@@ -86,7 +105,28 @@ def best_trial(trials: pd.DataFrame, exploits: pd.DataFrame, mode: MetricMode) -
         status=str(row["status"]),
         initial_config=initial,
         lineage=lineage,
+        rule=rule,
+        values=final_values(row) if rule else {},
     )
+
+
+def selected(trials: pd.DataFrame, spec: ExperimentSpec) -> tuple[Any, str]:
+    """The row of the front trial the ``select`` rule picks (None when no front trial meets
+    ``subject_to``), and the rule in words."""
+    selection = spec.select or default_selection(spec.objectives)
+    rule = "select: " + selection.describe() + ("" if spec.select else " (the default: the first objective)")
+    front = pareto_of(trials, spec)
+    on_front = {t.trial_id for t in front.front} if front is not None else set()
+    sign = 1.0 if selection.mode == "max" else -1.0
+    best, best_value = None, -math.inf
+    for _, row in trials.iterrows():
+        values = final_values(row)
+        value = finite(values.get(selection.metric))
+        if str(row["trial_id"]) not in on_front or value is None:
+            continue
+        if all(c.holds(values.get(c.name)) for c in selection.subject_to) and sign * value > best_value:
+            best, best_value = row, sign * value
+    return best, rule
 
 
 def lineage_of(trial_id: str, exploits: pd.DataFrame) -> tuple[ExploitChange, ...]:

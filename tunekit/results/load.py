@@ -14,6 +14,7 @@ from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import EPOCHS_FILE, EXPLOITS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, finite
 from tunekit.results.best import BestTrial, best_trial
+from tunekit.results.pareto import pareto_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,8 +90,35 @@ class ExperimentResults:
     def best_metric(self) -> float | None:
         return None if self.best is None else self.best.metric
 
+    def pareto_front(self) -> pd.DataFrame:
+        """The Pareto front: the non-dominated feasible trials that trained to the end, best
+        first by the first objective, as rows of ``trials`` (``final.<objective>`` columns).
+
+        Empty for a single-objective experiment. Every trial's rank is in ``ranked()``'s
+        ``pareto_rank`` column and in ``tunekit.results.summarize(results).pareto``.
+        """
+        front = pareto_of(self.trials, self.spec)
+        if front is None or not front.front:
+            return self.trials.iloc[0:0]
+        order = [t.trial_id for t in front.front]
+        table = self.trials.set_index(self.trials["trial_id"].astype(str), drop=False)
+        return table.loc[order].reset_index(drop=True)
+
     def ranked(self) -> pd.DataFrame:
-        """Trials best first: completed before pruned, then by final metric."""
+        """Trials best first: completed before pruned, then by final metric.
+
+        With several objectives: by Pareto rank first (``pareto_rank``: 1 is the front; a
+        trial left unranked says why, e.g. ``infeasible`` or ``pruned``).
+        """
+        front = pareto_of(self.trials, self.spec)
+        if front is not None and not self.trials.empty:
+            ranks = self.trials["trial_id"].astype(str).map(front.rank_text)
+            numeric = self.trials["trial_id"].astype(str).map(lambda t: front.ranks.get(t, len(self.trials) + 1))
+            table = self.trials.assign(pareto_rank=ranks, _front=numeric)
+            ascending = self.mode == "min"
+            return table.sort_values(
+                ["_front", "final_metric"], ascending=[True, ascending], na_position="last", kind="stable"
+            ).drop(columns="_front")
         order = {
             TrialStatus.COMPLETED: 0,
             TrialStatus.PRUNED: 1,
@@ -150,7 +178,7 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
     spec = recorded_spec(yaml.safe_load(spec_path.read_text()), directory, trials)
     exploits = _read_csv(pd, directory / EXPLOITS_FILE)
-    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, exploits, spec.metric.mode))
+    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, exploits, spec.metric.mode, spec))
 
 
 def recorded_spec(raw: Any, spec_dir: Path | None = None, trials: pd.DataFrame | None = None) -> ExperimentSpec:

@@ -102,7 +102,9 @@ def load_from_mlflow(
         epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
     parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
-    return ExperimentResults(directory, parsed, trials, epochs, best_trial(trials, pd.DataFrame(), parsed.metric.mode))
+    return ExperimentResults(
+        directory, parsed, trials, epochs, best_trial(trials, pd.DataFrame(), parsed.metric.mode, parsed)
+    )
 
 
 def ambiguity_message(experiment_name: str, candidates: list[tuple[str, int, int]]) -> str:

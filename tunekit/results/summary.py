@@ -15,6 +15,9 @@ Scopes, as every renderer names them:
   under. ``initial_config`` and ``lineage`` tell how it got there.
 * ``best_including_history``: the better of ``best`` and the best trial a warm start
   inherited from earlier experiments (as Optuna's ``study.best_trial`` may show it).
+* ``pareto``: with several objectives, the Pareto front of the feasible trials that trained
+  to the end and every trial's rank (``tunekit.results.pareto``); ``best`` is then the
+  ``select`` rule's choice among the front. None with one objective.
 * Times are active seconds (``tunekit.clock``): the gaps between a stop and a resume are
   ``downtime_seconds``, never part of a trial's or the search's time.
 """
@@ -31,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 from tunekit.clock import SearchClock
 from tunekit.config.spec import MetricMode
 from tunekit.errors import TunekitError
-from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, finite
+from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, finite
 from tunekit.results.best import BestTrial, inherited_best
 from tunekit.results.ledger import DEFAULT_TOLERANCE, Ledger, compute_ledger, flat_metrics, predicted_vs_actual
 from tunekit.results.load import ExperimentResults
+from tunekit.results.pareto import INFEASIBLE, ParetoFront, pareto_of
 from tunekit.search.plan import pick_best
 
 if TYPE_CHECKING:
@@ -61,6 +65,7 @@ class Summary:
     best_including_history: BestTrial | None
     ledger: Ledger
     predicted_vs_actual: list[dict[str, Any]] | None
+    pareto: ParetoFront | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -70,6 +75,7 @@ class Summary:
     def to_json(self, results: ExperimentResults) -> str:
         """``tunekit report --format json``: every figure, then the trials best first."""
         # Best first, as the table: a script taking the first trial gets the best one.
+        # With several objectives each trial carries its pareto_rank (ranked() adds the column).
         trials = json.loads(results.ranked().to_json(orient="records")) if not results.trials.empty else []
         record = {"experiment_dir": str(results.experiment_dir), **self.to_dict(), "trials": trials}
         return json.dumps(record, indent=2, default=str)
@@ -83,8 +89,27 @@ class Summary:
             "wall_seconds": self.active_seconds,
             "downtime_seconds": self.downtime_seconds,
         }
+        if self.pareto is not None:
+            values["pareto_front_size"] = float(len(self.pareto.front))
+            values["trials_infeasible"] = float(sum(1 for why in self.pareto.unranked.values() if why == INFEASIBLE))
         numbers = {key: number for key, value in values.items() if (number := finite(value)) is not None}
         return numbers | flat_metrics(self.ledger, self.predicted_vs_actual)
+
+    def front_lines(self) -> list[str]:
+        """The text report's and console's lines on the front: each front trial's objective values, and the rule."""
+        pareto = self.pareto
+        if pareto is None:
+            return []
+        limits = f"; constraints {', '.join(pareto.constraints)}" if pareto.constraints else ""
+        infeasible = sum(1 for why in pareto.unranked.values() if why == INFEASIBLE)
+        lines = [
+            f"pareto front: {len(pareto.front)} of {len(pareto.ranks)} feasible completed trials "
+            f"({', '.join(pareto.objectives)}{limits}; {infeasible} infeasible)"
+        ]
+        for trial in pareto.front:
+            values = ", ".join(f"{name}={value:.6g}" for name, value in trial.values.items())
+            lines.append(f"  trial {trial.number} ({trial.trial_id}): {values}")
+        return lines
 
     def time_lines(self) -> list[str]:
         """``active time 1m 05s in 2 sessions; stopped for 9h 12m between them``."""
@@ -119,6 +144,7 @@ def summarize(
         best_including_history=_best_including_history(results),
         ledger=ledger,
         predicted_vs_actual=predicted_vs_actual(results, ledger, clock),
+        pareto=pareto_of(trials, spec),
     )
 
 
@@ -160,7 +186,21 @@ def write_ledger(experiment_dir: Path, tolerance: float = DEFAULT_TOLERANCE) -> 
     partial = experiment_dir / f"{LEDGER_FILE}.partial"
     partial.write_text(json.dumps(record, indent=2, default=str))
     partial.replace(experiment_dir / LEDGER_FILE)
+    if summary.pareto is not None:
+        write_front(experiment_dir / PARETO_FILE, summary.pareto)
     return record
+
+
+def write_front(path: Path, pareto: ParetoFront) -> None:
+    """The front as a CSV table: trial id, number, each objective's final value."""
+    names = [name for trial in pareto.front[:1] for name in trial.values]
+    lines = [",".join(["trial_id", "number", *names])]
+    for trial in pareto.front:
+        number = "" if trial.number is None else str(trial.number)
+        lines.append(",".join([trial.trial_id, number, *(repr(trial.values[name]) for name in names)]))
+    partial = path.with_suffix(".csv.partial")
+    partial.write_text("\n".join(lines) + "\n")
+    partial.replace(path)
 
 
 class LedgerFile:

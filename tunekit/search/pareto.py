@@ -86,7 +86,9 @@ def crowding_distances(points: Sequence[Vector]) -> list[float]:
 
 def promotion_order(points: Sequence[Vector], feasible: Sequence[bool] | None = None) -> list[int]:
     """Indices best first, as MO-ASHA ranks a rung (Syne Tune's MOASHA, Schmucker et al. 2021):
-    feasible before infeasible, then by front, then the less crowded first; ties by index."""
+    feasible before infeasible, then by front, then the less crowded first. Equally crowded
+    points (a front's boundaries are all infinite) go by the first objective, as Syne Tune
+    seeds its front's order with the best in the first dimension; then by index."""
     feasible = feasible if feasible is not None else [True] * len(points)
     ranks, crowding = [0] * len(points), [0.0] * len(points)
     # Feasible and infeasible points are sorted apart: an infeasible point never pushes a
@@ -98,7 +100,7 @@ def promotion_order(points: Sequence[Vector], feasible: Sequence[bool] | None = 
             members = [i for i in group if ranks[i] == rank]
             for i, distance in zip(members, crowding_distances([points[i] for i in members]), strict=True):
                 crowding[i] = distance
-    return sorted(range(len(points)), key=lambda i: (not feasible[i], ranks[i], -crowding[i], i))
+    return sorted(range(len(points)), key=lambda i: (not feasible[i], ranks[i], -crowding[i], points[i][0], i))
 
 
 def is_feasible(values: Mapping[str, float | None], constraints: Sequence[Constraint]) -> bool:

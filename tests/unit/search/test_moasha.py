@@ -44,11 +44,23 @@ def test_a_rung_promotes_the_top_third_by_front_then_crowding() -> None:
     # c is dominated by b and a: third of three (2/3 > 1/3).
     assert moasha.decide("c", at(1, 0.4, 200)) == STOP
     # d trades accuracy for size and is on the front with b: b and d are both boundaries
-    # (infinite crowding), ties go by arrival, so d is second of four (1/4 <= 1/3).
+    # (infinite crowding), ties go by the first objective, so d is second of four (1/4 <= 1/3).
     assert moasha.decide("d", at(1, 0.3, 10)) == GO
     # e, the fifth, is dominated by d: at best third of five (2/5 > 1/3).
     assert moasha.decide("e", at(1, 0.2, 20)) == STOP
     assert moasha.stopped == set()  # decide() alone records nothing of Ray's
+
+
+def test_a_newcomer_on_the_front_goes_on_when_it_leads_the_first_objective() -> None:
+    moasha = scheduler()
+    assert moasha.decide("small", at(1, 0.6, 2778)) == GO
+    # Non-dominated with "small" (more accurate, larger): both boundaries; accuracy decides.
+    assert moasha.decide("large", at(1, 0.8, 50826)) == GO
+    # "smaller" extends the front at its other end: both ends are infinitely uncrowded,
+    # so it is second of three (1/3 <= 1/3) and "small", now in the middle, would be last.
+    assert moasha.decide("smaller", at(1, 0.5, 1000)) == GO
+    # "middle" is on the front too, but between two others: third of four at best (2/4 > 1/3).
+    assert moasha.decide("middle", at(1, 0.55, 2000)) == STOP
 
 
 def test_an_infeasible_trial_ranks_behind_every_feasible_one() -> None:
