@@ -1,0 +1,124 @@
+"""The experiment's Pareto front, each trial's rank and the select rule, from a hand-made trials
+table whose answers were worked out by hand: no Ray, no search."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tunekit.config.spec import ExperimentSpec, parse_spec
+from tunekit.results.best import best_trial
+from tunekit.results.load import ExperimentResults
+from tunekit.results.pareto import INFEASIBLE, FrontTrial, pareto_of
+
+RAW: dict[str, Any] = {
+    "name": "front",
+    "trainable": "trainables.digits_mlp",
+    "metric": [{"name": "val_accuracy", "mode": "max"}, {"name": "model_params", "mode": "min"}],
+    "budget": {"num_samples": 7, "max_epochs": 4},
+    "constraints": ["latency_ms <= 5"],
+    "space": {"units": {"type": "choice", "values": [8, 16, 32, 64]}},
+}
+# (id, status, accuracy, params, latency). By hand, among the feasible completed a b c d:
+# a (0.90, 5000), b (0.80, 1000) and c (0.95, 20000) trade off: front 1; d (0.85, 6000) is
+# dominated by a only: front 2. e is more accurate and smaller than all, but 9 ms breaks the
+# constraint; f was pruned; g failed before reporting.
+ROWS = [
+    ("a", "completed", 0.90, 5000.0, 2.0),
+    ("b", "completed", 0.80, 1000.0, 1.0),
+    ("c", "completed", 0.95, 20000.0, 4.0),
+    ("d", "completed", 0.85, 6000.0, 3.0),
+    ("e", "completed", 0.99, 500.0, 9.0),
+    ("f", "pruned", 0.97, 800.0, 1.0),
+    ("g", "failed", None, None, None),
+]
+
+
+def spec(**changes: Any) -> ExperimentSpec:
+    raw = copy.deepcopy(RAW)
+    raw.update(changes)
+    return parse_spec(raw, None, locate_trainable=False)
+
+
+def table() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "trial_id": trial_id,
+                "number": number,
+                "status": status,
+                "epochs": 4 if status == "completed" else 1,
+                "final_metric": accuracy,
+                "final.val_accuracy": accuracy,
+                "final.model_params": params,
+                "final.latency_ms": latency,
+                "params.units": 8,
+            }
+            for number, (trial_id, status, accuracy, params, latency) in enumerate(ROWS)
+        ]
+    )
+
+
+def test_front_ranks_and_why_the_others_have_none() -> None:
+    front = pareto_of(table(), spec())
+    assert front is not None
+    # Best first by the first objective (accuracy).
+    assert front.front == [
+        FrontTrial("c", 2, {"val_accuracy": 0.95, "model_params": 20000.0}),
+        FrontTrial("a", 0, {"val_accuracy": 0.90, "model_params": 5000.0}),
+        FrontTrial("b", 1, {"val_accuracy": 0.80, "model_params": 1000.0}),
+    ]
+    assert front.ranks == {"a": 1, "b": 1, "c": 1, "d": 2}
+    assert front.unranked == {"e": INFEASIBLE, "f": "pruned", "g": "failed"}
+    assert [front.rank_text(t) for t in "adeg"] == ["1", "2", INFEASIBLE, "failed"]
+
+
+def test_single_objective_has_no_front() -> None:
+    assert pareto_of(table(), spec(metric={"name": "val_accuracy", "mode": "max"}, constraints=None)) is None
+
+
+@pytest.mark.parametrize(
+    ("select", "chosen", "rule"),
+    [
+        (None, "c", "select: maximize val_accuracy among the Pareto front (the default: the first objective)"),
+        ({"minimize": "model_params"}, "b", "select: minimize model_params among the Pareto front"),
+        (
+            {"maximize": "val_accuracy", "subject_to": ["model_params <= 10000"]},
+            "a",
+            "select: maximize val_accuracy among the Pareto front subject to model_params <= 10000",
+        ),
+        # d meets it but is not on the front; e is more accurate but infeasible: nobody.
+        ({"maximize": "val_accuracy", "subject_to": ["model_params <= 800"]}, None, ""),
+    ],
+)
+def test_select_picks_among_the_front(select: dict[str, Any] | None, chosen: str | None, rule: str) -> None:
+    the_spec = spec(select=select)
+    best = best_trial(table(), pd.DataFrame(), "max", the_spec)
+    assert (best.trial_id if best else None) == chosen
+    if best is not None:
+        assert best.rule == rule
+        assert best.metric == dict(zip("abcdefg", [r[2] for r in ROWS], strict=True))[chosen]
+
+
+def test_pareto_front_and_ranked_tables() -> None:
+    the_spec = spec()
+    trials = table()
+    results = ExperimentResults(
+        experiment_dir=Path("/nowhere"),
+        spec=the_spec,
+        trials=trials,
+        epochs=pd.DataFrame(),
+        best=best_trial(trials, pd.DataFrame(), "max", the_spec),
+    )
+    assert list(results.pareto_front()["trial_id"]) == ["c", "a", "b"]
+    ranked = results.ranked()
+    assert list(zip(ranked["trial_id"], ranked["pareto_rank"], strict=True))[:4] == [
+        ("c", "1"),
+        ("a", "1"),
+        ("b", "1"),
+        ("d", "2"),
+    ]
