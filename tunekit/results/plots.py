@@ -287,6 +287,66 @@ def lineage(results: ExperimentResults, metric: str | None = None, *, path: str 
     return _finish(fig, path)
 
 
+def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
+    """The Pareto front over every trial: a scatter for two objectives, parallel coordinates
+    (each objective scaled to [0, 1], better up) for more. Front trials are green, the
+    selected best a star; infeasible trials are crosses, pruned ones faint."""
+    from tunekit.results.pareto import INFEASIBLE, final_values, pareto_of
+
+    fig, ax = _figure()
+    front = pareto_of(results.trials, results.spec)
+    if front is None:
+        return _finish(_empty(fig, ax, "one objective: no Pareto front"), path)
+    names = [o.name for o in results.spec.objectives]
+    rows = [(str(r["trial_id"]), final_values(r)) for _, r in results.trials.iterrows()]
+    rows = [(t, v) for t, v in rows if all(n in v for n in names)]
+    best = results.best.trial_id if results.best else None
+
+    def style(trial_id: str) -> dict[str, Any]:
+        if trial_id == best:
+            return {"color": BEST_COLOR, "marker": "*", "s": 160, "zorder": 4}
+        if front.ranks.get(trial_id) == 1:
+            return {"color": BEST_COLOR, "marker": "o", "s": 50, "zorder": 3}
+        if front.unranked.get(trial_id) == INFEASIBLE:
+            return {"color": STATUS_COLORS[TrialStatus.FAILED], "marker": "x", "s": 40, "zorder": 2}
+        return {
+            "color": STATUS_COLORS.get(front.unranked.get(trial_id, TrialStatus.COMPLETED), "#7f7f7f"),
+            "marker": "o",
+            "s": 25,
+            "alpha": 0.5 if trial_id in front.unranked else 0.9,
+            "zorder": 2,
+        }
+
+    if len(names) == 2:
+        for trial_id, values in rows:
+            ax.scatter(values[names[0]], values[names[1]], **style(trial_id))
+        edge = sorted((t.values[names[0]], t.values[names[1]]) for t in front.front)
+        ax.step([x for x, _ in edge], [y for _, y in edge], where="post", color=BEST_COLOR, linewidth=1.0)
+        ax.set_xlabel(front.objectives[0])
+        ax.set_ylabel(front.objectives[1])
+    else:
+        columns = {n: [v[n] for _, v in rows] for n in names}
+        for trial_id, values in rows:
+            ys = []
+            for objective in results.spec.objectives:
+                low, high = min(columns[objective.name]), max(columns[objective.name])
+                share = 0.5 if high == low else (values[objective.name] - low) / (high - low)
+                ys.append(share if objective.mode == "max" else 1 - share)
+            look = style(trial_id)
+            ax.plot(
+                range(len(names)),
+                ys,
+                color=look["color"],
+                linewidth=2.0 if look["zorder"] > 2 else 0.8,
+                alpha=look.get("alpha", 1.0),
+                zorder=look["zorder"],
+            )
+        ax.set_xticks(range(len(names)), front.objectives, fontsize=8)
+        ax.set_yticks([])
+    ax.set_title(f"Pareto front: {len(front.front)} of {len(rows)} trials (star: the selected best)", fontsize=10)
+    return _finish(fig, path)
+
+
 def all_figures(results: ExperimentResults) -> dict[str, Figure]:
     """Every figure above, by name, in the order a report shows them (the lineage for PBT only)."""
     import warnings
@@ -302,6 +362,8 @@ def all_figures(results: ExperimentResults) -> dict[str, Figure]:
     }
     if results.spec.scheduler.type == "pbt":
         figures["lineage"] = lineage(results)
+    if results.spec.multi_objective:
+        figures["pareto"] = pareto(results)
     return figures
 
 

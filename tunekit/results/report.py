@@ -32,6 +32,7 @@ FIGURE_TITLES = {
     "parallel_coordinates": "Parameters against the metric",
     "param_importance": "Parameter importance",
     "lineage": "PBT lineage: who copied whom",
+    "pareto": "Pareto front over all trials",
 }
 STATUSES = (*ENDED_STATUSES, TrialStatus.RUNNING)
 _REASON_WIDTH = 80  # characters of a reason shown in the trial table
@@ -105,6 +106,7 @@ def render_html(
         f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}</p>",
         "<h2>Summary</h2>",
         _summary(results, summary),
+        *_front_section(summary),
         "<h2>Best trial</h2>",
         best_section(summary),
         "<h2>Trials, best first</h2>",
@@ -125,6 +127,23 @@ def render_html(
 
 
 # -------------------------------------------------------------------- sections
+
+
+def _front_section(summary: Summary) -> list[str]:
+    """The Pareto front (several objectives only): each front trial's objective values."""
+    pareto = summary.pareto
+    if pareto is None:
+        return []
+    lines = summary.front_lines()
+    names = [name for trial in pareto.front[:1] for name in trial.values]
+    head = '<tr><th>trial</th><th class="text">id</th>' + "".join(f"<th>{_e(n)}</th>" for n in names) + "</tr>"
+    rows = "".join(
+        f'<tr><td>{_e(t.number)}</td><td class="text">{_e(t.trial_id)}</td>'
+        + "".join(f"<td>{_e(_fmt(t.values[n]))}</td>" for n in names)
+        + "</tr>"
+        for t in pareto.front
+    )
+    return ["<h2>Pareto front</h2>", f"<p>{_e(lines[0])}</p>", f"<table>{head}{rows}</table>"]
 
 
 def _lineage_section(results: ExperimentResults) -> list[str]:
@@ -235,8 +254,9 @@ def best_section(summary: Summary) -> str:
     )
     head = '<tr><th class="text">parameter</th><th class="text">value (final)</th><th class="text">at start</th></tr>'
     lineage = "".join(f"<li>{_e(line)}</li>" for line in describe_lineage(best))
+    chosen = f"<p>Chosen by {_e(best.rule)}.</p>" if best.rule else ""
     return (
-        f"<p>Trial <b>{_e(best.number)}</b> (<code>{_e(best.trial_id)}</code>) of this experiment: "
+        chosen + f"<p>Trial <b>{_e(best.number)}</b> (<code>{_e(best.trial_id)}</code>) of this experiment: "
         f"{_e(summary.metric)} = <b>{best.metric:.4f}</b> "
         f"after {best.epochs} epochs, {_e(best.status)}.</p>"
         f"<table>{head}{rows}</table>"
@@ -276,6 +296,8 @@ def _trial_table(results: ExperimentResults) -> str:
     # Why each trial ended (trained all epochs, stopped by the model, pruned at a rung,
     # the search stopped, the error): next to the status, before the parameters.
     columns.insert(4, ("reason", "reason"))
+    if "pareto_rank" in table.columns:  # several objectives: 1 is the front
+        columns.insert(4, ("pareto rank", "pareto_rank"))
     columns += [(c[len(PARAM_PREFIX) :], c) for c in params]
     text_columns = {"trial_id", "status", "reason"}
     head = "".join(f'<th class="{"text" if key in text_columns else ""}">{_e(label)}</th>' for label, key in columns)

@@ -105,15 +105,7 @@ def test_select_picks_among_the_front(select: dict[str, Any] | None, chosen: str
 
 
 def test_pareto_front_and_ranked_tables() -> None:
-    the_spec = spec()
-    trials = table()
-    results = ExperimentResults(
-        experiment_dir=Path("/nowhere"),
-        spec=the_spec,
-        trials=trials,
-        epochs=pd.DataFrame(),
-        best=best_trial(trials, pd.DataFrame(), "max", the_spec),
-    )
+    results = results_of(spec())
     assert list(results.pareto_front()["trial_id"]) == ["c", "a", "b"]
     ranked = results.ranked()
     assert list(zip(ranked["trial_id"], ranked["pareto_rank"], strict=True))[:4] == [
@@ -122,3 +114,27 @@ def test_pareto_front_and_ranked_tables() -> None:
         ("b", "1"),
         ("d", "2"),
     ]
+
+
+def results_of(the_spec: ExperimentSpec) -> ExperimentResults:
+    trials = table()
+    best = best_trial(trials, pd.DataFrame(), "max", the_spec)
+    return ExperimentResults(Path("/nowhere"), the_spec, trials, pd.DataFrame(), best)
+
+
+def test_the_pareto_figure_and_the_html_page() -> None:
+    from matplotlib.figure import Figure
+
+    from tunekit import plots
+    from tunekit.results.report import render_html
+
+    two = results_of(spec())
+    assert isinstance(plots.pareto(two), Figure)
+    assert plots.pareto(two).axes[0].get_title() == "Pareto front: 3 of 6 trials (star: the selected best)"
+    three = spec(metric=[*RAW["metric"], {"name": "latency_ms", "mode": "min"}])
+    assert plots.pareto(results_of(three)).axes[0].get_xticklabels()[2].get_text() == "latency_ms (min)"
+    page = render_html(two, {})
+    assert "<h2>Pareto front</h2>" in page
+    assert "pareto front: 3 of 4 feasible completed trials" in page
+    assert "Chosen by select: maximize val_accuracy among the Pareto front" in page
+    assert "<th>pareto rank</th>" in page.replace(' class=""', "")
