@@ -16,14 +16,14 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import assert_never
+from typing import Any, assert_never
 from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import installed_versions, redact_uri
-from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
+from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
@@ -47,6 +47,7 @@ from tunekit.tracking.tags import (
     TAG_EPOCHS,
     TAG_EXPERIMENT_DIR,
     TAG_OUTCOME,
+    TAG_PARETO_RANK,
     TAG_PBT_EXPLOITS,
     TAG_PBT_STEP_PREFIX,
     TAG_REASON,
@@ -201,6 +202,10 @@ class RunBook:
         # ledger.json, which tunekit.results.summary.LedgerFile wrote just before, renders the
         # one computation of every figure; the recorder's counts stand in when it could not.
         summary = _ledger_metrics(self.experiment_dir / LEDGER_FILE) or self._recorded_figures(event)
+        chosen = self._summary_choices(now, event.ended)
+        if chosen is not None:
+            best, event = chosen, replace(event, best_trial=chosen_trial(self.experiment_dir))
+            self._parent.tags[TAG_BEST_TRIAL] = event.best_trial or ""
         if event.sessions:
             self._parent.tags[TAG_SESSIONS] = json.dumps([list(pair) for pair in event.sessions])
         self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
@@ -208,6 +213,23 @@ class RunBook:
         status = "KILLED" if event.interrupted else "FINISHED" if best is not None else "FAILED"
         self._parent.status = (status, now)
         self._model_trial = event.best_trial
+
+    def _summary_choices(self, now: int, step: int) -> float | None:
+        """Several objectives: the summary's Pareto rank on every trial's run, and its ``select``
+        choice as the parent's best (the recorder's best so far is the first objective's
+        alone). Returns that best's metric; None with one objective or no ledger."""
+        summary = _ledger_summary(self.experiment_dir / LEDGER_FILE)
+        pareto = summary.get("pareto")
+        if not isinstance(pareto, dict):
+            return None
+        ranks = {**pareto.get("unranked", {}), **{t: str(r) for t, r in pareto.get("ranks", {}).items()}}
+        for trial_id, rank in ranks.items():
+            self._trial(trial_id).pending.tags[TAG_PARETO_RANK] = rank
+        best = summary.get("best") or {}
+        value = finite(best.get("metric"))
+        if value is not None:
+            self._parent.metrics.append(MetricPoint(metric_key(f"best_{self.spec.metric.name}"), value, now, step))
+        return value
 
     def _recorded_figures(self, event: ProgressEvent) -> dict[str, float]:
         budget = self.spec.budget
@@ -368,6 +390,8 @@ class RunBook:
         if pending.status is not None:
             if (self.experiment_dir / LEDGER_FILE).is_file():
                 sender.client.log_artifact(parent_id, str(self.experiment_dir / LEDGER_FILE))
+            if (self.experiment_dir / PARETO_FILE).is_file():  # several objectives: the front as a table
+                sender.client.log_artifact(parent_id, str(self.experiment_dir / PARETO_FILE))
             self._retire_lost_trials()
             if self._model_trial is not None:
                 self._log_best_model(self._model_trial)
@@ -419,6 +443,21 @@ class RunBook:
         if run_id is None:
             raise RuntimeError("tunekit tracking: the parent run is not open")
         return run_id
+
+
+def _ledger_summary(path: Path) -> dict[str, Any]:
+    """The ``summary`` figures of a ``ledger.json``; empty when the search wrote none."""
+    try:
+        summary = json.loads(path.read_text()).get("summary", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def chosen_trial(experiment_dir: Path) -> str | None:
+    """The trial id of the summary's best (the ``select`` rule's choice with several objectives)."""
+    best = _ledger_summary(experiment_dir / LEDGER_FILE).get("best") or {}
+    return str(best["trial_id"]) if best.get("trial_id") else None
 
 
 def _ledger_metrics(path: Path) -> dict[str, float]:

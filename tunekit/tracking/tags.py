@@ -42,6 +42,11 @@ TAG_SESSIONS = "tunekit.sessions"  # on the parent: the search's sessions as JSO
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
 
 
+# On a trial's run, with several objectives: its Pareto rank ("1" is the front) or why it
+# has none ("infeasible", "pruned", ...), as the summary's front has it at the search's end.
+TAG_PARETO_RANK = "tunekit.pareto_rank"
+
+
 # On the parent run: "tunekit.budget.num_samples" and so on, the budget the search runs
 # with now (its params keep the first run's; a grown search changes it).
 TAG_BUDGET_PREFIX = "tunekit.budget."
