@@ -33,6 +33,7 @@ from tunekit.layout import (
     TrialStatus,
     finite,
 )
+from tunekit.results.check_pareto import front_findings, mlflow_findings, study_findings
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.summary import Summary, summarize
 from tunekit.search.forecast import slot_units
@@ -98,10 +99,12 @@ def check_experiment(
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
         (SPANS_FILE, lambda: _spans(results)),
-        ("study", lambda: _study(results)),
+        ("study", lambda: _study(results, summary)),
         ("checkpoints", lambda: _checkpoints(results)),
         ("summary", lambda: _figures(results, summary)),
     ]
+    if summary.pareto is not None:
+        sections.append(("pareto front", lambda: map(_finding, front_findings(results, summary))))
     for name, section in sections:
         report.checked.append(name)
         for item in section():  # a string is a note: agreement explained, not a disagreement
@@ -224,7 +227,7 @@ def _spans(results: ExperimentResults) -> Iterator[Finding]:
 # ----------------------------------------------------------------- the study
 
 
-def _study(results: ExperimentResults) -> Iterator[Finding | str]:
+def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | str]:
     import optuna
 
     from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
@@ -261,7 +264,8 @@ def _study(results: ExperimentResults) -> Iterator[Finding | str]:
         expected = _study_states(str(row["status"]), finite(row.get("final_metric")))
         if trial.state.name not in expected:
             yield Finding(where, f"{label} state", " or ".join(expected), trial.state.name)
-        if trial.state.name == "COMPLETE" and not _same(finite(row.get("final_metric")), trial.value):
+        multi = results.spec.multi_objective  # its values: check_pareto.study_findings
+        if trial.state.name == "COMPLETE" and not multi and not _same(finite(row.get("final_metric")), trial.value):
             if _trained_again(trial, row, clock):
                 yield (
                     f"{label} was trained again after its driver died (Ray's saved state predated its end): "
@@ -271,8 +275,11 @@ def _study(results: ExperimentResults) -> Iterator[Finding | str]:
             else:
                 yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
         steps = set(trial.intermediate_values)
-        if steps != epochs.get(trial_id, set()):
-            yield Finding(where, f"{label} epochs reported", sorted(epochs.get(trial_id, set())), sorted(steps))
+        # Optuna keeps no intermediate values for several objectives; epochs.csv holds them.
+        reported = set() if multi else epochs.get(trial_id, set())
+        if steps != reported:
+            yield Finding(where, f"{label} epochs reported", sorted(reported), sorted(steps))
+    yield from map(_finding, study_findings(results, summary, study, ours))
 
 
 def _trained_again(trial: Any, row: dict[str, Any], clock: SearchClock | None) -> bool:
@@ -436,6 +443,7 @@ def _mlflow(
             yield Finding(where, f"{label} final {metric}", final, last.value)
     if any(str(r["status"]) == TrialStatus.RUNNING for r in rows.values()):
         return  # an interrupted search: the parent's final figures come when it ends
+    yield from map(_finding, mlflow_findings(summary, runs))
     parent_metrics = parent.data.metrics
     for key, value in summary.flat_metrics().items():
         if key.startswith(("ledger_", "predicted_", "actual_")) or key == "downtime_seconds":
@@ -453,6 +461,10 @@ def _mlflow(
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _finding(disagreement: tuple[str, str, Any, Any]) -> Finding:
+    return Finding(*disagreement)
 
 
 def _float(text: str | None) -> float | None:

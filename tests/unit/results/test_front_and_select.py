@@ -138,3 +138,25 @@ def test_the_pareto_figure_and_the_html_page() -> None:
     assert "pareto front: 3 of 4 feasible completed trials" in page
     assert "Chosen by select: maximize val_accuracy among the Pareto front" in page
     assert "<th>pareto rank</th>" in page.replace(' class=""', "")
+
+
+def test_check_holds_a_front_against_its_definition_and_the_feasible_column() -> None:
+    import dataclasses
+
+    from tunekit.results.check_pareto import front_findings
+    from tunekit.results.summary import summarize
+
+    results = results_of(spec())
+    summary = summarize(results)
+    assert list(front_findings(results, summary)) == []
+    # d (front 2) put on the front, b (front 1) left off; e marked feasible at 9 ms.
+    assert summary.pareto is not None
+    wrong = dataclasses.replace(summary.pareto, front=[summary.pareto.front[0], FrontTrial("d", 3, {})])
+    results.trials.loc[results.trials["trial_id"] == "e", "feasible"] = True
+    found = list(front_findings(results, dataclasses.replace(summary, pareto=wrong)))
+    assert found == [
+        ("trials.csv feasible vs constraints", "trial 4 (e)", False, True),
+        ("summary's front vs dominance", "trial 0 (a)", "dominated by a front trial", "not"),
+        ("summary's front vs dominance", "trial 1 (b)", "dominated by a front trial", "not"),
+        ("summary's front vs dominance", "front trial 3 (d)", "non-dominated", ["a"]),
+    ]
