@@ -42,9 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SearchInterrupted as error:
         if args.debug:
             raise
-        where = error.experiment_dir or "EXPERIMENT_DIR"
-        name = signal.Signals(error.signal_number).name
-        print(f"tunekit: interrupted by {name}; `tunekit resume {where}` continues the search", file=sys.stderr)
+        from tunekit.driver.signals import interrupted_text
+
+        where = Path(str(error.experiment_dir)) if error.experiment_dir is not None else None
+        print(interrupted_text(error.signal_number, where), file=sys.stderr)
         return 128 + error.signal_number
     except TunekitError as error:
         return _fail(args, error, EXIT_FAILURE)
@@ -75,7 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(run)
     run.add_argument("--name", help="experiment directory name (default: spec name + timestamp)")
     run.add_argument("--storage", help="directory holding experiment directories (default: storage.path)")
-    run.add_argument("--address", help="Ray cluster address to join (default: RAY_ADDRESS, else local Ray)")
+    run.add_argument(
+        "--address",
+        help="Ray cluster to join (default: RAY_ADDRESS, else a private local Ray; auto: the one `ray start` "
+        "recorded here)",
+    )
+    _add_connect_timeout(run)
     run.add_argument("--tracking-uri", help="MLflow tracking URI (sets tracking.uri)")
     run.set_defaults(handler=_run)
 
@@ -90,8 +96,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="budget.KEY=VALUE",
         help="a new budget: num_samples (more trials), max_concurrent or time_budget_s; repeatable",
     )
-    resume.add_argument("--address", help="Ray cluster address to join")
+    where = resume.add_mutually_exclusive_group()
+    where.add_argument("--address", help="another Ray cluster to join (default: the one the search ran on)")
+    where.add_argument(
+        "--local", action="store_true", help="run on a private local Ray, although the search ran on a cluster"
+    )
+    _add_connect_timeout(resume)
     resume.set_defaults(handler=_resume)
+
+    status = commands.add_parser(
+        "status", help="a running search from its files: trials running (node, worker, attempt, epoch), last ended"
+    )
+    status.add_argument("experiment_dir")
+    status.set_defaults(handler=_status)
 
     validate = commands.add_parser("validate", help="check a spec; print ok or the first error")
     validate.add_argument("spec")
@@ -160,6 +177,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_connect_timeout(command: argparse.ArgumentParser) -> None:
+    from tunekit.driver.connect import CONNECT_TIMEOUT_S
+
+    command.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds joining a cluster may take (default {CONNECT_TIMEOUT_S:g})",
+    )
+
+
 def _add_set(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--set",
@@ -176,7 +205,14 @@ def _run(args: argparse.Namespace) -> int:
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
     with exit_at_once_in_start_up():
-        results = run(args.spec, overrides=overrides, name=args.name, storage=args.storage, address=args.address)
+        results = run(
+            args.spec,
+            overrides=overrides,
+            name=args.name,
+            storage=args.storage,
+            address=args.address,
+            connect_timeout=args.connect_timeout,
+        )
     _print_summary(results)
     return 0
 
@@ -186,8 +222,21 @@ def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.signals import exit_at_once_in_start_up
 
     with exit_at_once_in_start_up():
-        results = resume(args.experiment_dir, overrides=args.set, address=args.address)
+        results = resume(
+            args.experiment_dir,
+            overrides=args.set,
+            address=args.address,
+            local=args.local,
+            connect_timeout=args.connect_timeout,
+        )
     _print_summary(results)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from tunekit.results.status import read_status
+
+    print(read_status(args.experiment_dir).describe())
     return 0
 
 

@@ -66,13 +66,26 @@ class SearchInterrupted(TunekitError):
 class ResourceError(TunekitError):
     """A trial asks for more CPUs or GPUs than any node of the cluster can ever give.
 
-    ``experiment_dir`` holds the spec only; ``tunekit resume DIR --address`` can run it on a
-    bigger cluster.
+    Checked before the experiment directory is made, so ``experiment_dir`` is None from
+    ``run`` (nothing was written); from ``resume`` it is the experiment, which
+    ``tunekit resume DIR --address`` can run on a bigger cluster.
     """
 
     def __init__(self, message: str, experiment_dir: object = None) -> None:
         super().__init__(message)
         self.experiment_dir = experiment_dir
+
+
+class ClusterError(TunekitError):
+    """A Ray cluster could not be joined: nothing listens, it refused the token, versions
+    differ, or it did not answer within the connect timeout. Nothing was started or written.
+
+    ``ray_log`` holds Ray's own lines from the attempt (for a log file, never the console).
+    """
+
+    def __init__(self, message: str, *, ray_log: str = "") -> None:
+        super().__init__(message)
+        self.ray_log = ray_log
 
 
 class StorageError(TunekitError):

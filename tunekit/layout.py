@@ -6,7 +6,8 @@ the driver never imports the worker (TensorFlow) for a constant.
 
 An experiment directory holds::
 
-    spec.yaml  study.db  trials.csv  epochs.csv  spans.csv  started.json  tracking.json  Ray's state files
+    spec.yaml  study.db  trials.csv  epochs.csv  spans.csv  started.json  tracking.json  cluster.json
+    driver.log  Ray's state files
     <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
     <trial id>/output.log     the trainable's stdout and stderr, every attempt
     <trial id>/error.txt      the full traceback of a failed trial
@@ -31,6 +32,10 @@ TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tu
 # and a resume is left out. Written by tunekit.driver.recorder.
 STARTED_FILE = "started.json"
 SPANS_FILE = "spans.csv"  # one row per stretch a trial ran (start and end on the active clock)
+# {"address": "host:port" | null}: the Ray cluster the search last ran on (null: a local Ray);
+# ``tunekit resume`` joins it again. Never the token. Written by tunekit.driver.connect.
+CLUSTER_FILE = "cluster.json"
+DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (never the console)
 STARTED_KEY = "started_at"
 
 # ----------------------------------------------------------------------- trial files
@@ -74,7 +79,9 @@ TRIAL_COLUMNS = (
     "ended_at",
 )
 EPOCH_COLUMNS = ("trial_id", "epoch", "attempt", "resumed_from_epoch", "time")
-SPAN_COLUMNS = ("trial_id", "span", "start", "end")
+# spans.csv: attempt is the trial's attempt the span belongs to; node_id and pid name the
+# node and worker process that ran it (empty until the span's first report).
+SPAN_COLUMNS = ("trial_id", "span", "start", "end", "attempt", "node_id", "pid")
 
 # ------------------------------------------------------------- a trial's report keys
 

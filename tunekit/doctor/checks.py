@@ -38,6 +38,7 @@ from typing import TextIO
 from tunekit.doctor.child import probe
 from tunekit.doctor.cluster import check_cluster, check_local_ray, check_ray_reachable
 from tunekit.doctor.gpus import check_tensorflow, nvidia_gpus
+from tunekit.doctor.probes import join_error_in
 from tunekit.doctor.report import Check, hide_secrets
 from tunekit.doctor.stack import check_versions
 from tunekit.doctor.storage import check_storage, is_uri
@@ -77,6 +78,7 @@ def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, s
             (address, "" if is_uri(storage_path) else storage_path),
             RAY_TIMEOUT_S,
             env={"RAY_DEDUP_LOGS": "0"},
+            early_answer=join_error_in,
         )
 
     checks: list[Check] = []

@@ -17,8 +17,11 @@ logger = logging.getLogger(__name__)
 
 
 def check_local_ray(nvidia: NvidiaView) -> Check:
-    """What ``ray.init()`` without an address does here: join the cluster that the last
-    ``ray start`` recorded in the temp dir, or start a local Ray."""
+    """What ``tunekit run`` without an address does here: start a private local Ray.
+
+    It never attaches to a cluster nobody named, not even one ``ray start`` recorded in the
+    temp dir (``--address auto`` joins that one); the line says so when there is one.
+    """
     name = "ray (local)"
     address_file = _ray_temp_dir() / "ray_current_cluster"
     try:
@@ -26,27 +29,15 @@ def check_local_ray(nvidia: NvidiaView) -> Check:
     except OSError as error:
         logger.debug("no recorded cluster (%s): %s", address_file, error)
         recorded = ""
+    detail = (
+        f"no --address or RAY_ADDRESS: tunekit run starts a private local Ray with {cpu_count():g} CPUs "
+        f"and {nvidia.visible} GPUs (counted without starting Ray)"
+    )
     if recorded:
         unreachable = check_ray_reachable(recorded)
-        if unreachable is not None:
-            # ray.init() would retry this address for minutes instead of starting Ray.
-            return problem(
-                name,
-                f"tunekit run without --address joins {recorded}, recorded in {address_file} "
-                f"by `ray start`, but it {unreachable.detail}",
-                f"remove {address_file} (its cluster is gone), or pass --address",
-            )
-        return ok(
-            name,
-            f"no --address or RAY_ADDRESS: tunekit run joins the cluster at "
-            f"{recorded} started here with `ray start` (inspect it: --address auto)",
-        )
-    cpus = _cpu_count()
-    return ok(
-        name,
-        f"no --address or RAY_ADDRESS: tunekit run starts a local Ray with {cpus:g} CPUs "
-        f"and {nvidia.visible} GPUs (counted without starting Ray)",
-    )
+        state = f"not answering: {unreachable.detail}" if unreachable else "answering"
+        detail += f"; --address auto joins the cluster `ray start` recorded here ({recorded}, {state})"
+    return ok(name, detail)
 
 
 def _ray_temp_dir() -> Path:
@@ -57,7 +48,7 @@ def _ray_temp_dir() -> Path:
     return Path(root or "/tmp") / "ray"
 
 
-def _cpu_count() -> float:
+def cpu_count() -> float:
     """The CPUs Ray would count: the affinity mask, limited by the cgroup (v2) quota."""
     try:
         count: float = len(os.sched_getaffinity(0))
@@ -97,8 +88,9 @@ def check_cluster(address: str, result: dict[str, Any], storage: str) -> list[Ch
         storage: the storage directory (or URI, which the nodes do not probe).
     """
     name = f"ray cluster {address}"
-    if result.get("error"):
-        return [problem(name, f"cannot join: {result['error']}", _ray_fix(result["error"]))]
+    refused = join_problem(address, result)
+    if refused is not None:
+        return [refused]
     resources = result.get("resources", {})
     nodes = result.get("nodes", [])
     checks = [ok(name, f"Ray {result.get('ray_version')}, {len(nodes)} alive node(s), {_resource_text(resources)}")]
@@ -115,6 +107,13 @@ def check_cluster(address: str, result: dict[str, Any], storage: str) -> list[Ch
         return checks
     checks.append(check_storage_on_nodes(storage, found))
     return checks
+
+
+def join_problem(address: str, result: dict[str, Any]) -> Check | None:
+    """Why the ``ray`` probe could not join the cluster, with the fix; None when it joined."""
+    if not result.get("error"):
+        return None
+    return problem(f"ray cluster {address}", f"cannot join: {result['error']}", _ray_fix(result["error"]))
 
 
 def _resource_text(resources: dict[str, Any]) -> str:

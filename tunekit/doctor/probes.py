@@ -18,6 +18,8 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -39,9 +41,26 @@ def describe(error: BaseException | None) -> str:
         parts.append(type(error).__name__ + (": " + text if text else ""))
         error = error.__cause__ or error.__context__
     if any("InvalidAuthToken" in text for text in texts):
-        mode = os.environ.get("RAY_AUTH_MODE", "unset")
-        return f"InvalidAuthToken: the cluster wants its token (RAY_AUTH_MODE here: {mode})"
+        return auth_error()
     return " <- ".join(parts[:ERROR_CAUSES_SHOWN])[:500]
+
+
+def auth_error() -> str:
+    """Why a cluster refused this machine, told apart by what this machine sends."""
+    mode = os.environ.get("RAY_AUTH_MODE", "unset")
+    if mode != "token":
+        return f"InvalidAuthToken: the cluster wants its token, this machine sends none (RAY_AUTH_MODE here: {mode})"
+    sources = "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"
+    return f"InvalidAuthToken: the cluster refused this machine's token ({sources})"
+
+
+def join_error_in(line: str) -> str | None:
+    """A line ``ray.init`` logs that already tells why it cannot join (it would retry for minutes)."""
+    if "InvalidAuthToken" in line:
+        return auth_error()
+    if "Version mismatch" in line:
+        return " ".join(line.split())[:300]
+    return None
 
 
 # ------------------------------------------------------------------------- TensorFlow
@@ -78,11 +97,18 @@ def tensorflow_probe() -> dict[str, Any]:
 # ------------------------------------------------------------------------- Ray cluster
 
 
-def ray_probe(address: str, storage: str) -> dict[str, Any]:
-    """Joins the cluster: its resources, its nodes and, given ``storage``, whether all share it."""
+def ray_probe(address: str, storage: str, join_timeout_s: str = "") -> dict[str, Any]:
+    """Joins the cluster: its resources, its nodes and, given ``storage``, whether all share it.
+
+    ``join_timeout_s`` bounds ``ray.init`` itself, counted after Ray's import (seconds on a
+    loaded machine), so a short bound still tells a refused token from a silent cluster.
+    """
     import ray
 
+    deadline = _answer_at(float(join_timeout_s)) if join_timeout_s else None
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    if deadline is not None:
+        deadline.cancel()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     result: dict[str, Any] = {
         "ray_version": ray.__version__,
@@ -109,6 +135,19 @@ def ray_probe(address: str, storage: str) -> dict[str, Any]:
     return result
 
 
+def _answer_at(seconds: float) -> threading.Timer:
+    """Answers "did not answer" and ends the probe once ``seconds`` pass (``ray.init`` retries for minutes)."""
+
+    def expire() -> None:
+        print(MARK + json.dumps({"error": f"did not answer in {seconds:g} s"}), flush=True)
+        os._exit(0)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 # ------------------------------------------------------------------------- storage URI
 
 
@@ -132,7 +171,20 @@ PROBES: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+def _exit_with_parent() -> None:
+    """Ends this probe when the process that started it is gone (killed): nothing outlives it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tunekit-probe-parent", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
+    _exit_with_parent()
     kind, *args = argv
     try:
         result = PROBES[kind](*args)

@@ -72,6 +72,15 @@ class ConsoleProgress:
         if not self._first_trial_seen:
             self._first_trial_seen = True
             self.phase(f"first trial started (trial {_name(record)}); its worker is importing TensorFlow")
+        workers = record.span_workers
+        if len(workers) >= 2 and workers[-2].get("attempt") != record.attempts:
+            # A retry after its worker or node died (or a resume): say which trial, where it was, which attempt.
+            before = workers[-2]
+            where = f"node {_node(before.get('node_id'))}, worker pid {before.get('pid') or '?'}"
+            self._notice(
+                f"trial {_name(record)}: attempt {record.attempts} starts from its last checkpoint "
+                f"(epoch {record.epochs}); attempt {before.get('attempt')} ran on {where}"
+            )
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         if self._first_epoch_at is None:
@@ -79,6 +88,12 @@ class ConsoleProgress:
         if not self._first_epoch_seen:
             self._first_epoch_seen = True
             self.phase(f"first epoch reported (trial {_name(record)}); training")
+        if row.attempt > 1 and row.resumed_from_epoch is not None and record.span_workers:
+            worker = record.span_workers[-1]
+            self._notice(
+                f"trial {_name(record)}: attempt {row.attempt} runs on node {_node(worker.get('node_id'))} "
+                f"(worker pid {worker.get('pid') or '?'}), resumed from epoch {row.resumed_from_epoch}"
+            )
 
     def trial_ended(self, record: TrialRecord) -> None:
         if self._recorder is None:
@@ -100,6 +115,12 @@ class ConsoleProgress:
             self._draw(force=True)
         else:
             self._line(f"{text}{where} | {self.status_line()}")
+
+    def _notice(self, text: str) -> None:
+        """A line of its own, above the status line on a TTY."""
+        self._line(f"[{self._elapsed()}] {text}")
+        if self._live:
+            self._draw(force=True)
 
     def warning(self, message: str) -> None:
         self._line(f"tunekit: warning: {message}")
@@ -195,6 +216,13 @@ def _isatty(stream: TextIO) -> bool:
 
 def _name(record: TrialRecord) -> str:
     return str(record.number) if record.number is not None else record.trial_id
+
+
+def _node(node_id: str | None) -> str:
+    """A node id shortened as `tunekit status` shows it (enough to tell a cluster's nodes apart)."""
+    from tunekit.results.status import NODE_ID_SHOWN
+
+    return (node_id or "?")[:NODE_ID_SHOWN]
 
 
 def _condense(text: str, limit: int) -> str:

@@ -56,6 +56,7 @@ from tunekit.search.schedulers import RecordingASHA
 logger = logging.getLogger("tunekit")
 
 _TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
+_LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` while trials report
 
 
 class Listener(Protocol):
@@ -72,6 +73,10 @@ class Listener(Protocol):
 
 class Recorder(Callback):
     """Builds the trial and epoch tables from Ray's callbacks and writes them as CSV."""
+
+    # Class-level, so a recorder unpickled from an older experiment's state has them too.
+    _written = 0.0  # when the tables were last written
+    _unwritten = False  # epochs reported since then
 
     def __init__(
         self,
@@ -109,6 +114,7 @@ class Recorder(Callback):
                 record.attempts += 1
             record.status = TrialStatus.RUNNING
         record.begin_span(self.clock.now())
+        self.write_tables()  # `tunekit status` sees it running, from another shell
         for listener in self.listeners:
             listener.trial_started(record)
 
@@ -131,6 +137,9 @@ class Recorder(Callback):
         if "info" in bookkeeping:
             record.info = {**bookkeeping["info"], "node_ip": result.get("node_ip", "")}
             record.node_id = str(record.info.get("node_id", ""))
+        # Ray adds the worker's pid to every result; the node comes with the attempt's first epoch.
+        record.note_worker(record.node_id if "info" in bookkeeping else "", result.get("pid"))
+        self._unwritten = True
         row = EpochRow(
             trial.trial_id,
             int(result[EPOCH_KEY]),
@@ -189,6 +198,8 @@ class Recorder(Callback):
             self._close_paused_spans(trials)
         if time.time() - self._touched > _TOUCH_EVERY_S:
             self._touch_clock()
+        if self._unwritten and time.time() - self._written > _LIVE_WRITE_EVERY_S:
+            self.write_tables()
         if isinstance(self.scheduler, RecordingPBT) and len(self.scheduler.exploits) > len(self.exploits):
             for step in self.scheduler.exploits[len(self.exploits) :]:
                 self.searcher.note_exploit(step.trial_id, step.for_study(self.searcher.trial_number))
@@ -304,6 +315,7 @@ class Recorder(Callback):
             listener.trial_ended(record)
 
     def write_tables(self) -> None:
+        self._written, self._unwritten = time.time(), False
         self._touch_clock()
         records = list(self.trials.values())
         write_trials_csv(self.experiment_dir / TRIALS_FILE, records, self.clock.now())

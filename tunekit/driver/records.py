@@ -59,6 +59,9 @@ class TrialRecord:
     # (tunekit.clock); the last end is None while it runs. A retry, a resume and a PBT
     # pause each end one. The trial's time is their sum, never a gap between them.
     spans: list[list[float | None]] = field(default_factory=list)
+    # Who ran each span, in the same order: {"attempt", "node_id", "pid"} (node and pid from
+    # the span's first report), so a worker process or a lost node maps to its trial.
+    span_workers: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.status = TrialStatus(self.status)  # a plain string from a state saved before the enum
@@ -66,6 +69,17 @@ class TrialRecord:
     def begin_span(self, now: float) -> None:
         self.close_span(now)
         self.spans.append([now, None])
+        # A state saved before span_workers existed: its older spans have no worker recorded.
+        self.span_workers += [{}] * (len(self.spans) - 1 - len(self.span_workers))
+        self.span_workers.append({"attempt": self.attempts, "node_id": "", "pid": None})
+
+    def note_worker(self, node_id: str, pid: int | None) -> None:
+        """The node and worker process of the running span, as its reports tell them."""
+        if not self.span_workers or len(self.span_workers) != len(self.spans):
+            return
+        worker = self.span_workers[-1]
+        worker["node_id"] = node_id or worker.get("node_id", "")
+        worker["pid"] = pid if pid is not None else worker.get("pid")
 
     def close_span(self, now: float) -> None:
         if self.spans and self.spans[-1][1] is None:
@@ -194,11 +208,22 @@ def write_trials_csv(path: Path, records: list[TrialRecord], now: float) -> None
 def write_spans_csv(path: Path, records: list[TrialRecord]) -> None:
     """``spans.csv``: one row per stretch a trial ran, on the active clock (end empty while running)."""
     rows = [
-        {"trial_id": r.trial_id, "span": index, "start": _seconds(start), "end": _seconds(end)}
+        {
+            "trial_id": r.trial_id,
+            "span": index,
+            "start": _seconds(start),
+            "end": _seconds(end),
+            **_worker_cells(r, index - 1),
+        }
         for r in records
         for index, (start, end) in enumerate(r.spans, start=1)
     ]
     _write_csv(path, list(SPAN_COLUMNS), rows)
+
+
+def _worker_cells(record: TrialRecord, index: int) -> dict[str, Any]:
+    worker = record.span_workers[index] if index < len(record.span_workers) else {}
+    return {"attempt": worker.get("attempt"), "node_id": worker.get("node_id") or None, "pid": worker.get("pid")}
 
 
 def _seconds(value: float | None) -> float | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import sys
 import time
@@ -20,17 +21,30 @@ from tunekit.compat import forget_saved_run_limits, restored_run_config, restore
 from tunekit.config.growth import resumed_spec
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import builders_from
+from tunekit.driver.connect import (
+    CONNECT_TIMEOUT_S,
+    JoinedCluster,
+    Target,
+    check_fits,
+    join,
+    keep_ray_log,
+    record_address,
+    resume_target,
+    run_target,
+)
 from tunekit.driver.session import (
     check_cluster_fits,
     check_storage_shared,
     driver_env,
+    joined_address,
     kill_owned_local_ray,
     ray_session,
+    reuses_ray,
     wait_for_released_resources,
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
-from tunekit.layout import ERROR_FILE, SPEC_FILE, TrialStatus
+from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
 from tunekit.tracking.preflight import check_complete, check_reachable
@@ -43,6 +57,7 @@ def run(
     name: str | None = None,
     storage: str | Path | None = None,
     address: str | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
     progress: TextIO | bool | None = True,
     trainable: ModuleType | None = None,
     build_data: Callable[..., Any] | None = None,
@@ -61,7 +76,10 @@ def run(
         overrides: ``key.path=value`` strings, as ``tunekit run --set``.
         name: the experiment directory's name (default: the spec's name and a timestamp).
         storage: where experiment directories live (default: the spec's ``storage.path``).
-        address: a Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray).
+        address: a Ray cluster to join (default: ``RAY_ADDRESS``, else a private local Ray;
+            ``auto``: the cluster ``ray start`` recorded on this machine).
+        connect_timeout: seconds joining the cluster may take (a bounded probe, before anything
+            is written).
         progress: a stream for live progress, True for stdout, False for silence.
         **sections: spec sections deep-merged over the spec, e.g. ``budget={"num_samples": 4}``.
 
@@ -69,9 +87,13 @@ def run(
         SpecError: the spec is invalid; nothing was written.
         SearchAborted: a trial error every trial would hit stopped the search.
         NoResultError: no trial reported the metric (all failed, or the time budget ended first).
+        ClusterError: the cluster could not be joined (nothing listens, token, versions, time).
         ResourceError: no node of the cluster can ever give a trial its CPUs or GPUs.
+        StorageError: the storage is not shared by every node of the cluster.
         SearchInterrupted: SIGINT or SIGTERM stopped the search; ``tunekit.resume`` continues it.
-        Each of these but SpecError carries ``experiment_dir``, whose results stay loadable.
+        Each of these but SpecError and ClusterError carries ``experiment_dir``, whose results
+        stay loadable; it is None when the search stopped before Ray Tune started it, whose
+        directory is removed (nothing ran, nothing is left behind).
     """
     launched_at = time.time()  # the zero of a filed prediction's wall time
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
@@ -80,12 +102,48 @@ def run(
     elif python_trainable is not None:
         spec = dataclasses.replace(spec, trainable=python_trainable)
     check_reachable(spec)  # tracking.required: refuse before anything is written or started
+    target = run_target(address)
+    joined = _join(spec, target, connect_timeout, None)  # a cluster first: nothing is written if it fails
     experiment_dir = create_experiment_dir(spec, name, storage)
+    if joined is not None:
+        keep_ray_log(experiment_dir, joined.ray_log)
     # A `tunekit plan --probe` of this spec under the same storage: its prediction goes with the experiment.
-    attach_prediction(spec, experiment_dir, address, launched_at)
+    attach_prediction(spec, experiment_dir, target.address, launched_at)
     stream = sys.stdout if progress is True else (progress or None)
-    _fit(spec, experiment_dir, address, stream, restore=False)
+    try:
+        _fit(spec, experiment_dir, target, stream, restore=False)
+    except BaseException as error:
+        _discard_if_never_started(experiment_dir, error)
+        raise
     return load(experiment_dir)
+
+
+def _join(spec: ExperimentSpec, target: Target, timeout_s: float, experiment_dir: Path | None) -> JoinedCluster | None:
+    """Joins ``target``'s cluster with a bound, and checks a trial fits, before Ray starts here.
+
+    A signal meanwhile ends the start-up (``StopSignals``): nothing was started, and a new
+    search has nothing written yet.
+    """
+    if reuses_ray(target.address):
+        return None  # the caller's Ray, or the one kept from an earlier run: checked in the session
+    with StopSignals(experiment_dir):
+        resuming = experiment_dir is not None
+        joined = None if target.address is None else join(target.address, timeout_s, resuming=resuming)
+        check_fits(spec, joined)
+    return joined
+
+
+def _discard_if_never_started(experiment_dir: Path, error: BaseException) -> None:
+    """A new search stopped before Ray Tune started it (no trial, no saved state) leaves nothing behind.
+
+    Its directory holds only what start-up wrote (the spec, the study, driver.log): removed,
+    and the error no longer points to it.
+    """
+    if _has_tune_state(experiment_dir) or (experiment_dir / TRIALS_FILE).exists():
+        return
+    shutil.rmtree(experiment_dir, ignore_errors=True)
+    if getattr(error, "experiment_dir", None) is not None:
+        error.experiment_dir = None  # type: ignore[attr-defined]
 
 
 def resume(
@@ -93,6 +151,8 @@ def resume(
     *,
     overrides: Sequence[str] = (),
     address: str | None = None,
+    local: bool = False,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
     progress: TextIO | bool | None = True,
     trainable: ModuleType | None = None,
     build_data: Callable[..., Any] | None = None,
@@ -101,9 +161,12 @@ def resume(
 ) -> ExperimentResults:
     """Finishes an interrupted search from its directory, or grows a finished one.
 
-    A search whose builders were passed from Python needs them passed again here.
+    A search whose builders were passed from Python needs them passed again here. It runs
+    where it ran: the cluster recorded in ``cluster.json`` is joined again.
 
     Args:
+        address: another cluster to run on (the console says so).
+        local: run on a private local Ray although the search ran on a cluster.
         overrides: ``key.path=value`` strings, as ``tunekit resume --set``: only
             ``budget.num_samples`` (at least the trials already run), ``budget.max_concurrent``
             and ``budget.time_budget_s`` may change. The study's history, ASHA's rungs and
@@ -120,12 +183,16 @@ def resume(
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     spec, grown = resumed_spec(directory, overrides, python_trainable)
     check_reachable(spec)
+    target = resume_target(directory, address, local=local)
+    joined = _join(spec, target, connect_timeout, directory)
+    if joined is not None:
+        keep_ray_log(directory, joined.ray_log)
     if grown:
         (directory / SPEC_FILE).write_text(spec.to_yaml())
     stream = sys.stdout if progress is True else (progress or None)
     links = _bridge_rotated_checkpoints(directory)
     try:
-        _fit(spec, directory, address, stream, restore=True)
+        _fit(spec, directory, target, stream, restore=True)
     finally:
         for link in links:
             link.unlink(missing_ok=True)
@@ -170,7 +237,7 @@ def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str |
 def _fit(
     spec: ExperimentSpec,
     experiment_dir: Path,
-    address: str | None,
+    target: Target,
     stream: TextIO | None,
     *,
     restore: bool,
@@ -183,11 +250,17 @@ def _fit(
     console = ConsoleProgress(spec, stream) if stream else None
     if console:
         console.header(experiment_dir, _tracking_uri(spec))
+        if target.note:
+            console.phase(target.note)
+    # A new search interrupted before fit has nothing to keep: the command removes it as it exits.
+    discard = None if restore else experiment_dir
     with (
-        StopSignals(experiment_dir, kill_owned_local_ray) as signals,
+        StopSignals(experiment_dir, kill_owned_local_ray, discard=discard) as signals,
         driver_env(),
-        ray_session(address, spec, console, signals),
+        ray_session(target.address, spec, console, signals, experiment_dir / DRIVER_LOG_FILE),
     ):
+        # Where this session ran, for the next resume (a local Ray records null).
+        record_address(experiment_dir, joined_address() if target.address is not None else None)
         check_cluster_fits(spec, experiment_dir)
         check_storage_shared(experiment_dir)
         if restore and not _has_tune_state(experiment_dir):

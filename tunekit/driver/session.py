@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,31 +102,37 @@ def _code_for_nodes(spec: ExperimentSpec) -> list[str]:
     return modules
 
 
+STORAGE_TIMEOUT_S = 60.0  # each round of the storage probe's node tasks
+
+
 def check_storage_shared(experiment_dir: Path) -> None:
     """On a multi-node cluster, every node must be able to write the experiment directory.
 
     Since Ray 2.7 nothing is synced to the head node, so trial checkpoints written to a
     node-local path are lost to the driver. Each node writes a probe file; every node and
-    the driver must see them all.
+    the driver must see them all. The failure reads as ``tunekit doctor --storage`` says it.
     """
     import ray
 
-    from tunekit.environment import THIS_MACHINE, storage_shared_by_nodes
+    from tunekit.doctor.storage import check_storage_on_nodes
+    from tunekit.environment import storage_shared_by_nodes
 
     nodes = [n for n in ray.nodes() if n["Alive"]]
     if len(nodes) < 2:
         return
     # The same probe as `tunekit doctor --address`: each node writes, every node and the driver look.
-    found = storage_shared_by_nodes(str(experiment_dir), {n["NodeID"]: n["NodeManagerAddress"] for n in nodes})
-    problems = [f"node {node} ({error})" for node, error in found["write_errors"].items()]
-    for viewer, unseen in found["unseen"].items():
-        where = "here" if viewer == THIS_MACHINE else f"on node {viewer}"
-        problems += [f"node {node} (its file is not visible {where})" for node in unseen]
-    if problems:
+    labels = {n["NodeID"]: n.get("NodeManagerHostname") or n["NodeManagerAddress"] for n in nodes}
+    try:
+        found = storage_shared_by_nodes(str(experiment_dir), labels, timeout_s=STORAGE_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
         raise StorageError(
-            f"storage {experiment_dir} is not shared by every node: {'; '.join(problems)}; "
-            "mount one shared filesystem at the same path on every node and pass it with --storage"
-        )
+            f"storage {experiment_dir} on every node: the nodes did not answer the probe in "
+            f"{STORAGE_TIMEOUT_S:g} s; fix: check the cluster is not full (ray status), then run "
+            "tunekit doctor --address ADDRESS --storage DIR"
+        ) from None
+    check = check_storage_on_nodes(str(experiment_dir), found)
+    if check.is_problem:
+        raise StorageError(f"{check.name}: {check.detail}; fix: {check.fix}")
 
 
 # The Ray tunekit started in this process and kept for later runs (notebooks call
@@ -151,23 +158,36 @@ def shutdown() -> None:
         ray.shutdown()
 
 
+def reuses_ray(address: str | None) -> bool:
+    """Whether ``ray_session(address, ...)`` would use a Ray already running in this process
+    (the caller's, or the one tunekit kept) instead of joining or starting one."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    return OWNED_RAY is None or json.loads(OWNED_RAY["key"])["address"] == address
+
+
 @contextlib.contextmanager
 def ray_session(
-    address: str | None, spec: ExperimentSpec, console: Any = None, signals: StopSignals | None = None
+    address: str | None,
+    spec: ExperimentSpec,
+    console: Any = None,
+    signals: StopSignals | None = None,
+    ray_log: Path | None = None,
 ) -> Iterator[None]:
-    """Joins ``address`` (or RAY_ADDRESS) or starts a local Ray, once per process.
+    """Joins ``address`` or starts a private local Ray (None), once per process.
 
-    A Ray the caller started is used as it is and never shut down. One tunekit started is
-    kept for the next run when that run would start it the same way (same address and
-    runtime environment: the workers' PYTHONPATH, which holds the working directory, and
-    their environment are fixed at ``ray.init``); otherwise it is restarted, and says so.
+    The address is chosen already (``tunekit.driver.connect``: --address, RAY_ADDRESS, or a
+    resume's recorded cluster) and a cluster answered its bounded probe. A Ray the caller
+    started is used as it is and never shut down. One tunekit started is kept for the next
+    run when that run would start it the same way (same address and runtime environment:
+    the workers' PYTHONPATH, which holds the working directory, and their environment are
+    fixed at ``ray.init``); otherwise it is restarted, and says so. Ray's own lines from
+    ``ray.init`` go to ``ray_log`` (the experiment's driver.log), not the console.
     """
     global OWNED_RAY, _ATEXIT_REGISTERED
     import ray
 
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address == "local":  # Ray's own word for "start a new local instance"
-        address = None
     options = ray_init_options(spec, cluster=address is not None)
     key = json.dumps({"address": address, "runtime_env": options["runtime_env"]}, sort_keys=True, default=str)
     if ray.is_initialized():
@@ -185,7 +205,7 @@ def ray_session(
     if console:
         console.phase(f"starting Ray ({'joining ' + address if address else 'local'})")
     try:
-        with ray_leaves_sigterm_alone():
+        with ray_leaves_sigterm_alone(), _stderr_to(ray_log):
             # "local": without an address, a new local Ray, never a cluster that happens to run here.
             ray.init(address=address or "local", **options)
         if signals is not None:
@@ -207,6 +227,31 @@ def ray_session(
             f" on {len([n for n in ray.nodes() if n['Alive']])} node(s)"
         )
     yield
+
+
+@contextlib.contextmanager
+def _stderr_to(log: Path | None) -> Iterator[None]:
+    """Sends this process's stderr (file descriptor 2, where Ray's C++ core logs) to ``log``."""
+    if log is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with log.open("a") as handle:
+            os.dup2(handle.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def joined_address() -> str:
+    """The GCS address of the cluster this process joined (``auto`` resolved)."""
+    import ray
+
+    return str(ray.get_runtime_context().gcs_address)
 
 
 def _why_restart(old_key: str, new_key: str) -> str:

@@ -9,6 +9,7 @@ import _thread
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -77,10 +78,22 @@ class StopSignals:
     # ``SearchInterrupted`` instead.
     exit_in_start_up: ClassVar[bool] = False
 
-    def __init__(self, experiment_dir: Path, on_forced_exit: Callable[[], None] | None = None) -> None:
-        """``on_forced_exit`` runs before a second signal ends the process (kills a local Ray)."""
+    def __init__(
+        self,
+        experiment_dir: Path | None,
+        on_forced_exit: Callable[[], None] | None = None,
+        *,
+        discard: Path | None = None,
+    ) -> None:
+        """A signal's message names ``experiment_dir`` (None: none exists yet, nothing started).
+
+        ``on_forced_exit`` runs before a second signal ends the process (kills a local Ray).
+        ``discard``: a new search's directory, removed when the command exits during start-up
+        (no trial ran; there is nothing to resume).
+        """
         self.experiment_dir = experiment_dir
         self._on_forced_exit = on_forced_exit
+        self._discard = discard
         self.received: int | None = None
         self._in_fit = False
         self._saved: dict[int, Any] = {}
@@ -165,11 +178,11 @@ class StopSignals:
     def _exit_now(self, number: int) -> None:
         with contextlib.suppress(Exception):
             sys.stdout.flush()  # the console's start-up lines; os._exit would drop them
-        name = signal.Signals(number).name
-        resume = f"`tunekit resume {self.experiment_dir}` continues the search"
-        sys.stderr.write(f"\ntunekit: interrupted by {name}; {resume}\n")
-        sys.stderr.flush()
         kill_ray_children()
+        if self._discard is not None:
+            shutil.rmtree(self._discard, ignore_errors=True)
+        sys.stderr.write(f"\n{interrupted_text(number, None if self._discard else self.experiment_dir)}\n")
+        sys.stderr.flush()
         os._exit(128 + number)
 
     def _raise_again_until_handled(self) -> None:
@@ -185,6 +198,14 @@ class StopSignals:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 return
             time.sleep(0.05)
+
+
+def interrupted_text(number: int, experiment_dir: Path | None) -> str:
+    """The command's line for a search a signal stopped (``experiment_dir`` None: nothing was kept)."""
+    name = signal.Signals(number).name
+    if experiment_dir is None:
+        return f"tunekit: interrupted by {name} during start-up; nothing started and nothing was kept"
+    return f"tunekit: interrupted by {name}; `tunekit resume {experiment_dir}` continues the search"
 
 
 @contextlib.contextmanager

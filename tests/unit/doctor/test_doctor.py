@@ -135,23 +135,29 @@ def test_ray_address_nobody_listens_on_fails_fast() -> None:
     assert time.monotonic() - started < 5
 
 
-def test_stale_ray_address_file_is_a_problem_and_a_live_one_is_joined(
+def test_without_an_address_a_local_ray_starts_whatever_ray_start_recorded(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
     address_file = Path(os.environ["RAY_TMPDIR"]) / "ray" / "ray_current_cluster"
     address_file.parent.mkdir()
-    address_file.write_text(f"127.0.0.1:{free_port()}")  # what a crashed `ray start` leaves
+    stale_address = f"127.0.0.1:{free_port()}"
+    address_file.write_text(stale_address)  # what a crashed `ray start` leaves
     stale = doctor.check_local_ray(NvidiaView(None))
-    assert stale.status == PROBLEM and "cannot connect (connection refused)" in stale.detail
-    assert stale.fix == f"remove {address_file} (its cluster is gone), or pass --address"
+    assert stale.status == OK and "tunekit run starts a private local Ray" in stale.detail
+    assert stale.detail.endswith(
+        f"; --address auto joins the cluster `ray start` recorded here ({stale_address}, "
+        "not answering: cannot connect (connection refused))"
+    )
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        address_file.write_text(f"127.0.0.1:{listener.getsockname()[1]}")
+        live_address = f"127.0.0.1:{listener.getsockname()[1]}"
+        address_file.write_text(live_address)
         live = doctor.check_local_ray(NvidiaView(None))
-    assert live.status == OK and "tunekit run joins the cluster at 127.0.0.1:" in live.detail
+    assert live.status == OK and "tunekit run starts a private local Ray" in live.detail
+    assert live.detail.endswith(f"({live_address}, answering)")
     address_file.unlink()
-    assert "starts a local Ray" in doctor.check_local_ray(NvidiaView(None)).detail
+    assert "--address auto" not in doctor.check_local_ray(NvidiaView(None)).detail
 
 
 def test_ray_fix_names_the_token_on_an_auth_error() -> None:

@@ -19,6 +19,7 @@ import pytest
 from tunekit.config.resources import local_fit_warning, unplaceable
 from tunekit.config.spec import ResourcesSpec, load_spec
 from tunekit.driver.progress import ConsoleProgress
+from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.driver.runner import no_result_reason
 from tunekit.driver.signals import StopSignals
 from tunekit.errors import SearchInterrupted
@@ -74,6 +75,8 @@ def _record(
         best_metric=metric,
         started_at=100.0 + number,
         ended_at=200.0 + number,
+        attempts=1,
+        span_workers=[{"attempt": 1, "node_id": "", "pid": None}],
     )
 
 
@@ -124,7 +127,7 @@ def _drive_console(console: ConsoleProgress, experiment_dir: Path) -> None:
     recorder.trials["t0"] = ok
     console.trial_started(ok)
     recorder.epochs.append(object())
-    console.epoch_reported(ok, object())  # type: ignore[arg-type]
+    console.epoch_reported(ok, EpochRow("a", 1, {}, 1, 0, 1.0))
     ok.status, ok.final_metric, ok.epochs, ok.reason = (
         "completed",
         0.9,
@@ -203,3 +206,24 @@ def test_a_start_up_interruption_that_code_swallowed_is_raised_again(tmp_path: P
     assert time.monotonic() - started < 2  # raised again within about a second
     assert raised.value.signal_number == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_console_names_a_retried_trial_its_nodes_and_attempts() -> None:
+    spec = load_spec(DEFAULT_SPEC)
+    out = io.StringIO()
+    console = ConsoleProgress(spec, out, live=False)
+    record = TrialRecord("t1", 3, {})
+    record.begin_span(0.0)
+    record.note_worker("aaaaaaaa1111", 4242)
+    record.epochs = 2
+    record.close_span(5.0)  # its node died
+    record.attempts = 2
+    record.begin_span(6.0)
+    console.trial_started(record)
+    record.note_worker("bbbbbbbb2222", 5151)
+    console.epoch_reported(record, EpochRow("t1", 3, {}, 2, 2, 8.0))
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "attempt" in line]
+    assert lines == [
+        "trial 3: attempt 2 starts from its last checkpoint (epoch 2); attempt 1 ran on node aaaaaaaa, worker pid 4242",
+        "trial 3: attempt 2 runs on node bbbbbbbb (worker pid 5151), resumed from epoch 2",
+    ]

@@ -1,0 +1,181 @@
+"""``tunekit status DIR``: a running search as its files show it, from any shell or node.
+
+Reads only what the driver writes as the search goes (``trials.csv``, ``spans.csv``,
+``epochs.csv``, ``started.json``; rewritten as trials start and at most every 2 s while
+they report), so it works from another shell, or another node that mounts the shared
+storage, without joining Ray. No pandas, no Ray: it answers in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tunekit.clock import SearchClock
+from tunekit.errors import NotAnExperimentError
+from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus
+
+# The driver moves started.json's session end at least every 5 s while it runs.
+_ALIVE_WITHIN_S = 15.0
+ENDED_SHOWN = 5
+NODE_ID_SHOWN = 8  # characters of a node id: enough to tell a cluster's nodes apart
+
+
+@dataclass(frozen=True)
+class RunningTrial:
+    number: str
+    trial_id: str
+    node_id: str
+    pid: str
+    attempt: str
+    epoch: int  # the epoch it is training now (the last reported one + 1)
+    in_epoch_s: float  # active seconds since that epoch began (or the attempt started)
+
+
+@dataclass(frozen=True)
+class Status:
+    experiment_dir: Path
+    alive: bool  # the driver touched the clock within the last few seconds
+    heard_s_ago: float | None
+    active_s: float
+    sessions: int
+    planned: int | None  # the spec's num_samples
+    metric: str
+    counts: dict[str, int]
+    running: list[RunningTrial]
+    ended: list[dict[str, str]]
+
+    def describe(self) -> str:
+        """The text ``tunekit status`` prints."""
+        lines = [f"experiment: {self.experiment_dir}"]
+        if self.heard_s_ago is None:
+            lines.append("search: not started (no trial has run yet)")
+        else:
+            lines.append(
+                f"search: {self._state()} (session {self.sessions}, driver last heard {self.heard_s_ago:.0f} s ago); "
+                f"active {_duration(self.active_s)}"
+            )
+        counts = ", ".join(f"{count} {status}" for status, count in self.counts.items() if count)
+        planned = f" of {self.planned} planned" if self.planned else ""
+        lines.append(f"trials: {counts or 'none yet'}{planned}")
+        if self.running:
+            lines.append("running:")
+            lines.append(f"  {'trial':>5}  {'node':<8}  {'pid':>7}  {'attempt':>7}  {'epoch':>5}  in epoch")
+            lines += [
+                f"  {r.number:>5}  {r.node_id[:NODE_ID_SHOWN] or '-':<8}  {r.pid or '-':>7}  {r.attempt:>7}"
+                f"  {r.epoch:>5}  {r.in_epoch_s:.1f} s"
+                for r in self.running
+            ]
+        if self.ended:
+            lines.append(f"last ended (newest first, at most {ENDED_SHOWN}):")
+            lines.append(
+                f"  {'trial':>5}  {'status':<9}  {'epochs':>6}  {self.metric:>12}  {'node':<8}  {'attempts':>8}  reason"
+            )
+            lines += [
+                f"  {row.get('number', ''):>5}  {row.get('status', ''):<9}  {row.get('epochs', ''):>6}"
+                f"  {_number(row.get('final_metric', '')):>12}  {(row.get('node_id') or '-')[:NODE_ID_SHOWN]:<8}"
+                f"  {row.get('attempts', ''):>8}  {row.get('reason', '')}"
+                for row in self.ended
+            ]
+        return "\n".join(lines)
+
+    def _state(self) -> str:
+        ended = sum(count for status, count in self.counts.items() if status != TrialStatus.RUNNING)
+        if not self.running and self.planned and ended >= self.planned:
+            return "finished"
+        return "running" if self.alive else "not running (`tunekit resume` continues it)"
+
+
+def read_status(experiment_dir: str | Path) -> Status:
+    """What the experiment's files say about its search, now.
+
+    Raises:
+        NotAnExperimentError: the directory holds no ``spec.yaml``.
+    """
+    directory = Path(experiment_dir).expanduser().resolve()
+    if not (directory / SPEC_FILE).is_file():
+        raise NotAnExperimentError(directory, SPEC_FILE)
+    spec = yaml.safe_load((directory / SPEC_FILE).read_text()) or {}
+    trials = _rows(directory / TRIALS_FILE)
+    clock = SearchClock.read(directory)
+    now = time.time()
+    heard = now - clock.sessions[-1][1] if clock and clock.sessions else None
+    alive = heard is not None and heard < _ALIVE_WITHIN_S
+    active = (clock.active_seconds if clock else 0.0) + (heard if alive and heard else 0.0)
+    counts = {status.value: 0 for status in TrialStatus if status is not TrialStatus.LOST}
+    for row in trials:
+        counts[row.get("status", "")] = counts.get(row.get("status", ""), 0) + 1
+    running = [row for row in trials if row.get("status") == TrialStatus.RUNNING] if alive else []
+    ended = [row for row in trials if row.get("status") != TrialStatus.RUNNING]
+    ended.sort(key=lambda row: _float(row.get("ended_at")) or 0.0, reverse=True)
+    return Status(
+        directory,
+        alive,
+        heard,
+        active,
+        len(clock.sessions) if clock else 0,
+        (spec.get("budget") or {}).get("num_samples"),
+        str((spec.get("metric") or {}).get("name", "metric")),
+        counts,
+        _running(directory, running, active),
+        ended[:ENDED_SHOWN],
+    )
+
+
+def _running(directory: Path, rows: list[dict[str, str]], active_now: float) -> list[RunningTrial]:
+    """Each running trial's node, worker, attempt and epoch, from its open span and last epoch."""
+    spans: dict[str, dict[str, str]] = {}
+    for span in _rows(directory / SPANS_FILE):
+        spans[span["trial_id"]] = span  # rows are in span order: the last one is the current
+    last_epoch: dict[str, tuple[int, float]] = {}
+    for epoch in _rows(directory / EPOCHS_FILE):
+        number, at = int(epoch["epoch"]), _float(epoch.get("time")) or 0.0
+        if number >= last_epoch.get(epoch["trial_id"], (0, 0.0))[0]:
+            last_epoch[epoch["trial_id"]] = (number, at)
+    found = []
+    for row in rows:
+        span = spans.get(row["trial_id"], {})
+        began = _float(span.get("start")) or 0.0
+        reported, at = last_epoch.get(row["trial_id"], (0, 0.0))
+        since = max(began, at) if reported else began
+        found.append(
+            RunningTrial(
+                number=row.get("number") or row["trial_id"],
+                trial_id=row["trial_id"],
+                node_id=span.get("node_id") or "",
+                pid=span.get("pid") or "",
+                attempt=span.get("attempt") or row.get("attempts") or "",
+                epoch=reported + 1,
+                in_epoch_s=max(0.0, active_now - since),
+            )
+        )
+    return found
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as handle:
+            return list(csv.DictReader(handle))
+    except FileNotFoundError:
+        return []
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _number(text: str) -> str:
+    value = _float(text)
+    return "" if value is None else f"{value:.4f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m {seconds % 60:02d}s"
