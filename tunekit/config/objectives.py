@@ -217,6 +217,12 @@ def tracked_metrics(
     return tuple(names)
 
 
+def first_metric(raw: object) -> str:
+    """The (first) metric's name in a recorded spec's ``metric``, one mapping or a list; "metric" when unreadable."""
+    first = raw[0] if isinstance(raw, list) and raw else raw
+    return str(first.get("name", "metric")) if isinstance(first, Mapping) else "metric"
+
+
 def objectives_raw(objectives: Sequence[MetricSpec]) -> dict[str, Any] | list[dict[str, Any]]:
     """``metric`` as spec.yaml records it: the single form for one objective."""
     plain = [{"name": o.name, "mode": o.mode} for o in objectives]

@@ -179,7 +179,10 @@ def _trial_from_run(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from tunekit.tracking import tags as t
 
-    tags, metric = run.data.tags, spec["metric"]["name"]
+    # Several objectives: the first is the metric (its final values only; final.* columns
+    # and the front are in the experiment directory, not rebuilt from MLflow).
+    first = spec["metric"][0] if isinstance(spec["metric"], list) else spec["metric"]
+    tags, metric = run.data.tags, first["name"]
     trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)
     by_step: dict[int, dict[str, Any]] = {}
     for key in run.data.metrics:
@@ -199,7 +202,7 @@ def _trial_from_run(
     epochs = [by_step[step] for step in sorted(by_step)]
     values = [row[metric] for row in epochs if metric in row]
     rates = [row["samples_per_second"] for row in epochs if "samples_per_second" in row]
-    best = (max if spec["metric"]["mode"] == "max" else min)(values) if values else None
+    best = (max if first["mode"] == "max" else min)(values) if values else None
     ended = run.info.end_time / 1000 if run.info.end_time else None
     trial = {
         "trial_id": trial_id,

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from tunekit.clock import SearchClock
+from tunekit.config.objectives import first_metric
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus
 
@@ -119,7 +120,7 @@ def read_status(experiment_dir: str | Path) -> Status:
         active,
         len(clock.sessions) if clock else 0,
         (spec.get("budget") or {}).get("num_samples"),
-        str((spec.get("metric") or {}).get("name", "metric")),
+        first_metric(spec.get("metric")),
         counts,
         _running(directory, running, active),
         ended[:ENDED_SHOWN],

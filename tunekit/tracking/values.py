@@ -90,7 +90,12 @@ def spec_params(spec: ExperimentSpec) -> dict[str, str]:
     """The parent run's params: the settings that define the search (not the space, tracking or storage)."""
     raw = spec.raw
     params: dict[str, str] = {"name": spec.name, "trainable": str(raw["trainable"])}
+    if spec.multi_objective:  # one param for the list: "val_accuracy (max), model_params (min)"
+        params["metric"] = ", ".join(f"{o.name} ({o.mode})" for o in spec.objectives)
+        params.update({key: param_value(raw[key]) for key in ("constraints", "select") if key in raw})
     for section in ("metric", "search", "scheduler", "budget", "resources", "training"):
+        if section == "metric" and spec.multi_objective:
+            continue
         for key, value in raw[section].items():
             if section == "search" and key == "warm_start":
                 params["search.warm_start"] = str(len(value))
