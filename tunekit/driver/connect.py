@@ -143,17 +143,13 @@ def check_fits(spec: ExperimentSpec, cluster: JoinedCluster | None) -> None:
 
     Args:
         cluster: what the probe saw of the cluster; None for the private local Ray tunekit is
-            about to start, whose CPUs and GPUs are counted the way Ray counts them.
+            about to start, whose one node is this machine, counted the way Ray counts it.
     """
+    wanted = trial_resources(spec.resources)
     if cluster is not None:
-        problem = unplaceable(trial_resources(spec.resources), cluster.nodes, cluster.resources)
+        problem = unplaceable(wanted, cluster.nodes, cluster.resources)
     else:
-        problem = unplaceable(trial_resources(spec.resources), [_this_machine(spec)])
-        if problem is not None:
-            problem = problem.replace("the cluster has", "this machine has").replace(
-                "the largest node has", "this machine has"
-            )
-            problem = problem.replace(" (run tunekit doctor)", "") + " (a local Ray; join a cluster with --address)"
+        problem = unplaceable(wanted, [_this_machine(spec)])
     if problem:
         raise ResourceError(problem)
 
