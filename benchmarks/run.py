@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "warm": "a second tunekit.run in one process (warm Ray) vs the first",
     "eta": "tunekit plan --probe's predicted wall time against the default search's actual",
     "pbt": "PBT vs TPE + ASHA at equal compute (epochs) on the digits MLP",
+    "pareto": "MO-TPE + MO-ASHA vs MO-TPE without pruning vs random + ASHA + filter (accuracy against size)",
 }
 # Written by others; run when present.
 EXTERNAL = ("pipeline", "logging_cost")

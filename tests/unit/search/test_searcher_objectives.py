@@ -17,14 +17,15 @@ from tunekit.search.searcher import OptunaStudySearcher, build_sampler
 
 
 def make_spec(algorithm: str = "tpe", constraints: list[str] | None = None) -> ExperimentSpec:
+    space = {"units": {"type": "choice", "values": [8, 16, 32]}} if algorithm == "grid" else None
     raw: dict[str, Any] = {
         "name": "objectives",
         "trainable": "trainables.digits_mlp",
         "metric": [{"name": "val_accuracy", "mode": "max"}, {"name": "model_params", "mode": "min"}],
-        "budget": {"num_samples": 6, "max_epochs": 2},
+        "budget": {"max_epochs": 2} if algorithm == "grid" else {"num_samples": 6, "max_epochs": 2},
         "search": {"algorithm": algorithm, "seed": 0, "n_startup_trials": 2},
         "scheduler": {"type": "fifo"},
-        "space": {"units": {"type": "int", "low": 8, "high": 256}},
+        "space": space or {"units": {"type": "int", "low": 8, "high": 256}},
     }
     if constraints:
         raw["constraints"] = constraints
@@ -71,3 +72,14 @@ def test_a_missing_objective_fails_the_trial(tmp_path: Path) -> None:
 )
 def test_samplers_on_request(algorithm: str, sampler: str) -> None:
     assert type(build_sampler(make_spec(algorithm)).base).__name__ == sampler
+
+
+def test_grid_takes_several_objectives_as_it_is(tmp_path: Path) -> None:
+    searcher = OptunaStudySearcher(make_spec("grid"), tmp_path, storage=optuna.storages.InMemoryStorage())
+    configs = [searcher.suggest(trial_id) for trial_id in "abc"]
+    assert sorted(c["units"] for c in configs if c) == [8, 16, 32]
+    for trial_id, config in zip("abc", configs, strict=True):
+        assert config is not None
+        finish(searcher, trial_id, 0.5 + config["units"] / 100, 100.0 * config["units"])
+    # Every point trades accuracy for size: the whole grid is the front.
+    assert sorted(t.params["units"] for t in searcher.study.best_trials) == [8, 16, 32]
