@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import common, quality, run
+from benchmarks import common, pareto, quality, run
 
 # ------------------------------------------------------------- fast, no Ray or TF
 
@@ -31,6 +31,19 @@ def test_curve_metrics_area_and_times() -> None:
     assert metrics["time_to_first_full_model_s"] == 20.0
     assert metrics["best_at_budget"] == 0.96
     assert metrics["epochs_reported"] == 3 and metrics["trials_reporting"] == 2
+
+
+def test_pareto_hypervolume_follows_the_epochs_as_trials_end() -> None:
+    # Parameters are scaled by 60,000: 6,000 is 0.1, 30,000 is 0.5. Reference (accuracy 0, 1.0).
+    trials = [
+        {"status": "completed", "epochs": 4, "ended_at": 2.0, "val_accuracy": 0.5, "model_params": 30000.0},
+        {"status": "pruned", "epochs": 1, "ended_at": 1.0, "val_accuracy": 0.9, "model_params": 6000.0},
+        {"status": "completed", "epochs": 4, "ended_at": 3.0, "val_accuracy": 0.8, "model_params": 6000.0},
+    ]
+    # The pruned trial counts its epoch, never its point; then 0.5 x 0.5; then 0.8 x 0.9 dominates it.
+    assert pareto.hypervolume_curve(trials) == [(1, 0.0), (5, 0.25), (9, pytest.approx(0.72))]
+    assert pareto.epochs_to_reach(pareto.hypervolume_curve(trials), 0.5) == 9
+    assert pareto.epochs_to_reach(pareto.hypervolume_curve(trials), 0.9) is None
 
 
 def test_curve_metrics_nothing_reached() -> None:
