@@ -1,42 +1,59 @@
 """A real two-node Ray cluster on this machine: a head and a second raylet, both on loopback.
 
 Ray rewrites 127.0.0.1 to the machine's outward address, so the nodes use 127.0.0.2
-(still loopback). Token authentication stays on: the second node and the driver read
-the token the head wrote.
+(still loopback). Token authentication stays on: the second node and the driver get the
+cluster's own token. Each node has its own temp dir (sessions, sockets, logs, and the
+head's record of the cluster), so nothing is shared with other Ray instances on the
+machine. The module's tests share the cluster; the node-loss test kills the second node
+and runs last.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import optuna
 import psutil
 import pytest
 
 import tunekit
+from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, TRIALS_FILE
+from tunekit.testing import free_port
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
+SLOW_DIGITS = REPO / "tests" / "trainables" / "slow_digits.py"
 NODE_IP = "127.0.0.2"
-CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
 RAY = str(Path(sys.executable).parent / "ray")  # the ray CLI of the environment running the tests
+QUIET = ["--set", "tracking.enabled=false", "--set", "scheduler.type=fifo"]
 
 
-def _restore(path: Path, text: str | None) -> None:
-    if text is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.write_text(text)
+@dataclass
+class Cluster:
+    address: str
+    token: str
+    worker: subprocess.Popen[bytes]  # the second node's `ray start --block`
+    ray_tmpdir: Path  # RAY_TMPDIR under which the head recorded itself (<it>/ray/ray_current_cluster)
+
+    def driver_env(self, **extra: str) -> dict[str, str]:
+        """A driver's environment as a user's on this cluster: the token, no RAY_ADDRESS."""
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_TMPDIR")}
+        return {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, **extra}
 
 
 def _free_port() -> int:
@@ -45,9 +62,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_node(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _start_node(args: list[str], env: dict[str, str], log: Path, temp_dir: Path) -> subprocess.Popen[bytes]:
+    # Fixed agent ports: with dynamic ones the raylet waits 15 s for the agents to write their
+    # port files and aborts the node when they are late, as on two loaded cores they are.
+    ports = [
+        *("--dashboard-agent-grpc-port", str(_free_port())),
+        *("--dashboard-agent-listen-port", str(_free_port())),
+        *("--metrics-export-port", str(_free_port())),
+        *("--runtime-env-agent-port", str(_free_port())),
+    ]
     return subprocess.Popen(
-        [RAY, "start", "--block", "--node-ip-address", NODE_IP, *args],
+        [RAY, "start", "--block", "--node-ip-address", NODE_IP, "--temp-dir", str(temp_dir), *ports, *args],
         env=env,
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -55,75 +80,268 @@ def _start_node(args: list[str], env: dict[str, str], log: Path) -> subprocess.P
     )
 
 
-def _stop(process: subprocess.Popen[bytes], marker: str) -> None:
-    """Stops a `ray start --block` node and every process it started, by pid."""
-    members = {p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])}
+def _stop(process: subprocess.Popen[bytes], temp_dir: Path) -> None:
+    """Stops a `ray start --block` node and every process it started, by pid.
+
+    Its processes are the ones whose command line names its own temp dir, and its children.
+    """
+    members = {p for p in psutil.process_iter(["cmdline"]) if str(temp_dir) in " ".join(p.info["cmdline"] or [])}
     with contextlib.suppress(psutil.NoSuchProcess):
-        members |= set(psutil.Process(process.pid).children(recursive=True))
-    os.killpg(process.pid, signal.SIGTERM)
+        leader = psutil.Process(process.pid)
+        members |= {leader, *leader.children(recursive=True)}
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
     # Ray's node drains for up to 15 s on SIGTERM; whatever is still up after 3 s is killed.
-    _, alive = psutil.wait_procs([*members, psutil.Process(process.pid)], timeout=3)
+    _, alive = psutil.wait_procs(list(members), timeout=3)
     for leftover in alive:
-        leftover.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            leftover.kill()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def cluster() -> Iterator[Cluster]:
     port = _free_port()
-    logs = tmp_path_factory.mktemp("cluster-logs")
-    # `ray start --head` records itself as the machine's default cluster; put back what was there.
-    previous_cluster = CURRENT_CLUSTER_FILE.read_text() if CURRENT_CLUSTER_FILE.exists() else None
+    # Short paths: Ray's sockets live in the temp dir, and a Unix socket path has 107 characters.
+    root = Path(tempfile.mkdtemp(prefix="tk-cluster-", dir="/tmp"))
+    head_temp, worker_temp = root / "ray", root / "node2"
     # The cluster's own token: ~/.ray/auth_token is shared by every Ray started on the
     # machine, and another start can rewrite it between our head's start and our driver's.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    head = _start_node(
-        [
-            "--head",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "1",
-            "--include-dashboard",
-            "false",
-            "--resources",
-            '{"head_node": 1}',
-        ],
-        env,
-        logs / "head.log",
-    )
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_raylet_start_wait_time_s"] = "120"  # Ray's own hint when a loaded machine registers a node late
+    head_args = ["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false"]
     address = f"{NODE_IP}:{port}"
-    worker = None
+    head = worker = None
     try:
-        _wait_for_nodes(address, 1, env)
-        worker = _start_node(
-            ["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}'], env, logs / "node2.log"
-        )
-        _wait_for_nodes(address, 2, env)
-        yield address, env["RAY_AUTH_TOKEN"]
+        head = _start_until_up([*head_args, "--resources", '{"head_node": 1}'], env, root / "head.log", head_temp)
+        worker_args = ["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}']
+        worker = _start_until_up(worker_args, env, root / "node2.log", worker_temp)
+        yield Cluster(address, env["RAY_AUTH_TOKEN"], worker, root)
     finally:
         if worker is not None:
-            _stop(worker, f"--gcs-address={address}")
-        _stop(head, f"{NODE_IP}:{port}")
-        _restore(CURRENT_CLUSTER_FILE, previous_cluster)
+            _stop(worker, worker_temp)
+        if head is not None:
+            _stop(head, head_temp)
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def _wait_for_nodes(address: str, count: int, env: dict[str, str]) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        status = subprocess.run([RAY, "status", "--address", address], env=env, capture_output=True, text=True)
-        if status.returncode == 0 and status.stdout.count("node_") >= count:
-            return
+def _start_until_up(args: list[str], env: dict[str, str], log: Path, temp_dir: Path) -> subprocess.Popen[bytes]:
+    """Starts a `ray start --block` node and waits for it to say it is up, trying up to 3 times.
+
+    Ray gives a starting node 30 s to register, hard-coded; on two cores loaded by other
+    work it sometimes needs more and gives up. Its own log tells when it is up (a worker
+    node: registered with the head), not `ray status`, whose every call costs seconds of CPU.
+    """
+    for _attempt in range(3):
+        process = _start_node(args, env, log, temp_dir)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if "Ray runtime started" in log.read_text(errors="replace"):
+                return process
+            time.sleep(0.5)
+        _stop(process, temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    raise AssertionError(f"ray start did not come up in 3 tries:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _tunekit(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The command, as a user runs it: Ray reads RAY_AUTH_MODE when it is first imported, so
+    this (already Ray-importing) test process cannot switch it on for itself."""
+    command = [sys.executable, "-m", "tunekit.cli", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _assert_one_error_line(done: subprocess.CompletedProcess[str], seconds: float, expected: str) -> None:
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert seconds < 35, f"took {seconds:.1f} s"
+    assert done.stderr.splitlines() == [expected], done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_nothing_listening_ends_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    storage = tmp_path / "store"
+    began = time.monotonic()
+    done = _tunekit(
+        "run",
+        str(DEFAULT_SPEC),
+        "--address",
+        address,
+        "--storage",
+        str(storage),
+        "--connect-timeout",
+        "5",
+        *QUIET,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+        timeout=120,
+    )
+    _assert_one_error_line(
+        done,
+        time.monotonic() - began,
+        f"tunekit: error: ray cluster {address}: cannot connect (connection refused); fix: start the cluster "
+        "(ray start --head on the head node) or fix --address / RAY_ADDRESS",
+    )
+    assert not storage.exists()  # not even the storage folder
+
+
+def test_a_signal_while_joining_says_nothing_started_and_leaves_nothing(tmp_path: Path) -> None:
+    storage = tmp_path / "store"
+    with socket.socket() as silent:  # accepts connections, never answers: ray.init would retry for minutes
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        command = [sys.executable, "-m", "tunekit.cli", "run", str(DEFAULT_SPEC), "--address", address]
+        driver = subprocess.Popen(
+            [*command, "--storage", str(storage), *QUIET],
+            cwd=REPO,
+            env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        probe = None
+        deadline = time.monotonic() + 60
+        while probe is None and time.monotonic() < deadline:  # the bounded probe is joining
+            time.sleep(0.2)
+            children = psutil.Process(driver.pid).children()
+            probe = next((c for c in children if "tunekit.doctor.probes" in " ".join(c.cmdline())), None)
+        assert probe is not None
         time.sleep(1)
-    raise AssertionError(f"cluster at {address} did not reach {count} nodes:\n{status.stdout}\n{status.stderr}")
+        driver.send_signal(signal.SIGTERM)
+        _, err = driver.communicate(timeout=30)
+    assert driver.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines() == [
+        "tunekit: interrupted by SIGTERM during start-up; nothing started and nothing was kept"
+    ]
+    assert not storage.exists()
+    psutil.wait_procs([probe], timeout=5)  # the probe ends with its parent
+    assert not probe.is_running()
 
 
-def test_trials_run_on_both_nodes(cluster: tuple[str, str], tmp_path: Path) -> None:
-    address, token = cluster
-    # A driver of its own, as a user would start it: Ray reads RAY_AUTH_MODE when it is
-    # first imported, so this (already Ray-importing) test process cannot switch it on.
+@pytest.mark.parametrize(
+    ("token", "detail"),
+    [
+        (None, "the cluster wants its token, this machine sends none (RAY_AUTH_MODE here: unset)"),
+        (
+            "0" * 64,
+            "the cluster refused this machine's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)",
+        ),
+    ],
+    ids=["missing", "wrong"],
+)
+def test_a_refused_token_ends_in_one_line_and_leaves_nothing(
+    cluster: Cluster, tmp_path: Path, token: str | None, detail: str
+) -> None:
+    env = cluster.driver_env()
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(key, None)
+    if token is not None:
+        env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    storage = tmp_path / "store"
+    storage.mkdir()
+    began = time.monotonic()
+    done = _tunekit(
+        "run",
+        str(DEFAULT_SPEC),
+        "--address",
+        cluster.address,
+        "--storage",
+        str(storage),
+        "--connect-timeout",
+        "5",
+        *QUIET,
+        env=env,
+        timeout=120,
+    )
+    _assert_one_error_line(
+        done,
+        time.monotonic() - began,
+        f"tunekit: error: ray cluster {cluster.address}: cannot join: InvalidAuthToken: {detail}; fix: give this "
+        "machine the cluster's token: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) from the "
+        "cluster's secret; see deploy/README.md",
+    )
+    assert list(storage.iterdir()) == []
+
+
+def test_trials_run_on_both_nodes_and_resume_joins_that_cluster_again(cluster: Cluster, tmp_path: Path) -> None:
+    # Attached through RAY_ADDRESS, as a job on the cluster's nodes is.
+    done = _tunekit(
+        "run",
+        str(DEFAULT_SPEC),
+        "--storage",
+        str(tmp_path),
+        "--name",
+        "two-nodes",
+        "--set",
+        "budget.num_samples=2",
+        "--set",
+        "budget.max_epochs=2",
+        *QUIET,
+        env=cluster.driver_env(RAY_ADDRESS=cluster.address),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"starting Ray (joining {cluster.address})" in done.stdout
+    experiment = tmp_path / "two-nodes"
+    results = tunekit.load(experiment)
+    assert len(results.trials) == 2
+    assert (results.trials["status"] == "completed").all()
+    assert len(set(results.trials["node_id"])) == 2, f"trials ran on {set(results.trials['node_id'])}"
+    # The cluster is recorded (never its token); Ray's own lines are in driver.log, not on the console.
+    assert json.loads((experiment / CLUSTER_FILE).read_text()) == {"address": cluster.address}
+    assert not [f for f in experiment.rglob("*") if f.is_file() and cluster.token.encode() in f.read_bytes()]
+    assert (experiment / DRIVER_LOG_FILE).is_file()
+    assert "rpc_client" not in done.stdout + done.stderr and "gcs_client" not in done.stdout + done.stderr
+
+    # Grown from a shell with neither RAY_ADDRESS nor --address: it runs where it ran.
+    grown = _tunekit("resume", str(experiment), "--set", "budget.num_samples=3", env=cluster.driver_env())
+    assert grown.returncode == 0, grown.stderr[-3000:]
+    assert f"starting Ray (joining {cluster.address})" in grown.stdout
+    assert len(tunekit.load(experiment).trials) == 3
+
+    # A search whose cluster is gone is not quietly continued on this machine.
+    moved = tmp_path / "moved"
+    shutil.copytree(experiment, moved, symlinks=True)
+    gone = f"{NODE_IP}:{free_port()}"
+    (moved / CLUSTER_FILE).write_text(json.dumps({"address": gone}))
+    began = time.monotonic()
+    refused = _tunekit("resume", str(moved), "--connect-timeout", "5", env=cluster.driver_env(), timeout=120)
+    _assert_one_error_line(
+        refused,
+        time.monotonic() - began,
+        f"tunekit: error: ray cluster {gone}: cannot connect (connection refused); fix: start the cluster "
+        "(ray start --head on the head node) or fix --address / RAY_ADDRESS; or resume elsewhere: "
+        "--address ADDRESS, or --local",
+    )
+
+
+# --------------------------------------------------------------------------- node loss (runs last: it kills node 2)
+
+
+def _node_id(temp_dir: Path) -> str:
+    """A node's id, from its raylet's log in its own temp dir."""
+    log = (temp_dir / "session_latest" / "logs" / "raylet.out").read_text(errors="replace")
+    return log.split("Initializing NodeManager node_id=", 1)[1].split()[0]
+
+
+def _raylet(temp_dir: Path) -> psutil.Process:
+    found = [
+        p
+        for p in psutil.process_iter(["name", "cmdline"])
+        if p.info["name"] == "raylet" and str(temp_dir) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_lost_node_s_trial_finishes_on_the_surviving_node(cluster: Cluster, tmp_path: Path) -> None:
+    from tunekit.results.status import read_status
+
+    head_id, lost_id = _node_id(cluster.ray_tmpdir / "ray"), _node_id(cluster.ray_tmpdir / "node2")
+    experiment = tmp_path / "node-loss"
+    # `--address auto`: the cluster `ray start` recorded on this machine (under RAY_TMPDIR).
     command = [
         sys.executable,
         "-m",
@@ -131,26 +349,66 @@ def test_trials_run_on_both_nodes(cluster: tuple[str, str], tmp_path: Path) -> N
         "run",
         str(DEFAULT_SPEC),
         "--address",
-        address,
+        "auto",
         "--storage",
         str(tmp_path),
         "--name",
-        "two-nodes",
+        "node-loss",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
         "--set",
-        "budget.num_samples=4",
+        f"trainable={SLOW_DIGITS}",
         "--set",
-        "budget.max_epochs=2",
+        "data.epoch_seconds=1.5",
+        "--set",
+        "budget.num_samples=2",
+        "--set",
+        "budget.max_epochs=3",
+        "--set",
+        "budget.max_concurrent=2",
         "--set",
         "scheduler.type=fifo",
-        "--set",
-        "tracking.enabled=false",
     ]
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    driver = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert driver.returncode == 0, driver.stderr[-3000:]
+    env = cluster.driver_env(RAY_TMPDIR=str(cluster.ray_tmpdir), PYTHONUNBUFFERED="1")
+    driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The trial on node 2, once it has reported an epoch (and checkpointed it), mid-trial.
+        deadline, victim = time.monotonic() + 300, None
+        while victim is None and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.3)
+            if (experiment / TRIALS_FILE).is_file():
+                running = read_status(experiment).running
+                victim = next((r for r in running if r.node_id == lost_id and 2 <= r.epoch <= 3), None)
+        assert victim is not None, "no trial was seen mid-way on node 2"
+        shown = _tunekit("status", str(experiment), env=cluster.driver_env(), timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        row = next(line.split() for line in shown.stdout.splitlines() if line.split()[:1] == [victim.number])
+        assert row[1:4] == [lost_id[:8], victim.pid, "1"], shown.stdout
+        _raylet(cluster.ray_tmpdir / "node2").kill()
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, err[-3000:]
 
-    results = tunekit.load(tmp_path / "two-nodes")
-    assert len(results.trials) == 4
-    assert (results.trials["status"] == "completed").all()
-    nodes = set(results.trials["node_id"])
-    assert len(nodes) == 2, f"trials ran on {nodes}"
+    results = tunekit.load(experiment)
+    trials = results.trials.set_index("number")
+    assert sorted(trials.index) == [0, 1] and (trials["status"] == "completed").all(), trials
+    number = int(victim.number)
+    assert trials.loc[number, "attempts"] == 2
+    assert (trials.drop(index=number)["attempts"] == 1).all()
+    # Retried from its last checkpoint, on the surviving node; each epoch recorded once.
+    epochs = results.epochs[results.epochs["trial_id"] == victim.trial_id].sort_values("epoch")
+    assert list(epochs["epoch"]) == [1, 2, 3]
+    resumed = epochs[epochs["attempt"] == 2]
+    assert int(resumed["resumed_from_epoch"].dropna().iloc[0]) >= 1
+    spans = results.spans[results.spans["trial_id"] == victim.trial_id]
+    assert list(zip(spans["attempt"], spans["node_id"], strict=True)) == [(1, lost_id), (2, head_id)]
+    # The console names the retried trial, its nodes and its attempts.
+    assert f"trial {number}: attempt 2 starts from its last checkpoint" in out, out
+    assert f"attempt 1 ran on node {lost_id[:8]}, worker pid {victim.pid}" in out, out
+    assert f"trial {number}: attempt 2 runs on node {head_id[:8]}" in out, out
+    # Nothing twice in the study (MLflow's runs: tests/e2e/conftest.py's tunekit check).
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{experiment / 'study.db'}")
+    assert sorted(t.number for t in study.trials) == [0, 1]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
