@@ -25,6 +25,7 @@ from ray.tune.utils.serialization import TuneFunctionDecoder
 import tunekit
 from tunekit.driver.session import ray_init_options
 from tunekit.layout import SPEC_FILE, STUDY_FILE
+from tunekit.results import summarize
 from tunekit.search.history import HISTORY_ATTR, WARM_START_ATTR
 from tunekit.search.searcher import RAY_TRIAL_ATTR, open_study
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE
@@ -171,12 +172,27 @@ def test_a_warm_started_study_holds_the_history_before_its_own_trials(
     k = len(history)
     assert [t.user_attrs.get(HISTORY_ATTR) for t in study.trials[:k]] == [f"{source}#{t.number}" for t in history]
     assert [(t.params, t.value, t.state) for t in study.trials[:k]] == [(t.params, t.value, t.state) for t in history]
-    assert study.user_attrs[WARM_START_ATTR] == {"sources": [str(source)], "used": k, "skipped": {}}
-    # Only its own trials count toward num_samples and reach the tables, MLflow and the best.
+    recorded = study.user_attrs[WARM_START_ATTR]
+    assert {key: recorded[key] for key in ("sources", "used", "skipped")} == {
+        "sources": [str(source)],
+        "used": k,
+        "skipped": {},
+    }
+    # Only its own trials count toward num_samples and reach the tables and MLflow; "best" has
+    # two scopes: this experiment's, and including the inherited history (named by its source).
     own = own_trials(study)
     assert len(own) == 2 and min(t.number for t in own) >= k
     assert sorted(results.trials["number"]) == sorted(t.number for t in own)
     assert results.best is not None and results.best.trial_id in set(results.trials["trial_id"])
+    inherited = max((t for t in history if t.state.name == "COMPLETE"), key=lambda t: float(t.value or 0.0))
+    assert (recorded["best"]["source"], recorded["best"]["number"]) == (str(source), inherited.number)
+    assert recorded["best"]["metric"] == inherited.value is not None
+    overall = summarize(results).best_including_history
+    assert overall is not None
+    if float(recorded["best"]["metric"]) > results.best.metric:
+        assert (overall.scope, overall.source, overall.number) == ("inherited history", str(source), inherited.number)
+    else:
+        assert overall == results.best
     parents, children = mlflow_runs(tracking_uri, "later")
     assert len(parents) == 1 and len(children) == 2
     assert (parents[0].data.params["warm_start.used"], parents[0].data.params["warm_start.skipped"]) == (str(k), "0")
