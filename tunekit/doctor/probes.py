@@ -42,6 +42,9 @@ def describe(error: BaseException | None) -> str:
         error = error.__cause__ or error.__context__
     if any("InvalidAuthToken" in text for text in texts):
         return auth_error()
+    mismatch = next((text for text in texts if "Version mismatch" in text), None)
+    if mismatch is not None:  # Ray's message spreads both sides' versions over lines: keep them all
+        return "Version mismatch: " + " ".join(mismatch.split("Version mismatch:", 1)[1].split())
     return " <- ".join(parts[:ERROR_CAUSES_SHOWN])[:500]
 
 

@@ -315,3 +315,20 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_version_mismatch_keeps_both_sides_and_names_the_fix() -> None:
+    from tunekit.doctor.probes import describe
+
+    # Ray 2.60's own text (ray._private.utils.check_version_info), raised by ray.init.
+    ray_error = RuntimeError(
+        "Version mismatch: The cluster was started with:\n    Ray: 2.60.0\n    Python: 3.11.7\n"
+        "This process on node 10.0.0.7 was started with:\n    Ray: 2.59.0\n    Python: 3.12.1\n"
+    )
+    text = describe(ray_error)
+    assert text == (
+        "Version mismatch: The cluster was started with: Ray: 2.60.0 Python: 3.11.7 "
+        "This process on node 10.0.0.7 was started with: Ray: 2.59.0 Python: 3.12.1"
+    )
+    [check] = doctor.check_cluster("10.0.0.5:6379", {"error": text}, "/shared/results")
+    assert check.fix == "install the cluster's Ray and Python versions here (the tested stack pins them)"
