@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -408,6 +409,9 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node(cluster: Cluster, tm
     assert f"trial {number}: attempt 2 starts from its last checkpoint" in out, out
     assert f"attempt 1 ran on node {lost_id[:8]}, worker pid {victim.pid}" in out, out
     assert f"trial {number}: attempt 2 runs on node {head_id[:8]}" in out, out
+    # Ray's own lines (its C++ core's "[2026-... W 123 456] ..." or its logger's) stay off the console.
+    ray_lines = [line for line in (out + err).splitlines() if re.match(r"^\[\d{4}-\d\d-\d\d |^\(raylet|^\x1b\[", line)]
+    assert ray_lines == [], ray_lines
     # Nothing twice in the study (MLflow's runs: tests/e2e/conftest.py's tunekit check).
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{experiment / 'study.db'}")
     assert sorted(t.number for t in study.trials) == [0, 1]

@@ -17,7 +17,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from tunekit.compat import forget_saved_run_limits, restored_run_config, restored_tune_config
+from tunekit.compat import (
+    forget_saved_run_limits,
+    ray_cluster_messages_to,
+    restored_run_config,
+    restored_tune_config,
+)
 from tunekit.config.growth import resumed_spec
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import builders_from
@@ -275,7 +280,7 @@ def _fit(
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
-        with signals.fitting(), quiet_trial_tracebacks():
+        with signals.fitting(), quiet_trial_tracebacks(), ray_cluster_messages_to(experiment_dir / DRIVER_LOG_FILE):
             try:
                 tuner.fit()
             finally:

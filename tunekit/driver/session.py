@@ -21,7 +21,7 @@ from tunekit.compat import ray_leaves_sigterm_alone
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children
-from tunekit.errors import ResourceError, StorageError
+from tunekit.errors import ClusterError, ResourceError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def ray_session(
     try:
         with ray_leaves_sigterm_alone(), _stderr_to(ray_log):
             # "local": without an address, a new local Ray, never a cluster that happens to run here.
-            ray.init(address=address or "local", **options)
+            _init(ray, address, options)
         if signals is not None:
             signals.install()
             signals.raise_if_received()
@@ -227,6 +227,19 @@ def ray_session(
             f" on {len([n for n in ray.nodes() if n['Alive']])} node(s)"
         )
     yield
+
+
+def _init(ray: Any, address: str | None, options: dict[str, Any]) -> None:
+    """``ray.init``; its failure (a local node too slow to start on a loaded machine) as one line."""
+    try:
+        ray.init(address=address or "local", **options)
+    except Exception as error:
+        cause = " ".join(str(error).split())[:300]
+        where = f"ray cluster {address}" if address else "ray (local)"
+        raise ClusterError(
+            f"{where}: did not start: {type(error).__name__}: {cause}; fix: see driver.log, run tunekit doctor, "
+            "and try again when the machine is less loaded"
+        ) from error
 
 
 @contextlib.contextmanager
