@@ -63,30 +63,30 @@ def ray_leaves_sigterm_alone() -> Iterator[None]:
         ray_utils.set_sigterm_handler = original
 
 
-@contextlib.contextmanager
-def ray_cluster_messages_to(log: Path) -> Iterator[None]:
-    """While it is open, the error messages Ray's driver receives from the cluster go to ``log``.
+def send_ray_cluster_messages(log: Path | None) -> None:
+    """From now on the error messages Ray's driver receives from the cluster go to ``log``;
+    None gives them back to Ray's own printing.
 
     Why: a driver's background thread prints every cluster error message to stdout, in
-    colour, ``log_to_driver=False`` or not: a lost node's "(raylet) Raylet is terminated...
-    Last 20 lines of the Raylet logs:" and twenty lines more. tunekit says on the console
+    colour, ``log_to_driver=False`` or not, for as long as the driver is connected: a lost
+    node's "(raylet) Raylet is terminated... Last 20 lines of the Raylet logs:", and half a
+    minute later "The node ... has missed too many heartbeats". tunekit says on the console
     which trial was on the node and where it is retried; Ray's account belongs in the
     experiment's driver.log. Checked against Ray 2.60 (``ray._private.worker.listen_error_messages``
     calls the module's ``print_to_stdstream``).
     """
     from ray._private import worker
 
-    original = worker.print_to_stdstream
+    original = worker.__dict__.setdefault("_tunekit_print_to_stdstream", worker.print_to_stdstream)
+    if log is None:
+        worker.print_to_stdstream = original
+        return
 
     def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
         with log.open("a") as handle:
             worker.print_worker_logs(data, handle, ignore_prefix)
 
     worker.print_to_stdstream = to_log
-    try:
-        yield
-    finally:
-        worker.print_to_stdstream = original
 
 
 def asha_rungs(scheduler: ASHAScheduler) -> list[tuple[float, dict[str, float]]]:

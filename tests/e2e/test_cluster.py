@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 import tunekit
-from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, TRIALS_FILE
+from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, TRACKING_FILE, TRIALS_FILE
 from tunekit.testing import free_port
 
 pytestmark = pytest.mark.slow
@@ -267,57 +267,6 @@ def test_a_refused_token_ends_in_one_line_and_leaves_nothing(
     assert list(storage.iterdir()) == []
 
 
-def test_trials_run_on_both_nodes_and_resume_joins_that_cluster_again(cluster: Cluster, tmp_path: Path) -> None:
-    # Attached through RAY_ADDRESS, as a job on the cluster's nodes is.
-    done = _tunekit(
-        "run",
-        str(DEFAULT_SPEC),
-        "--storage",
-        str(tmp_path),
-        "--name",
-        "two-nodes",
-        "--set",
-        "budget.num_samples=2",
-        "--set",
-        "budget.max_epochs=2",
-        *QUIET,
-        env=cluster.driver_env(RAY_ADDRESS=cluster.address),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"starting Ray (joining {cluster.address})" in done.stdout
-    experiment = tmp_path / "two-nodes"
-    results = tunekit.load(experiment)
-    assert len(results.trials) == 2
-    assert (results.trials["status"] == "completed").all()
-    assert len(set(results.trials["node_id"])) == 2, f"trials ran on {set(results.trials['node_id'])}"
-    # The cluster is recorded (never its token); Ray's own lines are in driver.log, not on the console.
-    assert json.loads((experiment / CLUSTER_FILE).read_text()) == {"address": cluster.address}
-    assert not [f for f in experiment.rglob("*") if f.is_file() and cluster.token.encode() in f.read_bytes()]
-    assert (experiment / DRIVER_LOG_FILE).is_file()
-    assert "rpc_client" not in done.stdout + done.stderr and "gcs_client" not in done.stdout + done.stderr
-
-    # Grown from a shell with neither RAY_ADDRESS nor --address: it runs where it ran.
-    grown = _tunekit("resume", str(experiment), "--set", "budget.num_samples=3", env=cluster.driver_env())
-    assert grown.returncode == 0, grown.stderr[-3000:]
-    assert f"starting Ray (joining {cluster.address})" in grown.stdout
-    assert len(tunekit.load(experiment).trials) == 3
-
-    # A search whose cluster is gone is not quietly continued on this machine.
-    moved = tmp_path / "moved"
-    shutil.copytree(experiment, moved, symlinks=True)
-    gone = f"{NODE_IP}:{free_port()}"
-    (moved / CLUSTER_FILE).write_text(json.dumps({"address": gone}))
-    began = time.monotonic()
-    refused = _tunekit("resume", str(moved), "--connect-timeout", "5", env=cluster.driver_env(), timeout=120)
-    _assert_one_error_line(
-        refused,
-        time.monotonic() - began,
-        f"tunekit: error: ray cluster {gone}: cannot connect (connection refused); fix: start the cluster "
-        "(ray start --head on the head node) or fix --address / RAY_ADDRESS; or resume elsewhere: "
-        "--address ADDRESS, or --local",
-    )
-
-
 # --------------------------------------------------------------------------- node loss (runs last: it kills node 2)
 
 
@@ -337,20 +286,21 @@ def _raylet(temp_dir: Path) -> psutil.Process:
     return found[0]
 
 
-def test_a_lost_node_s_trial_finishes_on_the_surviving_node(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_lost_node_s_trial_finishes_on_the_surviving_node_and_resume_rejoins(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     from tunekit.results.status import read_status
 
     head_id, lost_id = _node_id(cluster.ray_tmpdir / "ray"), _node_id(cluster.ray_tmpdir / "node2")
     experiment = tmp_path / "node-loss"
-    # `--address auto`: the cluster `ray start` recorded on this machine (under RAY_TMPDIR).
+    # RAY_ADDRESS=auto: the cluster `ray start` recorded on this machine (under RAY_TMPDIR), as
+    # a job's driver on a head node would find it; no --address.
     command = [
         sys.executable,
         "-m",
         "tunekit.cli",
         "run",
         str(DEFAULT_SPEC),
-        "--address",
-        "auto",
         "--storage",
         str(tmp_path),
         "--name",
@@ -370,7 +320,7 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node(cluster: Cluster, tm
         "--set",
         "scheduler.type=fifo",
     ]
-    env = cluster.driver_env(RAY_TMPDIR=str(cluster.ray_tmpdir), PYTHONUNBUFFERED="1")
+    env = cluster.driver_env(RAY_ADDRESS="auto", RAY_TMPDIR=str(cluster.ray_tmpdir), PYTHONUNBUFFERED="1")
     driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The trial on node 2, once it has reported an epoch (and checkpointed it), mid-trial.
@@ -412,7 +362,38 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node(cluster: Cluster, tm
     # Ray's own lines (its C++ core's "[2026-... W 123 456] ..." or its logger's) stay off the console.
     ray_lines = [line for line in (out + err).splitlines() if re.match(r"^\[\d{4}-\d\d-\d\d |^\(raylet|^\x1b\[", line)]
     assert ray_lines == [], ray_lines
+    assert "starting Ray (joining auto)" in out
     # Nothing twice in the study (MLflow's runs: tests/e2e/conftest.py's tunekit check).
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{experiment / 'study.db'}")
     assert sorted(t.number for t in study.trials) == [0, 1]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    # The cluster is recorded by its address ("auto" resolved), never its token; Ray's account of
+    # the lost node is in driver.log.
+    assert json.loads((experiment / CLUSTER_FILE).read_text()) == {"address": cluster.address}
+    assert not [f for f in experiment.rglob("*") if f.is_file() and cluster.token.encode() in f.read_bytes()]
+    assert "Raylet is terminated" in (experiment / DRIVER_LOG_FILE).read_text()
+    _resume_runs_where_it_ran(cluster, experiment, tmp_path)
+
+
+def _resume_runs_where_it_ran(cluster: Cluster, experiment: Path, tmp_path: Path) -> None:
+    # Grown from a shell with neither RAY_ADDRESS nor --address: it joins the cluster it ran on.
+    grown = _tunekit("resume", str(experiment), "--set", "budget.num_samples=3", env=cluster.driver_env())
+    assert grown.returncode == 0, grown.stderr[-3000:]
+    assert f"starting Ray (joining {cluster.address})" in grown.stdout
+    assert len(tunekit.load(experiment).trials) == 3
+
+    # A search whose cluster is gone is not quietly continued on this machine.
+    moved = tmp_path / "moved"
+    shutil.copytree(experiment, moved, symlinks=True)
+    gone = f"{NODE_IP}:{free_port()}"
+    (moved / CLUSTER_FILE).write_text(json.dumps({"address": gone}))
+    (moved / TRACKING_FILE).unlink()  # MLflow's runs belong to the original; the copy is checked without them
+    began = time.monotonic()
+    refused = _tunekit("resume", str(moved), "--connect-timeout", "5", env=cluster.driver_env(), timeout=120)
+    _assert_one_error_line(
+        refused,
+        time.monotonic() - began,
+        f"tunekit: error: ray cluster {gone}: cannot connect (connection refused); fix: start the cluster "
+        "(ray start --head on the head node) or fix --address / RAY_ADDRESS; or resume elsewhere: "
+        "--address ADDRESS, or --local",
+    )

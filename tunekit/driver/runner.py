@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 from tunekit.compat import (
     forget_saved_run_limits,
-    ray_cluster_messages_to,
     restored_run_config,
     restored_tune_config,
 )
@@ -280,7 +279,7 @@ def _fit(
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
-        with signals.fitting(), quiet_trial_tracebacks(), ray_cluster_messages_to(experiment_dir / DRIVER_LOG_FILE):
+        with signals.fitting(), quiet_trial_tracebacks():
             try:
                 tuner.fit()
             finally:

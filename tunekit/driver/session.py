@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat import ray_leaves_sigterm_alone
+from tunekit.compat import ray_leaves_sigterm_alone, send_ray_cluster_messages
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children
@@ -154,6 +154,7 @@ def shutdown() -> None:
     OWNED_RAY = None
     import ray
 
+    send_ray_cluster_messages(None)
     if ray.is_initialized():
         ray.shutdown()
 
@@ -191,12 +192,17 @@ def ray_session(
     options = ray_init_options(spec, cluster=address is not None)
     key = json.dumps({"address": address, "runtime_env": options["runtime_env"]}, sort_keys=True, default=str)
     if ray.is_initialized():
-        if OWNED_RAY is None:  # the caller's Ray
-            yield
+        if OWNED_RAY is None:  # the caller's Ray: its messages are given back after the search
+            send_ray_cluster_messages(ray_log)
+            try:
+                yield
+            finally:
+                send_ray_cluster_messages(None)
             return
         if OWNED_RAY["key"] == key:
             if console:
                 console.phase("reusing the Ray this process started")
+            send_ray_cluster_messages(ray_log)
             yield
             return
         if console:
@@ -217,6 +223,8 @@ def ray_session(
         ray.shutdown()  # a half-started Ray must not outlive the process
         raise
     OWNED_RAY = {"key": key, "local": address is None}
+    # Until tunekit shuts its Ray down: a lost node's account arrives after the search too.
+    send_ray_cluster_messages(ray_log)
     if not _ATEXIT_REGISTERED:
         atexit.register(shutdown)
         _ATEXIT_REGISTERED = True
