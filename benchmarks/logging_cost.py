@@ -137,6 +137,7 @@ def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
     experiment_dir.mkdir()
     (experiment_dir / "spec.yaml").write_text(spec.to_yaml())
     recorder = Recorder(spec, experiment_dir, searcher=None, scheduler=FIFOScheduler())
+    recorder.clock.begin()  # what Ray's setup does: the search's clock starts
     tracker = MlflowTracker(spec, experiment_dir, flush_timeout=300)
     start_call = _timed(tracker.experiment_started, recorder)
     # The thread imports MLflow and opens the experiment and parent run once, in the
@@ -163,7 +164,7 @@ def _tunekit(uri: str, work: Path, trials: int, epochs: int) -> dict[str, Any]:
                 _metrics(index, epoch),
                 1,
                 0 if epoch == 1 else None,
-                time.time() - recorder.started,
+                recorder.clock.now(),
             )
             recorder.epochs.append(row)
             record.epochs, record.final_metric = epoch, row.metrics["val_accuracy"]

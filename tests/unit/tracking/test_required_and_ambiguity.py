@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import run_tunekit
 
-from tests.conftest import run_tunekit
 from tunekit.config.spec import load_spec
 from tunekit.errors import SpecError
 from tunekit.results.mlflow import ambiguity_message
