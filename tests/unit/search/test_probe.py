@@ -146,7 +146,9 @@ def test_the_users_set_values_shape_the_prediction_never_the_probes_own_budget()
     grid = load_spec(REPO / "search_spaces" / "cifar_resnet_grid.yaml")
     kept = probe_overrides(overrides, probe_sections(grid, slots=2))  # a grid probe samples at random
     assert kept == ["search.seed=3", "training.batch_size=256", "space.units.values=[8, 16]"]
-    assert probe_overrides(["search.algorithm=random"], probe_sections(digits(), slots=2)) == ["search.algorithm=random"]
+    assert probe_overrides(["search.algorithm=random"], probe_sections(digits(), slots=2)) == [
+        "search.algorithm=random"
+    ]
 
 
 PROBE_TRIALS = """\
