@@ -269,16 +269,22 @@ def test_sigterm_in_start_up_and_in_training_stops_in_seconds_and_resume_finishe
     sets = [arg for o in overrides for arg in ("--set", o)]
     resume_line = f"tunekit: interrupted by SIGTERM; `tunekit resume {directory}` continues the search"
 
+    run = ["run", str(DEFAULT_SPEC), *sets, "--storage", str(tmp_path), "--name", "term"]
     log = tmp_path / "run.log"
-    process = _start(["run", str(DEFAULT_SPEC), *sets, "--storage", str(tmp_path), "--name", "term"], log)
+    process = _start(run, log)
     _wait_for(log, "starting Ray", process)
     code, took, stderr = _stop(process, signal.SIGTERM)
     assert (code, took < 10) == (143, True), (code, took, stderr)
-    assert stderr.splitlines()[-1] == resume_line
+    # Nothing had started: nothing is kept, and the same command starts the search again.
+    assert (
+        stderr.splitlines()[-1]
+        == "tunekit: interrupted by SIGTERM during start-up; nothing started and nothing was kept"
+    )
     assert "Traceback" not in stderr
+    assert not directory.exists()
 
-    log = tmp_path / "resume.log"
-    process = _start(["resume", str(directory)], log)
+    log = tmp_path / "again.log"
+    process = _start(run, log)
     _wait_for(log, "first epoch reported", process)
     code, took, stderr = _stop(process, signal.SIGTERM)
     assert (code, took < 10) == (143, True), (code, took, stderr)

@@ -275,6 +275,7 @@ def _fit(
 
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began
+        signals.on_stop.append(recorder.searcher.hold_endings)
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):
             console.phase(history.describe())
         if console:

@@ -256,8 +256,11 @@ def _stderr_to(log: Path | None) -> Iterator[None]:
     if log is None:
         yield
         return
+    from tunekit.driver import signals
+
     sys.stderr.flush()
     saved = os.dup(2)
+    signals.console_fd = saved  # a signal's line still reaches the user
     try:
         with log.open("a") as handle:
             os.dup2(handle.fileno(), 2)
@@ -265,6 +268,7 @@ def _stderr_to(log: Path | None) -> Iterator[None]:
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
+        signals.console_fd = None
         os.close(saved)
 
 

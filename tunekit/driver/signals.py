@@ -93,6 +93,8 @@ class StopSignals:
         """
         self.experiment_dir = experiment_dir
         self._on_forced_exit = on_forced_exit
+        # Called (in the main thread) when the first signal comes during fit, before Ray stops.
+        self.on_stop: list[Callable[[], None]] = []
         self._discard = discard
         self.received: int | None = None
         self._in_fit = False
@@ -156,11 +158,10 @@ class StopSignals:
             self._raising_again = False
             raise _StartUpInterrupted
         if self.received is not None:
-            sys.stderr.write(
+            to_console(
                 f"\ntunekit: second {signal.Signals(number).name}: exiting now; "
                 f"`tunekit resume {self.experiment_dir}` continues from Ray's last saved state\n"
             )
-            sys.stderr.flush()
             if self._on_forced_exit is not None:
                 self._on_forced_exit()
             os._exit(128 + number)
@@ -170,9 +171,10 @@ class StopSignals:
                 self._exit_now(number)
             threading.Thread(target=self._raise_again_until_handled, name="tunekit-interrupt", daemon=True).start()
             raise _StartUpInterrupted
+        for hook in self.on_stop:
+            hook()
         name = signal.Signals(number).name
-        sys.stderr.write(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
-        sys.stderr.flush()
+        to_console(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
         threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
 
     def _exit_now(self, number: int) -> None:
@@ -181,8 +183,7 @@ class StopSignals:
         kill_ray_children()
         if self._discard is not None:
             shutil.rmtree(self._discard, ignore_errors=True)
-        sys.stderr.write(f"\n{interrupted_text(number, None if self._discard else self.experiment_dir)}\n")
-        sys.stderr.flush()
+        to_console(f"\n{interrupted_text(number, None if self._discard else self.experiment_dir)}\n")
         os._exit(128 + number)
 
     def _raise_again_until_handled(self) -> None:
@@ -198,6 +199,18 @@ class StopSignals:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 return
             time.sleep(0.05)
+
+
+# The terminal's stderr while tunekit.driver.session sends file descriptor 2 to driver.log
+# (Ray's C++ lines during ray.init): tunekit's own lines about a signal still reach the user.
+console_fd: int | None = None
+
+
+def to_console(text: str) -> None:
+    """Writes ``text`` to the user's stderr, even while fd 2 goes to driver.log; safe in a signal handler."""
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
+        os.write(console_fd if console_fd is not None else 2, text.encode())
 
 
 def interrupted_text(number: int, experiment_dir: Path | None) -> str:

@@ -180,6 +180,7 @@ class OptunaStudySearcher(Searcher):
         self._reported: dict[int, int] = {}  # Optuna trial number -> last epoch reported
         self._grid: tuple[list[dict[str, Any]], list[int]] | None = None  # rebuilt from the spec
         self._ran: dict[tuple[Any, ...], int] | None = None  # config key -> number of the Ray trial that ran it
+        self._holding = False  # a signal is stopping the search: see hold_endings
         self.skipped_repeats = 0
         self.exhausted_reason: str | None = None
 
@@ -349,7 +350,19 @@ class OptunaStudySearcher(Searcher):
             trial.report(value, step=step)
             self._reported[trial.number] = step
 
+    def hold_endings(self) -> None:
+        """A signal is stopping the search: the trials Ray stops now are a resume's to continue.
+
+        Ray hands each of them to ``on_trial_complete`` with its last result, which would close
+        its study trial as PRUNED while the resume trains it on (PBT's paused trials too). Until
+        this process ends, only a trial that really finished is told; ``Recorder.settle_study``
+        closes the rest when the resumed search ends.
+        """
+        self._holding = True
+
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        if getattr(self, "_holding", False) and not error and not self._finished(result or {}):  # older pickles lack it
+            return
         trial = self._open_trial(trial_id)
         self._live.pop(trial_id, None)
         if trial is None:
@@ -377,6 +390,14 @@ class OptunaStudySearcher(Searcher):
             # Stopped before the end: Optuna keeps the last intermediate value as the
             # trial's value and its samplers treat it as the partial run it was.
             self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+
+    def _finished(self, result: Mapping[str, Any]) -> bool:
+        """The result is a trial's last by its own account: all epochs, or its model stopped it."""
+        info = result.get(INFO_KEY)
+        stopped_by_model = bool(result.get(f"{INFO_KEY}/{STOPPED_BY_MODEL}")) or (
+            isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
+        )
+        return stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs
 
     def trial_number(self, trial_id: str) -> int | None:
         return self._numbers.get(trial_id)
@@ -414,6 +435,7 @@ class OptunaStudySearcher(Searcher):
         state["_live"] = {}
         state["_grid"] = None  # rebuilt from the spec: up to 100,000 configurations
         state["_ran"] = None  # rebuilt from the study
+        state["_holding"] = False  # a resume tells its trials' endings again
         return state
 
     def save(self, checkpoint_path: str) -> None:
