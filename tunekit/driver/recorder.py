@@ -340,6 +340,13 @@ class Recorder(Callback):
         self.epochs = [EpochRow(**r) for r in state["epochs"]]
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.clock = self._restored_clock(state)
+        # The last session ran at least until the latest moment the saved records know of:
+        # Ray may have saved a report made after started.json was last touched.
+        reported = [row.at for row in self.epochs]
+        started = [span[0] or 0.0 for record in self.trials.values() for span in record.spans]
+        latest = max(reported + started, default=0.0)
+        if self.clock.sessions and latest > self.clock.active_seconds:
+            self.clock.sessions[-1][1] += latest - self.clock.active_seconds
         # Trials running when the last session ended stopped with it, whatever Ray saved.
         stopped_at = self.clock.active_seconds
         for record in self.trials.values():
