@@ -216,11 +216,7 @@ def _spans(results: ExperimentResults) -> Iterator[Finding]:
         if len(closed) == len(pairs) and (wall is None or abs(total - wall) > TIME_SLACK_S):
             yield Finding(where, f"{label} wall_seconds against its spans", round(total, 3), wall)
         for at in reports.get(trial_id, []):
-            inside = any(
-                start - TIME_SLACK_S <= at <= (end if end is not None else math.inf) + TIME_SLACK_S
-                for start, end in pairs
-            )
-            if not inside:
+            if not any(_within(at, start, end) for start, end in pairs):
                 yield Finding(f"{EPOCHS_FILE} vs {SPANS_FILE}", f"{label} report at {at} s", "inside a span", pairs)
 
 
