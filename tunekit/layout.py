@@ -42,6 +42,10 @@ STARTED_KEY = "started_at"
 
 OUTPUT_FILE = "output.log"
 ERROR_FILE = "error.txt"
+# {"epoch", "phase": "train" | "validate", "step", "steps", "at"}: where a running trial is
+# inside its epoch, rewritten at most every few seconds by the worker (tunekit.worker.heartbeat)
+# and shown on the console's status line during long epochs.
+HEARTBEAT_FILE = "heartbeat.json"
 CHECKPOINT_WEIGHTS = "weights.npz"
 CHECKPOINT_STATE = "state.json"
 FINAL_MODEL = "model.keras"  # the whole model, when Keras can serialise it

@@ -296,6 +296,8 @@ def test_sigterm_in_start_up_and_in_training_stops_in_seconds_and_resume_finishe
 
     resumed = run_tunekit("resume", str(directory), timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # A resume's start-up is told as a run's is: no silence until the first trial ends.
+    assert "first trial started (trial" in resumed.stdout and "first epoch reported" in resumed.stdout, resumed.stdout
     trials = _trials(directory)
     assert len(trials) == 2
     assert {t["status"] for t in trials} == {"completed"}, trials

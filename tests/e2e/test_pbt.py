@@ -8,6 +8,7 @@ worker, an interruption and a resume) so the module stays within its share of CI
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -93,7 +94,8 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     assert before
     time.sleep(STOPPED_S)  # the search stands still: no figure may count this
 
-    results = tunekit.resume(experiment_dir, progress=False)
+    console = io.StringIO()
+    results = tunekit.resume(experiment_dir, progress=console)
 
     trials, steps = results.trials, results.exploits
     assert sorted(trials["number"]) == [0, 1, 2, 3]  # the same population, no trial added
@@ -104,6 +106,12 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     with (experiment_dir / EXPLOITS_FILE).open() as handle:
         after = list(csv.DictReader(handle))
     assert after[: len(before)] == before  # steps before the interruption kept as they were
+    # The resume's console: the start-up milestones a run shows, and a line per new exploit step.
+    shown = console.getvalue()
+    assert "first trial started (trial" in shown and "first epoch reported (trial" in shown, shown
+    exploit_lines = [line for line in shown.splitlines() if "] PBT: trial " in line]
+    assert len(exploit_lines) == len(after) - len(before) >= 1, shown
+    assert all("checkpoint; learning_rate " in line for line in exploit_lines), exploit_lines
     # Synchronous PBT ranks all 4 at epochs 1 and 2 (never at the last); the weakest quarter
     # (1 trial) copies a trial of the top quarter each time, and went on after the resume.
     assert list(steps["epoch"]) == [1, 2] and list(steps["source_epoch"]) == [1, 2]

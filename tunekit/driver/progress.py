@@ -17,10 +17,15 @@ from typing import TYPE_CHECKING, TextIO
 
 from tunekit.driver.records import epochs_text
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus
+from tunekit.worker.heartbeat import read_heartbeat
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
     from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
+    from tunekit.search.pbt import ExploitStep
+
+QUIET_LOG_S = 10.0  # in a log (no TTY), the longest stretch without a line
+_STEPS_SHOWN = 2  # running trials whose step the status line names, at most
 
 
 class ConsoleProgress:
@@ -39,12 +44,14 @@ class ConsoleProgress:
         self._live = _isatty(self._stream) if live is None else live
         self._started = time.monotonic()
         self._last_draw = 0.0
+        self._last_line = time.monotonic()
         self._drawn = False
         self._recorder: Recorder | None = None
         self._experiment_dir: Path | None = None
         self._first_trial_seen = False
         self._first_epoch_seen = False
         self._resumed_epochs = 0
+        self._exploits_shown = 0
         self._first_epoch_at: float | None = None
 
     # ----------------------------------------------------------------- start-up
@@ -65,13 +72,13 @@ class ConsoleProgress:
         self._recorder = recorder
         self._experiment_dir = recorder.experiment_dir
         self._resumed_epochs = len(recorder.epochs)
-        if recorder.trials:
-            self._first_trial_seen = self._first_epoch_seen = True
+        self._exploits_shown = len(recorder.exploits)  # a resume's earlier steps were shown before
 
     def trial_started(self, record: TrialRecord) -> None:
         if not self._first_trial_seen:
             self._first_trial_seen = True
-            self.phase(f"first trial started (trial {_name(record)}); its worker is importing TensorFlow")
+            continues = f", continuing after epoch {record.epochs}" if record.epochs else ""
+            self.phase(f"first trial started (trial {_name(record)}{continues}); its worker is importing TensorFlow")
         workers = record.span_workers
         if len(workers) >= 2 and workers[-2].get("attempt") != record.attempts:
             # A retry after its worker or node died (or a resume): say which trial, where it was, which attempt.
@@ -129,8 +136,13 @@ class ConsoleProgress:
 
     def tick(self, recorder: Recorder) -> None:
         self._recorder = recorder
+        for step in recorder.exploits[self._exploits_shown :]:
+            self._notice(_exploit_text(step, recorder))
+        self._exploits_shown = len(recorder.exploits)
         if self._live:
             self._draw(force=False)
+        elif time.monotonic() - self._last_line >= QUIET_LOG_S:
+            self._line(f"[{self._elapsed()}] {self.status_line()}")
 
     def experiment_ended(self, recorder: Recorder) -> None:
         self.finish()
@@ -157,7 +169,22 @@ class ConsoleProgress:
             f"running {counts[TrialStatus.RUNNING]}; best {self._metric} {best_text}"
         )
         left = self.time_left()
-        return line + (f"; about {_duration(left)} left" if left is not None else "")
+        return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
+
+    def _steps_text(self) -> str:
+        """Where running trials are inside an epoch longer than the heartbeat's period."""
+        if self._recorder is None or self._experiment_dir is None:
+            return ""
+        shown = []
+        for record in self._recorder.trials.values():
+            if record.status != TrialStatus.RUNNING:
+                continue
+            beat = read_heartbeat(self._experiment_dir / record.trial_id)
+            if beat is not None and beat.epoch > record.epochs:  # not an epoch already reported
+                shown.append(f"trial {_name(record)} {beat.describe()}")
+            if len(shown) == _STEPS_SHOWN:
+                break
+        return "; " + ", ".join(shown) if shown else ""
 
     def time_left(self) -> float | None:
         """Seconds left: the epochs still to come, at the pace since the first epoch.
@@ -190,6 +217,7 @@ class ConsoleProgress:
         self._stream.write(f"{prefix}{text}\n")
         self._stream.flush()
         self._drawn = False
+        self._last_line = time.monotonic()
 
     def _draw(self, *, force: bool) -> None:
         if self._recorder is None:
@@ -223,6 +251,28 @@ def _node(node_id: str | None) -> str:
     from tunekit.results.status import NODE_ID_SHOWN
 
     return (node_id or "?")[:NODE_ID_SHOWN]
+
+
+def _exploit_text(step: ExploitStep, recorder: Recorder) -> str:
+    """One PBT exploit step: who took whose checkpoint, and what changed."""
+
+    def number(trial_id: str) -> str:
+        record = recorder.trials.get(trial_id)
+        return _name(record) if record is not None else trial_id
+
+    changed = [
+        f"{key} {_value(step.old.get(key))} -> {_value(value)}"
+        for key, value in step.new.items()
+        if step.old.get(key) != value
+    ]
+    return (
+        f"PBT: trial {number(step.trial_id)} at epoch {step.epoch} took trial {number(step.source_trial_id)}'s "
+        f"epoch-{step.source_epoch} checkpoint" + (f"; {', '.join(changed)}" if changed else "; same configuration")
+    )
+
+
+def _value(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _condense(text: str, limit: int) -> str:

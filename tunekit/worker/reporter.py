@@ -23,6 +23,7 @@ from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, S
 from tunekit.worker.checkpoints import TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
+from tunekit.worker.heartbeat import HeartbeatWriter
 from tunekit.worker.measures import Measures
 
 
@@ -34,6 +35,11 @@ class EpochReporter(keras.callbacks.Callback):
     rate that ReduceLROnPlateau lowered is in the checkpoint, and a ``stop_training`` that
     EarlyStopping set is seen at the same epoch's end.
     """
+
+    # Its on_train_batch_end only counts batches: Keras may call it from its callback thread,
+    # as it does when no callback has batch-end hooks. Without this, Keras turns the step's
+    # logs into Python floats on the training thread after every batch, a device sync per step.
+    async_safe = True
 
     def __init__(
         self,
@@ -59,6 +65,8 @@ class EpochReporter(keras.callbacks.Callback):
         self._last: tuple[int, dict[str, float], dict[str, Any]] | None = None
         self._last_weights: list[Any] = []  # the weights at the last epoch's end
         self._measures = measures
+        self._epoch = progress.epoch  # the epoch in progress, counted from 1 once it begins
+        self._heartbeat = HeartbeatWriter(Path(ctx.trial_dir)) if ctx.trial_dir else None
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         _reset_peak_rss()
@@ -67,11 +75,22 @@ class EpochReporter(keras.callbacks.Callback):
         self._epoch_started = time.perf_counter()
         self._train_seconds = 0.0
         self._batches = 0
+        self._epoch = epoch + 1
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        # Batch-begin hooks take no logs, so this costs Keras no sync.
+        if self._heartbeat is not None:
+            self._heartbeat.batch_began(self._epoch, "train", batch + 1, self._steps)
+
+    def on_test_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.batch_began(self._epoch, "validate", batch + 1, None)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         # Keras numbers a step's last batch (several with steps_per_execution): the count is
-        # known even when tf.data cannot tell a dataset's length (TFRecords, filter).
-        self._batches = batch + 1
+        # known even when tf.data cannot tell a dataset's length (TFRecords, filter). max():
+        # in Keras's callback thread, batch ends may run out of order.
+        self._batches = max(self._batches, batch + 1)
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         # Validation runs inside the epoch; throughput counts training time only.
@@ -111,6 +130,8 @@ class EpochReporter(keras.callbacks.Callback):
         self._last_weights = self.model.get_weights()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.remove()
         if self._last is None:
             return
         completed, metrics, bookkeeping = self._last

@@ -106,6 +106,7 @@ class _FakeRecorder:
         self.experiment_dir = experiment_dir
         self.trials: dict[str, Any] = {}
         self.epochs: list[Any] = []
+        self.exploits: list[Any] = []
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(("running", "completed", "pruned", "stopped", "failed"), 0)
@@ -227,3 +228,102 @@ def test_console_names_a_retried_trial_its_nodes_and_attempts() -> None:
         "trial 3: attempt 2 starts from its last checkpoint (epoch 2); attempt 1 ran on node aaaaaaaa, worker pid 4242",
         "trial 3: attempt 2 runs on node bbbbbbbb (worker pid 5151), resumed from epoch 2",
     ]
+
+
+def test_a_resume_shows_the_same_start_up_milestones_as_a_run(tmp_path: Path) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.num_samples=2"])
+    out = io.StringIO()
+    console = ConsoleProgress(spec, out, live=False)
+    recorder = _FakeRecorder(tmp_path)
+    unfinished = _record("t0", 0, "running")
+    unfinished.epochs = 3  # trained before the stop
+    recorder.trials["t0"] = unfinished
+    recorder.epochs.extend([object()] * 3)
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    console.trial_started(unfinished)
+    console.epoch_reported(unfinished, EpochRow("t0", 4, {}, 1, None, 1.0))
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == [
+        "first trial started (trial 0, continuing after epoch 3); its worker is importing TensorFlow",
+        "first epoch reported (trial 0); training",
+    ]
+
+
+def test_each_pbt_exploit_step_gets_a_line_once(tmp_path: Path) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.num_samples=2"])
+    out = io.StringIO()
+    console = ConsoleProgress(spec, out, live=False)
+    recorder = _FakeRecorder(tmp_path)
+    recorder.trials = {"a": _record("a", 0, "running"), "b": _record("b", 1, "running")}
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    old = {"learning_rate": 0.001, "units": 64}
+    new = {"learning_rate": 0.0012, "units": 128}
+    # tunekit.search.pbt.ExploitStep's fields (importing it imports Ray)
+    recorder.exploits.append(
+        SimpleNamespace(trial_id="a", epoch=4, source_trial_id="b", source_epoch=4, old=old, new=new)
+    )
+    console.tick(recorder)  # type: ignore[arg-type]
+    console.tick(recorder)  # type: ignore[arg-type]
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "PBT" in line]
+    assert lines == [
+        "PBT: trial 0 at epoch 4 took trial 1's epoch-4 checkpoint; learning_rate 0.001 -> 0.0012, units 64 -> 128"
+    ]
+
+
+def test_a_long_epoch_shows_its_step_and_a_quiet_log_gets_a_status_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.driver import progress
+    from tunekit.worker import heartbeat
+
+    spec = load_spec(DEFAULT_SPEC, ["budget.num_samples=2"])
+    recorder = _FakeRecorder(tmp_path)
+    running = _record("t0", 0, "running")
+    running.epochs = 2  # reported two epochs; the third is in progress
+    recorder.trials["t0"] = running
+    (tmp_path / "t0").mkdir()
+    monkeypatch.setattr(heartbeat, "WRITE_EVERY_S", 0.0)
+    writer = heartbeat.HeartbeatWriter(tmp_path / "t0")
+    writer.batch_began(3, "train", 120, 400)
+
+    live = io.StringIO()
+    console = ConsoleProgress(spec, live, live=True)
+    console.header(tmp_path, None)
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    console.tick(recorder)  # type: ignore[arg-type]
+    assert live.getvalue().endswith("running 1; best val_accuracy -; trial 0 epoch 3 step 120/400")
+
+    writer.batch_began(2, "train", 5, 400)  # an epoch already reported: a stale beat, not shown
+    assert not console.status_line().endswith("step 5/400")
+    writer.batch_began(3, "validate", 7, None)
+    assert console.status_line().endswith("; trial 0 epoch 3 validation step 7")
+    writer.remove()
+    assert console.status_line().endswith("running 1; best val_accuracy -")
+
+    log = io.StringIO()
+    console = ConsoleProgress(spec, log, live=False)
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    console.tick(recorder)  # type: ignore[arg-type]
+    assert log.getvalue() == ""  # not quiet for long yet
+    monkeypatch.setattr(progress, "QUIET_LOG_S", 0.0)
+    console.tick(recorder)  # type: ignore[arg-type]
+    assert log.getvalue() == "[00:00] done 0/2: completed 0, pruned 0, failed 0; running 1; best val_accuracy -\n"
+
+
+def test_the_heartbeat_is_written_at_most_every_period_and_goes_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.worker import heartbeat
+
+    clock = [1000.0]
+    monkeypatch.setattr(heartbeat.time, "monotonic", lambda: clock[0])
+    writer = heartbeat.HeartbeatWriter(tmp_path)
+    writer.batch_began(1, "train", 1, 10)
+    assert heartbeat.read_heartbeat(tmp_path) is None  # a short epoch writes nothing
+    clock[0] += heartbeat.WRITE_EVERY_S
+    writer.batch_began(1, "train", 9, 10)
+    clock[0] += 1.0
+    writer.batch_began(1, "train", 10, 10)  # within the period: not written
+    beat = heartbeat.read_heartbeat(tmp_path)
+    assert beat is not None and (beat.epoch, beat.step, beat.steps) == (1, 9, 10)
+    assert heartbeat.read_heartbeat(tmp_path, now=beat.at + heartbeat.STALE_AFTER_S + 1) is None

@@ -1,0 +1,67 @@
+"""Where a trial is inside a long epoch, for the driver's console.
+
+A trial reports to Ray only at an epoch's end, so during a long epoch the driver knows
+nothing of it. The worker writes its step to a small file in the trial's folder (on the
+storage every node shares) at most every few seconds; the console reads the files of the
+running trials when it redraws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tunekit.layout import HEARTBEAT_FILE
+
+WRITE_EVERY_S = 5.0  # the console refreshes every 10 s at least: half that keeps it current
+STALE_AFTER_S = 60.0  # a heartbeat older than this is a worker that stopped, not a slow one
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    epoch: int  # the epoch in progress, counted from 1
+    phase: str  # "train" or "validate"
+    step: int  # the batches done in this phase, counted from 1
+    steps: int | None  # the phase's length when known
+    at: float  # wall-clock seconds when it was written
+
+    def describe(self) -> str:
+        of = f"/{self.steps}" if self.steps else ""
+        doing = "step" if self.phase == "train" else "validation step"
+        return f"epoch {self.epoch} {doing} {self.step}{of}"
+
+
+class HeartbeatWriter:
+    """Called on every batch's start; writes only when the last write is WRITE_EVERY_S old."""
+
+    def __init__(self, trial_dir: Path) -> None:
+        self._path = trial_dir / HEARTBEAT_FILE
+        self._written = time.monotonic()  # a short epoch never writes at all
+
+    def batch_began(self, epoch: int, phase: str, step: int, steps: int | None) -> None:
+        now = time.monotonic()
+        if now - self._written < WRITE_EVERY_S:
+            return
+        self._written = now
+        beat = Heartbeat(epoch=epoch, phase=phase, step=step, steps=steps, at=time.time())
+        temporary = self._path.with_suffix(".tmp")
+        with contextlib.suppress(OSError):  # progress is a courtesy: never fail the trial for it
+            temporary.write_text(json.dumps(asdict(beat)))
+            os.replace(temporary, self._path)
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self._path.unlink(missing_ok=True)
+
+
+def read_heartbeat(trial_dir: Path, now: float | None = None) -> Heartbeat | None:
+    """The trial's last heartbeat, or None when there is none or it is stale."""
+    try:
+        beat = Heartbeat(**json.loads((trial_dir / HEARTBEAT_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return beat if (now or time.time()) - beat.at <= STALE_AFTER_S else None
