@@ -25,6 +25,7 @@ from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
 from tunekit.worker.heartbeat import HeartbeatWriter
 from tunekit.worker.measures import Measures
+from tunekit.worker.profile import TrialProfile
 
 
 class EpochReporter(keras.callbacks.Callback):
@@ -50,6 +51,7 @@ class EpochReporter(keras.callbacks.Callback):
         steps: int | None,
         validation: Any,
         measures: Measures | None = None,
+        profile: TrialProfile | None = None,
     ) -> None:
         super().__init__()
         self._spec = spec
@@ -67,12 +69,17 @@ class EpochReporter(keras.callbacks.Callback):
         self._measures = measures
         self._epoch = progress.epoch  # the epoch in progress, counted from 1 once it begins
         self._heartbeat = HeartbeatWriter(Path(ctx.trial_dir)) if ctx.trial_dir else None
+        self._profile = profile or TrialProfile()
+        self._validation_started = 0.0
+        self._epoch_ended = 0.0  # when the last epoch's report returned: the gap to the next is Keras's
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         _reset_peak_rss()
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_started = time.perf_counter()
+        if self._epoch_ended:
+            self._profile.add("epoch.between", self._epoch_started - self._epoch_ended)
         self._train_seconds = 0.0
         self._batches = 0
         self._epoch = epoch + 1
@@ -94,25 +101,33 @@ class EpochReporter(keras.callbacks.Callback):
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         # Validation runs inside the epoch; throughput counts training time only.
-        self._train_seconds = time.perf_counter() - self._epoch_started
+        self._validation_started = time.perf_counter()
+        self._train_seconds = self._validation_started - self._epoch_started
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         completed = epoch + 1
         metrics = {key: float(value) for key, value in (logs or {}).items()}
-        elapsed = time.perf_counter() - self._epoch_started
+        ended = time.perf_counter()
+        elapsed = ended - self._epoch_started
+        if self._validation_started > self._epoch_started:
+            self._profile.add("epoch.train", self._validation_started - self._epoch_started)
+            self._profile.add("epoch.validate", ended - self._validation_started)
         metrics["epoch_seconds"] = elapsed
         steps = self._batches or self._steps
         if steps:
             train_seconds = self._train_seconds or elapsed
             metrics["steps_per_second"] = steps / train_seconds
             metrics["samples_per_second"] = steps * self._ctx.batch_size / train_seconds
-        metrics["memory_mb"] = memory_mb(self._devices)
-        # On a GPU memory_mb is already TensorFlow's peak; on a CPU it is the RSS at the epoch's end.
-        metrics["peak_memory_mb"] = metrics["memory_mb"] if self._devices.on_gpu else _peak_rss_mb()
+        with self._profile.piece("epoch.memory"):
+            metrics["memory_mb"] = memory_mb(self._devices)
+            # On a GPU memory_mb is already TensorFlow's peak; on a CPU it is the RSS at the epoch's end.
+            metrics["peak_memory_mb"] = metrics["memory_mb"] if self._devices.on_gpu else _peak_rss_mb()
         if self._measures is not None:
-            self._measures.add(metrics, self.model)
-        for name in tracked_metrics(self._spec.objectives, self._spec.constraints, self._spec.select):
-            check_epoch_metrics(metrics, name, completed)
+            with self._profile.piece("epoch.measures"):
+                self._measures.add(metrics, self.model)
+        with self._profile.piece("epoch.checks"):
+            for name in tracked_metrics(self._spec.objectives, self._spec.constraints, self._spec.select):
+                check_epoch_metrics(metrics, name, completed)
         bookkeeping: dict[str, Any] = {"metrics": sorted(metrics)}
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch
@@ -156,18 +171,24 @@ class EpochReporter(keras.callbacks.Callback):
     def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
         """Checkpoints and reports; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
         checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
-        save_checkpoint(checkpoint_dir, self.model, completed, self._progress.config)
+        with self._profile.piece("epoch.checkpoint"):
+            save_checkpoint(checkpoint_dir, self.model, completed, self._progress.config)
         if final:
-            note = export_model(checkpoint_dir, self.model)
+            with self._profile.piece("end.export"):
+                note = export_model(checkpoint_dir, self.model)
             if note:
                 print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
                 bookkeeping[EXPORT_NOTE] = note
+        # The report copies the checkpoint into the trial's storage, then waits for the driver.
+        report_started = time.perf_counter()
         try:
             tune.report(
                 {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping},
                 checkpoint=tune.Checkpoint.from_directory(checkpoint_dir),
             )
         finally:
+            self._profile.add("epoch.report", time.perf_counter() - report_started)
+            self._epoch_ended = time.perf_counter()
             # Ray copied the checkpoint into the trial's storage before blocking.
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
 

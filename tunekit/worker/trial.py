@@ -46,6 +46,7 @@ from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
 from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
+from tunekit.worker.profile import TrialProfile
 
 if TYPE_CHECKING:
     from tunekit.worker.measures import Measures
@@ -60,16 +61,19 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
     progress = TrialProgress()
     # The trial's folder in the experiment (shared storage on a cluster), not Ray's local
     # staging directory, which Ray never copies back.
-    trial_dir = Path(experiment_dir) / tune.get_context().get_trial_id()
+    trial_id = tune.get_context().get_trial_id()
+    trial_dir = Path(experiment_dir) / trial_id
+    profile = TrialProfile.for_trial(trial_id)
     with _output_to(trial_dir / OUTPUT_FILE):
         try:
-            _train(dict(config), spec, progress, trial_dir)
+            _train(dict(config), spec, progress, trial_dir, profile)
         except (FatalTrialError, ImportError, SyntaxError) as error:
             _report_failure(tune, trial_dir, describe_error(error), "fatal", progress.epoch, error)
         except Exception as error:
             _report_failure(tune, trial_dir, describe_error(error), "trial", progress.epoch, error)
         finally:
             _release_trial_state()
+            profile.write()
 
 
 @contextlib.contextmanager
@@ -99,16 +103,20 @@ def _output_to(path: Path) -> Iterator[None]:
             os.close(saved[1])
 
 
-def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress, trial_dir: Path) -> None:
+def _train(
+    config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress, trial_dir: Path, profile: TrialProfile
+) -> None:
     from ray import tune
 
     from tunekit.worker.reporter import EpochReporter
 
-    devices = _worker_devices(spec)
+    with profile.piece("start.devices"):
+        devices = _worker_devices(spec)
     precision = resolve_precision(str(config.get("precision", spec.training.precision)), devices)
     # A grid point's repeats carry their own seed in the config; other trials share the spec's.
     seed = int(config.get("seed", spec.training.seed))
-    _reset_trial_state(precision, seed)
+    with profile.piece("start.reset"):
+        _reset_trial_state(precision, seed)
     per_replica_batch = int(config.get("batch_size", spec.training.batch_size))
     if spec.training.scale_lr and devices.replicas > 1 and "learning_rate" in config:
         config["learning_rate"] = float(config["learning_rate"]) * devices.replicas
@@ -128,25 +136,33 @@ def _train(config: dict[str, Any], spec: ExperimentSpec, progress: TrialProgress
         trial_dir=str(trial_dir),
     )
     builders = load_builders(spec.trainable)
-    train_ds, val_ds = checked_data(builders.build_data(config, ctx))
+    with profile.piece("start.build_data"):
+        train_ds, val_ds = checked_data(builders.build_data(config, ctx))
     with devices.strategy.scope():
-        model = checked_model(builders.build_model(config, ctx))
-        try:
-            model = with_float32_outputs(model, precision, lambda: _first_inputs(val_ds), val_ds.element_spec[0])
-        except PrecisionError as error:
-            raise precision_failure(error, spec, lambda p: resolve_precision(p, devices)) from None
-        if not model.compiled:
-            compile_from_config(model, config, ctx)
-        model.jit_compile = ctx.jit_compile
-    check_model_takes_data(model, train_ds, "train")
-    check_model_takes_data(model, val_ds, "validation")
-    options = checked_fit_options(builders, model, config, ctx)
+        with profile.piece("start.build_model"):
+            model = checked_model(builders.build_model(config, ctx))
+        with profile.piece("start.precision"):
+            try:
+                model = with_float32_outputs(model, precision, lambda: _first_inputs(val_ds), val_ds.element_spec[0])
+            except PrecisionError as error:
+                raise precision_failure(error, spec, lambda p: resolve_precision(p, devices)) from None
+        with profile.piece("start.compile"):
+            if not model.compiled:
+                compile_from_config(model, config, ctx)
+            model.jit_compile = ctx.jit_compile
+    with profile.piece("start.checks"):
+        check_model_takes_data(model, train_ds, "train")
+        check_model_takes_data(model, val_ds, "validation")
+        options = checked_fit_options(builders, model, config, ctx)
     progress.config = config
-    progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, config)
+    with profile.piece("start.restore"):
+        progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, config)
     if progress.epoch >= spec.budget.max_epochs:
         return
-    steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)
-    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, _measures(spec, val_ds))
+    with profile.piece("start.measures"):
+        steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)
+        measures = _measures(spec, val_ds)
+    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, measures, profile)
     model.fit(
         train_ds,
         validation_data=val_ds,
