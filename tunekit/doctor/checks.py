@@ -40,7 +40,7 @@ from tunekit.doctor.cluster import check_cluster, check_local_ray, check_ray_rea
 from tunekit.doctor.gpus import check_tensorflow, nvidia_gpus
 from tunekit.doctor.probes import join_error_in
 from tunekit.doctor.report import Check, hide_secrets
-from tunekit.doctor.stack import check_versions
+from tunekit.doctor.stack import check_import_costs, check_versions
 from tunekit.doctor.storage import check_storage, is_uri
 from tunekit.doctor.tracking import check_tracking, default_tracking_uri
 
@@ -92,6 +92,7 @@ def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, s
     print("tunekit doctor", file=out, flush=True)
     try:
         emit(check_versions())
+        emit(check_import_costs())
         emit([check_tracking(tracking_uri)])
         emit([check_storage(storage_path)])
         nvidia = nvidia_gpus()

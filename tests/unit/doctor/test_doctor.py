@@ -332,3 +332,19 @@ def test_a_version_mismatch_keeps_both_sides_and_names_the_fix() -> None:
     )
     [check] = doctor.check_cluster("10.0.0.5:6379", {"error": text}, "/shared/results")
     assert check.fix == "install the cluster's Ray and Python versions here (the tested stack pins them)"
+
+
+def test_a_package_that_slows_every_ray_process_is_a_problem_with_its_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.doctor import stack
+
+    # This environment leaves it out (.ci/excludes.txt): the check passes here.
+    assert [check.status for check in stack.check_import_costs()] == ["ok"]
+    (tmp_path / "rfc3987_syntax").mkdir()
+    (tmp_path / "rfc3987_syntax" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [found] = stack.check_import_costs()
+    assert found.is_problem
+    assert found.lines()[0].startswith("PROBLEM  ray start-up: rfc3987-syntax is installed: jsonschema imports it")
+    assert found.lines()[1].strip().startswith("fix: pip uninstall rfc3987-syntax")
