@@ -152,9 +152,14 @@ def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int) ->
     class ReportEachEpoch(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self.began = time.perf_counter()
+            self.validating = self.began
+
+        def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+            self.validating = time.perf_counter()
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-            seconds = time.perf_counter() - self.began
+            ended = time.perf_counter()
+            seconds = ended - self.began
             metrics = {key: float(value) for key, value in (logs or {}).items()}
             record["epochs"].append(
                 {
@@ -164,10 +169,19 @@ def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int) ->
                     "val_accuracy": metrics.get("val_accuracy"),
                 }
             )
+            # The same pieces tunekit's profile names (tunekit.worker.profile), for the breakdown.
+            pieces = record.setdefault("pieces", {})
+            pieces.setdefault("epoch.train", []).append(self.validating - self.began)
+            pieces.setdefault("epoch.validate", []).append(ended - self.validating)
             timing_path.write_text(json.dumps(record))
             directory = Path(tempfile.mkdtemp(dir=checkpoint_root))
+            saving = time.perf_counter()
             self.model.save_weights(str(directory / "model.weights.h5"))
+            reporting = time.perf_counter()
+            pieces.setdefault("epoch.checkpoint", []).append(reporting - saving)
             tune.report({**metrics, "epoch": epoch + 1}, checkpoint=tune.Checkpoint.from_directory(str(directory)))
+            pieces.setdefault("epoch.report", []).append(time.perf_counter() - reporting)
+            timing_path.write_text(json.dumps(record))
             shutil.rmtree(directory, ignore_errors=True)
 
     model.fit(train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=[ReportEachEpoch()], verbose=0)
@@ -250,6 +264,7 @@ def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
                 "epochs": len(epochs),
                 "final_val_accuracy": epochs[-1]["val_accuracy"] if epochs else None,
                 "best_val_accuracy": max((e["val_accuracy"] for e in epochs), default=None),
+                "pieces": record.get("pieces", {}),
             }
         )
     errors = grid.num_errors
@@ -269,10 +284,14 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     import tunekit
     import tunekit.driver.recorder
     import tunekit.driver.runner
+    from tunekit.worker.profile import PROFILE_DIR_ENV
 
     timing_dir = workdir / "tunekit-timing"
     timing_dir.mkdir(parents=True, exist_ok=True)
     os.environ[TIMING_DIR_ENV] = str(timing_dir)
+    profile_dir = workdir / "tunekit-profile"
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[PROFILE_DIR_ENV] = str(profile_dir)
     spec = tunekit.load_spec(
         common.digits_spec(
             trainable="benchmarks.overhead",
@@ -290,6 +309,7 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     wall = time.time() - started
 
     timings = {t["trial_id"]: t for t in common.read_json_files(timing_dir, "*.json")}
+    profiles = {path.stem: json.loads(path.read_text()) for path in profile_dir.glob("*.json")}
     epochs = results.epochs
     recorder_started = results.started_at or started
     trials = []
@@ -310,6 +330,7 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
                 "status": str(row["status"]),
                 "final_val_accuracy": None if rows.empty else float(rows["val_accuracy"].iloc[-1]),
                 "best_val_accuracy": None if rows.empty else float(rows["val_accuracy"].max()),
+                "pieces": profiles.get(trial_id, {}),
             }
         )
     missing = sum(t["pid"] is None for t in trials)
@@ -323,7 +344,138 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     }
 
 
+KERAS_CONFIGS = [  # plain Keras fits of the digits MLP, alone on one core as a trial would be
+    {"units": 64, "dropout": 0.1, "learning_rate": 1e-3, "batch_size": 32},
+    {"units": 128, "dropout": 0.2, "learning_rate": 1e-3, "batch_size": 64},
+    {"units": 256, "dropout": 0.3, "learning_rate": 3e-3, "batch_size": 16},
+]
+KERAS_EPOCHS = 5
+
+
+def _run_keras(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
+    """model.fit alone, no Ray and no tunekit: the model's own train and validation times."""
+    import keras
+    import tensorflow as tf
+
+    from trainables import digits_mlp
+    from tunekit.contract import TrialContext
+
+    # As a tunekit trial of 1 CPU sets them (tunekit.worker.devices).
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+    class Pieces(keras.callbacks.Callback):
+        """Keras's own epoch: train, validate, and the gap to the next (its callbacks, the iterator)."""
+
+        def __init__(self, pieces: dict[str, list[float]]) -> None:
+            super().__init__()
+            self.pieces = pieces
+            self.ended = 0.0
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.began = time.perf_counter()
+            if self.ended:
+                self.pieces.setdefault("epoch.between", []).append(self.began - self.ended)
+
+        def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+            self.validating = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.ended = time.perf_counter()
+            self.pieces.setdefault("epoch.train", []).append(self.validating - self.began)
+            self.pieces.setdefault("epoch.validate", []).append(self.ended - self.validating)
+
+    trials = []
+    for number, config in enumerate(KERAS_CONFIGS):
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(SEED)
+        batch = int(config["batch_size"])
+        ctx = TrialContext(
+            batch_size=batch, per_replica_batch_size=batch, replicas=1, precision="float32", seed=SEED,
+            workdir=str(workdir), cpus=1, max_epochs=KERAS_EPOCHS, jit_compile=False, data={},
+        )  # fmt: skip
+        train_ds, val_ds = digits_mlp.build_data(config, ctx)
+        model = digits_mlp.build_model(config, ctx)
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate=float(config["learning_rate"])),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
+        pieces: dict[str, list[float]] = {}
+        model.fit(train_ds, validation_data=val_ds, epochs=KERAS_EPOCHS, callbacks=[Pieces(pieces)], verbose=0)
+        trials.append({"trial_id": f"keras-{number}", "config": config, "pieces": pieces})
+    return {"side": "plain Keras", "trials": trials}
+
+
 # -------------------------------------------------------------------------- analysis
+
+EPOCH_WORK = ("epoch.memory", "epoch.measures", "epoch.checks", "epoch.checkpoint", "epoch.report")
+MODEL_STEPS = ("epoch.train", "epoch.validate")
+
+
+def breakdown(side: dict[str, Any]) -> dict[str, Any]:
+    """Milliseconds per piece: per later epoch (the first is the one that traces), per trial, and tracing.
+
+    A piece's per-epoch figure is the median of its occurrences after each trial's first epoch;
+    a per-trial piece's, the median over trials. ``model_s`` is the model's own train and
+    validation time over every epoch, the time plain Keras fit would spend.
+    """
+    per_epoch: dict[str, list[float]] = {}
+    per_trial: dict[str, list[float]] = {}
+    first_epoch: list[float] = []
+    model_s = 0.0
+    for trial in side["trials"]:
+        pieces: dict[str, list[float]] = trial.get("pieces") or {}
+        for name, values in pieces.items():
+            if name.startswith("epoch."):
+                per_epoch.setdefault(name, []).extend(values[1:] if name in (*MODEL_STEPS, *EPOCH_WORK) else values)
+            else:
+                per_trial.setdefault(name, []).append(sum(values))
+        steps = [pieces.get(name, []) for name in MODEL_STEPS]
+        model_s += sum(sum(values) for values in steps)
+        if all(steps):
+            first_epoch.append(sum(values[0] for values in steps))
+    ms = {name: 1000 * (common.median(values) or 0.0) for name, values in sorted(per_epoch.items()) if values}
+    later_model = sum(ms.get(name, 0.0) for name in MODEL_STEPS)
+    work = sum(ms.get(name, 0.0) for name in EPOCH_WORK)
+    tracing = 1000 * (common.median(first_epoch) or 0.0) - later_model if first_epoch else None
+    return {
+        "per_epoch_ms": ms,
+        "per_trial_ms": {name: 1000 * (common.median(v) or 0.0) for name, v in sorted(per_trial.items())},
+        "tracing_ms": tracing,
+        "model_s": model_s,
+        "epoch_work_ms": work,
+        "later_epoch_overhead": work / later_model if later_model else None,
+    }
+
+
+def breakdown_figures(
+    tk: dict[str, Any], plain: dict[str, Any], keras_side: dict[str, Any], slot_s: float
+) -> list[dict[str, Any]]:
+    """The per-epoch and per-trial pieces of the three sides, and the targets they answer to."""
+    a, b, k = breakdown(tk), breakdown(plain), breakdown(keras_side)
+    share = a["model_s"] / slot_s if slot_s else None
+    overhead = a["later_epoch_overhead"]
+    figures = [
+        common.figure(
+            "tunekit share of slot time in the model's own train and validation steps",
+            _pct(share), "%", ">= 75%", None if share is None else share >= 0.75,
+        ),
+        common.figure(
+            "tunekit later-epoch work over the model's own epoch (memory, checks, checkpoint, report)",
+            _pct(overhead), "%", "< 10%", None if overhead is None else overhead < 0.10,
+        ),
+        common.figure("tunekit tracing per trial (first epoch minus a later one)", a["tracing_ms"], "ms"),
+        common.figure("plain Ray Tune tracing per trial", b["tracing_ms"], "ms"),
+        common.figure("plain Keras tracing per fit", k["tracing_ms"], "ms"),
+    ]  # fmt: skip
+    for name in sorted({*a["per_epoch_ms"], *b["per_epoch_ms"], *k["per_epoch_ms"]}):
+        for label, side in (("tunekit", a), ("plain Ray Tune", b), ("plain Keras", k)):
+            if name in side["per_epoch_ms"]:
+                figures.append(common.figure(f"{label} {name} per later epoch", side["per_epoch_ms"][name], "ms"))
+    for name, value in a["per_trial_ms"].items():
+        figures.append(common.figure(f"tunekit {name} per trial", value, "ms"))
+    return figures
 
 
 def summarise(side: dict[str, Any], max_epochs: int) -> dict[str, Any]:
@@ -365,7 +517,9 @@ def summarise(side: dict[str, Any], max_epochs: int) -> dict[str, Any]:
     }
 
 
-def analyse(tk: dict[str, Any], plain: dict[str, Any], settings: dict[str, int]) -> dict[str, Any]:
+def analyse(
+    tk: dict[str, Any], plain: dict[str, Any], keras_side: dict[str, Any], settings: dict[str, int]
+) -> dict[str, Any]:
     a, b = summarise(tk, settings["max_epochs"]), summarise(plain, settings["max_epochs"])
     speedup = common.ratio(b["wall_s"], a["wall_s"])
     overhead_ratio = common.ratio(b["overhead_per_trial_s"], a["overhead_per_trial_s"])
@@ -411,6 +565,7 @@ def analyse(tk: dict[str, Any], plain: dict[str, Any], settings: dict[str, int])
         common.figure("plain Ray Tune best val_accuracy", b["best_val_accuracy"]),
         common.figure("tunekit worker processes", a["worker_processes"]),
         common.figure("plain Ray Tune worker processes", b["worker_processes"]),
+        *breakdown_figures(tk, plain, keras_side, a["slot_s"]),
     ]
     ratios = [
         f"wall time: tunekit {common.fmt(a['wall_s'])} s vs plain Ray Tune {common.fmt(b['wall_s'])} s "
@@ -424,7 +579,8 @@ def analyse(tk: dict[str, Any], plain: dict[str, Any], settings: dict[str, int])
         f"best val_accuracy: tunekit {common.fmt(a['best_val_accuracy'])} vs plain "
         f"{common.fmt(b['best_val_accuracy'])}",
     ]
-    return {"figures": figures, "ratios": ratios, "summary": {"tunekit": a, "plain_ray_tune": b}}
+    pieces = {"tunekit": breakdown(tk), "plain_ray_tune": breakdown(plain), "plain_keras": breakdown(keras_side)}
+    return {"figures": figures, "ratios": ratios, "summary": {"tunekit": a, "plain_ray_tune": b}, "breakdown": pieces}
 
 
 def _pct(share: float | None) -> float | None:
@@ -438,20 +594,20 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = common.parser(NAME, __doc__.splitlines()[0])
-    p.add_argument("--side", choices=("tunekit", "plain"), help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=("tunekit", "plain", "keras"), help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     settings = MODES[args.mode]
     if args.side:
-        runner = _run_tunekit if args.side == "tunekit" else _run_plain
+        runner = {"tunekit": _run_tunekit, "plain": _run_plain, "keras": _run_keras}[args.side]
         common.write_json(args.result, common.clean(runner(settings, args.workdir)))
         return 0
 
     report = common.Report(NAME, TITLE, args.mode, args.out)
     sides: dict[str, Any] = {}
     with common.Workdir(NAME, args.keep) as workdir:
-        for side in ("tunekit", "plain"):  # one after the other, never at the same time
+        for side in ("tunekit", "plain", "keras"):  # one after the other, never at the same time
             print(f"[{NAME}] running the {side} side ({args.mode}) ...", flush=True)
             side_dir = workdir / side
             sides[side] = common.run_child(
@@ -460,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
                 side_dir,
                 side,
             )
-    analysis = analyse(sides["tunekit"], sides["plain"], settings)
+    analysis = analyse(sides["tunekit"], sides["plain"], sides["keras"], settings)
     setup = {
         "search": "search_spaces/digits_mlp.yaml: learning_rate, units, dropout, batch_size",
         "trials": settings["num_samples"],
@@ -484,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         "Other processes shared the CPU during this run; see load_before/load_after. Ratios are measured "
         "side by side in one run, one side after the other.",
     ]
-    details = {"sides": sides, "summary": analysis["summary"]}
+    details = {"sides": sides, "summary": analysis["summary"], "breakdown": analysis["breakdown"]}
     return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, details)
 
 

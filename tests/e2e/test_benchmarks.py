@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import common, pareto, quality, run
+from benchmarks import common, overhead, pareto, quality, regressions, run
 
 # ------------------------------------------------------------- fast, no Ray or TF
 
@@ -51,6 +51,46 @@ def test_curve_metrics_nothing_reached() -> None:
     assert metrics["area"] == 0.0
     assert metrics["time_to_accuracy_s"] is None
     assert metrics["time_to_first_full_model_s"] is None
+
+
+def test_overhead_breakdown_separates_tracing_later_epochs_and_per_trial_pieces() -> None:
+    # Two trials: the first epoch traces (1.0 s of train), later ones take 0.1 + 0.02 s.
+    trial = {
+        "pieces": {
+            "epoch.train": [1.0, 0.1, 0.1],
+            "epoch.validate": [0.12, 0.02, 0.02],
+            "epoch.checkpoint": [0.011, 0.005, 0.005],
+            "epoch.report": [0.013, 0.013, 0.013],
+            "epoch.between": [0.002, 0.002],
+            "start.build_data": [0.06],
+            "end.export": [0.03],
+        }
+    }
+    side = {"trials": [trial, trial]}
+    result = overhead.breakdown(side)
+    assert result["per_epoch_ms"]["epoch.train"] == pytest.approx(100.0)  # the first epoch left out
+    assert result["per_epoch_ms"]["epoch.checkpoint"] == pytest.approx(5.0)
+    assert result["per_epoch_ms"]["epoch.between"] == pytest.approx(2.0)  # has no first epoch to leave out
+    assert result["per_trial_ms"] == pytest.approx({"end.export": 30.0, "start.build_data": 60.0})
+    assert result["tracing_ms"] == pytest.approx(1120.0 - 120.0)
+    assert result["model_s"] == pytest.approx(2 * (1.12 + 0.24))
+    assert result["later_epoch_overhead"] == pytest.approx((5.0 + 13.0) / 120.0)
+    assert overhead.breakdown({"trials": [{"pieces": {}}]})["later_epoch_overhead"] is None
+
+
+def test_regressions_name_the_pieces_that_grew_beyond_the_threshold_and_noise() -> None:
+    published = {"per epoch: epoch.report": 10.0, "per epoch: epoch.memory": 0.4, "per trial: tracing": 900.0}
+    now = {
+        "per epoch: epoch.report": 13.0,  # +30%
+        "per epoch: epoch.memory": 0.9,  # more than doubled, but under a millisecond: noise
+        "per trial: tracing": 1000.0,  # +11%
+        "per epoch: epoch.new": 2.0,
+    }
+    assert regressions.grown(published, now) == [
+        "per epoch: epoch.new: new, 2.0 ms",
+        "per epoch: epoch.report: 10.0 ms -> 13.0 ms (x1.30)",
+    ]
+    assert regressions.grown(published, now, threshold=0.05)[-1] == "per trial: tracing: 900.0 ms -> 1000.0 ms (x1.11)"
 
 
 def test_median_counts_missing_as_worst() -> None:

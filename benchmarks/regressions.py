@@ -1,0 +1,82 @@
+"""Which pieces of the per-epoch and per-trial overhead grew since the published figures.
+
+``python -m benchmarks.regressions [--out DIR] [--threshold 0.2] [--publish]``
+
+Reads the breakdown of the last overhead run (``DIR/overhead/overhead.json`` or
+``DIR/overhead.json``, written by ``python -m benchmarks.run --quick --only overhead``) and
+compares each of tunekit's pieces with ``benchmarks/published/overhead.json``, the figures
+the performance page states (with their commit and date). It prints the pieces that grew
+by more than the threshold. ``--publish`` makes the last run the published one.
+
+A guard, not a test: timings on a shared machine vary, so it names suspects for a person
+to measure again; the exit status is 1 when something grew, for scripts that want it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+PUBLISHED = Path(__file__).resolve().parent / "published" / "overhead.json"
+THRESHOLD = 0.20
+NOISE_MS = 1.0  # a piece under a millisecond that doubles is noise, not a regression
+
+
+def pieces_of(breakdown: dict[str, Any]) -> dict[str, float]:
+    """tunekit's pieces as one flat table of milliseconds."""
+    flat = {f"per epoch: {k}": v for k, v in breakdown["per_epoch_ms"].items()}
+    flat.update({f"per trial: {k}": v for k, v in breakdown["per_trial_ms"].items()})
+    if breakdown.get("tracing_ms") is not None:
+        flat["per trial: tracing"] = breakdown["tracing_ms"]
+    return flat
+
+
+def grown(published: dict[str, float], now: dict[str, float], threshold: float = THRESHOLD) -> list[str]:
+    """One line per piece that grew by more than ``threshold`` (and by more than NOISE_MS), largest first."""
+    rows = []
+    for name, before in published.items():
+        after = now.get(name)
+        if after is None or after - before <= NOISE_MS or after <= before * (1 + threshold):
+            continue
+        rows.append((after / before if before else float("inf"), f"{name}: {before:.1f} ms -> {after:.1f} ms"))
+    rows += [(float("inf"), f"{name}: new, {now[name]:.1f} ms") for name in now.keys() - published.keys()]
+    return [f"{text} (x{ratio:.2f})" if ratio != float("inf") else text for ratio, text in sorted(rows, reverse=True)]
+
+
+def _last_run(out: Path) -> dict[str, Any]:
+    for candidate in (out / "overhead" / "overhead.json", out / "overhead.json"):
+        if candidate.is_file():
+            return json.loads(candidate.read_text())
+    raise SystemExit(f"no overhead run in {out}: run python -m benchmarks.run --quick --only overhead first")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.regressions", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=common.DEFAULT_OUT, help="the benchmarks' output directory")
+    p.add_argument("--threshold", type=float, default=THRESHOLD, help="growth that counts (default 0.2: 20%%)")
+    p.add_argument("--publish", action="store_true", help="make the last run the published figures")
+    args = p.parse_args(argv)
+    run = _last_run(args.out)
+    now = pieces_of(run["details"]["breakdown"]["tunekit"])
+    if args.publish:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        record = {"commit": commit, "date": run["date"], "mode": run["mode"], "pieces_ms": now}
+        PUBLISHED.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        print(f"published {len(now)} pieces of {run['date']} (commit {commit}) to {PUBLISHED}")
+        return 0
+    published = json.loads(PUBLISHED.read_text())
+    lines = grown(published["pieces_ms"], now, args.threshold)
+    print(f"against the published figures of commit {published['commit']} ({published['date']}):")
+    for line in lines or ["nothing grew by more than " + f"{args.threshold:.0%}"]:
+        print(f"  {line}")
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
