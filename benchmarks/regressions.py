@@ -28,9 +28,15 @@ THRESHOLD = 0.20
 NOISE_MS = 1.0  # a piece under a millisecond that doubles is noise, not a regression
 
 
-def pieces_of(breakdown: dict[str, Any]) -> dict[str, float]:
-    """tunekit's pieces as one flat table of milliseconds."""
-    flat = {f"per epoch: {k}": v for k, v in breakdown["per_epoch_ms"].items()}
+def pieces_of(details: dict[str, Any]) -> dict[str, float]:
+    """tunekit's pieces as one flat table of milliseconds, with the search's start-up and per-trial overhead."""
+    breakdown, summary = details["breakdown"]["tunekit"], details["summary"]["tunekit"]
+    flat = {
+        f"search: {name}": 1000 * summary[key]
+        for name, key in (("start-up", "startup_s"), ("per-trial overhead", "overhead_per_trial_s"))
+        if summary.get(key) is not None
+    }
+    flat.update({f"per epoch: {k}": v for k, v in breakdown["per_epoch_ms"].items()})
     flat.update({f"per trial: {k}": v for k, v in breakdown["per_trial_ms"].items()})
     if breakdown.get("tracing_ms") is not None:
         flat["per trial: tracing"] = breakdown["tracing_ms"]
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--publish", action="store_true", help="make the last run the published figures")
     args = p.parse_args(argv)
     run = _last_run(args.out)
-    now = pieces_of(run["details"]["breakdown"]["tunekit"])
+    now = pieces_of(run["details"])
     if args.publish:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         record = {"commit": commit, "date": run["date"], "mode": run["mode"], "pieces_ms": now}
