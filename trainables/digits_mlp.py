@@ -5,6 +5,7 @@ The data ships with scikit-learn, so this runs anywhere without a download.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import keras
@@ -19,14 +20,17 @@ VALIDATION_SHARE = 0.2
 SPLIT_SEED = 0  # fixed: every trial must be judged on the same validation set
 
 
+@functools.cache  # a reused worker loads and splits them once, not once per trial (45 ms each)
 def load_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Digits scaled to [0, 1], split 80/20 with stratification."""
+    """Digits scaled to [0, 1], split 80/20 with stratification (read-only: every trial shares them)."""
     digits = load_digits()
     features = (digits.data / 16.0).astype("float32")
     labels = digits.target.astype("int32")
     x_train, x_val, y_train, y_val = train_test_split(
         features, labels, test_size=VALIDATION_SHARE, random_state=SPLIT_SEED, stratify=labels
     )
+    for array in (x_train, x_val, y_train, y_val):
+        array.flags.writeable = False
     return x_train, x_val, y_train, y_val
 
 
