@@ -84,6 +84,7 @@ class _EmptyRecorder:
     def __init__(self) -> None:
         self.trials: dict[str, TrialRecord] = {}
         self.epochs: list[object] = []
+        self.exploits: list[object] = []  # PBT's steps (none here)
 
     def counts(self) -> dict[str, int]:
         return dict.fromkeys(TrialStatus, 0)
@@ -132,6 +133,7 @@ class _Recorder:
         self.experiment_dir = Path("/nonexistent")
         self.trials = {r.trial_id: r for r in records}
         self.epochs = [object()] * epochs
+        self.exploits: list[object] = []  # PBT's steps (none here)
 
 
 def test_time_left_follows_what_ended_trials_really_trained() -> None:
