@@ -1,8 +1,11 @@
-"""Helpers for tests and benchmarks that need real servers: started on 127.0.0.1, stopped by pid."""
+"""Helpers for tests and benchmarks that need real servers (started on 127.0.0.1, stopped by
+pid) or a real browser (Debian's headless chromium)."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +14,39 @@ import time
 from pathlib import Path
 
 MLFLOW = Path(sys.executable).with_name("mlflow")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(url: str, workdir: Path, *flags: str) -> str:
+    """Loads ``url`` in headless Chromium, lets its scripts and requests run, returns stdout."""
+    profile = workdir / "chromium-profile"
+    command = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=20000",
+        *flags,
+        url,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, cwd=workdir)
+    return done.stdout
+
+
+def page_text(url: str, workdir: Path, expect: str, attempts: int = 3) -> str:
+    """The rendered page as plain text; tries again while ``expect`` has not rendered yet."""
+    text = ""
+    for _ in range(attempts):
+        dom = chromium(url, workdir, "--dump-dom")
+        dom = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+        if re.search(expect, text):
+            return text
+        time.sleep(2)
+    return text
 
 
 def free_port() -> int:

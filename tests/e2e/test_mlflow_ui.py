@@ -9,59 +9,22 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from tunekit.layout import TRACKING_FILE
-from tunekit.testing import MlflowServer
+from tunekit.testing import CHROMIUM, MlflowServer, chromium, page_text
 from tunekit.tracking.tracker import MlflowTracker
 
 from .test_tracking import client, drive, recorder_for, runs_of, small_spec
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 EXPERIMENT = "tunekit-ui"
 TRIALS = 4
-
-
-def chromium(url: str, workdir: Path, *flags: str) -> str:
-    """Loads ``url`` in headless Chromium, lets its scripts and requests run, returns stdout."""
-    profile = workdir / "chromium-profile"
-    command = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        "--window-size=1400,1000",
-        "--virtual-time-budget=20000",
-        *flags,
-        url,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, cwd=workdir)
-    return done.stdout
-
-
-def page_text(url: str, workdir: Path, expect: str, attempts: int = 3) -> str:
-    """The rendered page as plain text; tries again while ``expect`` has not rendered yet."""
-    text = ""
-    for _ in range(attempts):
-        dom = chromium(url, workdir, "--dump-dom")
-        dom = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
-        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
-        if re.search(expect, text):
-            return text
-        time.sleep(2)
-    return text
 
 
 @pytest.fixture(scope="module")

@@ -73,10 +73,6 @@ def run(
 
     Args:
         spec: a spec file path, a parsed mapping, or a loaded ``ExperimentSpec``.
-        trainable, build_data, build_model, fit_options: the trainable as a module object,
-            or its builder functions (from a notebook); the spec's ``trainable`` is then
-            ignored and may be omitted. Functions travel to the workers by Ray's
-            serialisation.
         overrides: ``key.path=value`` strings, as ``tunekit run --set``.
         name: the experiment directory's name (default: the spec's name and a timestamp).
         storage: where experiment directories live (default: the spec's ``storage.path``).
@@ -85,6 +81,13 @@ def run(
         connect_timeout: seconds joining the cluster may take (a bounded probe, before anything
             is written).
         progress: a stream for live progress, True for stdout, False for silence.
+        trainable: the trainable as a module object (from a notebook); the spec's
+            ``trainable`` is then ignored and may be omitted.
+        build_data: ``build_data`` as a function, with ``build_model`` (and optionally
+            ``fit_options``) instead of a module; functions travel to the workers by Ray's
+            serialisation.
+        build_model: ``build_model`` as a function (with ``build_data``).
+        fit_options: ``fit_options`` as a function (optional).
         **sections: spec sections deep-merged over the spec, e.g. ``budget={"num_samples": 4}``.
 
     Raises:
@@ -95,9 +98,10 @@ def run(
         ResourceError: no node of the cluster can ever give a trial its CPUs or GPUs.
         StorageError: the storage is not shared by every node of the cluster.
         SearchInterrupted: SIGINT or SIGTERM stopped the search; ``tunekit.resume`` continues it.
-        Each of these but SpecError and ClusterError carries ``experiment_dir``, whose results
-        stay loadable; it is None when the search stopped before Ray Tune started it, whose
-        directory is removed (nothing ran, nothing is left behind).
+
+    Each error but SpecError and ClusterError carries ``experiment_dir``, whose results
+    stay loadable; it is None when the search stopped before Ray Tune started it, whose
+    directory is removed (nothing ran, nothing is left behind).
     """
     launched_at = time.time()  # the zero of a filed prediction's wall time
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
@@ -179,7 +183,8 @@ def resume(
 
     Raises:
         SpecError: an override changes anything else, or asks for fewer trials than ran.
-        As ``run`` otherwise.
+
+    Other errors are ``run``'s; so are the trainable's arguments.
     """
     directory = Path(experiment_dir).expanduser().resolve()
     if not (directory / SPEC_FILE).is_file():
