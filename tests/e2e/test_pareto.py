@@ -1,7 +1,9 @@
 """A real two-objective search on the default digits trainable (accuracy against parameters,
-with a constraint), tracked to SQLite, then grown: the issue's "done when" agreement.
+with a constraint), tracked to SQLite, then grown, then a second search warm-started from
+it: the issue's "done when" agreement, and resume, grow and warm start with two objectives.
 
-Small on purpose (6 trials of up to 4 epochs, then 2 more): CI's whole suite runs on 2 cores.
+Small on purpose (6 trials of up to 4 epochs, then 2 more, then 2 warm-started trials of 2
+epochs): CI's whole suite runs on 2 cores.
 The front is checked against dominance computed here from trials.csv alone, and the front
 of the JSON report, ``pareto_front()``, the study's ``best_trials`` and MLflow's ranks must
 be the same trials. The conftest's ``tunekit check`` then holds everything else together.
@@ -38,9 +40,13 @@ SMALL = [
 ]
 
 
+WARMED: dict[str, tunekit.ExperimentResults] = {}  # the warm-started search, run by the fixture
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[tunekit.ExperimentResults, str]]:
-    """The search, then the same search grown to 8 trials: (grown results, tracking URI)."""
+    """The search, then the same search grown to 8 trials: (grown results, tracking URI).
+    A second search warm-started from the grown one goes to ``WARMED``."""
     import ray
 
     from tunekit.driver.session import ray_init_options
@@ -53,6 +59,19 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[tunekit
             PARETO_SPEC, storage=root, name="pareto", progress=False, overrides=[*SMALL, f"tracking.uri={uri}"]
         )
         grown = tunekit.resume(first.experiment_dir, overrides=["budget.num_samples=8"], progress=False)
+        WARMED["results"] = tunekit.run(
+            PARETO_SPEC,
+            storage=root,
+            name="warmed",
+            progress=False,
+            overrides=[
+                *SMALL[:-1],
+                "budget.num_samples=2",
+                "budget.max_epochs=2",
+                f"search.warm_start_from={grown.experiment_dir}",
+                f"tracking.uri={uri}",
+            ],
+        )
     finally:
         ray.shutdown()
     yield grown, uri
@@ -131,3 +150,39 @@ def test_figure_and_pages_show_the_front(searched: tuple[tunekit.ExperimentResul
     assert (tmp_path / "pareto.png").read_bytes().startswith(b"\x89PNG")
     page = write_html(results, tmp_path / "report.html").read_text()
     assert "<h2>Pareto front</h2>" in page and 'alt="Pareto front over all trials"' in page
+
+
+def test_a_warm_start_takes_the_complete_trials_by_objective_and_the_select_rule_s_best(
+    searched: tuple[tunekit.ExperimentResults, str],
+) -> None:
+    grown, _ = searched
+    warmed = WARMED["results"]
+    earlier = optuna.load_study(study_name=grown.spec.name, storage=study_url(grown.experiment_dir))
+    complete = {t.number: t.values for t in earlier.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    record = json.loads((warmed.experiment_dir / "warm_start.json").read_text())
+    assert record["used"] == len(complete) and sum(record["skipped"].values()) == len(earlier.trials) - len(complete)
+    study = optuna.load_study(study_name=warmed.spec.name, storage=study_url(warmed.experiment_dir))
+    history = {
+        int(t.user_attrs["tunekit_history_from"].rpartition("#")[2]): t.values
+        for t in study.trials
+        if "tunekit_history_from" in t.user_attrs
+    }
+    assert history == complete  # both objectives, in the spec's order, trial by trial
+    # The inherited best is the earlier search's own choice by the select rule.
+    assert grown.best is not None
+    assert (record["best"]["number"], record["best"]["config"]) == (grown.best.number, grown.best.initial_config)
+    assert len(warmed.trials) == 2
+
+
+def test_results_from_mlflow_carry_every_objective_and_the_same_front(
+    searched: tuple[tunekit.ExperimentResults, str],
+) -> None:
+    from tunekit.results.mlflow import load_from_mlflow
+
+    grown, uri = searched
+    mirrored = load_from_mlflow(grown.spec.name, uri, experiment_dir=grown.experiment_dir)
+    columns = ["trial_id", "final.val_accuracy", "final.model_params", "feasible"]
+    local = grown.trials[columns].sort_values("trial_id").reset_index(drop=True)
+    remote = mirrored.trials[columns].sort_values("trial_id").reset_index(drop=True)
+    assert local.to_dict("records") == remote.to_dict("records")
+    assert set(mirrored.pareto_front()["trial_id"]) == set(grown.pareto_front()["trial_id"])

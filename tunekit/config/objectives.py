@@ -141,17 +141,6 @@ def check_scheduler(objectives: Sequence[MetricSpec], section: object) -> None:
         )
 
 
-def check_warm_start_from(objectives: Sequence[MetricSpec], sources: Sequence[str]) -> None:
-    """An earlier study's history carries one value per trial; several objectives take none of it."""
-    if len(objectives) > 1 and sources:
-        raise SpecError(
-            "search.warm_start_from",
-            f"takes history of one metric, not {len(objectives)} objectives; "
-            "start from known configurations with search.warm_start instead",
-            list(sources),
-        )
-
-
 def parse_constraints(
     raw: object, objectives: Sequence[MetricSpec], path: str = "constraints"
 ) -> tuple[Constraint, ...]:

@@ -34,7 +34,6 @@ from tunekit.config.objectives import (
     MetricSpec,
     Selection,
     check_scheduler,
-    check_warm_start_from,
     objectives_raw,
     parse_constraints,
     parse_objectives,
@@ -248,7 +247,7 @@ def load_spec(
     chain.lines += [f"python keyword: {key}" for key in sections] + [f"--set {a}" for a in overrides]
     absolute_storage(raw)
     spec = parse_spec(raw, spec_dir, trainable, trainable_dir=chain.trainable_dir)
-    check_sources(spec.search.warm_start_from, spec.metric.name, spec.metric.mode)
+    check_sources(spec.search.warm_start_from, tuple((o.name, o.mode) for o in spec.objectives))
     return dataclasses.replace(spec, spec_dir=str(spec_dir or Path.cwd()), origin=tuple(chain.lines))
 
 
@@ -327,7 +326,6 @@ def parse_spec(
     budget = _budget(v.require(raw, "budget", ""), search, space)
     check_scheduler(objectives, _optional(raw, "scheduler"))  # before PBT's own settings are checked
     scheduler = _scheduler(_optional(raw, "scheduler"), budget, search, space)
-    check_warm_start_from(objectives, search.warm_start_from)
     constraints = parse_constraints(raw.get("constraints"), objectives)
     selection = parse_selection(raw.get("select"), objectives)
     resources = _resources(_optional(raw, "resources"))

@@ -35,8 +35,9 @@ def parse_sources(raw: object, spec_dir: Path | None, algorithm: str) -> tuple[s
     )
 
 
-def check_sources(sources: tuple[str, ...], metric_name: str, metric_mode: str) -> None:
-    """Each source is an experiment directory with a study, searched for the same metric.
+def check_sources(sources: tuple[str, ...], objectives: tuple[tuple[str, str], ...]) -> None:
+    """Each source is an experiment directory with a study, searched for the same objectives
+    (``(name, mode)`` pairs; with several, in any order: history values are matched by name).
 
     Raises:
         SpecError: naming ``search.warm_start_from[i]``, the rule and the directory.
@@ -50,26 +51,30 @@ def check_sources(sources: tuple[str, ...], metric_name: str, metric_mode: str) 
             raise SpecError(path, f"is not a tunekit experiment (no {SPEC_FILE})", source)
         if not (directory / STUDY_FILE).is_file():
             raise SpecError(path, f"holds no Optuna study ({STUDY_FILE}); no trial of it ever started", source)
-        recorded = recorded_metric(directory)
-        if recorded is None:
+        recorded = recorded_objectives(directory)
+        if not recorded:
             raise SpecError(path, f"the earlier experiment's {SPEC_FILE} names no metric", source)
-        name, mode = recorded
-        if (name, mode) != (metric_name, metric_mode):
-            earlier = f"{_VERB.get(mode, mode)} {name}"
+        if sorted(recorded) != sorted(objectives):
             raise SpecError(
                 path,
-                f"metric must match: the earlier experiment {earlier}, this one {_VERB[metric_mode]} {metric_name}",
+                f"metric must match: the earlier experiment {_describe(recorded)}, this one {_describe(objectives)}",
                 source,
             )
 
 
-def recorded_metric(directory: Path) -> tuple[str, str] | None:
-    """The (name, mode) of the metric an experiment searched, from its ``spec.yaml``; None if unreadable."""
+def _describe(objectives: tuple[tuple[str, str], ...]) -> str:
+    return " and ".join(f"{_VERB.get(mode, mode)} {name}" for name, mode in objectives)
+
+
+def recorded_objectives(directory: Path) -> tuple[tuple[str, str], ...]:
+    """The (name, mode) of each objective an experiment searched, in its order, from its
+    ``spec.yaml`` (``metric:`` one mapping or a list); empty when unreadable."""
     try:
         raw: Any = yaml.safe_load((directory / SPEC_FILE).read_text())
     except (OSError, yaml.YAMLError, ValueError):
         raw = None
     metric = raw.get("metric") if isinstance(raw, dict) else None
-    if not isinstance(metric, dict):
-        return None
-    return str(metric.get("name")), str(metric.get("mode"))
+    entries = [metric] if isinstance(metric, dict) else metric if isinstance(metric, list) else []
+    if not all(isinstance(entry, dict) for entry in entries):
+        return ()
+    return tuple((str(entry.get("name")), str(entry.get("mode"))) for entry in entries)

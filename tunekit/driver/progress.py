@@ -38,6 +38,8 @@ class ConsoleProgress:
         from tunekit.search.plan import plan_budget
 
         self._metric = spec.metric.name
+        self._spec = spec
+        self._front: tuple[int, str] = (-1, "")  # (trials ended when computed, its text)
         self._num_samples = spec.budget.num_samples
         self._planned_epochs = max(1, plan_budget(spec).planned_epochs)
         self._stream = stream or sys.stdout
@@ -160,16 +162,31 @@ class ConsoleProgress:
         if self._recorder is None:  # before Ray's first callback
             return f"done 0/{self._num_samples}; starting"
         counts = self._recorder.counts()
-        best = self._recorder.best()
-        best_text = "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"
         done = sum(counts[status] for status in ENDED_STATUSES)
+        if self._spec.multi_objective:
+            best_text = self._front_text(done)
+        else:
+            best = self._recorder.best()
+            best_text = f"best {self._metric} " + (
+                "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"
+            )
         line = (
             f"done {done}/{self._num_samples}: completed {counts[TrialStatus.COMPLETED]}, "
             f"pruned {counts[TrialStatus.PRUNED]}, failed {counts[TrialStatus.FAILED]}; "
-            f"running {counts[TrialStatus.RUNNING]}; best {self._metric} {best_text}"
+            f"running {counts[TrialStatus.RUNNING]}; {best_text}"
         )
         left = self.time_left()
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
+
+    def _front_text(self, done: int) -> str:
+        """Several objectives: the front's size and the select rule's pick so far, e.g.
+        ``front 3, selected trial 5 (val_accuracy 0.9611, model_params 9034)``; recomputed
+        only when a trial has ended since (sorting is quadratic in the completed trials)."""
+        if self._recorder is None:
+            return ""
+        if self._front[0] != done:
+            self._front = (done, front_text(list(self._recorder.trials.values()), self._spec))
+        return self._front[1]
 
     def _steps_text(self) -> str:
         """Where running trials are inside an epoch longer than the heartbeat's period."""
@@ -251,6 +268,25 @@ def _node(node_id: str | None) -> str:
     from tunekit.results.status import NODE_ID_SHOWN
 
     return (node_id or "?")[:NODE_ID_SHOWN]
+
+
+def front_text(records: list[TrialRecord], spec: ExperimentSpec) -> str:
+    """The Pareto front of the completed feasible trials, and the select rule's pick on it."""
+    from tunekit.config.objectives import default_selection
+    from tunekit.search.pareto import nondominated_ranks, to_minimize
+
+    finished = [r for r in records if r.status == TrialStatus.COMPLETED and r.feasible]
+    vectors = [(r, v) for r in finished if (v := to_minimize(r.finals, spec.objectives)) is not None]
+    front = [r for (r, _), rank in zip(vectors, nondominated_ranks([v for _, v in vectors]), strict=True) if rank == 1]
+    rule = spec.select or default_selection(spec.objectives)
+    meeting = [r for r in front if all(c.holds(r.finals.get(c.name)) for c in rule.subject_to)]
+    picked = [r for r in meeting if r.finals.get(rule.metric) is not None]
+    if not picked:
+        return f"front {len(front)}"
+    sign = 1.0 if rule.mode == "max" else -1.0
+    chosen = max(picked, key=lambda r: sign * r.finals[rule.metric])
+    values = ", ".join(f"{o.name} {_value(chosen.finals.get(o.name))}" for o in spec.objectives)
+    return f"front {len(front)}, selected trial {_name(chosen)} ({values})"
 
 
 def _exploit_text(step: ExploitStep, recorder: Recorder) -> str:

@@ -6,7 +6,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -14,12 +14,17 @@ from tunekit.clock import SearchClock
 from tunekit.errors import TunekitError
 from tunekit.layout import (
     EPOCH_COLUMNS,
+    FEASIBLE_COLUMN,
+    FINAL_PREFIX,
     INFO_PREFIX,
     PARAM_PREFIX,
     SPEC_FILE,
     TRIAL_COLUMNS,
 )
 from tunekit.results.load import ExperimentResults, best_trial, recorded_spec
+
+if TYPE_CHECKING:
+    from tunekit.config.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -82,26 +87,30 @@ def load_from_mlflow(
     parent = parents[0]
     spec = _spec_from_mlflow(client, parent)
     children = children_of[parent.info.run_id]
+    parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
     trial_rows, epoch_rows = [], []
     clock = _recorded_clock(parent)
     for child in children:
         trial, epochs = _trial_from_run(client, child, spec, clock)
+        if parsed.multi_objective:
+            _add_finals(trial, epochs, parsed)
         trial_rows.append(trial)
         epoch_rows.extend(epochs)
     trials = pd.DataFrame(trial_rows)
     if not trials.empty:
         params = sorted(c for c in trials.columns if c.startswith(PARAM_PREFIX))
         infos = sorted(c for c in trials.columns if c.startswith(INFO_PREFIX))
+        finals = [c for c in trials.columns if c.startswith(FINAL_PREFIX)]
+        feasible = [FEASIBLE_COLUMN] if finals else []
         trials = trials.sort_values(["number", "started_at"], na_position="last")
         trials = trials.reset_index(drop=True)
-        trials = trials[[*TRIAL_COLUMNS, *params, *infos]]
+        trials = trials[[*TRIAL_COLUMNS, *finals, *feasible, *params, *infos]]
     epochs = pd.DataFrame(epoch_rows)
     if not epochs.empty:
         metrics = sorted(c for c in epochs.columns if c not in EPOCH_COLUMNS)
         epochs = epochs.sort_values(["time", "trial_id", "epoch"]).reset_index(drop=True)
         epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
-    parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
     return ExperimentResults(
         directory, parsed, trials, epochs, best_trial(trials, pd.DataFrame(), parsed.metric.mode, parsed)
     )
@@ -174,13 +183,27 @@ def _recorded_clock(parent: Any) -> SearchClock:
     return SearchClock(sessions[0][0] if sessions else start, sessions)
 
 
+def _add_finals(trial: dict[str, Any], epochs: list[dict[str, Any]], spec: ExperimentSpec) -> None:
+    """Several objectives: each tracked metric's last value and feasibility, as trials.csv has them."""
+    from tunekit.config.objectives import tracked_metrics
+    from tunekit.search.pareto import is_feasible
+
+    names = tracked_metrics(spec.objectives, spec.constraints, spec.select)
+    finals: dict[str, float] = {}
+    for name in names:
+        values = [row[name] for row in epochs if row.get(name) is not None]
+        if values:
+            finals[name] = float(values[-1])
+    trial.update({f"{FINAL_PREFIX}{name}": finals.get(name) for name in names})
+    trial[FEASIBLE_COLUMN] = is_feasible(finals, spec.constraints) if epochs else None
+
+
 def _trial_from_run(
     client: Any, run: Any, spec: dict[str, Any], clock: SearchClock
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from tunekit.tracking import tags as t
 
-    # Several objectives: the first is the metric (its final values only; final.* columns
-    # and the front are in the experiment directory, not rebuilt from MLflow).
+    # Several objectives: the first is the metric; _add_finals gives every objective's final value.
     first = spec["metric"][0] if isinstance(spec["metric"], list) else spec["metric"]
     tags, metric = run.data.tags, first["name"]
     trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)

@@ -2,10 +2,13 @@
 
 ``search.warm_start_from`` names experiment directories. Their COMPLETE and PRUNED trials
 (with every intermediate value) are added to the new study before its first trial, so
-TPE models the space from the start. A trial is used only when its configuration is one
-the new space can produce: the same parameters, each within its range or choices (on its
-step), conditional parameters present exactly where active; values an earlier space
-fixed count as that trial's values. Everything else is skipped, and why is counted.
+TPE models the space from the start. With several objectives (``ObjectiveMap``) the earlier
+study's COMPLETE trials are used, their values matched to this study's objectives by name,
+and each of this spec's constraints taken from the earlier trial or computed from its values.
+A trial is used only when its configuration is one the new space can produce: the same
+parameters, each within its range or choices (on its step), conditional parameters present
+exactly where active; values an earlier space fixed count as that trial's values.
+Everything else is skipped, and why is counted.
 
 History trials carry ``HISTORY_ATTR``. They are not Ray trials: the searcher never maps
 them (``OptunaStudySearcher._numbers``), so they count toward no budget, are never
@@ -26,8 +29,10 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from tunekit.config.objectives import Constraint, MetricSpec, default_selection
 from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRange, SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec
+from tunekit.config.warm_start import recorded_objectives
 from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
 from tunekit.search.plan import pick_best, study_url
 
@@ -75,6 +80,30 @@ class HistorySummary:
         return cls(tuple(record["sources"]), int(record["used"]), Counter(record["skipped"]), record.get("best"))
 
 
+@dataclass(frozen=True)
+class ObjectiveMap:
+    """How an earlier multi-objective study's trials become this one's: values by objective name."""
+
+    earlier: tuple[str, ...]  # the earlier study's objective names, in its order
+    objectives: tuple[MetricSpec, ...]
+    constraints: tuple[Constraint, ...] = ()
+
+    def outcome(self, frozen: FrozenTrial) -> tuple[dict[str, Any] | None, str]:
+        """``create_trial``'s values and constraints for ``frozen``, or None and why it cannot be used."""
+        if frozen.state != TrialState.COMPLETE or frozen.values is None:
+            return None, "pruned (with several objectives only complete trials carry values)"
+        by_name = dict(zip(self.earlier, frozen.values, strict=True))
+        constraints: dict[str, float] = {}
+        for constraint in self.constraints:
+            if constraint.text in frozen.constraints:
+                constraints[constraint.text] = frozen.constraints[constraint.text]
+            elif constraint.name in by_name:
+                constraints[constraint.text] = constraint.violation(by_name[constraint.name])
+            else:
+                return None, f"without {constraint.name}, which the constraint '{constraint.text}' needs"
+        return {"values": [by_name[o.name] for o in self.objectives], "constraints": constraints}, ""
+
+
 def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path | None) -> HistorySummary:
     """Adds the earlier experiments' fitting trials to ``study``; records and returns the counts.
 
@@ -85,8 +114,13 @@ def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path 
     trials: list[FrozenTrial] = []
     for source in spec.search.warm_start_from:
         earlier_space, earlier = _earlier_study(Path(source))
+        objectives = None
+        if spec.multi_objective:
+            names = tuple(name for name, _ in recorded_objectives(Path(source)))
+            objectives = ObjectiveMap(names, spec.objectives, spec.constraints)
         for frozen in earlier:
-            history, reason = history_trial(frozen, earlier_space, spec.space, f"{source}#{frozen.number}")
+            origin = f"{source}#{frozen.number}"
+            history, reason = history_trial(frozen, earlier_space, spec.space, origin, objectives)
             if history is None:
                 summary.skipped[reason] += 1
             else:
@@ -101,9 +135,12 @@ def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path 
 
 
 def _best_of_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> dict[str, Any] | None:
-    """The best history trial by tunekit's rule (complete before pruned), as warm_start.json records it."""
+    """The best history trial by tunekit's rule (complete before pruned; with several objectives,
+    the ``select`` rule's pick among the feasible front), as warm_start.json records it."""
     statuses = {TrialState.COMPLETE: TrialStatus.COMPLETED, TrialState.PRUNED: TrialStatus.PRUNED}
-    best = pick_best([(statuses[t.state], t.value, t) for t in trials], spec.metric.mode)
+    best = _selected_history(trials, spec) if spec.multi_objective else None
+    if not spec.multi_objective:
+        best = pick_best([(statuses[t.state], t.value, t) for t in trials], spec.metric.mode)
     if best is None:
         return None
     source, _, number = str(best.user_attrs[HISTORY_ATTR]).rpartition("#")
@@ -111,11 +148,45 @@ def _best_of_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> dict[st
     return {
         "source": source,
         "number": int(number),
-        "metric": best.value,
+        "metric": best.values[0] if spec.multi_objective else best.value,
         "status": str(statuses[best.state]),
         "epochs": epochs,
         "config": dict(best.params),
     }
+
+
+def _selected_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> FrozenTrial | None:
+    """The ``select`` rule over history trials: the best by its metric among the feasible
+    non-dominated ones meeting its ``subject_to`` (metrics the trials carry: the objectives)."""
+    from tunekit.search.pareto import nondominated_ranks, to_minimize
+
+    feasible = [t for t in trials if all(v <= 0 for v in t.constraints.values())]
+    named = [dict(zip((o.name for o in spec.objectives), t.values, strict=True)) for t in feasible]
+    vectors = [vector for values in named if (vector := to_minimize(values, spec.objectives)) is not None]
+    if len(vectors) != len(named):
+        return None  # a history trial always has every objective's value; nothing to rank otherwise
+    ranks = nondominated_ranks(vectors)
+    front = [(t, values) for t, values, rank in zip(feasible, named, ranks, strict=True) if rank == 1]
+    rule = spec.select or default_selection(spec.objectives)
+    subject_to: tuple[Constraint, ...] = rule.subject_to
+    rule_metric, mode = rule.metric, rule.mode
+    if rule_metric not in {o.name for o in spec.objectives}:  # a reported metric history does not carry
+        rule_metric, mode = spec.objectives[0].name, spec.objectives[0].mode
+
+    def meets(trial: FrozenTrial, values: dict[str, float]) -> bool:
+        # A subject_to metric that is not an objective: the earlier trial's same constraint, if it had it.
+        return all(
+            c.holds(values[c.name])
+            if c.name in values
+            else c.text in trial.constraints and trial.constraints[c.text] <= 0
+            for c in subject_to
+        )
+
+    meeting = [(t, v) for t, v in front if meets(t, v)]
+    if not meeting:
+        return None
+    sign = 1.0 if mode == "max" else -1.0
+    return max(meeting, key=lambda pair: sign * pair[1][rule_metric])[0]
 
 
 def _earlier_study(directory: Path) -> tuple[SearchSpace, list[FrozenTrial]]:
@@ -125,15 +196,28 @@ def _earlier_study(directory: Path) -> tuple[SearchSpace, list[FrozenTrial]]:
 
 
 def history_trial(
-    frozen: FrozenTrial, earlier_space: SearchSpace, space: SearchSpace, origin: str
+    frozen: FrozenTrial,
+    earlier_space: SearchSpace,
+    space: SearchSpace,
+    origin: str,
+    objectives: ObjectiveMap | None = None,
 ) -> tuple[FrozenTrial | None, str]:
-    """``frozen`` as a history trial of a study over ``space``, or None and why it does not fit."""
+    """``frozen`` as a history trial of a study over ``space``, or None and why it does not fit.
+
+    ``objectives``: the study has several (the earlier one too); without, one value each.
+    """
     if any(attr in frozen.user_attrs for attr in _REPEAT_ATTRS):
         return None, "not trained by that search (a repeat or its own history)"
     if frozen.state not in _USED_STATES:
         return None, f"{frozen.state.name.lower()} (only complete and pruned trials are used)"
-    if frozen.value is None:
+    if objectives is not None:
+        outcome, reason = objectives.outcome(frozen)
+        if outcome is None:
+            return None, reason
+    elif frozen.value is None:
         return None, "without a value"
+    else:
+        outcome = {"value": frozen.value}
     config = ran_configuration(frozen.params, earlier_space)
     reason = misfit(config, space)
     if reason:
@@ -143,7 +227,7 @@ def history_trial(
     }
     history = optuna.trial.create_trial(
         state=frozen.state,
-        value=frozen.value,
+        **outcome,
         params={name: _internal_type(dist, config[name]) for name, dist in searched.items()},
         distributions={name: optuna_distribution(dist) for name, dist in searched.items()},
         intermediate_values=dict(frozen.intermediate_values),

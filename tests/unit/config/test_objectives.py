@@ -129,14 +129,3 @@ def test_refusals_name_the_path_the_rule_and_the_value(changes: dict[str, Any], 
     with pytest.raises(SpecError) as caught:
         spec_with(**changes)
     assert str(caught.value) == message
-
-
-def test_warm_start_history_is_refused_with_what_to_use() -> None:
-    raw = copy.deepcopy(RAW)
-    raw["search"] = {"warm_start_from": ["/nowhere/earlier"]}
-    with pytest.raises(SpecError) as caught:
-        parse_spec(raw, None, locate_trainable=False)
-    assert str(caught.value) == (
-        "search.warm_start_from: takes history of one metric, not 2 objectives; start from known "
-        "configurations with search.warm_start instead, got a list of 1"
-    )

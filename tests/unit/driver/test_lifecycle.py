@@ -23,7 +23,7 @@ from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.driver.runner import no_result_reason
 from tunekit.driver.signals import StopSignals
 from tunekit.errors import SearchInterrupted
-from tunekit.layout import ERROR_FILE
+from tunekit.layout import ERROR_FILE, TrialStatus
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -327,3 +327,26 @@ def test_the_heartbeat_is_written_at_most_every_period_and_goes_stale(
     beat = heartbeat.read_heartbeat(tmp_path)
     assert beat is not None and (beat.epoch, beat.step, beat.steps) == (1, 9, 10)
     assert heartbeat.read_heartbeat(tmp_path, now=beat.at + heartbeat.STALE_AFTER_S + 1) is None
+
+
+def test_with_several_objectives_the_status_line_shows_the_front_and_the_select_rule_s_pick() -> None:
+    from tunekit.driver.progress import front_text
+
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp_pareto.yaml")  # select: max val_accuracy, params <= 20000
+
+    def record(number: int, accuracy: float, params: float, status: str = "completed", feasible: bool = True) -> Any:
+        trial = TrialRecord(f"t{number}", number, {})
+        trial.status, trial.feasible = TrialStatus(status), feasible
+        trial.finals = {"val_accuracy": accuracy, "model_params": params}
+        return trial
+
+    records = [
+        record(0, 0.97, 40000.0),  # front, but breaks the select rule's subject_to
+        record(1, 0.95, 9034.0),  # front: the pick
+        record(2, 0.90, 8000.0),  # front
+        record(3, 0.93, 9500.0),  # dominated by 1
+        record(4, 0.99, 1000.0, status="pruned"),  # not completed: not on the front
+        record(5, 0.99, 1000.0, feasible=False),  # infeasible: never on the front
+    ]
+    assert front_text(records, spec) == "front 3, selected trial 1 (val_accuracy 0.95, model_params 9034)"
+    assert front_text(records[:1], spec) == "front 1"  # nothing meets model_params <= 20000

@@ -15,6 +15,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from tunekit.config.objectives import Constraint, MetricSpec
 from tunekit.config.space import SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
@@ -23,6 +24,7 @@ from tunekit.search.history import (
     DUPLICATE_ATTR,
     HISTORY_ATTR,
     HistorySummary,
+    ObjectiveMap,
     history_trial,
     misfit,
     optuna_distribution,
@@ -125,7 +127,7 @@ def test_the_summary_line_counts_used_and_skipped_by_reason() -> None:
 # --------------------------------------------------------------------------- refusals
 
 
-def earlier_experiment(directory: Path, metric: dict[str, str]) -> Path:
+def earlier_experiment(directory: Path, metric: Any) -> Path:
     directory.mkdir(parents=True)
     (directory / SPEC_FILE).write_text(
         yaml.safe_dump({"name": "earlier", "metric": metric, "space": SPACE}, sort_keys=False)
@@ -189,3 +191,70 @@ def test_grid_search_refuses_a_warm_start_from_history(tmp_path: Path) -> None:
     earlier = earlier_experiment(tmp_path / "a", {"name": "val_accuracy", "mode": "max"})
     with pytest.raises(SpecError, match=r"^search.warm_start_from: is not used by grid search \(it ignores history\)"):
         spec_with(tmp_path, [str(earlier)], algorithm="grid")
+
+
+# ------------------------------------------------------------------ several objectives
+
+TWO = (MetricSpec("val_accuracy", "max"), MetricSpec("model_params", "min"))
+
+
+def _mo_finished(values: list[float], state: TrialState = TrialState.COMPLETE, **constraints: float) -> FrozenTrial:
+    params = {"optimizer": "adam", "units": 32, "dropout": 0.2}
+    by_name = {p.name: p.distribution for p in space().params}
+    return optuna.trial.create_trial(
+        state=state,
+        values=values if state == TrialState.COMPLETE else None,
+        params=params,
+        distributions={name: optuna_distribution(by_name[name]) for name in params},
+        constraints=constraints or None,
+    )
+
+
+def test_several_objectives_take_the_earlier_values_by_name_and_its_constraints() -> None:
+    # The earlier study listed model_params first; this one val_accuracy first.
+    limit = Constraint("model_params", "<=", 20000.0, "model_params <= 20000")
+    latency = Constraint("latency_ms", "<=", 5.0, "latency_ms <= 5")
+    mapping = ObjectiveMap(("model_params", "val_accuracy"), TWO, (limit,))
+    history, reason = history_trial(_mo_finished([30000.0, 0.95]), space(), space(), "a#0", mapping)
+    assert reason == "" and history is not None
+    assert history.values == [0.95, 30000.0]
+    assert history.constraints == {"model_params <= 20000": 10000.0}  # computed from the value: broken
+    # A constraint on a metric the study never kept: the earlier trial's own, or the trial is skipped.
+    mapping = ObjectiveMap(("model_params", "val_accuracy"), TWO, (limit, latency))
+    kept = _mo_finished([10000.0, 0.9], **{"latency_ms <= 5": -1.5})
+    history, _ = history_trial(kept, space(), space(), "a#1", mapping)
+    assert history is not None and history.constraints == {"model_params <= 20000": -10000.0, "latency_ms <= 5": -1.5}
+    assert history_trial(_mo_finished([10000.0, 0.9]), space(), space(), "a#2", mapping) == (
+        None,
+        "without latency_ms, which the constraint 'latency_ms <= 5' needs",
+    )
+    pruned = _mo_finished([0.0, 0.0], state=TrialState.PRUNED)
+    assert history_trial(pruned, space(), space(), "a#3", mapping)[1] == (
+        "pruned (with several objectives only complete trials carry values)"
+    )
+
+
+def test_a_multi_objective_warm_start_needs_the_same_objectives_in_any_order(tmp_path: Path) -> None:
+    earlier = earlier_experiment(
+        tmp_path / "a", [{"name": "model_params", "mode": "min"}, {"name": "val_accuracy", "mode": "max"}]
+    )
+    single = earlier_experiment(tmp_path / "b", {"name": "val_accuracy", "mode": "max"})
+    spec_file = tmp_path / "mo.yaml"
+    raw: dict[str, Any] = {
+        "name": "later",
+        "trainable": "trainables.digits_mlp",
+        "metric": [{"name": "val_accuracy", "mode": "max"}, {"name": "model_params", "mode": "min"}],
+        "budget": {"num_samples": 4, "max_epochs": 2},
+        "search": {"warm_start_from": [str(earlier)]},
+        "space": SPACE,
+    }
+    spec_file.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert load_spec(spec_file).search.warm_start_from == (str(earlier),)
+    raw["search"] = {"warm_start_from": [str(single)]}
+    spec_file.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(SpecError) as error:
+        load_spec(spec_file)
+    assert str(error.value) == (
+        "search.warm_start_from[0]: metric must match: the earlier experiment maximises val_accuracy, "
+        f"this one maximises val_accuracy and minimises model_params, got '{single}'"
+    )
