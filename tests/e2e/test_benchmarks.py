@@ -53,6 +53,38 @@ def test_curve_metrics_nothing_reached() -> None:
     assert metrics["time_to_first_full_model_s"] is None
 
 
+def test_the_pareto_benchmark_reports_means_over_seeds_and_meets_only_when_every_seed_does() -> None:
+    def run(moasha: list[tuple[int, str, float, float]], motpe_epochs: int) -> dict[str, Any]:
+        trials = [
+            {"status": status, "epochs": epochs, "ended_at": float(i), "val_accuracy": acc, "model_params": params}
+            for i, (epochs, status, acc, params) in enumerate(moasha)
+        ]
+        motpe = [
+            {
+                "status": "completed",
+                "epochs": motpe_epochs,
+                "ended_at": 0.0,
+                "val_accuracy": 0.9,
+                "model_params": 6000.0,
+            }
+        ]
+        return {
+            "moasha": {"wall_s": 10.0, "trials": trials},
+            "motpe": {"wall_s": 20.0, "trials": motpe},
+            "random_asha": {"wall_s": 15.0, "trials": motpe},
+        }
+
+    # Seed 0: MO-ASHA reaches MO-TPE's front after 4 of MO-TPE's 10 epochs; seed 1 never does.
+    fast = run([(2, "pruned", 0.5, 6000.0), (2, "completed", 0.9, 6000.0)], 10)
+    never = run([(2, "completed", 0.5, 6000.0)], 10)
+    analysis = pareto.analyse({0: fast, 1: never})
+    share = next(f for f in analysis["figures"] if f["name"].startswith("MO-ASHA epochs"))
+    assert share["value"] == pytest.approx(40.0) and share["met"] is False
+    assert share["note"] == "seeds 0.4, n/a; 1 seed(s) never"
+    epochs = next(f for f in analysis["figures"] if f["name"] == "moasha epochs (mean of 2 seeds)")
+    assert epochs["value"] == pytest.approx(3.0) and epochs["note"] == "seeds 4, 2"
+
+
 def test_overhead_breakdown_separates_tracing_later_epochs_and_per_trial_pieces() -> None:
     # Two trials: the first epoch traces (1.0 s of train), later ones take 0.1 + 0.02 s.
     trial = {
