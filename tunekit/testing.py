@@ -56,10 +56,11 @@ def free_port() -> int:
 
 
 class MlflowServer:
-    """A real ``mlflow server`` on 127.0.0.1: SQLite backend, local artifact store."""
+    """A real ``mlflow server`` on 127.0.0.1: SQLite backend (or ``backend_uri``), local artifact store."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, backend_uri: str | None = None) -> None:
         self.root = root
+        self.backend_uri = backend_uri or f"sqlite:///{root / 'mlflow.db'}"
         self.port = free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.log = root / "server.log"
@@ -77,7 +78,7 @@ class MlflowServer:
             "--workers",
             "1",
             "--backend-store-uri",
-            f"sqlite:///{self.root / 'mlflow.db'}",
+            self.backend_uri,
             "--artifacts-destination",
             str(self.root / "artifacts"),
         ]
@@ -115,3 +116,53 @@ class MlflowServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=20)
+
+
+class PostgresServer:
+    """A throw-away PostgreSQL on 127.0.0.1 in ``root`` (``initdb`` and ``pg_ctl`` from PATH or
+    Debian's /usr/lib/postgresql/*/bin), for a production-like MLflow backend.
+
+    PostgreSQL refuses to run as root: as root, its commands run as the ``postgres`` user, who
+    owns ``root`` (which must be reachable by that user, as a folder under /tmp is).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.data = root / "pgdata"
+        self.bin = postgres_bin()
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/mlflow"  # the pinned driver (bench extra)
+
+    def start(self) -> PostgresServer:
+        if self.bin is None:
+            raise RuntimeError("no PostgreSQL here: initdb and pg_ctl are on neither PATH nor /usr/lib/postgresql")
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust")
+        options = f"-c listen_addresses=127.0.0.1 -c port={self.port} -k {self.root}"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "pg.log"), "-w", "start")
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "mlflow")
+        return self
+
+    def stop(self) -> None:
+        if self.bin is not None and (self.data / "postmaster.pid").is_file():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def _run(self, tool: str, *args: str) -> None:
+        assert self.bin is not None
+        as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run([*as_postgres, str(self.bin / tool), *args], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{tool} failed: {done.stderr.strip()[-1000:]}")
+
+
+def postgres_bin() -> Path | None:
+    """The folder holding initdb, pg_ctl and createdb, or None when PostgreSQL is not installed."""
+    found = shutil.which("initdb")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    return next((c for c in candidates if all((c / tool).is_file() for tool in ("initdb", "pg_ctl", "createdb"))), None)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import common, overhead, pareto, quality, regressions, run
+from benchmarks import common, overhead, pareto, quality, regressions, run, scale
 
 # ------------------------------------------------------------- fast, no Ray or TF
 
@@ -83,6 +83,37 @@ def test_the_pareto_benchmark_reports_means_over_seeds_and_meets_only_when_every
     assert share["note"] == "seeds 0.4, n/a; 1 seed(s) never"
     epochs = next(f for f in analysis["figures"] if f["name"] == "moasha epochs (mean of 2 seeds)")
     assert epochs["value"] == pytest.approx(3.0) and epochs["note"] == "seeds 4, 2"
+
+
+def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
+    assert scale.curve({"learning_rate": 3e-3, "units": 128, "dropout": 0.0}, 9) > scale.curve(
+        {"learning_rate": 1e-4, "units": 32, "dropout": 0.5}, 9
+    )
+    window = {"driver_cpu_per_trial_ms": 10.0, "split_ms": {"sampler": 1.0}, "trials_per_minute": 300.0}
+    window |= {"backlog_max": 4, "backlog_now": 0, "rss_mb": 300.0, "experiment_dir_mb": 1.0, "study_mb": 1.0}
+    rows = [
+        {**window, "window": 1, "ended": 1000},
+        {**window, "window": 2, "ended": 2000, "driver_cpu_per_trial_ms": 13.0},
+    ]
+    counted = {"parents": 1, "children": 2000, "trials": 2000, "epoch_points": 5000, "epochs": 5000}
+    tunekit_side = {"wall_s": 200.0, "windows": rows, "mlflow": counted, "tracking_backend": "postgresql"}
+    tunekit_side |= {"load_s": 1.0, "report_s": 2.0}
+    sides = {
+        "tunekit": tunekit_side,
+        "ray_floor": {"wall_s": 150.0},
+        "ray_optuna": {"wall_s": 260.0},
+        "optuna_floor": {"wall_s": 60.0, "sampler_s": 10.0},
+    }
+    figures, ratios = scale.analyse({2000: sides})
+    met = {f["name"].split(": ", 1)[1]: f["met"] for f in figures if f["target"]}
+    assert met["driver CPU per trial, last window / first"] is False  # 1.3x > 1.25x
+    assert met["wall / (Ray's floor + the sampler's floor)"] is True  # 200 / 160 = 1.25
+    assert met["Ray Tune + OptunaSearch wall / tunekit's"] is True
+    assert met["MLflow lost nothing (postgresql)"] is True
+    sides["tunekit"]["mlflow"] = {**counted, "epoch_points": 4999}
+    figures, _ = scale.analyse({2000: sides})
+    assert next(f for f in figures if "lost nothing" in f["name"])["met"] is False
+    assert ratios[0].startswith("2000 trials: tunekit 200 s; Ray floor 150 s")
 
 
 def test_overhead_breakdown_separates_tracing_later_epochs_and_per_trial_pieces() -> None:

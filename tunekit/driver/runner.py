@@ -6,13 +6,14 @@ worker processes (see ``tunekit.worker.devices``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
@@ -388,6 +389,23 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     return f"no trial reported {name}: {len(records)} trials ended without reporting it"
 
 
+# The benchmarks' seam (benchmarks/scale.py), and nothing else's: a trial function in place of
+# tunekit's Keras trial and listeners that watch the driver. No spec key or CLI flag reaches it.
+_BENCHMARK_SEAM: tuple[Callable[..., None], tuple[Any, ...]] | None = None
+
+
+@contextlib.contextmanager
+def synthetic_trials_for_benchmarks(trial_function: Callable[..., None], *listeners: Any) -> Iterator[None]:
+    """Within this block, searches run ``trial_function(config, spec, experiment_dir)`` as every
+    trial, and ``listeners`` hear the recorder as the console does; everything else is as ever."""
+    global _BENCHMARK_SEAM
+    _BENCHMARK_SEAM = (trial_function, listeners)
+    try:
+        yield
+    finally:
+        _BENCHMARK_SEAM = None
+
+
 def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
     """Who hears about the search as it goes: the console and, when enabled, MLflow."""
     from tunekit.results.summary import LedgerFile
@@ -398,7 +416,7 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
         from tunekit.tracking.tracker import MlflowTracker
 
         listeners.append(MlflowTracker(spec, experiment_dir))
-    return listeners
+    return [*listeners, *(_BENCHMARK_SEAM[1] if _BENCHMARK_SEAM else ())]
 
 
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
@@ -446,8 +464,9 @@ def _trainable(spec: ExperimentSpec, experiment_dir: Path) -> Any:
     from tunekit.config.resources import trial_resources
     from tunekit.worker.trial import run_trial
 
+    trial = _BENCHMARK_SEAM[0] if _BENCHMARK_SEAM else run_trial
     return tune.with_resources(
-        tune.with_parameters(run_trial, spec=spec, experiment_dir=str(experiment_dir)), trial_resources(spec.resources)
+        tune.with_parameters(trial, spec=spec, experiment_dir=str(experiment_dir)), trial_resources(spec.resources)
     )
 
 

@@ -128,6 +128,11 @@ class MlflowTracker:
         self.__dict__.update(state)
         self._init_runtime()
 
+    @property
+    def backlog(self) -> int:
+        """Events queued for MLflow and not yet taken by the writer thread."""
+        return self._queue.qsize()
+
     # ------------------------------------------------------------ listener (driver)
 
     def experiment_started(self, recorder: Recorder) -> None:

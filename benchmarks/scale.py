@@ -1,0 +1,500 @@
+"""Driver scaling: thousands of synthetic trials through every real part of tunekit's driver.
+
+The trial is a function of its configuration, not a model: it sleeps ``EPOCH_S`` per epoch
+and reports a learning curve computed from ``learning_rate``, ``units`` and ``dropout`` (no
+TensorFlow). It runs through ``tunekit.driver.runner.synthetic_trials_for_benchmarks``, the
+seam that swaps the trial function, so the searcher and its SQLite study, ASHA, the
+recorder and its files, the failure guard, the progress line (to a file), the MLflow tracker
+against a real ``mlflow server`` (PostgreSQL on 127.0.0.1 when ``initdb`` and ``pg_ctl`` are
+here, else SQLite, said in the notes) and Ray's experiment checkpointing all run as in a real
+search. Per window of ``WINDOW`` ended trials it records the driver's CPU time per trial,
+split by a profile of the driver's main thread (sampler, study storage, recorder, tracker,
+Ray bookkeeping; the tracker's writer thread is the CPU outside the profiled thread), trials
+per minute, the tracker's backlog, the driver's RSS and the sizes of the experiment
+directory and the study. At the end, MLflow is counted through its API: one parent, one
+child per trial, and every reported epoch as a metric point.
+
+Peers, each in its own process with the same synthetic function: plain Ray Tune with the
+same ASHA and no searcher (Ray's floor), Ray Tune with its own ``OptunaSearch``, and Optuna
+alone (in-memory storage, ``SuccessiveHalvingPruner``: the sampler's floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import math
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+NAME = "scale"
+TITLE = "driver scaling: synthetic trials through tunekit's driver, against Ray's and Optuna's floors"
+EPOCH_S = 0.003  # a synthetic epoch
+MAX_EPOCHS = 9
+GRACE, REDUCTION = 1, 3
+WINDOW = 1000  # trials per reported window (smaller sizes: a tenth of the trials)
+SLOTS = os.cpu_count() or 2
+MODES: dict[str, list[int]] = {"smoke": [60], "quick": [1000], "full": [1000, 5000, 10000]}
+PEERS = ("ray_floor", "ray_optuna", "optuna_floor")
+BUCKETS = {  # where the driver's main thread spent its own time, by the file a function is in
+    "sampler": ("optuna/samplers", "optuna/_hypervolume", "optuna/search_space", "numpy", "scipy"),
+    "study storage": ("optuna/storages", "sqlalchemy", "sqlite3", "alembic"),
+    "recorder": ("tunekit/driver/recorder", "tunekit/driver/records", "tunekit/clock", "csv"),
+    "tracker": ("tunekit/tracking", "mlflow"),
+    "progress": ("tunekit/driver/progress",),
+    "ray": ("ray/",),
+}
+
+DEFINITIONS = {
+    "driver CPU per trial": "the driver process's CPU seconds (every thread) over the window / trials ended in it",
+    "profile split": "the driver's main thread under cProfile timed by its CPU clock, each function's own time "
+    "by the file it is in; 'other threads' is the process's CPU outside the main thread (the MLflow writer, "
+    "Ray's threads)",
+    "trials per minute": "trials ended in the window / the window's wall minutes",
+    "backlog": "the tracker's queued events, sampled on every controller step; the window's maximum",
+}
+
+
+# ------------------------------------------------------------------ the synthetic trial
+
+
+def curve(config: dict[str, Any], epoch: int) -> float:
+    """A learning curve shaped like the digits MLP's: a ceiling set by the configuration."""
+    rate = math.log10(float(config["learning_rate"]))
+    ceiling = (
+        0.98 - 0.25 * abs(rate + 2.5) - 0.3 * float(config["dropout"]) - (0.04 if int(config["units"]) < 64 else 0)
+    )
+    return max(0.05, ceiling) * (1 - math.exp(-epoch / 2.5))
+
+
+def synthetic_trial(config: dict[str, Any], spec: Any, experiment_dir: str) -> None:
+    """tunekit's trial contract without a model: one report per epoch, as the Keras reporter's."""
+    from ray import tune
+
+    from tunekit.layout import EPOCH_KEY, INFO_KEY
+
+    for epoch in range(1, spec.budget.max_epochs + 1):
+        time.sleep(EPOCH_S)
+        bookkeeping: dict[str, Any] = {"metrics": ["val_accuracy", "epoch_seconds"]}
+        if epoch == 1:
+            bookkeeping.update(resumed_from_epoch=0, info={})
+        tune.report(
+            {EPOCH_KEY: epoch, "val_accuracy": curve(config, epoch), "epoch_seconds": EPOCH_S, INFO_KEY: bookkeeping}
+        )
+
+
+def plain_trial(config: dict[str, Any]) -> None:
+    """The same trial as a plain Ray Tune function."""
+    from ray import tune
+
+    for epoch in range(1, MAX_EPOCHS + 1):
+        time.sleep(EPOCH_S)
+        tune.report({"epoch": epoch, "val_accuracy": curve(config, epoch)})
+
+
+# ------------------------------------------------------------------ tunekit's side
+
+
+class Windows:
+    """A recorder listener: per ``window`` ended trials, the driver's costs (see DEFINITIONS)."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.rows: list[dict[str, Any]] = []
+        # Timed by the main thread's CPU clock: waiting (a sleep, a lock, an fsync) is not cost.
+        self.profile = cProfile.Profile(time.thread_time)
+        self._recorder: Any = None
+        self._tracker: Any = None
+        self._ended = 0
+        self._backlog = 0
+        self._max_backlog = 0
+        # (wall, process CPU, profiled total, profiled per bucket) when the last window closed
+        self._last: tuple[float, float, float, dict[str, float]] = (time.monotonic(), time.process_time(), 0.0, {})
+
+    def experiment_started(self, recorder: Any) -> None:
+        from tunekit.tracking.tracker import MlflowTracker
+
+        self._recorder = recorder
+        self._tracker = next((x for x in recorder.listeners if isinstance(x, MlflowTracker)), None)
+        self._last = (time.monotonic(), time.process_time(), 0.0, {})
+        self.profile.enable()
+
+    def trial_started(self, record: Any) -> None: ...
+    def epoch_reported(self, record: Any, row: Any) -> None: ...
+    def warning(self, message: str) -> None: ...
+
+    def tick(self, recorder: Any) -> None:
+        if self._tracker is not None:
+            self._backlog = self._tracker.backlog
+            self._max_backlog = max(self._max_backlog, self._backlog)
+
+    def trial_ended(self, record: Any) -> None:
+        self._ended += 1
+        if self._ended % self.window == 0:
+            self._close_window()
+
+    def experiment_ended(self, recorder: Any) -> None:
+        self.profile.disable()
+        if self._ended % self.window:
+            self._close_window()
+
+    def _close_window(self) -> None:
+        self.profile.disable()
+        wall, cpu = time.monotonic(), time.process_time()
+        buckets, profiled = _buckets(self.profile)
+        then_wall, then_cpu, then_profiled, then_buckets = self._last
+        trials = self._ended - sum(row["trials"] for row in self.rows)
+        spent_cpu = cpu - then_cpu
+        split = {name: (buckets.get(name, 0.0) - then_buckets.get(name, 0.0)) / trials for name in buckets}
+        split["other threads"] = max(0.0, spent_cpu - (profiled - then_profiled)) / trials
+        directory = self._recorder.experiment_dir
+        self.rows.append(
+            {
+                "window": len(self.rows) + 1,
+                "trials": trials,
+                "ended": self._ended,
+                "driver_cpu_per_trial_ms": 1000 * spent_cpu / trials,
+                "split_ms": {name: 1000 * value for name, value in split.items()},
+                "trials_per_minute": 60 * trials / (wall - then_wall),
+                "backlog_max": self._max_backlog,
+                "backlog_now": self._backlog,
+                "rss_mb": _rss_mb(),
+                "experiment_dir_mb": _size_mb(directory),
+                "study_mb": _size_mb(directory / "study.db"),
+            }
+        )
+        self._max_backlog = self._backlog
+        self._last = (wall, cpu, profiled, buckets)
+        self.profile.enable()
+
+
+def _buckets(profile: cProfile.Profile) -> tuple[dict[str, float], float]:
+    """Cumulative own time of the profiled thread per bucket, and its total."""
+    stats = pstats.Stats(profile, stream=io.StringIO())
+    totals = dict.fromkeys([*BUCKETS, "rest"], 0.0)
+    total = 0.0
+    for (filename, _, _), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        total += own
+        bucket = next((name for name, parts in BUCKETS.items() if any(part in filename for part in parts)), "rest")
+        totals[bucket] += own
+    return totals, total
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _size_mb(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_size / 2**20
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def _spec(trials: int, tracking_uri: str) -> dict[str, Any]:
+    return common.digits_spec(
+        name=f"scale-{trials}",
+        budget={"num_samples": trials, "max_epochs": MAX_EPOCHS, "max_concurrent": SLOTS},
+        search={"algorithm": "tpe", "seed": 0, "n_startup_trials": 10},
+        scheduler={"type": "asha", "grace_period": GRACE, "reduction_factor": REDUCTION},
+        resources={"cpu": 1, "gpu": 0},
+        tracking={"enabled": True, "uri": tracking_uri, "experiment": f"scale-{trials}"},
+    )
+
+
+def _run_tunekit(trials: int, workdir: Path) -> dict[str, Any]:
+    import tunekit
+    from tunekit.driver.runner import synthetic_trials_for_benchmarks
+    from tunekit.testing import MlflowServer, PostgresServer, postgres_bin
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workdir, 0o755)  # PostgreSQL runs as its own user when this runs as root
+    postgres = PostgresServer(workdir / "postgres") if postgres_bin() else None
+    server: MlflowServer | None = None
+    try:
+        backend = postgres.start().uri if postgres else None
+        server = MlflowServer(workdir / "mlflow", backend).start()
+        windows = Windows(WINDOW if trials >= WINDOW else max(1, trials // 10))
+        spec = tunekit.load_spec(_spec(trials, server.uri))
+        started = time.monotonic()
+        with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
+            results = tunekit.run(spec, storage=workdir, name="tunekit", progress=console)
+        wall = time.monotonic() - started
+        timings = _load_and_report(results.experiment_dir)
+        counted = _count_mlflow(server.uri, f"scale-{trials}", results)
+    finally:
+        if server is not None:
+            server.stop()
+        if postgres is not None:
+            postgres.stop()
+    return {
+        "side": "tunekit",
+        "trials": trials,
+        "wall_s": wall,
+        "windows": windows.rows,
+        "tracking_backend": "postgresql" if postgres else "sqlite",
+        "mlflow": counted,
+        **timings,
+    }
+
+
+def _load_and_report(experiment_dir: Path) -> dict[str, float]:
+    import subprocess
+
+    import tunekit
+
+    started = time.monotonic()
+    tunekit.load(experiment_dir).trials  # noqa: B018 - the load itself is measured
+    loaded = time.monotonic() - started
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "tunekit.cli", "report", str(experiment_dir)], capture_output=True, check=True
+    )
+    return {"load_s": loaded, "report_s": time.monotonic() - started}
+
+
+def _count_mlflow(uri: str, experiment: str, results: Any) -> dict[str, Any]:
+    """What MLflow holds, counted through its API, against what the experiment recorded."""
+    from mlflow.tracking import MlflowClient
+
+    from tunekit.tracking.client import search_all_runs
+    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_ROLE
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no MLflow experiment {experiment}"
+    ids = [found.experiment_id]
+    parents = list(search_all_runs(client, ids, f"tags.`{TAG_ROLE}` = 'experiment'"))
+    children = list(search_all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{parents[0].info.run_id}'"))
+    points = sum(len(client.get_metric_history(run.info.run_id, "val_accuracy")) for run in children)
+    return {
+        "parents": len(parents),
+        "children": len(children),
+        "trials": len(results.trials),
+        "epoch_points": points,
+        "epochs": len(results.epochs),
+    }
+
+
+# ------------------------------------------------------------------ peers
+
+
+def _ray_space() -> dict[str, Any]:
+    from ray import tune
+
+    return {
+        "learning_rate": tune.loguniform(1e-4, 1e-2),
+        "units": tune.choice([32, 64, 128, 256]),
+        "dropout": tune.uniform(0.0, 0.5),
+        "batch_size": tune.choice([16, 32, 64]),
+    }
+
+
+def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    search = None
+    if with_optuna:
+        from ray.tune.search.optuna import OptunaSearch
+
+        search = OptunaSearch(seed=0)
+    started, cpu = time.monotonic(), time.process_time()
+    ray.init(address="local", num_cpus=SLOTS, include_dashboard=False, log_to_driver=False)
+    tuner = tune.Tuner(
+        tune.with_resources(plain_trial, {"cpu": 1}),
+        param_space=_ray_space(),
+        tune_config=tune.TuneConfig(
+            metric="val_accuracy",
+            mode="max",
+            search_alg=search,
+            scheduler=ASHAScheduler(max_t=MAX_EPOCHS, grace_period=GRACE, reduction_factor=REDUCTION),
+            num_samples=trials,
+            max_concurrent_trials=SLOTS,
+            reuse_actors=True,
+        ),
+        run_config=tune.RunConfig(name="plain", storage_path=str(workdir), verbose=0),
+    )
+    grid = tuner.fit()
+    ray.shutdown()
+    return {"wall_s": time.monotonic() - started, "driver_cpu_s": time.process_time() - cpu, "trials": len(grid)}
+
+
+def _run_optuna(trials: int) -> dict[str, Any]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=10),
+        pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=GRACE, reduction_factor=REDUCTION),
+    )
+    sampler_s, started = 0.0, time.monotonic()
+    for _ in range(trials):
+        ask = time.monotonic()
+        trial = study.ask()
+        config = {
+            "learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True),
+            "units": trial.suggest_categorical("units", [32, 64, 128, 256]),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+            "batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
+        }
+        sampler_s += time.monotonic() - ask
+        value, pruned = 0.0, False
+        for epoch in range(1, MAX_EPOCHS + 1):
+            time.sleep(EPOCH_S)
+            value = curve(config, epoch)
+            trial.report(value, epoch)
+            if trial.should_prune():
+                pruned = True
+                break
+        tell = time.monotonic()
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED) if pruned else study.tell(trial, value)
+        sampler_s += time.monotonic() - tell
+    # One trial at a time: SLOTS workers would take the epochs' sleep SLOTS times as fast.
+    return {"wall_s": time.monotonic() - started, "sampler_s": sampler_s, "trials": trials}
+
+
+# ------------------------------------------------------------------ analysis and main
+
+
+def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    figures, ratios = [], []
+    for trials, sides in sizes.items():
+        tk = sides["tunekit"]
+        rows = tk["windows"]
+        first, last = rows[0], rows[-1]
+        growth = common.ratio(last["driver_cpu_per_trial_ms"], first["driver_cpu_per_trial_ms"])
+        floor = sides["ray_floor"]["wall_s"] + sides["optuna_floor"]["sampler_s"]
+        vs_floor = common.ratio(tk["wall_s"], floor)
+        vs_optuna = common.ratio(sides["ray_optuna"]["wall_s"], tk["wall_s"])
+        counted = tk["mlflow"]
+        lost = counted["parents"] != 1 or counted["children"] != trials or counted["epoch_points"] != counted["epochs"]
+        figures += [
+            common.figure(
+                f"{trials} trials: driver CPU per trial, last window / first",
+                growth,
+                "x",
+                "<= 1.25x",
+                growth is not None and growth <= 1.25,
+            ),
+            common.figure(
+                f"{trials} trials: wall / (Ray's floor + the sampler's floor)",
+                vs_floor,
+                "x",
+                "<= 1.3x",
+                vs_floor is not None and vs_floor <= 1.3,
+            ),
+            common.figure(
+                f"{trials} trials: Ray Tune + OptunaSearch wall / tunekit's",
+                vs_optuna,
+                "x",
+                "> 1x",
+                vs_optuna is not None and vs_optuna > 1,
+            ),
+            common.figure(
+                f"{trials} trials: driver RSS at the end", last["rss_mb"], "MB", "< 1536", last["rss_mb"] < 1536
+            ),
+            common.figure(
+                f"{trials} trials: tracker backlog max / at the end",
+                max(r["backlog_max"] for r in rows),
+                note=f"{tk['mlflow']} at the end",
+            ),
+            common.figure(
+                f"{trials} trials: MLflow lost nothing ({tk['tracking_backend']})",
+                not lost,
+                target="1 parent, every trial, every epoch",
+                met=not lost,
+                note=str(counted),
+            ),
+            common.figure(f"{trials} trials: tunekit.load", tk["load_s"], "s", "< 10", tk["load_s"] < 10),
+            common.figure(f"{trials} trials: tunekit report", tk["report_s"], "s", "< 10", tk["report_s"] < 10),
+        ]
+        for row in rows:
+            split = ", ".join(f"{k} {v:.1f}" for k, v in row["split_ms"].items())
+            figures.append(
+                common.figure(
+                    f"{trials} trials, window {row['window']} (to trial {row['ended']}): driver CPU per trial",
+                    row["driver_cpu_per_trial_ms"],
+                    "ms",
+                    note=f"{split}; {row['trials_per_minute']:.0f} trials/min; backlog max {row['backlog_max']}; "
+                    f"RSS {row['rss_mb']:.0f} MB; experiment {row['experiment_dir_mb']:.1f} MB, "
+                    f"study {row['study_mb']:.1f} MB",
+                )
+            )
+        ratios.append(
+            f"{trials} trials: tunekit {tk['wall_s']:.0f} s; Ray floor {sides['ray_floor']['wall_s']:.0f} s; "
+            f"Ray Tune + OptunaSearch {sides['ray_optuna']['wall_s']:.0f} s; Optuna alone "
+            f"{sides['optuna_floor']['wall_s']:.0f} s (its sampler {sides['optuna_floor']['sampler_s']:.1f} s)"
+        )
+    return figures, ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = common.parser(NAME, __doc__.splitlines()[0])
+    p.add_argument("--side", choices=("tunekit", *PEERS), help=argparse.SUPPRESS)
+    p.add_argument("--trials", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.side:
+        runs = {
+            "tunekit": lambda: _run_tunekit(args.trials, args.workdir),
+            "ray_floor": lambda: _run_ray(args.trials, args.workdir, with_optuna=False),
+            "ray_optuna": lambda: _run_ray(args.trials, args.workdir, with_optuna=True),
+            "optuna_floor": lambda: _run_optuna(args.trials),
+        }
+        common.write_json(args.result, common.clean(runs[args.side]()))
+        return 0
+
+    report = common.Report(NAME, TITLE, args.mode, args.out)
+    sizes: dict[int, dict[str, Any]] = {}
+    # Under /tmp, not the repository: PostgreSQL's own user must reach its folder.
+    root = Path(tempfile.mkdtemp(prefix="tunekit-scale-"))
+    os.chmod(root, 0o755)
+    try:
+        for trials in MODES[args.mode]:
+            for side in ("tunekit", *PEERS):
+                print(f"[{NAME}] {trials} trials: {side} ...", flush=True)
+                where = root / f"{side}-{trials}"
+                sizes.setdefault(trials, {})[side] = common.run_child(
+                    f"benchmarks.{NAME}",
+                    [f"--{args.mode}", "--side", side, "--trials", str(trials), "--workdir", str(where)],
+                    root,
+                    f"{side}-{trials}",
+                )
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    figures, ratios = analyse(sizes)
+    backend = next(iter(sizes.values()))["tunekit"]["tracking_backend"]
+    setup = {
+        "trial": f"synthetic: {EPOCH_S * 1000:.0f} ms per epoch, up to {MAX_EPOCHS} epochs, a curve from the config",
+        "search": f"TPE seed 0, ASHA grace {GRACE} rf {REDUCTION}, {SLOTS} trials at a time",
+        "tracking": f"mlflow server on 127.0.0.1 backed by {backend}",
+        "sizes": MODES[args.mode],
+    }
+    notes = [
+        "The MLflow backend is PostgreSQL (initdb/pg_ctl in a temp dir)."
+        if backend == "postgresql"
+        else "No PostgreSQL here (initdb/pg_ctl not found): the MLflow backend fell back to SQLite.",
+        "cProfile runs on the driver's main thread for tunekit's side: its own cost is in the CPU figures.",
+        "Optuna alone runs one trial at a time; its sampler seconds (ask and tell) are the sampler's floor.",
+    ]
+    return report.finish(figures, ratios, DEFINITIONS, setup, notes, {"sizes": sizes})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
