@@ -28,6 +28,7 @@ import math
 import os
 import pstats
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -41,7 +42,7 @@ TITLE = "driver scaling: synthetic trials through tunekit's driver, against Ray'
 EPOCH_S = 0.003  # a synthetic epoch
 MAX_EPOCHS = 9
 GRACE, REDUCTION = 1, 3
-WINDOW = 1000  # trials per reported window (smaller sizes: a tenth of the trials)
+WINDOW = 1000  # trials per reported window (1,000 trials or fewer: a tenth of them)
 SLOTS = os.cpu_count() or 2
 MODES: dict[str, list[int]] = {"smoke": [60], "quick": [1000], "full": [1000, 5000, 10000]}
 PEERS = ("ray_floor", "ray_optuna", "optuna_floor")
@@ -225,7 +226,7 @@ def _run_tunekit(trials: int, workdir: Path) -> dict[str, Any]:
     try:
         backend = postgres.start().uri if postgres else None
         server = MlflowServer(workdir / "mlflow", backend).start()
-        windows = Windows(WINDOW if trials >= WINDOW else max(1, trials // 10))
+        windows = Windows(WINDOW if trials > WINDOW else max(1, trials // 10))  # --quick: tenths
         spec = tunekit.load_spec(_spec(trials, server.uri))
         started = time.monotonic()
         with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
@@ -450,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.side:
+        # A stopped benchmark still stops the PostgreSQL and mlflow server it started (finally blocks).
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         runs = {
             "tunekit": lambda: _run_tunekit(args.trials, args.workdir),
             "ray_floor": lambda: _run_ray(args.trials, args.workdir, with_optuna=False),
