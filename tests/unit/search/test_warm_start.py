@@ -198,7 +198,9 @@ def test_grid_search_refuses_a_warm_start_from_history(tmp_path: Path) -> None:
 TWO = (MetricSpec("val_accuracy", "max"), MetricSpec("model_params", "min"))
 
 
-def _mo_finished(values: list[float], state: TrialState = TrialState.COMPLETE, **constraints: float) -> FrozenTrial:
+def _mo_finished(
+    values: list[float], state: TrialState = TrialState.COMPLETE, constraints: dict[str, float] | None = None
+) -> FrozenTrial:
     params = {"optimizer": "adam", "units": 32, "dropout": 0.2}
     by_name = {p.name: p.distribution for p in space().params}
     return optuna.trial.create_trial(
@@ -206,7 +208,7 @@ def _mo_finished(values: list[float], state: TrialState = TrialState.COMPLETE, *
         values=values if state == TrialState.COMPLETE else None,
         params=params,
         distributions={name: optuna_distribution(by_name[name]) for name in params},
-        constraints=constraints or None,
+        constraints=constraints,
     )
 
 
@@ -221,7 +223,7 @@ def test_several_objectives_take_the_earlier_values_by_name_and_its_constraints(
     assert history.constraints == {"model_params <= 20000": 10000.0}  # computed from the value: broken
     # A constraint on a metric the study never kept: the earlier trial's own, or the trial is skipped.
     mapping = ObjectiveMap(("model_params", "val_accuracy"), TWO, (limit, latency))
-    kept = _mo_finished([10000.0, 0.9], **{"latency_ms <= 5": -1.5})
+    kept = _mo_finished([10000.0, 0.9], constraints={"latency_ms <= 5": -1.5})
     history, _ = history_trial(kept, space(), space(), "a#1", mapping)
     assert history is not None and history.constraints == {"model_params <= 20000": -10000.0, "latency_ms <= 5": -1.5}
     assert history_trial(_mo_finished([10000.0, 0.9]), space(), space(), "a#2", mapping) == (
