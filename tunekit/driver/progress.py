@@ -273,18 +273,12 @@ def _node(node_id: str | None) -> str:
 def front_text(records: list[TrialRecord], spec: ExperimentSpec) -> str:
     """The Pareto front of the completed feasible trials, and the select rule's pick on it."""
     from tunekit.config.objectives import default_selection
-    from tunekit.search.pareto import nondominated_ranks, to_minimize
+    from tunekit.search.pareto import select_from_front
 
-    finished = [r for r in records if r.status == TrialStatus.COMPLETED and r.feasible]
-    vectors = [(r, v) for r in finished if (v := to_minimize(r.finals, spec.objectives)) is not None]
-    front = [r for (r, _), rank in zip(vectors, nondominated_ranks([v for _, v in vectors]), strict=True) if rank == 1]
-    rule = spec.select or default_selection(spec.objectives)
-    meeting = [r for r in front if all(c.holds(r.finals.get(c.name)) for c in rule.subject_to)]
-    picked = [r for r in meeting if r.finals.get(rule.metric) is not None]
-    if not picked:
+    finished = [(r, r.finals) for r in records if r.status == TrialStatus.COMPLETED and r.feasible]
+    front, chosen = select_from_front(finished, spec.objectives, spec.select or default_selection(spec.objectives))
+    if chosen is None:
         return f"front {len(front)}"
-    sign = 1.0 if rule.mode == "max" else -1.0
-    chosen = max(picked, key=lambda r: sign * r.finals[rule.metric])
     values = ", ".join(f"{o.name} {_value(chosen.finals.get(o.name))}" for o in spec.objectives)
     return f"front {len(front)}, selected trial {_name(chosen)} ({values})"
 

@@ -17,6 +17,7 @@ repeats of this search's trials, and never reach ``trials.csv``, MLflow or the b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -138,8 +139,9 @@ def _best_of_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> dict[st
     """The best history trial by tunekit's rule (complete before pruned; with several objectives,
     the ``select`` rule's pick among the feasible front), as warm_start.json records it."""
     statuses = {TrialState.COMPLETE: TrialStatus.COMPLETED, TrialState.PRUNED: TrialStatus.PRUNED}
-    best = _selected_history(trials, spec) if spec.multi_objective else None
-    if not spec.multi_objective:
+    if spec.multi_objective:
+        best = _selected_history(trials, spec)
+    else:
         best = pick_best([(statuses[t.state], t.value, t) for t in trials], spec.metric.mode)
     if best is None:
         return None
@@ -156,37 +158,21 @@ def _best_of_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> dict[st
 
 
 def _selected_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> FrozenTrial | None:
-    """The ``select`` rule over history trials: the best by its metric among the feasible
-    non-dominated ones meeting its ``subject_to`` (metrics the trials carry: the objectives)."""
-    from tunekit.search.pareto import nondominated_ranks, to_minimize
+    """The ``select`` rule over history trials: its pick among the feasible front. A
+    ``subject_to`` metric history does not carry holds where the earlier trial's same constraint held."""
+    from tunekit.search.pareto import select_from_front
 
     feasible = [t for t in trials if all(v <= 0 for v in t.constraints.values())]
-    named = [dict(zip((o.name for o in spec.objectives), t.values, strict=True)) for t in feasible]
-    vectors = [vector for values in named if (vector := to_minimize(values, spec.objectives)) is not None]
-    if len(vectors) != len(named):
-        return None  # a history trial always has every objective's value; nothing to rank otherwise
-    ranks = nondominated_ranks(vectors)
-    front = [(t, values) for t, values, rank in zip(feasible, named, ranks, strict=True) if rank == 1]
+    names = [o.name for o in spec.objectives]
+    candidates = [(t, dict(zip(names, t.values, strict=True))) for t in feasible]
     rule = spec.select or default_selection(spec.objectives)
-    subject_to: tuple[Constraint, ...] = rule.subject_to
-    rule_metric, mode = rule.metric, rule.mode
-    if rule_metric not in {o.name for o in spec.objectives}:  # a reported metric history does not carry
-        rule_metric, mode = spec.objectives[0].name, spec.objectives[0].mode
+    if rule.metric not in names:  # a reported metric history does not carry: by the first objective
+        rule = dataclasses.replace(default_selection(spec.objectives), subject_to=rule.subject_to)
 
-    def meets(trial: FrozenTrial, values: dict[str, float]) -> bool:
-        # A subject_to metric that is not an objective: the earlier trial's same constraint, if it had it.
-        return all(
-            c.holds(values[c.name])
-            if c.name in values
-            else c.text in trial.constraints and trial.constraints[c.text] <= 0
-            for c in subject_to
-        )
+    def meets(trial: FrozenTrial, constraint: Constraint) -> bool:
+        return constraint.text in trial.constraints and trial.constraints[constraint.text] <= 0
 
-    meeting = [(t, v) for t, v in front if meets(t, v)]
-    if not meeting:
-        return None
-    sign = 1.0 if mode == "max" else -1.0
-    return max(meeting, key=lambda pair: sign * pair[1][rule_metric])[0]
+    return select_from_front(candidates, spec.objectives, rule, meets)[1]
 
 
 def _earlier_study(directory: Path) -> tuple[SearchSpace, list[FrozenTrial]]:

@@ -14,9 +14,10 @@ and so on (Deb et al.'s NSGA-II fronts).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
-from tunekit.config.objectives import Constraint, MetricSpec
+from tunekit.config.objectives import Constraint, MetricSpec, Selection
 
 Vector = Sequence[float]
 
@@ -106,6 +107,38 @@ def promotion_order(points: Sequence[Vector], feasible: Sequence[bool] | None = 
 def is_feasible(values: Mapping[str, float | None], constraints: Sequence[Constraint]) -> bool:
     """Every constraint holds; a metric never measured breaks its constraint."""
     return all(c.holds(values.get(c.name)) for c in constraints)
+
+
+T = TypeVar("T")
+
+
+def select_from_front(
+    candidates: Sequence[tuple[T, Mapping[str, float | None]]],
+    objectives: Sequence[MetricSpec],
+    selection: Selection,
+    meets: Callable[[T, Constraint], bool] | None = None,
+) -> tuple[list[T], T | None]:
+    """The non-dominated ``candidates`` (each with its metric values; already feasible and
+    finished), and the one ``selection`` picks among them: best by its metric among those
+    meeting ``subject_to`` (``meets`` decides a constraint its values cannot), or None."""
+    ranked = [(item, values, v) for item, values in candidates if (v := to_minimize(values, objectives)) is not None]
+    ranks = nondominated_ranks([v for _, _, v in ranked])
+    front = [(item, values) for (item, values, _), rank in zip(ranked, ranks, strict=True) if rank == 1]
+
+    def holds(item: T, values: Mapping[str, float | None], constraint: Constraint) -> bool:
+        if values.get(constraint.name) is None and meets is not None:
+            return meets(item, constraint)
+        return constraint.holds(values.get(constraint.name))
+
+    sign = 1.0 if selection.mode == "max" else -1.0
+    picked = [
+        (sign * float(value), item)
+        for item, values in front
+        if (value := values.get(selection.metric)) is not None
+        and all(holds(item, values, c) for c in selection.subject_to)
+    ]
+    chosen = max(picked, key=lambda pair: pair[0])[1] if picked else None
+    return [item for item, _ in front], chosen
 
 
 def hypervolume_2d(points: Sequence[Vector], reference: Vector) -> float:
