@@ -242,6 +242,7 @@ def _run_tunekit(trials: int, workdir: Path) -> dict[str, Any]:
         with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
             results = tunekit.run(spec, storage=workdir, name="tunekit", progress=console)
         wall = time.monotonic() - started
+        windows.profile.dump_stats(workdir / "driver.pstats")  # kept with --keep, for pstats by function
         timings = _load_and_report(results.experiment_dir)
         counted = _count_mlflow(server.uri, f"scale-{trials}", results)
     finally:
@@ -322,7 +323,7 @@ def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
     if with_optuna:
         from ray.tune.search.optuna import OptunaSearch
 
-        search = OptunaSearch(seed=0)
+        search = OptunaSearch(sampler=_sampler())
     started, cpu = time.monotonic(), time.process_time()
     ray.init(address="local", num_cpus=SLOTS, include_dashboard=False, log_to_driver=False)
     tuner = tune.Tuner(
@@ -344,13 +345,20 @@ def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
     return {"wall_s": time.monotonic() - started, "driver_cpu_s": time.process_time() - cpu, "trials": len(grid)}
 
 
+def _sampler() -> Any:
+    """The peers' sampler: TPE as tunekit builds it for this spec (multivariate, constant liar)."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=0, n_startup_trials=10, constant_liar=True, multivariate=True)
+
+
 def _run_optuna(trials: int) -> dict[str, Any]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=10),
+        sampler=_sampler(),
         pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=GRACE, reduction_factor=REDUCTION),
     )
     sampler_s, started = 0.0, time.monotonic()
@@ -389,6 +397,8 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         rows = tk["windows"]
         first, last = rows[0], rows[-1]
         growth = common.ratio(last["driver_cpu_per_trial_ms"], first["driver_cpu_per_trial_ms"])
+        # The target leaves out the sampler's own model fitting, which grows with TPE's history.
+        growth_driver = common.ratio(_without_sampler(last), _without_sampler(first))
         floor = sides["ray_floor"]["wall_s"] + sides["optuna_floor"]["sampler_s"]
         vs_floor = common.ratio(tk["wall_s"], floor)
         vs_optuna = common.ratio(sides["ray_optuna"]["wall_s"], tk["wall_s"])
@@ -396,11 +406,12 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         lost = counted["parents"] != 1 or counted["children"] != trials or counted["epoch_points"] != counted["epochs"]
         figures += [
             common.figure(
-                f"{trials} trials: driver CPU per trial, last window / first",
-                growth,
+                f"{trials} trials: driver CPU per trial without the sampler, last window / first",
+                growth_driver,
                 "x",
                 "<= 1.25x",
-                growth is not None and growth <= 1.25,
+                growth_driver is not None and growth_driver <= 1.25,
+                note=f"with the sampler's own work: {growth:.2f}x" if growth is not None else "",
             ),
             common.figure(
                 f"{trials} trials: wall / (Ray's floor + the sampler's floor)",
@@ -452,6 +463,10 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
             f"{sides['optuna_floor']['wall_s']:.0f} s (its sampler {sides['optuna_floor']['sampler_s']:.1f} s)"
         )
     return figures, ratios
+
+
+def _without_sampler(row: dict[str, Any]) -> float:
+    return float(row["driver_cpu_per_trial_ms"]) - float(row["split_ms"].get("sampler", 0.0))
 
 
 def main(argv: list[str] | None = None) -> int:

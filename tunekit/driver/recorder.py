@@ -2,19 +2,19 @@
 
 This is the one place that reads Ray's trial events. It keeps a ``TrialRecord`` per
 trial and an ``EpochRow`` per reported epoch (``tunekit.driver.records``, with the rules
-of how a trial ended), writes ``trials.csv`` and ``epochs.csv``
-into the experiment directory as trials end, and forwards each change to listeners
-(the console and the MLflow tracker), which never touch Ray themselves.
+of how a trial ended), writes ``trials.csv``, ``epochs.csv`` and ``spans.csv`` into the
+experiment directory at most every ``_LIVE_WRITE_EVERY_S`` while anything changed (and at
+the session's end), and forwards each change to listeners (the console and the MLflow
+tracker), which never touch Ray themselves.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -25,14 +25,14 @@ from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.records import (
     EpochRow,
+    EpochsTable,
+    SpansTable,
     TrialRecord,
+    TrialsTable,
     apply_epoch,
     params_of,
     settle_ended,
     settle_errored,
-    write_epochs_csv,
-    write_spans_csv,
-    write_trials_csv,
 )
 from tunekit.layout import (
     EPOCH_KEY,
@@ -47,6 +47,7 @@ from tunekit.layout import (
     STOPPED_BY_MODEL,
     TRIALS_FILE,
     TrialStatus,
+    finite,
 )
 from tunekit.search.moasha import RecordingMOASHA
 from tunekit.search.pbt import ExploitStep, RecordingPBT, write_exploits_csv
@@ -54,6 +55,7 @@ from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
 
 logger = logging.getLogger("tunekit")
+T = TypeVar("T")
 
 _TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
 _LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` while trials report
@@ -76,7 +78,12 @@ class Recorder(Callback):
 
     # Class-level, so a recorder unpickled from an older experiment's state has them too.
     _written = 0.0  # when the tables were last written
-    _unwritten = False  # epochs reported since then
+    _unwritten = False  # records changed since then
+    _tables: tuple[TrialsTable, EpochsTable, SpansTable] | None = None  # built on first write, never pickled
+    # best() among completed trials, kept as they end: the console and the tracker ask as
+    # every trial ends, and pick_best over every record made the driver's cost per trial
+    # grow with the search (benchmarks/scale.py).
+    _best_completed: TrialRecord | None = None
 
     def __init__(
         self,
@@ -97,6 +104,9 @@ class Recorder(Callback):
         self.export_notes: set[str] = set()
         self.exploits: list[ExploitStep] = []  # PBT's exploit steps, in order (exploits.csv)
         self._row_index: dict[tuple[str, int], int] = {}  # (trial id, epoch) -> its row in self.epochs
+        # What changed since the tables were last written: trial ids, and epoch rows replaced.
+        self._changed: set[str] = set()
+        self._replaced_rows: set[int] = set()
         self._touched = 0.0  # when started.json's session end was last moved
         # When this process's session began (the runner sets it before Ray starts, so the
         # active clock and the console's elapsed time agree); setup's time when unset.
@@ -114,7 +124,7 @@ class Recorder(Callback):
                 record.attempts += 1
             record.status = TrialStatus.RUNNING
         record.begin_span(self.clock.now())
-        self.write_tables()  # `tunekit status` sees it running, from another shell
+        self._changed_record(record)  # `tunekit status` sees it running within _LIVE_WRITE_EVERY_S
         for listener in self.listeners:
             listener.trial_started(record)
 
@@ -139,7 +149,7 @@ class Recorder(Callback):
             record.node_id = str(record.info.get("node_id", ""))
         # Ray adds the worker's pid to every result; the node comes with the attempt's first epoch.
         record.note_worker(record.node_id if "info" in bookkeeping else "", result.get("pid"))
-        self._unwritten = True
+        self._changed_record(record)
         row = EpochRow(
             trial.trial_id,
             int(result[EPOCH_KEY]),
@@ -166,7 +176,9 @@ class Recorder(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         """A worker died and Ray retries the trial from its checkpoint: this span ends here."""
-        self._record(trial).close_span(self.clock.now())
+        record = self._record(trial)
+        record.close_span(self.clock.now())
+        self._changed_record(record)
 
     def _warn_export(self, record: TrialRecord, note: str) -> None:
         """One warning line per search: every trial of one model class fails its export alike."""
@@ -189,6 +201,7 @@ class Recorder(Callback):
         index = self._row_index.get((row.trial_id, row.epoch))
         if index is not None:
             self.epochs[index] = row
+            self._replaced_rows.add(index)
             return
         self._row_index[(row.trial_id, row.epoch)] = len(self.epochs)
         self.epochs.append(row)
@@ -238,8 +251,30 @@ class Recorder(Callback):
         return counts
 
     def best(self) -> TrialRecord | None:
+        """The best trial so far, by ``pick_best``'s rule: a completed trial once there is one
+        (its final metric no longer changes, so it is kept as trials end), else any scored one."""
+        kept = self._best_completed
+        if kept is not None and kept.status == TrialStatus.COMPLETED:
+            return kept
+        if kept is not None:  # it runs again (a resumed search reopened it): look afresh
+            self._rescan_best()
+            if self._best_completed is not None:
+                return self._best_completed
         candidates = [(r.status, r.final_metric, r) for r in self.trials.values()]
         return pick_best(candidates, self.spec.metric.mode)
+
+    def _rescan_best(self) -> None:
+        self._best_completed = None
+        for record in self.trials.values():
+            self._keep_best(record)
+
+    def _keep_best(self, record: TrialRecord) -> None:
+        """A trial ended: is it the best completed one? Ties go to the lower trial number, as in trials.csv."""
+        if record.status != TrialStatus.COMPLETED or finite(record.final_metric) is None:
+            return
+        pair = [r for r in (self._best_completed, record) if r is not None]
+        ordered = sorted(pair, key=lambda r: (r.number is None, r.number))
+        self._best_completed = pick_best([(r.status, r.final_metric, r) for r in ordered], self.spec.metric.mode)
 
     # ------------------------------------------------------------------- internals
 
@@ -270,6 +305,7 @@ class Recorder(Callback):
         now = self.clock.now()
         for record in self.trials.values():
             record.close_span(now)
+        self._changed.update(self.trials)
         self.clock.end()
         self.write_tables()
 
@@ -283,6 +319,7 @@ class Recorder(Callback):
             if trial.status == Trial.PAUSED:
                 now = self.clock.now() if now is None else now
                 record.close_span(now)
+                self._changed_record(record)
 
     def _touch_clock(self) -> None:
         self._touched = time.time()
@@ -310,34 +347,52 @@ class Recorder(Callback):
         record.close_span(self.clock.now())
         if record.status == TrialStatus.COMPLETED:
             record.rung = rung_of(record.epochs, self.spec)
-        self.write_tables()
+        self._changed_record(record)
+        self._keep_best(record)
         for listener in self.listeners:
             listener.trial_ended(record)
 
+    def _changed_record(self, record: TrialRecord) -> None:
+        self._changed.add(record.trial_id)
+        self._unwritten = True
+
     def write_tables(self) -> None:
+        """Writes every table; only rows that changed since the last write are rendered again."""
         self._written, self._unwritten = time.time(), False
         self._touch_clock()
-        records = list(self.trials.values())
-        write_trials_csv(self.experiment_dir / TRIALS_FILE, records, self.clock.now())
-        write_epochs_csv(self.experiment_dir / EPOCHS_FILE, self.epochs)
-        write_spans_csv(self.experiment_dir / SPANS_FILE, records)
+        if self._tables is None:  # a new or restored recorder: every row is rendered
+            self._tables = (
+                TrialsTable(self.experiment_dir / TRIALS_FILE),
+                EpochsTable(self.experiment_dir / EPOCHS_FILE),
+                SpansTable(self.experiment_dir / SPANS_FILE),
+            )
+        trials, epochs, spans = self._tables
+        changed, self._changed = self._changed, set()
+        replaced, self._replaced_rows = self._replaced_rows, set()
+        trials.write(self.trials, changed, self.clock.now())
+        epochs.write(self.epochs, replaced)
+        spans.write(self.trials, changed)
         if isinstance(self.scheduler, RecordingPBT):
             numbers = {r.trial_id: r.number for r in self.trials.values()}
             params = self.scheduler.params
             write_exploits_csv(self.experiment_dir / EXPLOITS_FILE, self.exploits, numbers, params, self.clock)
 
-    # Ray saves this with every experiment checkpoint and hands it back on restore.
+    # Ray saves this with every experiment checkpoint (every second) and hands it back on
+    # restore. It pickles the state at once, in this thread, so the records go as they are:
+    # copying thousands of them into dicts (dataclasses.asdict) cost more than the pickle.
     def get_state(self) -> dict[str, Any]:
         return {
-            "trials": [asdict(r) for r in self.trials.values()],
-            "epochs": [asdict(r) for r in self.epochs],
-            "clock": asdict(self.clock),
-            "exploits": [asdict(step) for step in self.exploits],
+            "trials": list(self.trials.values()),
+            "epochs": self.epochs,
+            "clock": self.clock,
+            "exploits": self.exploits,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.trials = {r["trial_id"]: TrialRecord(**r) for r in state["trials"]}
-        self.epochs = [EpochRow(**r) for r in state["epochs"]]
+        self.trials = {r.trial_id: r for r in map(_revived(TrialRecord), state["trials"])}
+        self.epochs = list(map(_revived(EpochRow), state["epochs"]))
+        self._tables = None
+        self._rescan_best()
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.clock = self._restored_clock(state)
         # The last session ran at least until the latest moment the saved records know of:
@@ -356,7 +411,7 @@ class Recorder(Callback):
             self.scheduler.replay(self._metric_by_epoch(), pruned)
         if isinstance(self.scheduler, RecordingMOASHA):
             self.scheduler.replay(self._metrics_by_epoch(), pruned)
-        self.exploits = [ExploitStep(**step) for step in state.get("exploits", [])]
+        self.exploits = list(map(_revived(ExploitStep), state.get("exploits", [])))
         if isinstance(self.scheduler, RecordingPBT):
             self.scheduler.replay(self._metric_by_epoch(), self.exploits)
 
@@ -366,9 +421,9 @@ class Recorder(Callback):
         if on_disk is not None and on_disk.sessions:
             return on_disk
         saved = state.get("clock")
-        if saved:
-            return SearchClock(saved["started_at"], [list(pair) for pair in saved["sessions"]])
-        return SearchClock.new()
+        if isinstance(saved, dict):
+            saved = SearchClock(saved["started_at"], [list(pair) for pair in saved["sessions"]])
+        return saved or SearchClock.new()
 
     def _metric_by_epoch(self) -> dict[str, dict[int, float]]:
         """{trial id: {epoch: the spec's metric}}, from the recorded epochs: what schedulers replay."""
@@ -385,8 +440,20 @@ class Recorder(Callback):
             values.setdefault(row.trial_id, {})[row.epoch] = {**row.metrics, EPOCH_KEY: row.epoch}
         return values
 
-    # Ray pickles callbacks with the tuner; listeners hold consoles and clients.
+    # Ray pickles callbacks with the tuner; listeners hold consoles and clients, tables a buffer.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["listeners"] = []
+        state.pop("_tables", None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # A recorder pickled by an earlier tunekit (an experiment's tuner.pkl) lacks these.
+        self.__dict__.setdefault("_changed", set(self.trials))
+        self.__dict__.setdefault("_replaced_rows", set())
+
+
+def _revived(kind: Callable[..., T]) -> Callable[[Any], T]:
+    """Ray's saved state holds the records themselves; an earlier tunekit saved them as dicts."""
+    return lambda item: kind(**item) if isinstance(item, dict) else item

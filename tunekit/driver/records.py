@@ -8,7 +8,9 @@ Python, so the status and reason rules are tested with made-up records.
 from __future__ import annotations
 
 import csv
+import io
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,83 +179,162 @@ def settle_errored(record: TrialRecord, traceback: str) -> None:
 
 
 # -------------------------------------------------------------------------- tables
+#
+# A search of thousands of trials rewrites its tables every few seconds. Each table keeps
+# every row rendered as a CSV line and renders again only the rows whose record changed
+# (and running trials, whose wall seconds grow), or all of them when its columns change;
+# a write joins the lines. So a write costs bytes, not Python work per row and column, and
+# the driver's cost per trial stays flat as the search grows (benchmarks/scale.py).
 
 
-def write_trials_csv(path: Path, records: list[TrialRecord], now: float) -> None:
-    """``trials.csv``; ``now`` is the search's active clock, for the spans of running trials."""
-    param_names = sorted({name for r in records for name in r.params})
-    info_names = sorted({name for r in records for name in r.info if name != "node_id"})
-    final_names = list(dict.fromkeys(name for r in records for name in r.finals))
-    columns = [
+class _Lines:
+    """CSV lines by key, in the order keys were first rendered, and the file they are written to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: list[str] = []
+        self.lines: dict[Any, str] = {}
+        self._buffer = io.StringIO()
+        self._writer = csv.writer(self._buffer)
+
+    def reset(self, columns: list[str]) -> None:
+        """New columns: every row is rendered again."""
+        self.columns = columns
+        self.lines.clear()
+
+    def render(self, rows: list[list[Any]]) -> str:
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        self._writer.writerows(rows)
+        return self._buffer.getvalue()
+
+    def write(self, order: Iterable[Any] | None = None) -> None:
+        header = self.render([self.columns])
+        body = "".join(self.lines[key] for key in order) if order is not None else "".join(self.lines.values())
+        partial = self.path.with_suffix(".csv.partial")
+        partial.write_text(header + body)
+        partial.replace(self.path)  # readers never see half a table
+
+
+class TrialsTable:
+    """``trials.csv``: one row per trial, in trial-number order."""
+
+    def __init__(self, path: Path) -> None:
+        self._lines = _Lines(path)
+        self._names: tuple[list[str], list[str], list[str]] = ([], [], [])  # params, info, finals
+        self._order: list[str] = []
+
+    def write(self, records: Mapping[str, TrialRecord], changed: set[str], now: float) -> None:
+        """Writes the table; ``changed`` names the trials whose records changed since the last write
+        (every trial the first time), ``now`` is the search's active clock, for running trials' spans."""
+        names = self._column_names(records, changed)
+        lines = self._lines
+        if names != self._names or not lines.columns:
+            self._names = names
+            lines.reset(_trial_columns(*names))
+        fresh = [key for key in records if key not in lines.lines]
+        for key in {*changed, *fresh, *(k for k, r in records.items() if _running(r))}:
+            if key in records:
+                lines.lines[key] = lines.render([_trial_cells(records[key], now, *names)])
+        if fresh or len(self._order) != len(lines.lines):
+            ordered = sorted(records.values(), key=lambda r: (r.number is None, r.number, r.started_at))
+            self._order = [r.trial_id for r in ordered]
+        lines.write(self._order)
+
+    def _column_names(
+        self, records: Mapping[str, TrialRecord], changed: set[str]
+    ) -> tuple[list[str], list[str], list[str]]:
+        # Names only ever join a search; a record not changed since the last write adds none.
+        seen = self._lines.lines
+        looked = [r for key, r in records.items() if key in changed or key not in seen]
+        params, info, finals = (list(names) for names in self._names)
+        params = sorted({*params, *(name for r in looked for name in r.params)})
+        info = sorted({*info, *(name for r in looked for name in r.info if name != "node_id")})
+        finals = list(dict.fromkeys([*finals, *(name for r in looked for name in r.finals)]))
+        return params, info, finals
+
+
+def _running(record: TrialRecord) -> bool:
+    return bool(record.spans) and record.spans[-1][1] is None
+
+
+def _trial_columns(param_names: list[str], info_names: list[str], final_names: list[str]) -> list[str]:
+    return [
         *TRIAL_COLUMNS,
         *(f"{FINAL_PREFIX}{name}" for name in final_names),
         *([FEASIBLE_COLUMN] if final_names else []),
         *(f"{PARAM_PREFIX}{name}" for name in param_names),
         *(f"{INFO_PREFIX}{name}" for name in info_names),
     ]
-    rows = []
-    for r in sorted(records, key=lambda r: (r.number is None, r.number, r.started_at)):
-        # TRIAL_COLUMNS are TrialRecord attributes, by construction, but for the one it adds up
-        row = {column: getattr(r, column) for column in TRIAL_COLUMNS if column != "wall_seconds"}
-        row["wall_seconds"] = round(r.active_seconds(now), 3)
-        if final_names:
-            row.update({f"{FINAL_PREFIX}{name}": r.finals.get(name) for name in final_names})
-            row[FEASIBLE_COLUMN] = r.feasible
-        row.update({f"{PARAM_PREFIX}{name}": r.params.get(name) for name in param_names})
-        row.update({f"{INFO_PREFIX}{name}": _cell(r.info.get(name)) for name in info_names})
-        rows.append(row)
-    _write_csv(path, columns, rows)
 
 
-def write_spans_csv(path: Path, records: list[TrialRecord]) -> None:
+def _trial_cells(
+    r: TrialRecord, now: float, param_names: list[str], info_names: list[str], final_names: list[str]
+) -> list[Any]:
+    # TRIAL_COLUMNS are TrialRecord attributes, by construction, but for the one it adds up
+    cells = [
+        round(r.active_seconds(now), 3) if column == "wall_seconds" else getattr(r, column) for column in TRIAL_COLUMNS
+    ]
+    if final_names:
+        cells += [r.finals.get(name) for name in final_names]
+        cells.append(r.feasible)
+    cells += [r.params.get(name) for name in param_names]
+    cells += [_cell(r.info.get(name)) for name in info_names]
+    return cells
+
+
+class SpansTable:
     """``spans.csv``: one row per stretch a trial ran, on the active clock (end empty while running)."""
-    rows = [
-        {
-            "trial_id": r.trial_id,
-            "span": index,
-            "start": _seconds(start),
-            "end": _seconds(end),
-            **_worker_cells(r, index - 1),
-        }
-        for r in records
+
+    def __init__(self, path: Path) -> None:
+        self._lines = _Lines(path)
+        self._lines.reset(list(SPAN_COLUMNS))
+
+    def write(self, records: Mapping[str, TrialRecord], changed: set[str]) -> None:
+        lines = self._lines
+        for key in {*changed, *(key for key in records if key not in lines.lines)}:
+            if key in records:
+                lines.lines[key] = lines.render(_span_rows(records[key]))
+        lines.write(key for key in records)
+
+
+def _span_rows(r: TrialRecord) -> list[list[Any]]:
+    return [
+        [r.trial_id, index, _seconds(start), _seconds(end), *_worker_cells(r, index - 1)]
         for index, (start, end) in enumerate(r.spans, start=1)
     ]
-    _write_csv(path, list(SPAN_COLUMNS), rows)
 
 
-def _worker_cells(record: TrialRecord, index: int) -> dict[str, Any]:
+def _worker_cells(record: TrialRecord, index: int) -> list[Any]:
     worker = record.span_workers[index] if index < len(record.span_workers) else {}
-    return {"attempt": worker.get("attempt"), "node_id": worker.get("node_id") or None, "pid": worker.get("pid")}
+    return [worker.get("attempt"), worker.get("node_id") or None, worker.get("pid")]
 
 
 def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def write_epochs_csv(path: Path, rows: list[EpochRow]) -> None:
-    metric_names = sorted({name for row in rows for name in row.metrics})
-    columns = [*EPOCH_COLUMNS, *metric_names]
-    values = [
-        {
-            "trial_id": r.trial_id,
-            "epoch": r.epoch,
-            "attempt": r.attempt,
-            "resumed_from_epoch": r.resumed_from_epoch,
-            "time": round(r.at, 3),
-            **r.metrics,
-        }
-        for r in rows
-    ]
-    _write_csv(path, columns, values)
+class EpochsTable:
+    """``epochs.csv``: one row per trial per epoch, in the order they were reported."""
 
+    def __init__(self, path: Path) -> None:
+        self._lines = _Lines(path)
+        self._metric_names: list[str] = []
 
-def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
-    partial = path.with_suffix(".csv.partial")
-    with partial.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    partial.replace(path)  # readers never see half a table
+    def write(self, rows: list[EpochRow], changed: set[int]) -> None:
+        """``changed``: the indices of rows replaced since the last write (an epoch trained again)."""
+        lines = self._lines
+        fresh = range(len(lines.lines), len(rows))
+        names = sorted({*self._metric_names, *(name for i in fresh for name in rows[i].metrics)})
+        if names != self._metric_names or not lines.columns:
+            self._metric_names = names
+            lines.reset([*EPOCH_COLUMNS, *names])
+            changed, fresh = set(), range(len(rows))
+        for index in [*changed, *fresh]:
+            r = rows[index]
+            cells = [r.trial_id, r.epoch, r.attempt, r.resumed_from_epoch, round(r.at, 3)]
+            lines.lines[index] = lines.render([[*cells, *(r.metrics.get(name) for name in names)]])
+        lines.write(range(len(rows)))
 
 
 def _cell(value: Any) -> Any:

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, TextIO
 
 from tunekit.compat import (
+    bound_experiment_state_saves,
     forget_saved_run_limits,
     restored_run_config,
     restored_tune_config,
@@ -38,6 +39,7 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.session import (
+    SAVE_STATE_EVERY_S,
     check_cluster_fits,
     check_storage_shared,
     driver_env,
@@ -322,6 +324,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
 
     from tunekit.driver.recorder import Recorder
 
+    bound_experiment_state_saves(SAVE_STATE_EVERY_S)
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)

@@ -25,6 +25,8 @@ from tunekit.errors import ClusterError, ResourceError, StorageError
 
 logger = logging.getLogger(__name__)
 
+SAVE_STATE_EVERY_S = 1
+
 # Settings of the driver's Ray Tune, and why:
 _DRIVER_ENV = {
     # tunekit writes its own trial and epoch tables; Ray's per-result JSON, CSV and
@@ -34,8 +36,9 @@ _DRIVER_ENV = {
     # itself and fails with the list of names it did see.
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
     # Save Ray's experiment state (trials, searcher and recorder state) every second,
-    # so a killed driver loses at most a second of bookkeeping.
-    "TUNE_GLOBAL_CHECKPOINT_S": "1",
+    # so a killed driver loses at most a second of bookkeeping, unless saves take more
+    # than 5% of that (thousands of trials; see compat.bound_experiment_state_saves).
+    "TUNE_GLOBAL_CHECKPOINT_S": str(SAVE_STATE_EVERY_S),
     # verbose=0 alone still prints the new output engine's banner; tunekit shows its own progress.
     "RAY_AIR_NEW_OUTPUT": "0",
     # tunekit handles SIGINT and SIGTERM itself (StopSignals) and stops Tune through the

@@ -264,7 +264,7 @@ class MlflowTracker:
         best = recorder.best()
         counts = recorder.counts()
         return ProgressEvent(
-            ended=sum(1 for r in records if _status(r).is_finished()),
+            ended=sum(count for status, count in counts.items() if status != TrialStatus.RUNNING),
             best=None if best is None else best.final_metric,
             best_trial=None if best is None else best.trial_id,
             counts=counts,

@@ -13,10 +13,10 @@ from tunekit.config.spec import ExperimentSpec, parse_spec
 from tunekit.driver.records import (
     EpochRow,
     TrialRecord,
+    TrialsTable,
     apply_epoch,
     settle_ended,
     settle_errored,
-    write_trials_csv,
 )
 from tunekit.layout import TrialStatus
 
@@ -117,7 +117,7 @@ def test_trials_csv_holds_plain_status_strings_and_the_seconds_of_the_trials_spa
         trial.begin_span(start)
         trial.close_span(end)
     settle_ended(trial, spec(), pruned=False, elapsed=1.0)
-    write_trials_csv(tmp_path / "trials.csv", [trial], now=30.0)
+    TrialsTable(tmp_path / "trials.csv").write({trial.trial_id: trial}, set(), now=30.0)
     with (tmp_path / "trials.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert rows[0]["status"] == "completed"

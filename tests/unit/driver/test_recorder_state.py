@@ -1,0 +1,77 @@
+"""The recorder's saved state, and the best trial it keeps as trials end instead of scanning for it."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ray.tune.schedulers import FIFOScheduler
+
+from tunekit.driver.recorder import Recorder
+from tunekit.layout import EPOCH_KEY, INFO_KEY, TrialStatus
+from tunekit.search.plan import pick_best
+
+from .test_trial_endings import spec
+
+
+class Numbers:
+    """The searcher's one duty the recorder needs: a trial's number."""
+
+    def trial_number(self, trial_id: str) -> int:
+        return int(trial_id[1:])
+
+
+def recorder(tmp: Path) -> Recorder:
+    return Recorder(spec(), tmp, searcher=Numbers(), scheduler=FIFOScheduler())
+
+
+def run_trial(rec: Recorder, number: int, values: list[float]) -> None:
+    trial: Any = SimpleNamespace(trial_id=f"t{number}", config={"lr": number / 10})
+    rec.on_trial_start(0, [], trial)
+    for epoch, value in enumerate(values, start=1):
+        result = {EPOCH_KEY: epoch, "acc": value, INFO_KEY: {"metrics": ["acc"]}, "pid": 7}
+        rec.on_trial_result(0, [], trial, result)
+    rec.on_trial_complete(0, [], trial)
+
+
+def table_texts(directory: Path) -> list[str]:
+    return [(directory / name).read_text() for name in ("trials.csv", "epochs.csv", "spans.csv")]
+
+
+def test_the_saved_state_restores_the_same_tables_and_an_earlier_tunekit_s_dict_state_too(tmp_path: Path) -> None:
+    first = recorder(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    for number, values in enumerate([[0.2] * 9, [0.5, 0.6], [0.3] * 9]):
+        run_trial(first, number, values)
+    first.end_session()
+    saved = pickle.loads(pickle.dumps(first.get_state()))  # as Ray writes and reads it
+    as_dicts = {
+        "trials": [asdict(r) for r in first.trials.values()],
+        "epochs": [asdict(r) for r in first.epochs],
+        "clock": asdict(first.clock),
+        "exploits": [],
+    }
+    for name, state in (("b", saved), ("c", as_dicts)):
+        (tmp_path / name).mkdir()
+        restored = recorder(tmp_path / name)
+        restored.set_state(state)
+        restored.write_tables()
+        assert restored.trials == first.trials and restored.epochs == first.epochs, name
+        assert table_texts(tmp_path / name) == table_texts(tmp_path / "a"), name
+        assert restored.best() is restored.trials["t2"], name  # completed and higher than t0
+
+
+def test_the_best_kept_as_trials_end_equals_a_scan_of_every_record(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    finals = [0.4, 0.7, 0.55, 0.7, 0.9, 0.1]  # t5 is pruned-looking (two epochs): not completed
+    for number, value in enumerate(finals):
+        run_trial(rec, number, [value] * (2 if number == 4 else 9))
+        scanned = pick_best([(r.status, r.final_metric, r) for r in rec.trials.values()], "max")
+        assert rec.best() is scanned, number
+    best = rec.best()
+    assert best is not None and best.trial_id == "t1"  # t4's 0.9 did not complete; t1 ties t3 and is first
+    assert rec.counts()[TrialStatus.COMPLETED] == 5
