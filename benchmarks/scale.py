@@ -159,6 +159,8 @@ class Windows:
         ]
 
     def _close_window(self) -> None:
+        from tunekit.layout import study_file
+
         self.profile.disable()
         wall, cpu = time.monotonic(), time.process_time()
         buckets, profiled = _buckets(self.profile)
@@ -180,7 +182,7 @@ class Windows:
                 "backlog_now": self._backlog,
                 "rss_mb": _rss_mb(),
                 "experiment_dir_mb": _size_mb(directory),
-                "study_mb": _size_mb(directory / "study.db"),
+                "study_mb": _size_mb(study_file(directory)),
             }
         )
         self._max_backlog = self._backlog

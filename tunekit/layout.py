@@ -6,7 +6,7 @@ the driver never imports the worker (TensorFlow) for a constant.
 
 An experiment directory holds::
 
-    spec.yaml  study.db  trials.csv  epochs.csv  spans.csv  started.json  tracking.json  cluster.json
+    spec.yaml  study.journal  trials.csv  epochs.csv  spans.csv  started.json  tracking.json  cluster.json
     driver.log  Ray's state files
     <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
     <trial id>/output.log     the trainable's stdout and stderr, every attempt
@@ -18,12 +18,17 @@ from __future__ import annotations
 import math
 import numbers
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 # ------------------------------------------------------------------ experiment files
 
 SPEC_FILE = "spec.yaml"
-STUDY_FILE = "study.db"
+# The Optuna study, as Optuna's journal file: an append-only log of the study's operations.
+# SQLite through SQLAlchemy cost the driver about 100 ms per trial, the journal a tenth of
+# that (benchmarks/scale.py). Experiments made before the journal keep ``study.db``.
+STUDY_FILE = "study.journal"
+SQLITE_STUDY_FILE = "study.db"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)
@@ -173,3 +178,11 @@ OLD_PREFIX = "old."
 NEW_PREFIX = "new."
 # In a trial's folder: the source checkpoint an exploit copied, restarted from.
 EXPLOITED_CHECKPOINT_PREFIX = "exploited_checkpoint_"
+
+
+def study_file(experiment_dir: Path) -> Path:
+    """The file that holds the experiment's study: ``study.journal``, or ``study.db`` (SQLite)
+    in an experiment made before tunekit kept studies in a journal."""
+    sqlite = experiment_dir / SQLITE_STUDY_FILE
+    journal = experiment_dir / STUDY_FILE
+    return sqlite if sqlite.is_file() and not journal.is_file() else journal

@@ -32,6 +32,7 @@ import pytest
 
 import tunekit
 from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, TRACKING_FILE, TRIALS_FILE
+from tunekit.search.plan import study_storage
 from tunekit.testing import free_port
 
 pytestmark = pytest.mark.slow
@@ -365,7 +366,7 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node_and_resume_rejoins(
     assert ray_lines == [], ray_lines
     assert "starting Ray (joining auto)" in out
     # Nothing twice in the study (MLflow's runs: tests/e2e/conftest.py's tunekit check).
-    study = optuna.load_study(study_name=None, storage=f"sqlite:///{experiment / 'study.db'}")
+    study = optuna.load_study(study_name=None, storage=study_storage(experiment))
     assert sorted(t.number for t in study.trials) == [0, 1]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     # The cluster is recorded by its address ("auto" resolved), never its token; Ray's account of

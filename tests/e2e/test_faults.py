@@ -19,6 +19,7 @@ import ray
 
 import tunekit
 from tunekit.driver.session import ray_init_options
+from tunekit.search.plan import study_storage
 from tunekit.testing import MlflowServer
 from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
@@ -63,7 +64,7 @@ def test_non_finite_loss_fails_that_trial_and_the_search_goes_on(tmp_path: Path)
     assert by_units[32]["reason"] == "non-finite loss at epoch 1"
     assert by_units[32]["attempts"] == 1  # not retried: the NaN is the config's fault
     assert by_units[64]["status"] == "completed" and by_units[64]["epochs"] == 3
-    study = optuna.load_study(study_name="digits-mlp", storage=f"sqlite:///{results.experiment_dir / 'study.db'}")
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(results.experiment_dir))
     states = {t.params["units"]: t.state for t in study.trials}
     assert states == {32: optuna.trial.TrialState.FAIL, 64: optuna.trial.TrialState.COMPLETE}
 
@@ -164,7 +165,7 @@ def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -
     for trial_id, row in before.items():  # decisions taken before the crash stand
         after = trials[trials["trial_id"] == trial_id].iloc[0]
         assert (after["status"], int(after["epochs"])) == (row["status"], int(row["epochs"]))
-    study = optuna.load_study(study_name="digits-mlp", storage=f"sqlite:///{experiment / 'study.db'}")
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(experiment))
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     by_ray_id = {t.user_attrs.get("ray_trial_id"): t for t in study.trials}
     expected = {"completed": optuna.trial.TrialState.COMPLETE, "pruned": optuna.trial.TrialState.PRUNED}

@@ -24,9 +24,10 @@ from ray.tune.utils.serialization import TuneFunctionDecoder
 
 import tunekit
 from tunekit.driver.session import ray_init_options
-from tunekit.layout import SPEC_FILE, STUDY_FILE
+from tunekit.layout import SPEC_FILE
 from tunekit.results import summarize
 from tunekit.search.history import HISTORY_ATTR, WARM_START_ATTR
+from tunekit.search.plan import study_storage
 from tunekit.search.searcher import RAY_TRIAL_ATTR, open_study
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE
 
@@ -76,7 +77,7 @@ def spec(name: str, tracking_uri: str, num_samples: int, **search: Any) -> dict[
 
 
 def study_of(experiment_dir: Path, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{experiment_dir / STUDY_FILE}")
+    return optuna.load_study(study_name=name, storage=study_storage(experiment_dir))
 
 
 def own_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -22,7 +22,8 @@ import ray
 import tunekit
 from tunekit.contract import TrialContext, load_builders
 from tunekit.driver.session import ray_init_options
-from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, OUTPUT_FILE, STUDY_FILE
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, OUTPUT_FILE
+from tunekit.search.plan import study_storage
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +68,7 @@ def test_no_trial_fails_and_the_self_stopped_one_is_completed(project_run: tunek
 def test_self_stopped_trial_is_complete_in_optuna_with_its_final_value(
     project_run: tunekit.ExperimentResults,
 ) -> None:
-    study = optuna.load_study(study_name="own-keras", storage=f"sqlite:///{project_run.experiment_dir / STUDY_FILE}")
+    study = optuna.load_study(study_name="own-keras", storage=study_storage(project_run.experiment_dir))
     by_ray_id = {t.user_attrs["ray_trial_id"]: t for t in study.trials}
     for row in project_run.trials.itertuples():
         trial = by_ray_id[row.trial_id]

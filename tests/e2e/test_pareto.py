@@ -24,7 +24,7 @@ import tunekit
 from tunekit import plots
 from tunekit.results.report import write_html
 from tunekit.results.summary import summarize
-from tunekit.search.plan import study_url
+from tunekit.search.plan import study_storage
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BEST_TRIAL, TAG_PARETO_RANK, TAG_TRIAL_ID
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +120,7 @@ def test_report_json_study_and_mlflow_name_the_same_front(searched: tuple[tuneki
     record = json.loads(report.stdout)
     assert {t["trial_id"] for t in record["pareto"]["front"]} == front
     assert {t["trial_id"] for t in record["trials"] if t["pareto_rank"] == "1"} == front
-    study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
+    study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
     assert {t.user_attrs["ray_trial_id"] for t in study.best_trials} == front
     tracking = json.loads((results.experiment_dir / "tracking.json").read_text())
     client = MlflowClient(tracking_uri=uri)
@@ -157,11 +157,11 @@ def test_a_warm_start_takes_the_complete_trials_by_objective_and_the_select_rule
 ) -> None:
     grown, _ = searched
     warmed = WARMED["results"]
-    earlier = optuna.load_study(study_name=grown.spec.name, storage=study_url(grown.experiment_dir))
+    earlier = optuna.load_study(study_name=grown.spec.name, storage=study_storage(grown.experiment_dir))
     complete = {t.number: t.values for t in earlier.trials if t.state == optuna.trial.TrialState.COMPLETE}
     record = json.loads((warmed.experiment_dir / "warm_start.json").read_text())
     assert record["used"] == len(complete) and sum(record["skipped"].values()) == len(earlier.trials) - len(complete)
-    study = optuna.load_study(study_name=warmed.spec.name, storage=study_url(warmed.experiment_dir))
+    study = optuna.load_study(study_name=warmed.spec.name, storage=study_storage(warmed.experiment_dir))
     history = {
         int(t.user_attrs["tunekit_history_from"].rpartition("#")[2]): t.values
         for t in study.trials

@@ -26,8 +26,9 @@ import ray
 import tunekit
 from tunekit.clock import SearchClock
 from tunekit.driver.session import ray_init_options
-from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX, STUDY_FILE
+from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX
 from tunekit.results import plots, summarize
+from tunekit.search.plan import study_storage
 from tunekit.search.searcher import PBT_STEPS_ATTR
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
 
@@ -48,7 +49,7 @@ def ray_session() -> Iterator[None]:
 
 
 def _study(experiment_dir: Path) -> optuna.Study:
-    return optuna.load_study(study_name="digits-mlp-pbt", storage=f"sqlite:///{experiment_dir / STUDY_FILE}")
+    return optuna.load_study(study_name="digits-mlp-pbt", storage=study_storage(experiment_dir))
 
 
 def _final_checkpoint(experiment_dir: Path, trial_id: str) -> tuple[dict[str, float], list[float]]:

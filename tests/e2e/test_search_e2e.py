@@ -13,6 +13,7 @@ import ray
 import tunekit
 from tunekit.cli import main as cli_main
 from tunekit.driver.session import ray_init_options
+from tunekit.search.plan import study_storage
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ def test_two_trials_overlapped_in_time(smoke_run: tunekit.ExperimentResults) -> 
 def test_study_marks_early_stopped_trials_pruned_with_intermediate_values(
     smoke_run: tunekit.ExperimentResults,
 ) -> None:
-    study = optuna.load_study(study_name="digits-mlp", storage=f"sqlite:///{smoke_run.experiment_dir / 'study.db'}")
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(smoke_run.experiment_dir))
     by_ray_id = {t.user_attrs["ray_trial_id"]: t for t in study.trials}
     assert len(by_ray_id) == 6
     statuses: dict[str, int] = {}

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 import tunekit
+from tunekit.search.plan import study_storage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,7 +92,7 @@ def test_a_repeated_conditional_grid_runs_each_configuration_twice(
     )
     study = optuna.load_study(
         study_name="searcher-e2e",
-        storage=f"sqlite:///{results.experiment_dir / 'study.db'}",
+        storage=study_storage(results.experiment_dir),
     )
     assert len(study.trials) == 6
     for trial in study.trials:

@@ -15,7 +15,7 @@ import yaml
 
 from tunekit.config import _validate as v
 from tunekit.errors import SpecError
-from tunekit.layout import SPEC_FILE, STUDY_FILE
+from tunekit.layout import SPEC_FILE, STUDY_FILE, study_file
 
 KEY = "search.warm_start_from"
 _VERB = {"max": "maximises", "min": "minimises"}
@@ -49,7 +49,7 @@ def check_sources(sources: tuple[str, ...], objectives: tuple[tuple[str, str], .
             raise SpecError(path, "no such experiment directory", source)
         if not (directory / SPEC_FILE).is_file():
             raise SpecError(path, f"is not a tunekit experiment (no {SPEC_FILE})", source)
-        if not (directory / STUDY_FILE).is_file():
+        if not study_file(directory).is_file():
             raise SpecError(path, f"holds no Optuna study ({STUDY_FILE}); no trial of it ever started", source)
         recorded = recorded_objectives(directory)
         if not recorded:

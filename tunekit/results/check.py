@@ -227,14 +227,14 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     import optuna
 
     from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
-    from tunekit.search.plan import study_url
+    from tunekit.search.plan import study_storage
     from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
 
     where = f"{TRIALS_FILE} vs study"
     clock = SearchClock.read(results.experiment_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
+        study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
     except (KeyError, ValueError) as error:
         yield Finding(where, "the study", "present", str(error))
         return

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import Choice, Fixed, FloatRange, IntRange
-from tunekit.layout import PARAM_PREFIX, STUDY_FILE, TrialStatus
+from tunekit.layout import PARAM_PREFIX, TrialStatus, study_file
 from tunekit.results.load import ExperimentResults
-from tunekit.search.plan import spec_milestones, study_url
+from tunekit.search.plan import spec_milestones, study_storage
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -372,8 +372,7 @@ def all_figures(results: ExperimentResults) -> dict[str, Figure]:
 
 def _importances(results: ExperimentResults) -> tuple[dict[str, float] | None, str]:
     """(importances, note), or (None, why there are none)."""
-    study_file = results.experiment_dir / STUDY_FILE
-    if not study_file.is_file():
+    if not study_file(results.experiment_dir).is_file():
         return None, f"no Optuna study in {results.experiment_dir} (loaded from MLflow?)"
     import warnings
 
@@ -386,8 +385,8 @@ def _importances(results: ExperimentResults) -> tuple[dict[str, float] | None, s
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=results.spec.name, storage=study_url(results.experiment_dir))
-    except Exception as error:  # a missing or foreign study.db: say so instead of failing the report
+        study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
+    except Exception as error:  # a missing or foreign study: say so instead of failing the report
         return None, f"cannot open the Optuna study: {error}"
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:

@@ -35,7 +35,7 @@ from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRan
 from tunekit.config.spec import ExperimentSpec
 from tunekit.config.warm_start import recorded_objectives
 from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
-from tunekit.search.plan import pick_best, study_url
+from tunekit.search.plan import pick_best, study_storage
 
 HISTORY_ATTR = "tunekit_history_from"  # on a history trial: "<source dir>#<its number there>"
 WARM_START_ATTR = "tunekit_warm_start"  # on the study: the HistorySummary as a mapping
@@ -177,7 +177,7 @@ def _selected_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> Frozen
 
 def _earlier_study(directory: Path) -> tuple[SearchSpace, list[FrozenTrial]]:
     raw = yaml.safe_load((directory / SPEC_FILE).read_text())
-    study = optuna.load_study(study_name=str(raw["name"]), storage=study_url(directory))
+    study = optuna.load_study(study_name=str(raw["name"]), storage=study_storage(directory))
     return parse_space(raw.get("space"), "space"), study.get_trials(deepcopy=False)
 
 

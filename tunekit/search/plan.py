@@ -20,16 +20,26 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tunekit.config.spec import ExperimentSpec, MetricMode
-from tunekit.layout import STUDY_FILE, TrialStatus, finite
+from tunekit.layout import SQLITE_STUDY_FILE, TrialStatus, finite, study_file
+
+if TYPE_CHECKING:
+    import optuna
 
 T = TypeVar("T")
 
 
-def study_url(experiment_dir: Path) -> str:
-    return f"sqlite:///{experiment_dir / STUDY_FILE}"
+def study_storage(experiment_dir: Path) -> optuna.storages.BaseStorage:
+    """The experiment's study storage; opening a journal that does not exist creates it empty."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    path = study_file(experiment_dir)
+    if path.name == SQLITE_STUDY_FILE:
+        return optuna.storages.get_storage(f"sqlite:///{path}")
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
 
 
 # --------------------------------------------------------------------------- planner

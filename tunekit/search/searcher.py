@@ -30,9 +30,9 @@ from ray.tune.search import Searcher
 from tunekit.compat import reopen_trial
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, STUDY_FILE, finite
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file
 from tunekit.search.history import DUPLICATE_ATTR, add_history
-from tunekit.search.plan import study_url
+from tunekit.search.plan import study_storage
 
 # User attributes tunekit sets on study trials.
 RAY_TRIAL_ATTR = "ray_trial_id"
@@ -121,22 +121,18 @@ def open_study(
 ) -> optuna.Study:
     """Creates the study (with its warm-start history and points) or, when it exists, loads it unchanged.
 
-    The study lives in the experiment's SQLite file unless ``storage`` is given (tests
-    pass an in-memory one). A new study first takes the finished trials of
+    The study lives in the experiment's journal file (``tunekit.layout.study_file``) unless
+    ``storage`` is given (tests pass an in-memory one). A new study first takes the finished trials of
     ``search.warm_start_from`` as history (``tunekit.search.history``), then the
     ``search.warm_start`` points are enqueued.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url: str | optuna.storages.BaseStorage = storage if storage is not None else study_url(experiment_dir)
-    if storage is not None:
-        existed = spec.name in {s.study_name for s in storage.get_all_studies()}
-    else:
-        existed = (experiment_dir / STUDY_FILE).exists() and spec.name in {
-            s.study_name for s in optuna.get_all_study_summaries(url)
-        }
-    history = len(optuna.load_study(study_name=spec.name, storage=url).trials) if existed else 0
+    stored = storage is not None or study_file(experiment_dir).is_file()
+    store = storage if storage is not None else study_storage(experiment_dir)  # one replay of the journal
+    existed = stored and spec.name in {s.study_name for s in store.get_all_studies()}
+    history = len(optuna.load_study(study_name=spec.name, storage=store).trials) if existed else 0
     study = optuna.create_study(
-        storage=url,
+        storage=store,
         study_name=spec.name,
         directions=["maximize" if o.mode == "max" else "minimize" for o in spec.objectives],
         sampler=build_sampler(spec, history),
@@ -170,7 +166,7 @@ class OptunaStudySearcher(Searcher):
         super().__init__(metric=spec.metric.name, mode=spec.metric.mode)
         self._spec = spec
         self._experiment_dir = experiment_dir
-        self._storage = storage  # None: the experiment's study.db
+        self._storage = storage  # None: the experiment's study file
         # Ray trial id -> Optuna trial number; saved with Ray's experiment state so a
         # resumed run maps its trials back onto the same study trials. Its order is the
         # order trials were asked for: a grid's slots follow it.
@@ -495,6 +491,6 @@ def set_constraints(trial: optuna.Trial, spec: ExperimentSpec, result: Mapping[s
 
 def exhausted_reason(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
     """Why the search ended before ``num_samples`` trials, as the study recorded it, or None."""
-    study = optuna.load_study(study_name=spec.name, storage=study_url(experiment_dir))
+    study = optuna.load_study(study_name=spec.name, storage=study_storage(experiment_dir))
     reason = study.user_attrs.get(EXHAUSTED_ATTR)
     return str(reason) if reason else None

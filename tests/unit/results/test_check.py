@@ -14,7 +14,7 @@ import pytest
 
 from tunekit.layout import CHECKPOINT_STATE, FINAL_MODEL, TRIALS_FILE
 from tunekit.results.check import check_experiment
-from tunekit.search.plan import study_url
+from tunekit.search.plan import study_storage
 from tunekit.search.searcher import RAY_TRIAL_ATTR
 
 from .test_summary import experiment
@@ -29,7 +29,7 @@ DISTRIBUTIONS = {
 def consistent(root: Path) -> Path:
     experiment(root)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name="summary", storage=study_url(root), direction="maximize")
+    study = optuna.create_study(study_name="summary", storage=study_storage(root), direction="maximize")
     for trial_id, values, state in (
         ("a", [0.5, 0.7, 0.8, 0.9], optuna.trial.TrialState.COMPLETE),
         ("b", [0.6], optuna.trial.TrialState.PRUNED),
@@ -80,7 +80,7 @@ def test_each_disagreement_names_both_values(tmp_path: Path, capsys: pytest.Capt
 
 def test_a_study_trial_left_running_by_a_stopped_search_is_a_disagreement(tmp_path: Path) -> None:
     root = consistent(tmp_path)
-    study = optuna.load_study(study_name="summary", storage=study_url(root))
+    study = optuna.load_study(study_name="summary", storage=study_storage(root))
     trial = study.ask(DISTRIBUTIONS)  # a third trial Ray ran and trials.csv never heard of
     trial.set_user_attr(RAY_TRIAL_ATTR, "c")
     findings = [str(f) for f in check_experiment(root).findings]

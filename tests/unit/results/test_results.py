@@ -17,6 +17,7 @@ from tunekit.config.spec import METRIC_MODES, MetricMode, parse_spec
 from tunekit.errors import TunekitError
 from tunekit.results.load import ExperimentResults
 from tunekit.results.report import render_html
+from tunekit.search.plan import study_storage
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -163,12 +164,12 @@ def test_importance_without_a_study_explains_itself(tmp_path: Path) -> None:
 
 
 def study_with_completed_trials(tmp_path: Path, count: int) -> None:
-    """The made-up experiment's study.db with ``count`` completed trials (and one pruned)."""
+    """The made-up experiment's study journal with ``count`` completed trials (and one pruned)."""
     import optuna
 
     study = optuna.create_study(
         study_name="made-up",
-        storage=f"sqlite:///{tmp_path / 'study.db'}",
+        storage=study_storage(tmp_path),
         direction="maximize",
     )
     distributions = {
