@@ -54,12 +54,16 @@ BUCKETS = {  # where the driver's main thread spent its own time, by the file a 
     "progress": ("tunekit/driver/progress",),
     "ray": ("ray/",),
 }
+# The sampler's calls, through tunekit's wrapper (tunekit.search.searcher._PinnableSampler).
+SAMPLER_WRAPPER = "tunekit/search/searcher.py"
+SAMPLER_CALLS = {"infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial"}
 
 DEFINITIONS = {
     "driver CPU per trial": "the driver process's CPU seconds (every thread) over the window / trials ended in it",
-    "profile split": "the driver's main thread under cProfile timed by its CPU clock, each function's own time "
-    "by the file it is in; 'other threads' is the process's CPU outside the main thread (the MLflow writer, "
-    "Ray's threads)",
+    "profile split": "the driver's main thread under cProfile timed by its CPU clock: the sampler whole (its calls "
+    "through tunekit's wrapper, everything they call), every other function's own time by the file it is in "
+    "(a builtin's by its callers'); 'other threads' is the process's CPU outside the main thread (the MLflow "
+    "writer, Ray's threads)",
     "trials per minute": "trials ended in the window / the window's wall minutes",
     "backlog": "the tracker's queued events, sampled on every controller step; the window's maximum",
 }
@@ -191,15 +195,32 @@ class Windows:
 
 
 def _buckets(profile: cProfile.Profile) -> tuple[dict[str, float], float]:
-    """Cumulative own time of the profiled thread per bucket, and its total."""
-    stats = pstats.Stats(profile, stream=io.StringIO())
+    """Cumulative CPU of the profiled thread per bucket, and its total.
+
+    Each function's own time goes to the bucket of the file it is in; a builtin's (``math.erf``,
+    ``list.append``) goes to its callers' buckets. The sampler is measured whole: the time
+    inside tunekit's sampler wrapper, TPE and whatever it calls, so the parts it calls in
+    other files (Optuna's trials and distributions, builtins) leave "rest" for it.
+    """
+    stats = pstats.Stats(profile, stream=io.StringIO()).stats  # type: ignore[attr-defined]
     totals = dict.fromkeys([*BUCKETS, "rest"], 0.0)
-    total = 0.0
-    for (filename, _, _), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+    total, sampler = 0.0, 0.0
+    for (filename, _, name), (_, _, own, inclusive, callers) in stats.items():
         total += own
-        bucket = next((name for name, parts in BUCKETS.items() if any(part in filename for part in parts)), "rest")
-        totals[bucket] += own
+        if filename.endswith(SAMPLER_WRAPPER) and name in SAMPLER_CALLS:
+            sampler += inclusive
+        if filename != "~":
+            totals[_bucket(filename)] += own
+            continue
+        for (caller_file, _, _), timing in callers.items():
+            totals[_bucket(caller_file)] += timing[2]
+    totals["rest"] = max(0.0, totals["rest"] - (sampler - totals["sampler"]))
+    totals["sampler"] = sampler
     return totals, total
+
+
+def _bucket(filename: str) -> str:
+    return next((name for name, parts in BUCKETS.items() if any(part in filename for part in parts)), "rest")
 
 
 def _rss_mb() -> float:

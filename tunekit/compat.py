@@ -23,21 +23,23 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------ Ray
 
 
-def bound_experiment_state_saves(every_s: float, share: float = 0.05) -> None:
+def bound_experiment_state_saves(every_s: float, at_most_s: float, share: float = 0.05) -> None:
     """Ray saves its experiment state every ``every_s`` seconds, or less often when a save takes
-    longer than ``share`` of that period.
+    longer than ``share`` of that period, but at least every ``at_most_s`` seconds.
 
     tunekit sets ``TUNE_GLOBAL_CHECKPOINT_S`` to a second, so a killed driver loses at most
-    a second of bookkeeping. A save writes every trial's state, so with thousands of trials
-    a save every second became most of the driver's work. Ray's own "auto" period has the
-    same cost bound but never goes below 10 s. Checked against Ray 2.60:
+    a second of bookkeeping. A save writes every trial's state (about 13 KB each), so with
+    thousands of trials a save every second became most of the driver's work. Ray's own
+    "auto" period has the same cost bound but never goes below 10 s, and has no ceiling: a
+    save's cost grows with the trials that changed since the last one, so a longer period
+    makes the next save longer, which can stretch the period without end. Checked against Ray 2.60:
     ``_ExperimentCheckpointManager._update_auto_checkpoint_time`` is called after every
     save with the seconds it took, and only acts when the period is "auto".
     """
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
     def update(self: Any, time_taken: float) -> None:
-        self._checkpoint_period = max(every_s, time_taken / share)
+        self._checkpoint_period = min(at_most_s, max(every_s, time_taken / share))
 
     _ExperimentCheckpointManager._update_auto_checkpoint_time = update  # type: ignore[method-assign]
 

@@ -122,6 +122,26 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     assert growth["met"] is True and growth["value"] == 1.0 and growth["note"] == "with the sampler's own work: 1.30x"
 
 
+def test_the_scale_profile_counts_the_sampler_whole_and_nothing_twice() -> None:
+    import cProfile
+    import time
+
+    import optuna
+
+    from tunekit.search.searcher import _PinnableSampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=_PinnableSampler(optuna.samplers.TPESampler(seed=0, n_startup_trials=5)))
+    profile = cProfile.Profile(time.thread_time)
+    profile.enable()
+    study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0) ** 2, n_trials=30)
+    profile.disable()
+    buckets, total = scale._buckets(profile)
+    # TPE's fitting is most of an in-memory study's CPU, and is counted once.
+    assert 0.5 * total < buckets["sampler"] <= total
+    assert sum(buckets.values()) <= total * 1.001
+
+
 def test_overhead_breakdown_separates_tracing_later_epochs_and_per_trial_pieces() -> None:
     # Two trials: the first epoch traces (1.0 s of train), later ones take 0.1 + 0.02 s.
     trial = {

@@ -39,6 +39,7 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.session import (
+    SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
     check_cluster_fits,
     check_storage_shared,
@@ -324,7 +325,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
 
     from tunekit.driver.recorder import Recorder
 
-    bound_experiment_state_saves(SAVE_STATE_EVERY_S)
+    bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S)
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)

@@ -75,3 +75,17 @@ def test_the_best_kept_as_trials_end_equals_a_scan_of_every_record(tmp_path: Pat
     best = rec.best()
     assert best is not None and best.trial_id == "t1"  # t4's 0.9 did not complete; t1 ties t3 and is first
     assert rec.counts()[TrialStatus.COMPLETED] == 5
+
+
+def test_ray_saves_its_state_every_second_until_a_save_costs_more_than_5_percent_and_at_least_every_30_s() -> None:
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    from tunekit.compat import bound_experiment_state_saves
+
+    bound_experiment_state_saves(1.0, 30.0)
+    manager: Any = SimpleNamespace(_checkpoint_period=1.0)
+    periods = []
+    for seconds_taken in (0.01, 0.2, 4.0, 0.01):
+        _ExperimentCheckpointManager._update_auto_checkpoint_time(manager, seconds_taken)
+        periods.append(manager._checkpoint_period)
+    assert periods == [1.0, 4.0, 30.0, 1.0]
