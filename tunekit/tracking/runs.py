@@ -118,6 +118,9 @@ class RunBook:
         self.experiment_dir = experiment_dir
         self.sender: BatchSender | None = None  # set once connected
         self.trials: dict[str, TrialRun] = {}
+        # Trials with something to send, in the order they first had (an ordered set): a sync
+        # looks at these, not at every trial of the search.
+        self._changed: dict[str, None] = {}
         self._started = started
         self._experiment_id: str | None = None
         self._parent_id: str | None = None
@@ -129,8 +132,13 @@ class RunBook:
         self._fill_only = fill_only
         self._parent_found = False  # the parent existed before this session: its metrics may too
 
+    def forget_trials(self) -> None:
+        """Tracking is off for this search: nothing of the trials is sent any more."""
+        self.trials.clear()
+        self._changed.clear()
+
     def unsent_metrics(self) -> int:
-        return sum(len(t.pending.metrics) for t in self.trials.values())
+        return sum(len(self.trials[trial_id].pending.metrics) for trial_id in self._changed)
 
     @property
     def parent_id(self) -> str | None:
@@ -245,6 +253,8 @@ class RunBook:
         return trial.number if trial.number is not None else trial.trial_id
 
     def _trial(self, trial_id: str) -> TrialRun:
+        """The trial's run bookkeeping, for a change to send: it joins the next sync."""
+        self._changed[trial_id] = None
         trial = self.trials.get(trial_id)
         if trial is None:
             trial = self.trials[trial_id] = TrialRun(trial_id)
@@ -260,9 +270,11 @@ class RunBook:
         """Sends everything pending. Idempotent: a failed call leaves its work pending."""
         if self._parent_id is None:
             self.open_parent()
-        for trial in self.trials.values():
+        for trial_id in list(self._changed):
+            trial = self.trials[trial_id]
             if not trial.pending.empty():
-                self._sync_trial(trial)
+                self._sync_trial(trial)  # raises on a failure: the trial stays in _changed
+            del self._changed[trial_id]
         self._sync_parent()
 
     def open_parent(self) -> None:
@@ -362,15 +374,15 @@ class RunBook:
         if pending.reopen:
             client.set_running(trial.run_id)
             pending.reopen = False
-        sender.send(trial.run_id, pending.params, pending.tags)
+        steps: set[int] = set()
         if pending.metrics:
             if trial.steps is None:  # reattached on resume: which epochs does MLflow hold?
                 trial.steps = client.metric_steps(trial.run_id, metric_key(self.spec.metric.name))
-            held = trial.steps
-            pending.metrics[:] = [m for m in pending.metrics if m.step not in held]
+            pending.metrics[:] = [m for m in pending.metrics if m.step not in trial.steps]
             steps = {m.step for m in pending.metrics}
-            sender.send_metrics(trial.run_id, pending.metrics)
-            held.update(steps)
+        sender.send(trial.run_id, pending.params, pending.tags, pending.metrics)
+        if trial.steps is not None:
+            trial.steps.update(steps)
         if pending.status is not None:
             status, end_ms = pending.status
             client.set_terminated(trial.run_id, status, end_ms)
@@ -380,13 +392,12 @@ class RunBook:
         sender = self._sender()
         parent_id = self._require(self._parent_id)
         pending = self._parent
-        sender.send(parent_id, pending.params, pending.tags)
+        if self._fill_only and self._parent_found:
+            self._drop_held_points(parent_id, pending.metrics)
+        sender.send(parent_id, pending.params, pending.tags, pending.metrics)
         if self._spec_pending:
             log_spec(sender.client, parent_id, self.experiment_dir / SPEC_FILE, self.spec.tracking.uri)
             self._spec_pending = False
-        if self._fill_only and self._parent_found:
-            self._drop_held_points(parent_id, pending.metrics)
-        sender.send_metrics(parent_id, pending.metrics)
         if pending.status is not None:
             if (self.experiment_dir / LEDGER_FILE).is_file():
                 sender.client.log_artifact(parent_id, str(self.experiment_dir / LEDGER_FILE))

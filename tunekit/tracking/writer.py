@@ -193,7 +193,7 @@ class MlflowWriter:
     def _disable(self, message: str) -> None:
         self.disabled = True
         self.problem = message
-        self._runs.trials.clear()
+        self._runs.forget_trials()
         self.warn_once(f"{message}; the search goes on without tracking")
 
     def _connect(self) -> None:

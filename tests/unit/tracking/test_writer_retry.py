@@ -213,13 +213,17 @@ def test_transient_failures_back_off_then_everything_arrives_once(
 
 
 def test_a_failure_after_some_chunks_were_taken_resends_only_the_rest(spec: ExperimentSpec, tmp_path: Path) -> None:
-    # 3 epochs of 500 metrics: the trial's points go in two requests; the second fails once.
-    client = FakeClient(fail=1, fail_from=2)  # the trial's params, its first metric chunk, then the failure
+    # 3 epochs of 500 metrics: the trial's params and points go in two requests, the
+    # first as full as MLflow allows (1,000 entries); the second fails once.
+    client = FakeClient(fail=1, fail_from=2)  # the run, its first chunk, then the failure
     run_writer(spec, tmp_path, client, trial_events(epochs=3, metrics_per_epoch=500))
 
     points = client.metric_points("run1")
     assert len(points) == 1500
-    assert [len(b.metrics) for b in client.sent if b.run_id == "run1" and b.metrics] == [MAX_METRICS_PER_BATCH, 500]
+    batches = [b for b in client.sent if b.run_id == "run1" and b.metrics]
+    assert len(batches) == 2 and batches[0].params  # its tags went with the run's creation
+    first = batches[0]
+    assert len(first.metrics) + len(first.params) + len(first.tags) == MAX_METRICS_PER_BATCH
     assert client.calls == len(client.sent) + 1
     assert_nothing_sent_twice(client)
 
@@ -232,8 +236,9 @@ def test_a_permanent_error_warns_once_and_drops_that_batch(
         _, clock = run_writer(spec, tmp_path, client, trial_events())
 
     assert clock.waits == []  # not retried
-    assert client.params("run1") == []  # the rejected batch is dropped, not sent again
-    assert client.calls == len(client.sent) + 1
+    assert client.params("run1") == []  # the rejected params are dropped, not sent again
+    # Refused twice: the run's params went with its points, then alone; the points went alone.
+    assert client.calls == len(client.sent) + 2
     assert len(client.metric_points("run1")) == 6  # the rest of the trial still arrives
     assert client.terminated["run1"] == "FINISHED"
     messages = warnings_of(caplog)
@@ -299,3 +304,35 @@ def test_the_parent_run_ends_as_the_search_did(
 
     parent = next(run_id for run_id, tags in client.runs.items() if tags.get("tunekit.role") == "experiment")
     assert client.terminated[parent] == status
+
+
+def test_a_trial_s_values_go_in_one_request_and_a_sync_visits_only_trials_with_news(
+    spec: ExperimentSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's throughput with thousands of short trials (benchmarks/scale.py): one
+    log_batch per trial for its params and points, and no sync looks at finished trials."""
+    from tunekit.tracking import runs
+
+    looked = [0]  # trials whose pending values a sync looked at
+    empty = runs.Pending.empty
+
+    def counting(self: runs.Pending) -> bool:
+        looked[0] += 1
+        return empty(self)
+
+    monkeypatch.setattr(runs.Pending, "empty", counting)
+    events: list[TrackerEvent] = []
+    for number in range(40):
+        trial_id = f"t{number}"
+        events.append(TrialEvent(trial_id, number, {"learning_rate": 0.01, "units": 64}, 1.0, 1, True))
+        events += [EpochEvent(trial_id, epoch, {"val_accuracy": 0.5}, 2000 + epoch) for epoch in (1, 2)]
+        events.append(TrialEndEvent(trial_id, TrialStatus.COMPLETED, "", None, 2, 1, 3.0, 2.5))
+        events.append(Flush(threading.Event()))  # a sync after every trial
+    client = FakeClient()
+    run_writer(spec, tmp_path, client, events)
+
+    assert looked[0] <= 40 * 2  # the trial and the parent per sync, not every trial so far (820)
+    for number in range(40):
+        run_id = f"run{number + 1}"  # run0 is the parent
+        assert len([b for b in client.sent if b.run_id == run_id]) == 1
+        assert len(client.metric_points(run_id)) == 2 and client.terminated[run_id] == "FINISHED"
