@@ -515,6 +515,11 @@ def _without_sampler(row: dict[str, Any]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = common.parser(NAME, __doc__.splitlines()[0])
+    p.add_argument(
+        "--sizes",
+        type=lambda text: [int(n) for n in text.split(",")],
+        help="trial counts in place of the mode's, e.g. 5000",
+    )
     p.add_argument("--side", choices=("tunekit", *PEERS), help=argparse.SUPPRESS)
     p.add_argument("--trials", type=int, help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -538,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="tunekit-scale-"))
     os.chmod(root, 0o755)
     try:
-        for trials in MODES[args.mode]:
+        for trials in args.sizes or MODES[args.mode]:
             for side in ("tunekit", *PEERS):
                 print(f"[{NAME}] {trials} trials: {side} ...", flush=True)
                 where = root / f"{side}-{trials}"
@@ -557,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         "trial": f"synthetic: {EPOCH_S * 1000:.0f} ms per epoch, up to {MAX_EPOCHS} epochs, a curve from the config",
         "search": f"TPE seed 0, ASHA grace {GRACE} rf {REDUCTION}, {SLOTS} trials at a time",
         "tracking": f"mlflow server on 127.0.0.1 backed by {backend}",
-        "sizes": MODES[args.mode],
+        "sizes": args.sizes or MODES[args.mode],
     }
     notes = [
         "The MLflow backend is PostgreSQL (initdb/pg_ctl in a temp dir)."
