@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from tunekit.search.pbt import ExploitStep
 
 QUIET_LOG_S = 10.0  # in a log (no TTY), the longest stretch without a line
+# How often the status line's time left is estimated again; in between it counts down.
+# The estimate reads every trial, and the line is drawn as every trial ends: in a search
+# of thousands of short trials that scan grew with the search (benchmarks/scale.py).
+ESTIMATE_EVERY_S = 1.0
 _STEPS_SHOWN = 2  # running trials whose step the status line names, at most
 
 
@@ -55,6 +59,7 @@ class ConsoleProgress:
         self._resumed_epochs = 0
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
+        self._estimate: tuple[float, float | None] | None = None  # (when, time_left() then)
 
     # ----------------------------------------------------------------- start-up
 
@@ -175,7 +180,7 @@ class ConsoleProgress:
             f"pruned {counts[TrialStatus.PRUNED]}, failed {counts[TrialStatus.FAILED]}; "
             f"running {counts[TrialStatus.RUNNING]}; {best_text}"
         )
-        left = self.time_left()
+        left = self._counting_down() if counts[TrialStatus.RUNNING] else self.time_left()
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
 
     def _front_text(self, done: int) -> str:
@@ -226,6 +231,14 @@ class ConsoleProgress:
             remaining = self._planned_epochs - self._resumed_epochs - trained - 1
         pace = (time.monotonic() - self._first_epoch_at) / trained
         return max(0.0, remaining * pace)
+
+    def _counting_down(self) -> float | None:
+        """``time_left``, estimated at most every ``ESTIMATE_EVERY_S`` and counted down in between."""
+        now = time.monotonic()
+        if self._estimate is None or now - self._estimate[0] >= ESTIMATE_EVERY_S:
+            self._estimate = (now, self.time_left())
+        at, left = self._estimate
+        return None if left is None else max(0.0, left - (now - at))
 
     # ----------------------------------------------------------------- output
 

@@ -350,3 +350,25 @@ def test_with_several_objectives_the_status_line_shows_the_front_and_the_select_
     ]
     assert front_text(records, spec) == "front 3, selected trial 1 (val_accuracy 0.95, model_params 9034)"
     assert front_text(records[:1], spec) == "front 1"  # nothing meets model_params <= 20000
+
+
+def test_the_status_line_estimates_time_left_once_a_second_and_counts_down_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimate reads every trial; drawn as each of thousands of short trials ends, it must not."""
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO(), live=False)
+    recorder = _FakeRecorder(tmp_path)
+    recorder.trials["t0"] = _record("t0", 0, "running")
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    estimates: list[float] = []
+
+    def estimate() -> float:
+        estimates.append(time.monotonic())
+        return 100.0
+
+    monkeypatch.setattr(console, "time_left", estimate)
+    lines = [console.status_line() for _ in range(50)]
+    assert len(estimates) == 1 and all("left" in line for line in lines)
+    recorder.trials["t0"].status = "completed"  # nothing runs: the estimate is fresh, and says so
+    console.status_line()
+    assert len(estimates) == 2
