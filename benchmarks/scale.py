@@ -151,9 +151,20 @@ class CpuSampler:
             if frame is None or spent <= 0:
                 continue
             code = frame.f_code
-            where = f"{code.co_filename}:{frame.f_lineno}({code.co_name})"
+            where = f"{code.co_filename}:{frame.f_lineno}({code.co_name}) <- {_caller(frame)}"
             self.functions[where] = self.functions.get(where, 0.0) + spent
             self.buckets[_bucket_of_stack(frame)] += spent
+
+
+def _caller(frame: Any) -> str:
+    """The first frame outside the innermost frame's file: who called into that code."""
+    filename = frame.f_code.co_filename
+    caller = frame.f_back
+    while caller is not None and caller.f_code.co_filename == filename:
+        caller = caller.f_back
+    if caller is None:
+        return "?"
+    return f"{caller.f_code.co_filename}:{caller.f_lineno}({caller.f_code.co_name})"
 
 
 def _bucket_of_stack(frame: Any) -> str:
