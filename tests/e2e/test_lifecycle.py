@@ -72,10 +72,9 @@ def test_second_run_reuses_ray_and_nothing_leaks(warm_ray: None, tmp_path: Path)
 
     env_before = dict(os.environ)
     handlers_before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)]
-    started = time.monotonic()
     first = _run_small(tmp_path, "first")
-    first_s = time.monotonic() - started
     assert ray.is_initialized()  # kept for the next run
+    session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
     # tunekit's driver settings are undone; Ray's own (PYTHONBREAKPOINT, ...) stay with its session
     assert {k: os.environ.get(k) for k in _DRIVER_ENV} == {k: env_before.get(k) for k in _DRIVER_ENV}
     env_between = dict(os.environ)
@@ -83,13 +82,12 @@ def test_second_run_reuses_ray_and_nothing_leaks(warm_ray: None, tmp_path: Path)
     assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]
     assert [p for p in placement_group_table().values() if p["state"] != "REMOVED"] == []
 
-    started = time.monotonic()
     second = _run_small(tmp_path, "second")
-    second_s = time.monotonic() - started
+    # the same driver job on the same node: Ray was reused, not restarted (no timing: CI is noisy)
+    assert (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id()) == session
     assert dict(os.environ) == env_between
     assert len(first.trials) == len(second.trials) == 2
     assert set(second.trials["status"]) == {"completed"}
-    assert second_s < 0.8 * first_s, (first_s, second_s)
     assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]
     assert [p for p in placement_group_table().values() if p["state"] != "REMOVED"] == []
 
