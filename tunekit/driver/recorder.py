@@ -158,8 +158,10 @@ class Recorder(Callback):
             bookkeeping.get("resumed_from_epoch"),
             self.clock.now(),
         )
-        self._add_row(row)
+        replaced = self._add_row(row)
         apply_epoch(record, row, self.spec)
+        if replaced:
+            self._rebest(record)
         for listener in self.listeners:
             listener.epoch_reported(record, row)
 
@@ -196,15 +198,26 @@ class Recorder(Callback):
         for listener in self.listeners:
             listener.warning(message)
 
-    def _add_row(self, row: EpochRow) -> None:
-        """One row per trial per epoch: an epoch trained again after a restore replaces its row."""
+    def _add_row(self, row: EpochRow) -> bool:
+        """One row per trial per epoch: an epoch trained again after a restore replaces its row (True)."""
         index = self._row_index.get((row.trial_id, row.epoch))
         if index is not None:
             self.epochs[index] = row
             self._replaced_rows.add(index)
-            return
+            return True
         self._row_index[(row.trial_id, row.epoch)] = len(self.epochs)
         self.epochs.append(row)
+        return False
+
+    def _rebest(self, record: TrialRecord) -> None:
+        """A trial trained an epoch again: its best is over the rows it has now, not the ones replaced."""
+        values = [
+            value
+            for epoch in range(1, record.epochs + 1)
+            if (index := self._row_index.get((record.trial_id, epoch))) is not None
+            and (value := finite(self.epochs[index].metrics.get(self.spec.metric.name))) is not None
+        ]
+        record.best_metric = (max if self.spec.metric.mode == "max" else min)(values) if values else None
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         if isinstance(self.scheduler, RecordingPBT):

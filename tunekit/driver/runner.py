@@ -203,35 +203,40 @@ def resume(
     if grown:
         (directory / SPEC_FILE).write_text(spec.to_yaml())
     stream = sys.stdout if progress is True else (progress or None)
-    links = _bridge_rotated_checkpoints(directory)
+    stand_ins = _stand_in_for_rotated_checkpoints(directory)
     try:
         _fit(spec, directory, target, stream, restore=True)
     finally:
-        for link in links:
-            link.unlink(missing_ok=True)
+        for stand_in in stand_ins:
+            with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
+                stand_in.rmdir()
     return load(directory)
 
 
-def _bridge_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
-    """Makes checkpoints that Ray's last saved state names, but rotation deleted, resolvable.
+def _stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
+    """Empty stand-ins for checkpoints that Ray's last saved state names but rotation deleted.
 
-    A killed driver leaves Ray's experiment state up to a second old; meanwhile trials
-    kept reporting and the oldest checkpoints were rotated away. Ray refuses to restore a
-    trial whose recorded checkpoint is gone, so each missing name below a trial's oldest
-    kept checkpoint becomes a link to its newest one: the trial resumes from the newest
-    state it really reached (the trainable reads the epoch from the checkpoint itself).
+    A killed driver leaves Ray's experiment state up to a second old (up to 30 s with
+    thousands of trials); meanwhile trials kept reporting and their oldest checkpoints were
+    rotated away. Ray refuses to restore a trial whose recorded checkpoint is gone. Nor can
+    the trial resume from a newer kept checkpoint: the epochs in between reached only the
+    driver that died, so its epochs table would have a gap, and a trial whose newest
+    checkpoint is its last epoch would end without reporting it (as "stopped"). So each
+    missing name becomes an empty directory: the trainable finds no state in it and trains
+    the trial again from its first epoch, reporting every epoch (each row it had is
+    replaced). It costs the epochs of trials whose checkpoints turned over faster than Ray
+    saved its state: short epochs, so little.
     """
-    links: list[Path] = []
+    stand_ins: list[Path] = []
     for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
         kept = sorted(trial_dir.glob("checkpoint_*"))
         if not kept:
             continue
-        oldest, newest = int(kept[0].name.split("_")[1]), kept[-1]
-        for index in range(oldest):
-            link = trial_dir / f"checkpoint_{index:06d}"
-            link.symlink_to(newest.name, target_is_directory=True)
-            links.append(link)
-    return links
+        for index in range(int(kept[0].name.split("_")[1])):
+            stand_in = trial_dir / f"checkpoint_{index:06d}"
+            stand_in.mkdir()
+            stand_ins.append(stand_in)
+    return stand_ins
 
 
 def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:

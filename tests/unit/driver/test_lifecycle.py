@@ -6,6 +6,7 @@ Real searches, signals and a warm Ray: tests/e2e/test_lifecycle.py.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -20,10 +21,11 @@ from tunekit.config.resources import local_fit_warning, unplaceable
 from tunekit.config.spec import ResourcesSpec, load_spec
 from tunekit.driver.progress import ConsoleProgress
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.driver.runner import no_result_reason
+from tunekit.driver.runner import _stand_in_for_rotated_checkpoints, no_result_reason
 from tunekit.driver.signals import StopSignals
 from tunekit.errors import SearchInterrupted
-from tunekit.layout import ERROR_FILE, TrialStatus
+from tunekit.layout import CHECKPOINT_STATE, ERROR_FILE, TrialStatus
+from tunekit.worker.checkpoints import restore_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -372,3 +374,22 @@ def test_the_status_line_estimates_time_left_once_a_second_and_counts_down_betwe
     recorder.trials["t0"].status = "completed"  # nothing runs: the estimate is fresh, and says so
     console.status_line()
     assert len(estimates) == 2
+
+
+def test_checkpoints_rotated_away_since_ray_saved_its_state_stand_in_empty_so_the_trial_trains_again(
+    tmp_path: Path,
+) -> None:
+    # Ray's state names checkpoint_000003 (epoch 4); the dead driver's trial went on to its
+    # last epoch (8) and rotation kept only the newest two. Resuming from epoch 8 would end
+    # the trial without a report and leave epochs 5-7 out of its table.
+    trial_dir = tmp_path / "trial_a"
+    for index in (6, 7):
+        (trial_dir / f"checkpoint_{index:06d}").mkdir(parents=True)
+        (trial_dir / f"checkpoint_{index:06d}" / CHECKPOINT_STATE).write_text(f'{{"epoch": {index + 1}}}')
+    (tmp_path / "trial_b").mkdir()  # no checkpoint yet: nothing to stand in for
+    stand_ins = _stand_in_for_rotated_checkpoints(tmp_path)
+    assert sorted(p.name for p in stand_ins) == [f"checkpoint_{i:06d}" for i in range(6)]
+    named = trial_dir / "checkpoint_000003"
+    assert named.is_dir() and not any(named.iterdir())
+    checkpoint: Any = SimpleNamespace(as_directory=lambda: contextlib.nullcontext(str(named)))
+    assert restore_checkpoint(checkpoint, model=None, train_ds=None, config={}) == 0  # from the first epoch

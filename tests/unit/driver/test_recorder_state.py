@@ -89,3 +89,17 @@ def test_ray_saves_its_state_every_second_until_a_save_costs_more_than_5_percent
         _ExperimentCheckpointManager._update_auto_checkpoint_time(manager, seconds_taken)
         periods.append(manager._checkpoint_period)
     assert periods == [1.0, 4.0, 30.0, 1.0]
+
+
+def test_a_trial_trained_again_from_its_first_epoch_has_the_best_of_its_new_rows(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    trial: Any = SimpleNamespace(trial_id="t1", config={"lr": 0.1})
+    rec.on_trial_start(0, [], trial)
+    for epoch, value in enumerate([0.5, 0.9], start=1):  # the attempt a killed driver lost track of
+        rec.on_trial_result(0, [], trial, {EPOCH_KEY: epoch, "acc": value, INFO_KEY: {"metrics": ["acc"]}})
+    rec.on_trial_start(0, [], trial)  # resumed from no checkpoint: trains epoch 1 again
+    rec.on_trial_result(0, [], trial, {EPOCH_KEY: 1, "acc": 0.4, INFO_KEY: {"metrics": ["acc"]}})
+    record = rec.trials["t1"]
+    assert (record.epochs, record.final_metric, record.best_metric) == (1, 0.4, 0.4)
+    assert [(row.epoch, row.metrics["acc"]) for row in rec.epochs] == [(1, 0.4), (2, 0.9)]
