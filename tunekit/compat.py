@@ -283,6 +283,39 @@ def forget_saved_run_limits(experiment_dir: Path) -> None:
     partial.replace(path)
 
 
+def saved_stop_decisions(experiment_dir: Path) -> set[str]:
+    """Trials that Ray's newest saved experiment state holds a scheduler STOP decision for.
+
+    Why: ASHA's STOP for a trial whose report came with a checkpoint waits in the
+    controller until the checkpoint is stored (``_cached_trial_decisions``), and Ray saves
+    it with the experiment. A driver killed in that moment leaves the trial running in
+    every saved record; the resumed controller carries the decision out on the restored
+    trial, which then ends without another report. The recorder counts such a trial as
+    pruned, as the dead driver's ASHA (and the study) did. A trial whose last saved result
+    carries a failure was stopped by the failure guard, not by the scheduler, and is left
+    out. Checked against Ray 2.60 (``TuneController._cached_trial_decisions``,
+    ``_queued_trial_decisions``, ``save_to_dir``: ``trial_data`` pairs of JSON strings).
+    """
+    import json
+
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    from tunekit.layout import FAILURE_KEY
+
+    newest = _find_newest_experiment_checkpoint(str(experiment_dir))
+    if newest is None:
+        return set()
+    state = json.loads(Path(newest).read_text())
+    runner = state.get("runner_data", {})
+    decisions = {**runner.get("_queued_trial_decisions", {}), **runner.get("_cached_trial_decisions", {})}
+    stopped = {trial_id for trial_id, decision in decisions.items() if decision == "STOP"}
+    for trial_json, metadata_json in state.get("trial_data", []):
+        trial_id = json.loads(trial_json).get("trial_id")
+        if trial_id in stopped and FAILURE_KEY in (json.loads(metadata_json).get("last_result") or {}):
+            stopped.discard(trial_id)
+    return stopped
+
+
 # ------------------------------------------------------------------------- Ray: PBT
 
 

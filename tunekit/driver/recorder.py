@@ -22,6 +22,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tunekit.clock import SearchClock
+from tunekit.compat import saved_stop_decisions
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.records import (
     EpochRow,
@@ -420,6 +421,7 @@ class Recorder(Callback):
         for record in self.trials.values():
             record.close_span(stopped_at)
         pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
+        pruned |= saved_stop_decisions(self.experiment_dir)  # ASHA's, waiting on a checkpoint when Ray saved
         if isinstance(self.scheduler, RecordingASHA):
             self.scheduler.replay(self._metric_by_epoch(), pruned)
         if isinstance(self.scheduler, RecordingMOASHA):

@@ -103,3 +103,37 @@ def test_a_trial_trained_again_from_its_first_epoch_has_the_best_of_its_new_rows
     record = rec.trials["t1"]
     assert (record.epochs, record.final_metric, record.best_metric) == (1, 0.4, 0.4)
     assert [(row.epoch, row.metrics["acc"]) for row in rec.epochs] == [(1, 0.4), (2, 0.9)]
+
+
+def test_a_stop_ray_saved_while_the_trial_s_checkpoint_was_stored_counts_as_asha_s_pruning(tmp_path: Path) -> None:
+    # The killed driver's ASHA stopped t1 and t2 at epoch 1; Ray saved both decisions,
+    # waiting on the checkpoints, with the trials still running in every record. t2's
+    # last result was a failure: the guard stopped it, not ASHA.
+    import json
+
+    from tunekit.layout import FAILURE_KEY
+    from tunekit.search.schedulers import RecordingASHA
+
+    def asha() -> RecordingASHA:
+        return RecordingASHA(time_attr=EPOCH_KEY, metric="acc", mode="max", max_t=9, grace_period=1, reduction_factor=3)
+
+    first = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
+    for number in (1, 2):
+        trial: Any = SimpleNamespace(trial_id=f"t{number}", config={"lr": 0.1})
+        first.on_trial_start(0, [], trial)
+        first.on_trial_result(0, [], trial, {EPOCH_KEY: 1, "acc": 0.2, INFO_KEY: {"metrics": ["acc"]}})
+    results = {"t1": {EPOCH_KEY: 1, "acc": 0.2}, "t2": {EPOCH_KEY: 1, FAILURE_KEY: "boom"}}
+    saved = {
+        "runner_data": {"_cached_trial_decisions": {"t1": "STOP", "t2": "STOP"}, "_queued_trial_decisions": {}},
+        "trial_data": [[json.dumps({"trial_id": t}), json.dumps({"last_result": r})] for t, r in results.items()],
+    }
+    (tmp_path / "experiment_state-2026-11-24_12-00-00.json").write_text(json.dumps(saved))
+    resumed = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
+    resumed.set_state(pickle.loads(pickle.dumps(first.get_state())))
+    for number in (1, 2):  # the resumed controller carries out the saved STOPs: no new report
+        trial = SimpleNamespace(trial_id=f"t{number}", config={"lr": 0.1})
+        resumed.on_trial_start(0, [], trial)
+        resumed.on_trial_complete(0, [], trial)
+    assert resumed.trials["t1"].status == TrialStatus.PRUNED
+    assert resumed.trials["t1"].reason == "pruned by ASHA at rung 0 (epoch 1)"
+    assert resumed.trials["t2"].status == TrialStatus.STOPPED  # not ASHA's
