@@ -416,8 +416,11 @@ MODEL_STEPS = ("epoch.train", "epoch.validate")
 def breakdown(side: dict[str, Any]) -> dict[str, Any]:
     """Milliseconds per piece: per later epoch (the first is the one that traces), per trial, and tracing.
 
-    A piece's per-epoch figure is the median of its occurrences after each trial's first epoch;
-    a per-trial piece's, the median over trials. ``model_s`` is the model's own train and
+    The model's steps' per-epoch figure is the median of their occurrences after each trial's
+    first epoch (the one that traces). The work at an epoch's end is amortised: a piece's
+    total in a trial over the trial's epochs (a checkpoint is not taken every epoch, see
+    ``tunekit.worker.checkpoints.CheckpointPolicy``), then the median over trials. A per-trial
+    piece's figure is the median over trials. ``model_s`` is the model's own train and
     validation time over every epoch, the time plain Keras fit would spend.
     """
     per_epoch: dict[str, list[float]] = {}
@@ -426,9 +429,14 @@ def breakdown(side: dict[str, Any]) -> dict[str, Any]:
     model_s = 0.0
     for trial in side["trials"]:
         pieces: dict[str, list[float]] = trial.get("pieces") or {}
+        epochs = len(pieces.get("epoch.train", []))
         for name, values in pieces.items():
-            if name.startswith("epoch."):
-                per_epoch.setdefault(name, []).extend(values[1:] if name in (*MODEL_STEPS, *EPOCH_WORK) else values)
+            if name in MODEL_STEPS:
+                per_epoch.setdefault(name, []).extend(values[1:])
+            elif name in EPOCH_WORK:
+                per_epoch.setdefault(name, []).append(sum(values) / (epochs or len(values)))
+            elif name.startswith("epoch."):
+                per_epoch.setdefault(name, []).extend(values)
             else:
                 per_trial.setdefault(name, []).append(sum(values))
         steps = [pieces.get(name, []) for name in MODEL_STEPS]

@@ -56,6 +56,9 @@ KEY_RULES: dict[str, str] = {
     "training.scale_lr": "multiply `learning_rate` by the number of replicas",
     "training.seed": "Keras's seed for every trial",
     "training.max_failures": "retries of a trial whose worker died, from its last checkpoint",
+    "training.checkpoint_every_s": "a trial checkpoints at each ASHA rung, at its end, and once its last checkpoint "
+    "is this many seconds old (`0`: every epoch; PBT: every epoch); a dead worker or a resumed search retrains "
+    "the epochs since",
     "space": "parameter -> distribution (`loguniform`, `uniform`, `int`, `choice`, `fixed`; `step`, `log`, `when`)",
     "data": "free-form settings handed to `build_data` as `ctx.data`; relative paths follow the spec's folder",
     "storage": "where experiment directories go",

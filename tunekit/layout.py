@@ -104,6 +104,7 @@ STOPPED_BY_MODEL = "stopped_by_model"
 # In INFO_KEY: the model's callbacks restored earlier weights at the end (EarlyStopping's
 # restore_best_weights); the last report's validation metrics were measured on them.
 RESTORED_WEIGHTS = "restored_weights"
+CHECKPOINTED = "checkpointed"  # in INFO_KEY: the report carried a checkpoint (CheckpointPolicy)
 EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
 
 

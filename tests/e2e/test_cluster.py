@@ -320,6 +320,8 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node_and_resume_rejoins(
         "budget.max_concurrent=2",
         "--set",
         "scheduler.type=fifo",
+        "--set",
+        "training.checkpoint_every_s=2",  # FIFO has no rungs: a checkpoint after each 2.5 s epoch
     ]
     env = cluster.driver_env(RAY_ADDRESS="auto", RAY_TMPDIR=str(cluster.ray_tmpdir), PYTHONUNBUFFERED="1")
     driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -115,7 +115,12 @@ def test_warm_start_points_run_first(tmp_path: Path) -> None:
     assert first_two.iloc[1]["params.learning_rate"] == 0.001 and first_two.iloc[1]["params.units"] == 32
 
 
-def test_killed_worker_resumes_from_its_checkpointed_epoch(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("checkpoint_every_s", "resumed_from"), [(0, 3), (30, 0)])
+def test_killed_worker_resumes_from_its_last_checkpoint(
+    tmp_path: Path, checkpoint_every_s: int, resumed_from: int
+) -> None:
+    # 0: a checkpoint every epoch, so the retry goes on from epoch 3; 30 (the default): FIFO
+    # has no rungs and the trial is younger than 30 s, so it has none and trains again.
     results = tunekit.run(
         DEFAULT_SPEC,
         overrides=[
@@ -124,6 +129,7 @@ def test_killed_worker_resumes_from_its_checkpointed_epoch(tmp_path: Path) -> No
             "budget.max_epochs=5",
             "scheduler.type=fifo",
             "training.max_failures=2",
+            f"training.checkpoint_every_s={checkpoint_every_s}",
             "tracking.enabled=false",
         ],
         data={"marker_dir": str(tmp_path), "kill_after_epoch": 3},
@@ -136,10 +142,10 @@ def test_killed_worker_resumes_from_its_checkpointed_epoch(tmp_path: Path) -> No
     assert len(victim) == 1, results.trials[["trial_id", "attempts", "status"]]
     assert victim.iloc[0]["status"] == "completed" and victim.iloc[0]["epochs"] == 5
     rows = results.epochs[results.epochs["trial_id"] == victim.iloc[0]["trial_id"]]
-    first_attempt = rows[rows["attempt"] == 1]["epoch"].tolist()
+    # epochs trained again replace their rows: one row per epoch, the retry's from resumed_from on
+    assert rows["epoch"].tolist() == [1, 2, 3, 4, 5]
+    assert rows["attempt"].tolist() == [1] * resumed_from + [2] * (5 - resumed_from)
     second_attempt = rows[rows["attempt"] == 2]
-    assert first_attempt == [1, 2, 3]
-    # the retry starts where the checkpoint left off instead of from scratch
-    assert second_attempt["epoch"].tolist() == [4, 5]
-    assert second_attempt.iloc[0]["resumed_from_epoch"] == 3
+    assert second_attempt.iloc[0]["resumed_from_epoch"] == resumed_from
+    assert victim.iloc[0]["best_metric"] == rows["val_accuracy"].max()
     assert (results.trials["status"] == "completed").all()

@@ -91,7 +91,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "mutate",
     ),
     "resources": ("cpu", "gpu", "gpu_memory"),
-    "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures"),
+    "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures", "checkpoint_every_s"),
     "storage": ("path",),
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required"),
 }
@@ -145,6 +145,9 @@ class TrainingSpec:
     scale_lr: bool
     seed: int
     max_failures: int
+    # A trial checkpoints at each ASHA rung, at its end, and once its last checkpoint is this
+    # old (0: every epoch; PBT: every epoch). See tunekit.worker.checkpoints.CheckpointPolicy.
+    checkpoint_every_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -502,6 +505,7 @@ def _training(raw: object) -> TrainingSpec:
         scale_lr=v.boolean(section.get("scale_lr", False), "training.scale_lr"),
         seed=v.integer(section.get("seed", 0), "training.seed", minimum=0),
         max_failures=v.integer(section.get("max_failures", 2), "training.max_failures", minimum=0),
+        checkpoint_every_s=v.number(section.get("checkpoint_every_s", 30.0), "training.checkpoint_every_s", at_least=0),
     )
 
 

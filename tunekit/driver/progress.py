@@ -84,17 +84,20 @@ class ConsoleProgress:
     def trial_started(self, record: TrialRecord) -> None:
         if not self._first_trial_seen:
             self._first_trial_seen = True
-            continues = f", continuing after epoch {record.epochs}" if record.epochs else ""
+            continues = f", continuing after epoch {record.checkpoint_epoch}" if record.checkpoint_epoch else ""
             self.phase(f"first trial started (trial {_name(record)}{continues}); its worker is importing TensorFlow")
         workers = record.span_workers
         if len(workers) >= 2 and workers[-2].get("attempt") != record.attempts:
             # A retry after its worker or node died (or a resume): say which trial, where it was, which attempt.
             before = workers[-2]
             where = f"node {_node(before.get('node_id'))}, worker pid {before.get('pid') or '?'}"
-            self._notice(
-                f"trial {_name(record)}: attempt {record.attempts} starts from its last checkpoint "
-                f"(epoch {record.epochs}); attempt {before.get('attempt')} ran on {where}"
+            starts = (
+                f"starts from its last checkpoint (epoch {record.checkpoint_epoch})"
+                if record.checkpoint_epoch
+                else "trains again from its first epoch (it had no checkpoint yet)"
             )
+            attempt = f"trial {_name(record)}: attempt {record.attempts}"
+            self._notice(f"{attempt} {starts}; attempt {before.get('attempt')} ran on {where}")
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         if self._first_epoch_at is None:

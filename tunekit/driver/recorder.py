@@ -36,6 +36,7 @@ from tunekit.driver.records import (
     settle_errored,
 )
 from tunekit.layout import (
+    CHECKPOINTED,
     EPOCH_KEY,
     EPOCHS_FILE,
     EXPLOITS_FILE,
@@ -141,6 +142,8 @@ class Recorder(Callback):
             record.stopped_by_model = int(bookkeeping[STOPPED_BY_MODEL])
         if bookkeeping.get(RESTORED_WEIGHTS):
             record.restored_weights = True
+        if bookkeeping.get(CHECKPOINTED):
+            record.checkpoint_epoch = int(result[EPOCH_KEY])
         if bookkeeping.get(EXPORT_NOTE):
             self._warn_export(record, str(bookkeeping[EXPORT_NOTE]))
         names = bookkeeping.get("metrics", [])

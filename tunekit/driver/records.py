@@ -53,6 +53,7 @@ class TrialRecord:
     rated_epochs: int = 0  # epochs averaged into samples_per_second
     stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
     restored_weights: bool = False  # the model's callbacks put back earlier weights at the end
+    checkpoint_epoch: int = 0  # the last epoch reported with a checkpoint: where a retry starts
     # Several objectives: the last value of each objective and constrained metric, and
     # whether every constraint holds on them (None before the first epoch).
     finals: dict[str, float] = field(default_factory=dict)

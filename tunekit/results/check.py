@@ -325,7 +325,10 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     saved = {key: value for key, value in (state.get("config") or {}).items() if not str(key).startswith("_")}
     if not _same_config(best.config, saved):
         yield Finding(where, f"{label} config its model was trained under", best.config, saved)
-    if int(state.get("epoch", -1)) != best.epochs:
+    # A completed trial checkpoints its last epoch; one the search stopped around keeps its
+    # last due checkpoint (training.checkpoint_every_s), which a resume continues from.
+    epoch = int(state.get("epoch", -1))
+    if epoch != best.epochs and (best.status == TrialStatus.COMPLETED or not 0 < epoch <= best.epochs):
         yield Finding(where, f"{label} last checkpoint's epoch", best.epochs, state.get("epoch"))
 
 

@@ -1,4 +1,4 @@
-"""A trial's checkpoints: weights and optimizer state at each epoch's end, the final model export, restore."""
+"""A trial's checkpoints: when one is due, weights and optimizer state at an epoch's end, the final export, restore."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import FatalTrialError, describe_error
 from tunekit.layout import (
     CHECKPOINT_STATE,
@@ -14,6 +15,36 @@ from tunekit.layout import (
     FINAL_MODEL,
     FINAL_WEIGHTS,
 )
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When a trial saves a checkpoint: where one is needed, not after every epoch.
+
+    A checkpoint costs the worker a save and Ray a copy into the trial's storage, about a
+    tenth of a small model's epoch. It is needed where a trial may end or be compared:
+    at each ASHA rung (ASHA may stop the trial there, and a resume restarts it there), at
+    its end (the model that is exported), after every epoch under PBT (an exploit copies
+    the source's recent checkpoint), and otherwise once the last checkpoint is
+    ``every_s`` old. A worker that dies, or a search stopped and resumed, retrains at most
+    the epochs since the last checkpoint: ``every_s`` seconds, or up to the last rung.
+    """
+
+    milestones: frozenset[int]
+    every_epoch: bool
+    every_s: float
+
+    @classmethod
+    def for_spec(cls, spec: ExperimentSpec) -> CheckpointPolicy:
+        from tunekit.search.plan import spec_milestones
+
+        every_s = spec.training.checkpoint_every_s
+        return cls(frozenset(spec_milestones(spec)), spec.scheduler.type == "pbt" or every_s == 0, every_s)
+
+    def due(self, epoch: int, since_last_s: float) -> bool:
+        """Whether the epoch just completed is checkpointed (the trial's last one always is)."""
+        return self.every_epoch or epoch in self.milestones or since_last_s >= self.every_s
+
 
 # The one mutable parameter the checkpoint itself carries (the optimizer's variable); every
 # other parameter reaches the model through build_model, which gets the new config.

@@ -19,8 +19,8 @@ from ray import tune
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
-from tunekit.layout import EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, STOPPED_BY_MODEL
-from tunekit.worker.checkpoints import TrialProgress, export_model, save_checkpoint
+from tunekit.layout import CHECKPOINTED, EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, STOPPED_BY_MODEL
+from tunekit.worker.checkpoints import CheckpointPolicy, TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
 from tunekit.worker.heartbeat import HeartbeatWriter
@@ -29,8 +29,9 @@ from tunekit.worker.profile import TrialProfile
 
 
 class EpochReporter(keras.callbacks.Callback):
-    """Checks the epoch's metrics, checkpoints, and reports; ``tune.report`` blocks until
-    the driver has seen the result, and raises ``SystemExit`` when ASHA stops the trial.
+    """Checks the epoch's metrics, checkpoints where ``CheckpointPolicy`` says, and reports;
+    ``tune.report`` blocks until the driver has seen the result, and raises ``SystemExit``
+    when ASHA stops the trial.
 
     It runs after the trainable's own callbacks (it is last in the list), so a learning
     rate that ReduceLROnPlateau lowered is in the checkpoint, and a ``stop_training`` that
@@ -72,6 +73,8 @@ class EpochReporter(keras.callbacks.Callback):
         self._profile = profile or TrialProfile()
         self._validation_started = 0.0
         self._epoch_ended = 0.0  # when the last epoch's report returned: the gap to the next is Keras's
+        self._checkpoints = CheckpointPolicy.for_spec(spec)
+        self._checkpointed_at = time.perf_counter()  # the trial's start counts as its restored checkpoint
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         _reset_peak_rss()
@@ -169,28 +172,34 @@ class EpochReporter(keras.callbacks.Callback):
         )
 
     def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
-        """Checkpoints and reports; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
-        checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
-        with self._profile.piece("epoch.checkpoint"):
-            save_checkpoint(checkpoint_dir, self.model, completed, self._progress.config)
+        """Reports, with a checkpoint when due; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
+        started = time.perf_counter()
+        checkpoint_dir = None
+        if final or self._checkpoints.due(completed, started - self._checkpointed_at):
+            checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
+            with self._profile.piece("epoch.checkpoint"):
+                save_checkpoint(checkpoint_dir, self.model, completed, self._progress.config)
+            self._checkpointed_at = started
+            bookkeeping[CHECKPOINTED] = True
         if final:
+            assert checkpoint_dir is not None
             with self._profile.piece("end.export"):
                 note = export_model(checkpoint_dir, self.model)
             if note:
                 print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
                 bookkeeping[EXPORT_NOTE] = note
-        # The report copies the checkpoint into the trial's storage, then waits for the driver.
+        # With a checkpoint, the report copies it into the trial's storage, then waits for the driver.
         report_started = time.perf_counter()
         try:
             tune.report(
                 {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping},
-                checkpoint=tune.Checkpoint.from_directory(checkpoint_dir),
+                checkpoint=None if checkpoint_dir is None else tune.Checkpoint.from_directory(checkpoint_dir),
             )
         finally:
             self._profile.add("epoch.report", time.perf_counter() - report_started)
             self._epoch_ended = time.perf_counter()
-            # Ray copied the checkpoint into the trial's storage before blocking.
-            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+            if checkpoint_dir is not None:  # Ray copied it into the trial's storage before blocking
+                shutil.rmtree(checkpoint_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ peak memory

@@ -73,6 +73,7 @@ def _record(
         status=status,
         reason=reason,
         epochs=0 if metric is None else 1,
+        checkpoint_epoch=0,
         final_metric=metric,
         best_metric=metric,
         started_at=100.0 + number,
@@ -218,17 +219,25 @@ def test_console_names_a_retried_trial_its_nodes_and_attempts() -> None:
     record = TrialRecord("t1", 3, {})
     record.begin_span(0.0)
     record.note_worker("aaaaaaaa1111", 4242)
-    record.epochs = 2
+    record.epochs, record.checkpoint_epoch = 3, 2  # epoch 3 was reported without a checkpoint
     record.close_span(5.0)  # its node died
     record.attempts = 2
     record.begin_span(6.0)
     console.trial_started(record)
     record.note_worker("bbbbbbbb2222", 5151)
     console.epoch_reported(record, EpochRow("t1", 3, {}, 2, 2, 8.0))
+    young = TrialRecord("t2", 4, {}, epochs=1)  # died before its first checkpoint was due
+    young.begin_span(0.0)
+    young.note_worker("aaaaaaaa1111", 4243)
+    young.attempts = 2
+    young.begin_span(6.0)
+    console.trial_started(young)
     lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "attempt" in line]
     assert lines == [
         "trial 3: attempt 2 starts from its last checkpoint (epoch 2); attempt 1 ran on node aaaaaaaa, worker pid 4242",
         "trial 3: attempt 2 runs on node bbbbbbbb (worker pid 5151), resumed from epoch 2",
+        "trial 4: attempt 2 trains again from its first epoch (it had no checkpoint yet); "
+        "attempt 1 ran on node aaaaaaaa, worker pid 4243",
     ]
 
 
@@ -238,9 +247,9 @@ def test_a_resume_shows_the_same_start_up_milestones_as_a_run(tmp_path: Path) ->
     console = ConsoleProgress(spec, out, live=False)
     recorder = _FakeRecorder(tmp_path)
     unfinished = _record("t0", 0, "running")
-    unfinished.epochs = 3  # trained before the stop
+    unfinished.epochs, unfinished.checkpoint_epoch = 4, 3  # trained before the stop; epoch 4 had no checkpoint
     recorder.trials["t0"] = unfinished
-    recorder.epochs.extend([object()] * 3)
+    recorder.epochs.extend([object()] * 4)
     console.experiment_started(recorder)  # type: ignore[arg-type]
     console.trial_started(unfinished)
     console.epoch_reported(unfinished, EpochRow("t0", 4, {}, 1, None, 1.0))
