@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import optuna
     from ray.tune import RunConfig, TuneConfig, Tuner
     from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search import SearchGenerator
+    from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 
 # ------------------------------------------------------------------------------ Ray
@@ -253,6 +253,36 @@ def set_search_generator_budget(generator: SearchGenerator, total_samples: int) 
     """
     generator._total_samples = total_samples
     generator._finished = False
+
+
+def saved_finished_trials(experiment_dir: Path) -> set[str]:
+    """Trials Ray's newest saved experiment state holds as TERMINATED: a resume runs them no more.
+
+    Why: a search that its time budget ended saves its ``ConcurrencyLimiter`` with the
+    trials it stopped still live (``live_trials``). Resumed with a larger budget, Ray does
+    not run those trials again, so nothing removes them, and the limiter, full, proposes
+    no new trial: the search waited forever. Checked against Ray 2.60 (``save_to_dir``:
+    ``trial_data`` pairs of JSON strings, the first with ``trial_id`` and ``status``).
+    """
+    import json
+
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    newest = _find_newest_experiment_checkpoint(str(experiment_dir))
+    if newest is None:
+        return set()
+    trials = [json.loads(trial_json) for trial_json, _ in json.loads(Path(newest).read_text()).get("trial_data", [])]
+    return {str(trial["trial_id"]) for trial in trials if trial.get("status") == "TERMINATED"}
+
+
+def forget_live_trials(limiter: ConcurrencyLimiter, trial_ids: set[str]) -> None:
+    """Removes trials that will never end again from a restored ``ConcurrencyLimiter``'s live ones.
+
+    Why: see ``saved_finished_trials``. Checked against Ray 2.60 (``live_trials``,
+    ``num_unfinished_live_trials``, which counts the live trials outside batch mode).
+    """
+    limiter.live_trials -= trial_ids
+    limiter.num_unfinished_live_trials = len(limiter.live_trials)
 
 
 def forget_saved_run_limits(experiment_dir: Path) -> None:

@@ -23,6 +23,7 @@ from tunekit.compat import (
     forget_saved_run_limits,
     restored_run_config,
     restored_tune_config,
+    saved_finished_trials,
 )
 from tunekit.config.growth import resumed_spec
 from tunekit.config.spec import ExperimentSpec, load_spec
@@ -359,7 +360,9 @@ def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path)
     searcher = recorder.searcher  # the same object as config.search_alg: one pickle
     searcher.grow(spec)
     recorder.spec = spec  # its tables and the console's progress count to the new total
-    config.search_alg = GrowingSearch(searcher, spec.budget.num_samples, spec.budget.max_concurrent)
+    config.search_alg = GrowingSearch(
+        searcher, spec.budget.num_samples, spec.budget.max_concurrent, saved_finished_trials(experiment_dir)
+    )
     config.max_concurrent_trials = None  # the limit is inside GrowingSearch; Ray would warn twice
     config.num_samples = spec.budget.num_samples
     config.time_budget_s = spec.budget.time_budget_s

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from tunekit.compat import set_search_generator_budget
+from tunekit.compat import forget_live_trials, set_search_generator_budget
 
 
 class GrowingSearch(SearchGenerator):
@@ -23,12 +23,17 @@ class GrowingSearch(SearchGenerator):
         searcher: tunekit's searcher (restored from the first run's ``tuner.pkl``).
         num_samples: trials in all, those already run included.
         max_concurrent: trials at once from now on.
+        finished: trials Ray saved as ended (``compat.saved_finished_trials``): the limiter
+            may have saved them as live, and they will not run again to end.
     """
 
-    def __init__(self, searcher: Searcher, num_samples: int, max_concurrent: int) -> None:
+    def __init__(
+        self, searcher: Searcher, num_samples: int, max_concurrent: int, finished: set[str] | None = None
+    ) -> None:
         super().__init__(ConcurrencyLimiter(searcher, max_concurrent=max_concurrent))
         self.num_samples = num_samples
         self.max_concurrent = max_concurrent
+        self.finished = finished or set()
 
     def set_state(self, state: dict[str, Any]) -> None:
         # Ray calls this last in restore_from_dir, after the limiter took its saved state.
@@ -37,3 +42,4 @@ class GrowingSearch(SearchGenerator):
         limiter = self.searcher
         if isinstance(limiter, ConcurrencyLimiter):
             limiter.set_max_concurrency(self.max_concurrent)
+            forget_live_trials(limiter, self.finished)
