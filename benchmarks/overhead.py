@@ -359,6 +359,7 @@ def _run_keras(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
 
     from trainables import digits_mlp
     from tunekit.contract import TrialContext
+    from tunekit.worker.autocompile import AUTO_STEPS_PER_EXECUTION
 
     # As a tunekit trial of 1 CPU sets them (tunekit.worker.devices).
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -400,6 +401,9 @@ def _run_keras(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
             optimizer=keras.optimizers.Adam(learning_rate=float(config["learning_rate"])),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
+            # As tunekit compiles this model (training.steps_per_execution: auto), so the
+            # later-epoch overhead compares like with like.
+            steps_per_execution=AUTO_STEPS_PER_EXECUTION,
         )
         pieces: dict[str, list[float]] = {}
         model.fit(train_ds, validation_data=val_ds, epochs=KERAS_EPOCHS, callbacks=[Pieces(pieces)], verbose=0)

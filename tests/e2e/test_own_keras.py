@@ -118,6 +118,8 @@ def test_trainable_output_lands_in_each_trial_folder(project_run: tunekit.Experi
         log = (project_run.experiment_dir / row.trial_id / OUTPUT_FILE).read_text()
         assert "building data for units=24" in log
         assert "saved weights only (model.weights.h5): model.keras failed (NotImplementedError:" in log
+        # The trainable compiled its model: tunekit leaves its compile's steps_per_execution alone.
+        assert "tunekit: steps_per_execution 1 (auto: the trainable compiled the model" in log
 
 
 def test_spec_yaml_records_where_the_trainable_file_was_found(project_run: tunekit.ExperimentResults) -> None:

@@ -13,7 +13,9 @@ import ray
 import tunekit
 from tunekit.cli import main as cli_main
 from tunekit.driver.session import ray_init_options
+from tunekit.layout import OUTPUT_FILE
 from tunekit.search.plan import study_storage
+from tunekit.worker.autocompile import AUTO_STEPS_PER_EXECUTION
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +84,9 @@ def test_epochs_table_has_one_row_per_trial_epoch_with_measurements(smoke_run: t
     for column in ("val_accuracy", "loss", "epoch_seconds", "samples_per_second", "memory_mb"):
         assert epochs[column].notna().all(), column
     assert (epochs["samples_per_second"] > 0).all()
+    for trial_id in smoke_run.trials["trial_id"]:
+        log = (smoke_run.experiment_dir / trial_id / OUTPUT_FILE).read_text()
+        assert f"tunekit: steps_per_execution {AUTO_STEPS_PER_EXECUTION} (auto: tunekit compiled the model" in log
 
 
 def test_best_trial_and_report(smoke_run: tunekit.ExperimentResults, capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,7 +91,16 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "mutate",
     ),
     "resources": ("cpu", "gpu", "gpu_memory"),
-    "training": ("batch_size", "precision", "jit_compile", "scale_lr", "seed", "max_failures", "checkpoint_every_s"),
+    "training": (
+        "batch_size",
+        "precision",
+        "jit_compile",
+        "steps_per_execution",
+        "scale_lr",
+        "seed",
+        "max_failures",
+        "checkpoint_every_s",
+    ),
     "storage": ("path",),
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required"),
 }
@@ -148,6 +157,8 @@ class TrainingSpec:
     # A trial checkpoints at each ASHA rung, at its end, and once its last checkpoint is this
     # old (0: every epoch; PBT: every epoch). See tunekit.worker.checkpoints.CheckpointPolicy.
     checkpoint_every_s: float = 30.0
+    # Batches per compiled call; "auto": see tunekit.worker.autocompile.steps_per_execution.
+    steps_per_execution: int | Literal["auto"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -506,7 +517,16 @@ def _training(raw: object) -> TrainingSpec:
         seed=v.integer(section.get("seed", 0), "training.seed", minimum=0),
         max_failures=v.integer(section.get("max_failures", 2), "training.max_failures", minimum=0),
         checkpoint_every_s=v.number(section.get("checkpoint_every_s", 30.0), "training.checkpoint_every_s", at_least=0),
+        steps_per_execution=_steps_per_execution(section.get("steps_per_execution", "auto")),
     )
+
+
+def _steps_per_execution(value: object) -> int | Literal["auto"]:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise SpecError("training.steps_per_execution", "must be auto or an integer >= 1", value)
 
 
 def _check_searched_training_keys(space: SearchSpace) -> None:

@@ -116,7 +116,9 @@ class EpochReporter(keras.callbacks.Callback):
             self._profile.add("epoch.train", self._validation_started - self._epoch_started)
             self._profile.add("epoch.validate", ended - self._validation_started)
         metrics["epoch_seconds"] = elapsed
-        steps = self._batches or self._steps
+        # Keras numbers the last call's batches as if it were full (steps_per_execution):
+        # a known epoch length bounds the count.
+        steps = min(self._batches, self._steps) if self._batches and self._steps else self._batches or self._steps
         if steps:
             train_seconds = self._train_seconds or elapsed
             metrics["steps_per_second"] = steps / train_seconds

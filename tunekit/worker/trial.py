@@ -41,7 +41,7 @@ from tunekit.layout import (
     FAILURE_KIND_KEY,
     OUTPUT_FILE,
 )
-from tunekit.worker.autocompile import compile_from_config
+from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
@@ -147,7 +147,8 @@ def _train(
             except PrecisionError as error:
                 raise precision_failure(error, spec, lambda p: resolve_precision(p, devices)) from None
         with profile.piece("start.compile"):
-            if not model.compiled:
+            compiled_by_tunekit = not model.compiled
+            if compiled_by_tunekit:
                 compile_from_config(model, config, ctx)
             model.jit_compile = ctx.jit_compile
     with profile.piece("start.checks"):
@@ -162,6 +163,13 @@ def _train(
     with profile.piece("start.measures"):
         steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)
         measures = _measures(spec, val_ds)
+    per_call, why = steps_per_execution(
+        spec.training.steps_per_execution, compiled_by_tunekit, options.get("callbacks", []), steps
+    )
+    if per_call is not None:
+        # Read when fit makes its train and test functions, as model.jit_compile is.
+        model.steps_per_execution = per_call
+    print(f"tunekit: steps_per_execution {model.steps_per_execution} ({why})")  # into the trial's output.log
     reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, measures, profile)
     model.fit(
         train_ds,
