@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.compat import drop_custom_gradients
+from tunekit.compat import build_training_state, drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext, load_builders
 from tunekit.errors import FatalTrialError, TrialFailure, describe_error
@@ -155,6 +155,8 @@ def _train(
         check_model_takes_data(model, train_ds, "train")
         check_model_takes_data(model, val_ds, "validation")
         options = checked_fit_options(builders, model, config, ctx)
+    with profile.piece("start.build"), devices.strategy.scope():
+        build_training_state(model, train_ds.element_spec)
     progress.config = config
     with profile.piece("start.restore"):
         progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, config)
