@@ -110,6 +110,10 @@ class Recorder(Callback):
         self._changed: set[str] = set()
         self._replaced_rows: set[int] = set()
         self._touched = 0.0  # when started.json's session end was last moved
+        # Trials per status, kept as records change: the console reads it every redraw, and
+        # a scan of every record was most of the console's cost at thousands of trials.
+        self._tally: dict[str, int] = {status: 0 for status in SEARCH_STATUSES}
+        self._tallied: dict[str, TrialStatus] = {}  # the status each trial is counted under
         # When this process's session began (the runner sets it before Ray starts, so the
         # active clock and the console's elapsed time agree); setup's time when unset.
         self.session_began: float | None = None
@@ -262,10 +266,8 @@ class Recorder(Callback):
     # -------------------------------------------------------------------- queries
 
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = dict.fromkeys(SEARCH_STATUSES, 0)
-        for record in self.trials.values():
-            counts[record.status] += 1
-        return counts
+        """Trials per status (every status present, 0 where none)."""
+        return dict(self._tally)
 
     def best(self) -> TrialRecord | None:
         """The best trial so far, by ``pick_best``'s rule: a completed trial once there is one
@@ -370,8 +372,21 @@ class Recorder(Callback):
             listener.trial_ended(record)
 
     def _changed_record(self, record: TrialRecord) -> None:
+        """Every change to a record ends here: the tables and the status tally follow it."""
         self._changed.add(record.trial_id)
         self._unwritten = True
+        counted = self._tallied.get(record.trial_id)
+        if counted != record.status:
+            if counted is not None:
+                self._tally[counted] -= 1
+            self._tally[record.status] += 1
+            self._tallied[record.trial_id] = record.status
+
+    def _recount(self) -> None:
+        self._tally = {status: 0 for status in SEARCH_STATUSES}
+        self._tallied = {}
+        for record in self.trials.values():
+            self._changed_record(record)
 
     def write_tables(self) -> None:
         """Writes every table; only rows that changed since the last write are rendered again."""
@@ -409,6 +424,7 @@ class Recorder(Callback):
         self.trials = {r.trial_id: r for r in map(_revived(TrialRecord), state["trials"])}
         self.epochs = list(map(_revived(EpochRow), state["epochs"]))
         self._tables = None
+        self._recount()
         self._rescan_best()
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.clock = self._restored_clock(state)
@@ -470,6 +486,8 @@ class Recorder(Callback):
         # A recorder pickled by an earlier tunekit (an experiment's tuner.pkl) lacks these.
         self.__dict__.setdefault("_changed", set(self.trials))
         self.__dict__.setdefault("_replaced_rows", set())
+        if "_tally" not in self.__dict__:
+            self._recount()
 
 
 def _revived(kind: Callable[..., T]) -> Callable[[Any], T]:

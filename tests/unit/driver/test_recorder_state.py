@@ -137,3 +137,52 @@ def test_a_stop_ray_saved_while_the_trial_s_checkpoint_was_stored_counts_as_asha
     assert resumed.trials["t1"].status == TrialStatus.PRUNED
     assert resumed.trials["t1"].reason == "pruned by ASHA at rung 0 (epoch 1)"
     assert resumed.trials["t2"].status == TrialStatus.STOPPED  # not ASHA's
+
+
+def scanned_counts(rec: Recorder) -> dict[Any, int]:
+    counts = dict.fromkeys(rec.counts(), 0)
+    for record in rec.trials.values():
+        counts[record.status] += 1
+    return counts
+
+
+class Unreadable(dict[str, Any]):
+    """Records the console must not scan: counts() reads its tally."""
+
+    def values(self) -> Any:
+        raise AssertionError("counts() scanned every record")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("counts() scanned every record")
+
+
+def test_the_status_tally_follows_every_change_and_survives_a_restore_without_a_scan(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    run_trial(rec, 0, [0.2] * 9)  # completed
+    run_trial(rec, 1, [0.5, 0.6])  # stopped around (two epochs, FIFO)
+    failed: Any = SimpleNamespace(trial_id="t2", config={"lr": 0.2}, error_msg="ValueError: boom")
+    rec.on_trial_start(0, [], failed)
+    assert scanned_counts(rec) == rec.counts() and rec.counts()[TrialStatus.RUNNING] == 1
+    rec.on_trial_recover(0, [], failed)  # its worker died; Ray retries it
+    rec.on_trial_start(0, [], failed)
+    rec.on_trial_error(0, [], failed)
+    running: Any = SimpleNamespace(trial_id="t3", config={"lr": 0.3})
+    rec.on_trial_start(0, [], running)
+    expected = {
+        TrialStatus.RUNNING: 1,
+        TrialStatus.COMPLETED: 1,
+        TrialStatus.PRUNED: 0,
+        TrialStatus.STOPPED: 1,
+        TrialStatus.FAILED: 1,
+    }
+    assert rec.counts() == scanned_counts(rec) == expected
+
+    restored = recorder(tmp_path)
+    restored.set_state(pickle.loads(pickle.dumps(rec.get_state())))
+    older: Any = pickle.loads(pickle.dumps(rec))  # a recorder pickled by a tunekit without the tally
+    del older._tally, older._tallied
+    older.__setstate__(older.__dict__)
+    for each in (restored, older):
+        each.trials = Unreadable(each.trials)
+        assert each.counts() == expected
