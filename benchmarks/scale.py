@@ -43,7 +43,9 @@ GRACE, REDUCTION = 1, 3
 WINDOW = 1000  # trials per reported window (1,000 trials or fewer: a tenth of them)
 SLOTS = os.cpu_count() or 2
 MODES: dict[str, list[int]] = {"smoke": [60], "quick": [1000], "full": [1000, 5000, 10000]}
-PEERS = ("ray_floor", "ray_optuna", "optuna_floor")
+PEERS = ("ray_floor", "ray_optuna", "optuna_floor", "optuna_history")
+# search.tpe_history measured against TPE's whole history: Optuna alone, the same trials.
+TPE_HISTORY = 1000
 BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the code running
     "sampler": ("optuna/samplers", "optuna/_hypervolume", "optuna/search_space", "scipy"),
     "study storage": ("optuna/storages", "sqlalchemy", "sqlite3", "alembic"),
@@ -408,13 +410,17 @@ def _sampler() -> Any:
     return optuna.samplers.TPESampler(seed=0, n_startup_trials=10, constant_liar=True, multivariate=True)
 
 
-def _run_optuna(trials: int) -> dict[str, Any]:
+def _run_optuna(trials: int, history: int | None = None) -> dict[str, Any]:
+    """Optuna alone, one trial at a time; ``history``: TPE models only that many recent trials,
+    through tunekit's own sampler wrapper (``search.tpe_history``)."""
     import optuna
+
+    from tunekit.search.searcher import _PinnableSampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize",
-        sampler=_sampler(),
+        sampler=_PinnableSampler(_sampler(), history),
         pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=GRACE, reduction_factor=REDUCTION),
     )
     sampler_s, started = 0.0, time.monotonic()
@@ -440,7 +446,19 @@ def _run_optuna(trials: int) -> dict[str, Any]:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED) if pruned else study.tell(trial, value)
         sampler_s += time.monotonic() - tell
     # One trial at a time: SLOTS workers would take the epochs' sleep SLOTS times as fast.
-    return {"wall_s": time.monotonic() - started, "sampler_s": sampler_s, "trials": trials}
+    # Search quality: the best final value, and how many trials it took to come within 0.005 of it.
+    finals = [(t.number, float(t.values[0])) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = max((value for _, value in finals), default=0.0)
+    reached = next((number + 1 for number, value in finals if value >= best - 0.005), None)
+    return {
+        "wall_s": time.monotonic() - started,
+        "sampler_s": sampler_s,
+        "trials": trials,
+        "history": history,
+        "best": best,
+        "trials_to_best": reached,
+        "completed": len(finals),
+    }
 
 
 # ------------------------------------------------------------------ analysis and main
@@ -498,6 +516,7 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
                 met=not lost,
                 note=str(counted),
             ),
+            _history_figure(trials, sides["optuna_floor"], sides["optuna_history"]),
             common.figure(f"{trials} trials: tunekit.load", tk["load_s"], "s", "< 10", tk["load_s"] < 10),
             common.figure(f"{trials} trials: tunekit report", tk["report_s"], "s", "< 10", tk["report_s"] < 10),
         ]
@@ -519,6 +538,18 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
             f"{sides['optuna_floor']['wall_s']:.0f} s (its sampler {sides['optuna_floor']['sampler_s']:.1f} s)"
         )
     return figures, ratios
+
+
+def _history_figure(trials: int, whole: dict[str, Any], recent: dict[str, Any]) -> dict[str, Any]:
+    """search.tpe_history against TPE's whole history: the sampler's seconds, and search quality."""
+    return common.figure(
+        f"{trials} trials: TPE modelling the last {recent['history']:,} trials, sampler seconds / whole history's",
+        common.ratio(recent["sampler_s"], whole["sampler_s"]),
+        "x",
+        note=f"best final value {recent['best']:.4f} (reached by trial {recent['trials_to_best']}) against "
+        f"{whole['best']:.4f} (trial {whole['trials_to_best']}); sampler {recent['sampler_s']:.1f} s against "
+        f"{whole['sampler_s']:.1f} s",
+    )
 
 
 def _without_sampler(row: dict[str, Any]) -> float:
@@ -545,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             "ray_floor": lambda: _run_ray(args.trials, args.workdir, with_optuna=False),
             "ray_optuna": lambda: _run_ray(args.trials, args.workdir, with_optuna=True),
             "optuna_floor": lambda: _run_optuna(args.trials),
+            "optuna_history": lambda: _run_optuna(args.trials, TPE_HISTORY),
         }
         common.write_json(args.result, common.clean(runs[args.side]()))
         return 0

@@ -248,6 +248,33 @@ def build_training_state(model: Any, batch_spec: Any) -> bool:
     return True
 
 
+def recent_trials_study(study: optuna.Study, window: int) -> Any:
+    """``study`` as a sampler sees it, with only the ``window`` most recent finished trials.
+
+    Why: TPE reads the study's trials through the private ``Study._get_trials`` and fits its
+    estimators to all of them, so its cost per proposal grows with the search (14 ms at 1,000
+    synthetic trials, 63 ms at 5,000). This view answers ``_get_trials`` with the finished
+    trials of the highest ``window`` numbers and every unfinished one (constant liar reads
+    the running ones); everything else is the study's. Checked against Optuna 5.0:
+    ``TPESampler._sample_relative``, ``sample_independent`` and ``_sample`` call
+    ``study._get_trials(deepcopy=False, states=..., use_cache=...)``.
+    """
+
+    class RecentTrials:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(study, name)
+
+        def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
+            trials = study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+            finished = [t for t in trials if t.state.is_finished()]
+            if len(finished) <= window:
+                return trials
+            oldest_kept = finished[-window].number  # Optuna lists trials in number order
+            return [t for t in trials if not t.state.is_finished() or t.number >= oldest_kept]
+
+    return RecentTrials()
+
+
 # ------------------------------------------------------------------ Ray: growing a search
 
 

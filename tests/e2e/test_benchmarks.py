@@ -104,9 +104,13 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
         "tunekit": tunekit_side,
         "ray_floor": {"wall_s": 150.0},
         "ray_optuna": {"wall_s": 260.0},
-        "optuna_floor": {"wall_s": 60.0, "sampler_s": 10.0},
+        "optuna_floor": {"wall_s": 60.0, "sampler_s": 10.0, "best": 0.95, "trials_to_best": 900},
+        "optuna_history": {"sampler_s": 4.0, "best": 0.949, "trials_to_best": 1100, "history": 1000},
     }
     figures, ratios = scale.analyse({2000: sides})
+    history = next(f for f in figures if "TPE modelling the last 1,000 trials" in f["name"])
+    assert history["value"] == 0.4
+    assert history["note"].startswith("best final value 0.9490 (reached by trial 1100) against 0.9500 (trial 900)")
     met = {f["name"].split(": ", 1)[1]: f["met"] for f in figures if f["target"]}
     assert met["driver CPU per trial without the sampler, last window / first"] is False  # 12 / 9 > 1.25x
     assert met["wall / (Ray's floor + the sampler's floor)"] is True  # 200 / 160 = 1.25

@@ -80,7 +80,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
-    "search": ("algorithm", "seed", "n_startup_trials", "warm_start", "warm_start_from"),
+    "search": ("algorithm", "seed", "n_startup_trials", "tpe_history", "warm_start", "warm_start_from"),
     "scheduler": (
         "type",
         "grace_period",
@@ -123,6 +123,8 @@ class SearchSettings:
     warm_start: tuple[Mapping[str, Any], ...]
     # Earlier experiments' directories (absolute) whose finished trials seed the study.
     warm_start_from: tuple[str, ...] = ()
+    # TPE models only this many most recent finished trials (None: all of them).
+    tpe_history: int | None = None
 
 
 @dataclass(frozen=True)
@@ -449,7 +451,19 @@ def _search(raw: object, space: SearchSpace, spec_dir: Path | None) -> SearchSet
     sources = parse_sources(section.get("warm_start_from"), spec_dir, algorithm)
     if algorithm == "grid":
         space.grid_size()  # every parameter expands, and the grid is of a sane size
-    return SearchSettings(algorithm, seed, startup, tuple(warm_start), sources)
+    return SearchSettings(
+        algorithm, seed, startup, tuple(warm_start), sources, _tpe_history(section, algorithm, startup)
+    )
+
+
+def _tpe_history(section: Mapping[str, Any], algorithm: str, startup: int) -> int | None:
+    value = section.get("tpe_history")
+    if value is None:
+        return None
+    if algorithm != "tpe":
+        raise SpecError("search.tpe_history", f"applies to search.algorithm tpe only, not {algorithm}", value)
+    # Fewer than the start-up trials and TPE would never leave its random start.
+    return v.integer(value, "search.tpe_history", minimum=max(1, startup))
 
 
 def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSpec:

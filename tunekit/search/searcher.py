@@ -27,7 +27,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
-from tunekit.compat import reopen_trial
+from tunekit.compat import recent_trials_study, reopen_trial
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file
@@ -59,9 +59,13 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
     no WAITING trial is left behind if the driver dies mid-ask (as ``enqueue_trial`` would).
     """
 
-    def __init__(self, base: optuna.samplers.BaseSampler) -> None:
+    def __init__(self, base: optuna.samplers.BaseSampler, history: int | None = None) -> None:
         self.base = base
         self.point: Mapping[str, Any] | None = None
+        self.history = history  # search.tpe_history: the finished trials the base models
+
+    def _modelled(self, study: optuna.Study) -> optuna.Study:
+        return study if self.history is None else recent_trials_study(study, self.history)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self.point is not None:
@@ -73,14 +77,14 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, Any]:
         if self.point is not None:
             return {}
-        return self.base.sample_relative(study, trial, search_space)
+        return self.base.sample_relative(self._modelled(study), trial, search_space)
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
         if self.point is not None:
             return self.point[param_name]
-        return self.base.sample_independent(study, trial, param_name, param_distribution)
+        return self.base.sample_independent(self._modelled(study), trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.base.before_trial(study, trial)
@@ -112,7 +116,8 @@ def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
     return _PinnableSampler(
         optuna.samplers.TPESampler(
             seed=seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
-        )
+        ),
+        search.tpe_history,
     )
 
 
