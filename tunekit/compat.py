@@ -260,17 +260,27 @@ def recent_trials_study(study: optuna.Study, window: int) -> Any:
     ``study._get_trials(deepcopy=False, states=..., use_cache=...)``.
     """
 
+    import optuna
+
+    finished_states = frozenset(state for state in optuna.trial.TrialState if state.is_finished())
+
     class RecentTrials:
         def __getattr__(self, name: str) -> Any:
             return getattr(study, name)
 
         def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
             trials = study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-            finished = [t for t in trials if t.state.is_finished()]
-            if len(finished) <= window:
+            # Optuna lists trials in number order: walk back to the window's oldest finished
+            # trial, so the cost is the window's, not the study's.
+            cut, seen = len(trials), 0
+            while cut > 0 and seen < window:
+                cut -= 1
+                seen += trials[cut].state in finished_states
+            if cut == 0:
                 return trials
-            oldest_kept = finished[-window].number  # Optuna lists trials in number order
-            return [t for t in trials if not t.state.is_finished() or t.number >= oldest_kept]
+            if states is not None and finished_states.issuperset(states):
+                return trials[cut:]
+            return [t for t in trials[:cut] if t.state not in finished_states] + trials[cut:]
 
     return RecentTrials()
 
