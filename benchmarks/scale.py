@@ -44,7 +44,8 @@ WINDOW = 1000  # trials per reported window (1,000 trials or fewer: a tenth of t
 SLOTS = os.cpu_count() or 2
 MODES: dict[str, list[int]] = {"smoke": [60], "quick": [1000], "full": [1000, 5000, 10000]}
 PEERS = ("ray_floor", "ray_optuna", "optuna_floor", "optuna_history")
-# search.tpe_history measured against TPE's whole history: Optuna alone, the same trials.
+# search.tpe_history measured against TPE's whole history: Optuna alone, the same trials
+# (--tpe-history sets it, and the tunekit side's search.tpe_history).
 TPE_HISTORY = 1000
 BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the code running
     "sampler": ("optuna/samplers", "optuna/_hypervolume", "optuna/search_space", "scipy"),
@@ -272,18 +273,18 @@ def _size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
 
-def _spec(trials: int, tracking_uri: str) -> dict[str, Any]:
+def _spec(trials: int, tracking_uri: str, tpe_history: int | None = None) -> dict[str, Any]:
     return common.digits_spec(
         name=f"scale-{trials}",
         budget={"num_samples": trials, "max_epochs": MAX_EPOCHS, "max_concurrent": SLOTS},
-        search={"algorithm": "tpe", "seed": 0, "n_startup_trials": 10},
+        search={"algorithm": "tpe", "seed": 0, "n_startup_trials": 10, "tpe_history": tpe_history},
         scheduler={"type": "asha", "grace_period": GRACE, "reduction_factor": REDUCTION},
         resources={"cpu": 1, "gpu": 0},
         tracking={"enabled": True, "uri": tracking_uri, "experiment": f"scale-{trials}"},
     )
 
 
-def _run_tunekit(trials: int, workdir: Path) -> dict[str, Any]:
+def _run_tunekit(trials: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
     import tunekit
     from tunekit.driver.runner import synthetic_trials_for_benchmarks
     from tunekit.testing import MlflowServer, PostgresServer, postgres_bin
@@ -296,7 +297,7 @@ def _run_tunekit(trials: int, workdir: Path) -> dict[str, Any]:
         backend = postgres.start().uri if postgres else None
         server = MlflowServer(workdir / "mlflow", backend).start()
         windows = Windows(WINDOW if trials > WINDOW else max(1, trials // 10))  # --quick: tenths
-        spec = tunekit.load_spec(_spec(trials, server.uri))
+        spec = tunekit.load_spec(_spec(trials, server.uri, tpe_history))
         started = time.monotonic()
         with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
             results = tunekit.run(spec, storage=workdir, name="tunekit", progress=console)
@@ -315,6 +316,7 @@ def _run_tunekit(trials: int, workdir: Path) -> dict[str, Any]:
         "windows": windows.rows,
         "top_functions": windows.top_functions(),
         "tracking_backend": "postgresql" if postgres else "sqlite",
+        "tpe_history": tpe_history,
         "mlflow": counted,
         **timings,
     }
@@ -473,7 +475,9 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         growth = common.ratio(last["driver_cpu_per_trial_ms"], first["driver_cpu_per_trial_ms"])
         # The target leaves out the sampler's own model fitting, which grows with TPE's history.
         growth_driver = common.ratio(_without_sampler(last), _without_sampler(first))
-        floor = sides["ray_floor"]["wall_s"] + sides["optuna_floor"]["sampler_s"]
+        # A tunekit side with search.tpe_history: the sampler's floor is TPE with the same history.
+        sampler_floor = sides["optuna_history" if tk.get("tpe_history") else "optuna_floor"]
+        floor = sides["ray_floor"]["wall_s"] + sampler_floor["sampler_s"]
         vs_floor = common.ratio(tk["wall_s"], floor)
         vs_optuna = common.ratio(sides["ray_optuna"]["wall_s"], tk["wall_s"])
         counted = tk["mlflow"]
@@ -563,6 +567,11 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [int(n) for n in text.split(",")],
         help="trial counts in place of the mode's, e.g. 5000",
     )
+    p.add_argument(
+        "--tpe-history",
+        type=int,
+        help="the tunekit side sets search.tpe_history to this (default: TPE models every trial)",
+    )
     p.add_argument("--side", choices=("tunekit", *PEERS), help=argparse.SUPPRESS)
     p.add_argument("--trials", type=int, help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -572,11 +581,11 @@ def main(argv: list[str] | None = None) -> int:
         # A stopped benchmark still stops the PostgreSQL and mlflow server it started (finally blocks).
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         runs = {
-            "tunekit": lambda: _run_tunekit(args.trials, args.workdir),
+            "tunekit": lambda: _run_tunekit(args.trials, args.workdir, args.tpe_history),
             "ray_floor": lambda: _run_ray(args.trials, args.workdir, with_optuna=False),
             "ray_optuna": lambda: _run_ray(args.trials, args.workdir, with_optuna=True),
             "optuna_floor": lambda: _run_optuna(args.trials),
-            "optuna_history": lambda: _run_optuna(args.trials, TPE_HISTORY),
+            "optuna_history": lambda: _run_optuna(args.trials, args.tpe_history or TPE_HISTORY),
         }
         common.write_json(args.result, common.clean(runs[args.side]()))
         return 0
@@ -593,7 +602,11 @@ def main(argv: list[str] | None = None) -> int:
                 where = root / f"{side}-{trials}"
                 sizes.setdefault(trials, {})[side] = common.run_child(
                     f"benchmarks.{NAME}",
-                    [f"--{args.mode}", "--side", side, "--trials", str(trials), "--workdir", str(where)],
+                    [
+                        f"--{args.mode}",
+                        *(["--tpe-history", str(args.tpe_history)] if args.tpe_history else []),
+                        *["--side", side, "--trials", str(trials), "--workdir", str(where)],
+                    ],
                     root,
                     f"{side}-{trials}",
                 )

@@ -60,6 +60,7 @@ class ConsoleProgress:
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
         self._estimate: tuple[float, float | None] | None = None  # (when, time_left() then)
+        self._steps: tuple[float, str] | None = None  # (when, _read_steps() then)
 
     # ----------------------------------------------------------------- start-up
 
@@ -197,6 +198,15 @@ class ConsoleProgress:
         return self._front[1]
 
     def _steps_text(self) -> str:
+        """``_read_steps``, read at most every ``ESTIMATE_EVERY_S``: in a log, every ended trial's
+        line has a status line, and reading scans the records and opens heartbeat files in a
+        directory of every trial (5.6 ms per trial at 10,000 synthetic trials)."""
+        now = time.monotonic()
+        if self._steps is None or now - self._steps[0] >= ESTIMATE_EVERY_S:
+            self._steps = (now, self._read_steps())
+        return self._steps[1]
+
+    def _read_steps(self) -> str:
         """Where running trials are inside an epoch longer than the heartbeat's period."""
         if self._recorder is None or self._experiment_dir is None:
             return ""
