@@ -56,7 +56,8 @@ KEY_RULES: dict[str, str] = {
     "training.precision": "`auto`, `float32`, `mixed_float16` or `mixed_bfloat16`; may also be searched",
     "training.jit_compile": "XLA; may also be searched",
     "training.steps_per_execution": "batches per compiled call: `auto` (16 for a model tunekit compiles, 1 when a "
-    "`fit_options` callback acts on batches or the data's length is unknown) or an integer for every model",
+    "`fit_options` callback acts on batches, the data's length is unknown or under MirroredStrategy) or an integer "
+    "for every model",
     "training.scale_lr": "multiply `learning_rate` by the number of replicas",
     "training.seed": "Keras's seed for every trial",
     "training.max_failures": "retries of a trial whose worker died, from its last checkpoint",

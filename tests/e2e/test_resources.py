@@ -74,3 +74,6 @@ def test_two_whole_gpus_train_under_mirrored_strategy(tmp_path: Path) -> None:
     assert [name.rsplit("/", 1)[-1] for name in info["device_names"]] == ["device:CPU:0", "device:CPU:1"]
     [batch_size] = results.trials["params.batch_size"].tolist()
     assert info["batch_size"] == 2 * batch_size  # the global batch spans both replicas
+    [trial_id] = results.trials["trial_id"].tolist()
+    log = (results.experiment_dir / trial_id / "output.log").read_text()
+    assert "tunekit: steps_per_execution 1 (auto: MirroredStrategy over 2 replicas" in log

@@ -105,6 +105,7 @@ def drive(
         record.status = TrialStatus.PRUNED if index % 2 else TrialStatus.COMPLETED
         record.rung = 0
         record.ended_at = time.time()
+        recorder._changed_record(record)  # as every callback of the recorder's does: its tally follows
         tracker.trial_ended(record)
         tracker.tick(recorder)
 
@@ -398,6 +399,7 @@ def test_run_status_and_outcome_follow_the_trial_status_and_reason(tmp_path: Pat
             record.epochs, record.final_metric = epoch, row.metrics["val_accuracy"]
             tracker.epoch_reported(record, row)
         record.status, record.reason, record.rung, record.ended_at = TrialStatus(status), reason, rung, time.time()
+        recorder._changed_record(record)  # as every callback of the recorder's does: its tally follows
         tracker.trial_ended(record)
     tracker.experiment_ended(recorder)
 

@@ -100,7 +100,11 @@ _BATCH_HOOKS = (
 
 
 def steps_per_execution(
-    setting: int | Literal["auto"], compiled_by_tunekit: bool, callbacks: Sequence[Any], steps_per_epoch: int | None
+    setting: int | Literal["auto"],
+    compiled_by_tunekit: bool,
+    callbacks: Sequence[Any],
+    steps_per_epoch: int | None,
+    replicas: int = 1,
 ) -> tuple[int | None, str]:
     """Batches per compiled call for this trial, and why; None keeps the model's own compile's.
 
@@ -110,7 +114,9 @@ def steps_per_execution(
     hooks once per call, so such a callback would see every 16th batch. An epoch of unknown
     length (TFRecords, ``filter``) runs one batch per call: Keras numbers the last call's
     batches as if it were full, and the epoch's steps_per_second counts batches from those
-    numbers. A model the trainable compiled keeps its compile's setting
+    numbers. Under MirroredStrategy (several replicas) it runs one: Keras 3.15's multi-step
+    loop fails there on TensorFlow 2.21 ("You must feed a value for placeholder tensor
+    .../while/cond/Placeholder"). A model the trainable compiled keeps its compile's setting
     (``model.compile(steps_per_execution=...)``).
     """
     if setting != "auto":
@@ -119,6 +125,8 @@ def steps_per_execution(
         return None, "auto: the trainable compiled the model; its compile's setting stands"
     if steps_per_epoch is None:
         return 1, "auto: the training data's length is unknown, so batches are counted one per call"
+    if replicas > 1:
+        return 1, f"auto: MirroredStrategy over {replicas} replicas runs one batch per call"
     batch_callbacks = sorted({type(c).__name__ for c in callbacks if _acts_on_batches(c)})
     if batch_callbacks:
         return 1, f"auto: callback {', '.join(batch_callbacks)} acts on batches and must see each one"

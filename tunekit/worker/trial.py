@@ -166,7 +166,7 @@ def _train(
         steps = options.get("steps_per_epoch") or _steps_per_epoch(train_ds)
         measures = _measures(spec, val_ds)
     per_call, why = steps_per_execution(
-        spec.training.steps_per_execution, compiled_by_tunekit, options.get("callbacks", []), steps
+        spec.training.steps_per_execution, compiled_by_tunekit, options.get("callbacks", []), steps, devices.replicas
     )
     if per_call is not None:
         # Read when fit makes its train and test functions, as model.jit_compile is.

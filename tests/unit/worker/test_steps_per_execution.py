@@ -36,6 +36,7 @@ def test_auto_runs_several_batches_per_call_only_for_a_model_tunekit_compiled_wi
     per_call, why = steps_per_execution("auto", True, [keras.callbacks.EarlyStopping(), CountsBatches()], 45)
     assert (per_call, why) == (1, "auto: callback CountsBatches acts on batches and must see each one")
     assert steps_per_execution("auto", True, [], None)[0] == 1  # unknown epoch length: batches counted exactly
+    assert steps_per_execution("auto", True, [], 45, replicas=2)[0] == 1  # MirroredStrategy
     assert steps_per_execution("auto", False, [], 45)[0] is None  # the trainable's own compile stands
     assert steps_per_execution(4, False, [CountsBatches()], None) == (4, "training.steps_per_execution")
 
