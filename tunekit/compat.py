@@ -259,30 +259,34 @@ def recent_trials_study(study: optuna.Study, window: int) -> Any:
     ``TPESampler._sample_relative``, ``sample_independent`` and ``_sample`` call
     ``study._get_trials(deepcopy=False, states=..., use_cache=...)``.
     """
+    return _RecentTrials(study, window)
 
-    import optuna
 
-    finished_states = frozenset(state for state in optuna.trial.TrialState if state.is_finished())
+class _RecentTrials:
+    """The view ``recent_trials_study`` returns; every other attribute is the study's."""
 
-    class RecentTrials:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(study, name)
+    def __init__(self, study: optuna.Study, window: int) -> None:
+        import optuna
 
-        def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
-            trials = study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-            # Optuna lists trials in number order: walk back to the window's oldest finished
-            # trial, so the cost is the window's, not the study's.
-            cut, seen = len(trials), 0
-            while cut > 0 and seen < window:
-                cut -= 1
-                seen += trials[cut].state in finished_states
-            if cut == 0:
-                return trials
-            if states is not None and finished_states.issuperset(states):
-                return trials[cut:]
-            return [t for t in trials[:cut] if t.state not in finished_states] + trials[cut:]
+        self._study, self._window = study, window
+        self._finished = frozenset(state for state in optuna.trial.TrialState if state.is_finished())
 
-    return RecentTrials()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        # Optuna lists trials in number order: walk back to the window's oldest finished
+        # trial, so the cost is the window's, not the study's.
+        cut, seen = len(trials), 0
+        while cut > 0 and seen < self._window:
+            cut -= 1
+            seen += trials[cut].state in self._finished
+        if cut == 0:
+            return trials
+        if states is not None and self._finished.issuperset(states):
+            return trials[cut:]
+        return [t for t in trials[:cut] if t.state not in self._finished] + trials[cut:]
 
 
 # ------------------------------------------------------------------ Ray: growing a search

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 from tunekit.driver.records import epochs_text
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus
@@ -29,6 +30,7 @@ QUIET_LOG_S = 10.0  # in a log (no TTY), the longest stretch without a line
 # The estimate reads every trial, and the line is drawn as every trial ends: in a search
 # of thousands of short trials that scan grew with the search (benchmarks/scale.py).
 ESTIMATE_EVERY_S = 1.0
+T = TypeVar("T")
 _STEPS_SHOWN = 2  # running trials whose step the status line names, at most
 
 
@@ -59,8 +61,11 @@ class ConsoleProgress:
         self._resumed_epochs = 0
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
-        self._estimate: tuple[float, float | None] | None = None  # (when, time_left() then)
-        self._steps: tuple[float, str] | None = None  # (when, _read_steps() then)
+        # Each scans every record (and _read_steps opens heartbeat files); in a log every
+        # ended trial's line carries a status line, so they are computed at most every second.
+        # Looked up at each call (a replaced time_left is the one used).
+        self._estimate = _AtMostEverySecond(lambda: self.time_left())
+        self._steps = _AtMostEverySecond(lambda: self._read_steps())
 
     # ----------------------------------------------------------------- start-up
 
@@ -198,13 +203,7 @@ class ConsoleProgress:
         return self._front[1]
 
     def _steps_text(self) -> str:
-        """``_read_steps``, read at most every ``ESTIMATE_EVERY_S``: in a log, every ended trial's
-        line has a status line, and reading scans the records and opens heartbeat files in a
-        directory of every trial (5.6 ms per trial at 10,000 synthetic trials)."""
-        now = time.monotonic()
-        if self._steps is None or now - self._steps[0] >= ESTIMATE_EVERY_S:
-            self._steps = (now, self._read_steps())
-        return self._steps[1]
+        return self._steps.get()[1]
 
     def _read_steps(self) -> str:
         """Where running trials are inside an epoch longer than the heartbeat's period."""
@@ -247,11 +246,8 @@ class ConsoleProgress:
 
     def _counting_down(self) -> float | None:
         """``time_left``, estimated at most every ``ESTIMATE_EVERY_S`` and counted down in between."""
-        now = time.monotonic()
-        if self._estimate is None or now - self._estimate[0] >= ESTIMATE_EVERY_S:
-            self._estimate = (now, self.time_left())
-        at, left = self._estimate
-        return None if left is None else max(0.0, left - (now - at))
+        at, left = self._estimate.get()
+        return None if left is None else max(0.0, left - (time.monotonic() - at))
 
     # ----------------------------------------------------------------- output
 
@@ -276,6 +272,20 @@ class ConsoleProgress:
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self._started)
         return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+class _AtMostEverySecond(Generic[T]):
+    """``compute()``'s value, computed again once ``ESTIMATE_EVERY_S`` has passed; with when it was."""
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._compute = compute
+        self._last: tuple[float, T] | None = None
+
+    def get(self) -> tuple[float, T]:
+        now = time.monotonic()
+        if self._last is None or now - self._last[0] >= ESTIMATE_EVERY_S:
+            self._last = (now, self._compute())
+        return self._last
 
 
 def _isatty(stream: TextIO) -> bool:

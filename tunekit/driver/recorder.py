@@ -383,10 +383,10 @@ class Recorder(Callback):
             self._tallied[record.trial_id] = record.status
 
     def _recount(self) -> None:
+        self._tallied = {record.trial_id: record.status for record in self.trials.values()}
         self._tally = {status: 0 for status in SEARCH_STATUSES}
-        self._tallied = {}
-        for record in self.trials.values():
-            self._changed_record(record)
+        for status in self._tallied.values():
+            self._tally[status] += 1
 
     def write_tables(self) -> None:
         """Writes every table; only rows that changed since the last write are rendered again."""

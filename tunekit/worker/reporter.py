@@ -118,7 +118,7 @@ class EpochReporter(keras.callbacks.Callback):
         metrics["epoch_seconds"] = elapsed
         # Keras numbers the last call's batches as if it were full (steps_per_execution):
         # a known epoch length bounds the count.
-        steps = min(self._batches, self._steps) if self._batches and self._steps else self._batches or self._steps
+        steps = min((n for n in (self._batches, self._steps) if n), default=0)
         if steps:
             train_seconds = self._train_seconds or elapsed
             metrics["steps_per_second"] = steps / train_seconds
