@@ -91,6 +91,9 @@ EPOCH_COLUMNS = ("trial_id", "epoch", "attempt", "resumed_from_epoch", "time")
 # spans.csv: attempt is the trial's attempt the span belongs to; node_id and pid name the
 # node and worker process that ran it (empty until the span's first report).
 SPAN_COLUMNS = ("trial_id", "span", "start", "end", "attempt", "node_id", "pid")
+# Columns that name things and are text even when every value looks like a number: Ray's
+# trial ids are 8 hex digits, so "42395413" or "375e9202" (3.75e9204, read as inf) happen.
+ID_COLUMNS = ("trial_id", "source_trial_id", "node_id")
 
 # ------------------------------------------------------------- a trial's report keys
 

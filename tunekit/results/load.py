@@ -12,7 +12,16 @@ import yaml
 from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
-from tunekit.layout import EPOCHS_FILE, EXPLOITS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, finite
+from tunekit.layout import (
+    EPOCHS_FILE,
+    EXPLOITS_FILE,
+    ID_COLUMNS,
+    SPANS_FILE,
+    SPEC_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    finite,
+)
 from tunekit.results.best import BestTrial, best_trial
 from tunekit.results.pareto import pareto_of
 
@@ -203,7 +212,7 @@ def recorded_spec(raw: Any, spec_dir: Path | None = None, trials: pd.DataFrame |
 def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
     if not path.is_file() or path.stat().st_size == 0:
         return pd.DataFrame()
-    return pd.read_csv(path)
+    return pd.read_csv(path, dtype={column: str for column in ID_COLUMNS})
 
 
 # ------------------------------------------------------------------ from MLflow

@@ -12,8 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tunekit.layout import CHECKPOINT_STATE, FINAL_MODEL, TRIALS_FILE
+from tunekit.layout import CHECKPOINT_STATE, EPOCHS_FILE, FINAL_MODEL, SPANS_FILE, TRIALS_FILE
 from tunekit.results.check import check_experiment
+from tunekit.results.load import load
 from tunekit.search.plan import study_storage
 from tunekit.search.searcher import RAY_TRIAL_ATTR
 
@@ -26,8 +27,16 @@ DISTRIBUTIONS = {
 }
 
 
-def consistent(root: Path) -> Path:
+def consistent(root: Path, ids: dict[str, str] | None = None) -> Path:
+    """The experiment and its study; ``ids`` renames trials a and b everywhere."""
     experiment(root)
+    ids = ids or {}
+    for table in (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE):
+        lines = (root / table).read_text().splitlines(keepends=True)
+        renamed = [
+            ids.get(line.split(",", 1)[0], line.split(",", 1)[0]) + "," + line.split(",", 1)[1] for line in lines
+        ]
+        (root / table).write_text("".join(renamed))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="summary", storage=study_storage(root), direction="maximize")
     for trial_id, values, state in (
@@ -35,11 +44,11 @@ def consistent(root: Path) -> Path:
         ("b", [0.6], optuna.trial.TrialState.PRUNED),
     ):
         trial = study.ask(DISTRIBUTIONS)
-        trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
+        trial.set_user_attr(RAY_TRIAL_ATTR, ids.get(trial_id, trial_id))
         for epoch, value in enumerate(values, start=1):
             trial.report(value, epoch)
         study.tell(trial, values[-1] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
-    checkpoint = root / "a" / "checkpoint_000003"
+    checkpoint = root / ids.get("a", "a") / "checkpoint_000003"
     checkpoint.mkdir(parents=True)
     (checkpoint / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 4, "config": {**PARAMS["a"], "_seed": 1}}))
     (checkpoint / FINAL_MODEL).write_text("a model")
@@ -51,6 +60,14 @@ def test_an_experiment_that_agrees_with_itself_is_ok(tmp_path: Path) -> None:
     assert report.ok, report.describe()
     assert report.checked == ["trials.csv", "epochs.csv", "spans.csv", "study", "checkpoints", "summary"]
     assert report.describe().splitlines()[0] == f"{tmp_path}: ok"
+
+
+def test_trial_ids_that_look_like_numbers_stay_the_trials_names(tmp_path: Path) -> None:
+    # Ray's ids are 8 hex digits: a CI run drew 42395413 and 375e9202, which pandas read
+    # as 42395413.0 and inf, so no trial of the study had a row in trials.csv.
+    report = check_experiment(consistent(tmp_path, {"a": "42395413", "b": "375e9202"}))
+    assert report.ok, report.describe()
+    assert list(load(tmp_path).trials["trial_id"]) == ["42395413", "375e9202"]
 
 
 def test_each_disagreement_names_both_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
