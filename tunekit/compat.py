@@ -319,24 +319,80 @@ def set_search_generator_budget(generator: SearchGenerator, total_samples: int) 
     generator._finished = False
 
 
-def saved_finished_trials(experiment_dir: Path) -> set[str]:
-    """Trials Ray's newest saved experiment state holds as TERMINATED: a resume runs them no more.
-
-    Why: a search that its time budget ended saves its ``ConcurrencyLimiter`` with the
-    trials it stopped still live (``live_trials``). Resumed with a larger budget, Ray does
-    not run those trials again, so nothing removes them, and the limiter, full, proposes
-    no new trial: the search waited forever. Checked against Ray 2.60 (``save_to_dir``:
-    ``trial_data`` pairs of JSON strings, the first with ``trial_id`` and ``status``).
-    """
+def _newest_saved_state(experiment_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """Ray's newest saved experiment state: its file and its JSON (Ray 2.60: ``save_to_dir``
+    writes ``experiment_state-<session>.json``, with ``runner_data``, the controller's
+    attributes, and ``trial_data``, pairs of JSON strings whose first holds ``trial_id`` and
+    ``status``)."""
     import json
 
     from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
 
     newest = _find_newest_experiment_checkpoint(str(experiment_dir))
     if newest is None:
-        return set()
-    trials = [json.loads(trial_json) for trial_json, _ in json.loads(Path(newest).read_text()).get("trial_data", [])]
-    return {str(trial["trial_id"]) for trial in trials if trial.get("status") == "TERMINATED"}
+        return None
+    return Path(newest), json.loads(Path(newest).read_text())
+
+
+def _write_saved_state(path: Path, state: dict[str, Any]) -> None:
+    import json
+
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(json.dumps(state))
+    partial.replace(path)
+
+
+def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each trial in Ray's newest saved experiment state, as saved: ``status`` (RUNNING,
+    PENDING, TERMINATED, ...), ``config`` (the trial's configuration, plain JSON), ..."""
+    import json
+
+    saved = _newest_saved_state(experiment_dir)
+    if saved is None:
+        return {}
+    trials = [json.loads(trial_json) for trial_json, _ in saved[1].get("trial_data", [])]
+    return {str(trial["trial_id"]): trial for trial in trials}
+
+
+def saved_finished_trials(experiment_dir: Path) -> set[str]:
+    """Trials Ray's newest saved experiment state holds as TERMINATED: a resume runs them no more.
+
+    Why: a search that its time budget ended saves its ``ConcurrencyLimiter`` with the
+    trials it stopped still live (``live_trials``). Resumed with a larger budget, Ray does
+    not run those trials again, so nothing removes them, and the limiter, full, proposes
+    no new trial: the search waited forever.
+    """
+    return {trial_id for trial_id, trial in saved_trials(experiment_dir).items() if trial.get("status") == "TERMINATED"}
+
+
+def end_saved_trials(experiment_dir: Path, trial_ids: set[str]) -> None:
+    """Marks trials TERMINATED in Ray's newest saved experiment state, without decisions pending.
+
+    Why: a driver killed after a trial ended but before Ray saved that leaves the trial
+    running in the saved state; ``Tuner.restore`` would train it again (see
+    ``tunekit.driver.late_endings``). A TERMINATED trial is skipped (Ray 2.60:
+    ``_requeue_restored_trials`` with ``resume_config.finished`` SKIP, ``Trial.__setstate__``
+    reading ``status``), and a STOP saved for it (``_cached_trial_decisions``) goes too.
+    """
+    import json
+
+    saved = _newest_saved_state(experiment_dir)
+    if saved is None or not trial_ids:
+        return
+    path, state = saved
+    pairs = []
+    for trial_json, metadata_json in state.get("trial_data", []):
+        trial = json.loads(trial_json)
+        if trial.get("trial_id") in trial_ids:
+            trial["status"] = "TERMINATED"
+            trial_json = json.dumps(trial)
+        pairs.append([trial_json, metadata_json])
+    state["trial_data"] = pairs
+    runner = state.get("runner_data", {})
+    for key in ("_cached_trial_decisions", "_queued_trial_decisions"):
+        for trial_id in trial_ids:
+            runner.get(key, {}).pop(trial_id, None)
+    _write_saved_state(path, state)
 
 
 def forget_live_trials(limiter: ConcurrencyLimiter, trial_ids: set[str]) -> None:
@@ -361,20 +417,13 @@ def forget_saved_run_limits(experiment_dir: Path) -> None:
     ``__setstate__``; ``experiment_state-<session>.json``, plain JSON with a
     ``runner_data`` mapping).
     """
-    import json
-
-    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
-
-    newest = _find_newest_experiment_checkpoint(str(experiment_dir))
-    if newest is None:
+    saved = _newest_saved_state(experiment_dir)
+    if saved is None:
         return
-    path = Path(newest)
-    state = json.loads(path.read_text())
+    path, state = saved
     for key in ("_stopper", "_max_pending_trials"):
         state["runner_data"].pop(key, None)
-    partial = path.with_name(f"{path.name}.partial")
-    partial.write_text(json.dumps(state))
-    partial.replace(path)
+    _write_saved_state(path, state)
 
 
 def saved_stop_decisions(experiment_dir: Path) -> set[str]:
@@ -392,14 +441,12 @@ def saved_stop_decisions(experiment_dir: Path) -> set[str]:
     """
     import json
 
-    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
-
     from tunekit.layout import FAILURE_KEY
 
-    newest = _find_newest_experiment_checkpoint(str(experiment_dir))
-    if newest is None:
+    saved = _newest_saved_state(experiment_dir)
+    if saved is None:
         return set()
-    state = json.loads(Path(newest).read_text())
+    state = saved[1]
     runner = state.get("runner_data", {})
     decisions = {**runner.get("_queued_trial_decisions", {}), **runner.get("_cached_trial_decisions", {})}
     stopped = {trial_id for trial_id, decision in decisions.items() if decision == "STOP"}

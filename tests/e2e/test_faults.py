@@ -175,6 +175,102 @@ def test_killed_driver_then_resume_finishes_the_search_exactly(tmp_path: Path) -
     assert (trials["status"] == "pruned").sum() >= 3
 
 
+# Ray's saved state, written in this order by each save (Ray 2.60 TuneController.save_to_dir).
+RAY_STATE_FILES = (
+    "experiment_state-*.json",
+    "search_gen_state-*.json",
+    "searcher-state-*.pkl",
+    "callback-states-*.pkl",
+)
+
+
+def _snapshot_ray_state(experiment: Path, into: Path, samples: int, stop: threading.Event) -> None:
+    """Copies one whole save of Ray's state made while every trial was asked and one still ran."""
+    import json
+    import shutil
+
+    while not stop.is_set():
+        time.sleep(0.05)
+        files = [path for pattern in RAY_STATE_FILES for path in experiment.glob(pattern)]
+        if len(files) != len(RAY_STATE_FILES):
+            continue
+        stamps = [path.stat().st_mtime_ns for path in files]
+        if stamps[-1] < stamps[0]:  # a save is under way: the callbacks' state comes last
+            continue
+        try:
+            trials = [json.loads(t) for t, _ in json.loads(files[0].read_text())["trial_data"]]
+        except (ValueError, KeyError):
+            continue
+        if len(trials) < samples or all(t["status"] == "TERMINATED" for t in trials):
+            continue
+        for path in files:
+            shutil.copy2(path, into / path.name)
+        if [path.stat().st_mtime_ns for path in files] == stamps:
+            return
+    raise AssertionError("no save of Ray's state had every trial asked and one running")
+
+
+def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(tmp_path: Path) -> None:
+    # As if the driver died right after the search ended but Ray last saved while trials ran:
+    # the study, the tables and the checkpoints know endings that Ray's state does not.
+    experiment, snapshot, samples = tmp_path / "late", tmp_path / "snapshot", 4
+    snapshot.mkdir()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def snap() -> None:
+        try:
+            _snapshot_ray_state(experiment, snapshot, samples, stop)
+        except BaseException as error:  # reported by the test's thread
+            failures.append(error)
+
+    watcher = threading.Thread(target=snap)
+    watcher.start()
+    try:
+        tunekit.run(
+            DEFAULT_SPEC,
+            overrides=[
+                f"budget.num_samples={samples}",
+                "budget.max_epochs=4",
+                # Every trial asked at once (two wait for a CPU): the first saves of Ray's state
+                # hold all of them unfinished, so each ends after the snapshot.
+                f"budget.max_concurrent={samples}",
+                "scheduler.grace_period=1",
+                "scheduler.reduction_factor=2",
+                "search.n_startup_trials=2",
+                *QUIET,
+            ],
+            storage=tmp_path,
+            name="late",
+            progress=False,
+        )
+    finally:
+        stop.set()
+        watcher.join()
+    assert not failures, failures
+    ended = {row["trial_id"]: row for row in _ended_trials(experiment / "trials.csv")}
+    epochs_before = (experiment / "epochs.csv").read_text().splitlines()
+    for saved in snapshot.iterdir():
+        saved.replace(experiment / saved.name)
+
+    results = tunekit.resume(experiment, progress=False)
+
+    trials = results.trials
+    assert len(trials) == samples
+    for row in trials.itertuples():  # each ending stands, and no trial trained again
+        assert (row.status, row.epochs, row.attempts) == (
+            ended[row.trial_id]["status"],
+            int(ended[row.trial_id]["epochs"]),
+            1,
+        )
+    assert sorted((experiment / "epochs.csv").read_text().splitlines()[1:]) == sorted(epochs_before[1:])
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(experiment))
+    by_ray_id = {t.user_attrs.get("ray_trial_id"): t.state.name for t in study.trials}
+    assert by_ray_id == {
+        row.trial_id: {"completed": "COMPLETE", "pruned": "PRUNED"}[row.status] for row in trials.itertuples()
+    }
+
+
 def test_asha_replay_rebuilds_rungs() -> None:
     from tunekit.compat import asha_rungs
     from tunekit.search.schedulers import RecordingASHA

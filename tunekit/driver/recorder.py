@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -24,6 +24,7 @@ from ray.tune.stopper import Stopper
 from tunekit.clock import SearchClock
 from tunekit.compat import saved_stop_decisions
 from tunekit.config.spec import ExperimentSpec
+from tunekit.driver.late_endings import LateEnding
 from tunekit.driver.records import (
     EpochRow,
     EpochsTable,
@@ -425,14 +426,16 @@ class Recorder(Callback):
         self.epochs = list(map(_revived(EpochRow), state["epochs"]))
         self._tables = None
         self._recount()
-        self._rescan_best()
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.clock = self._restored_clock(state)
+        for ending in self.__dict__.pop("_late_endings", {}).values():
+            self._adopt(ending, self.clock.active_seconds)
+        self._rescan_best()
         # The last session ran at least until the latest moment the saved records know of:
         # Ray may have saved a report made after started.json was last touched.
         reported = [row.at for row in self.epochs]
-        started = [span[0] or 0.0 for record in self.trials.values() for span in record.spans]
-        latest = max(reported + started, default=0.0)
+        spanned = [moment or 0.0 for record in self.trials.values() for span in record.spans for moment in span]
+        latest = max(reported + spanned, default=0.0)
         if self.clock.sessions and latest > self.clock.active_seconds:
             self.clock.sessions[-1][1] += latest - self.clock.active_seconds
         # Trials running when the last session ended stopped with it, whatever Ray saved.
@@ -448,6 +451,50 @@ class Recorder(Callback):
         self.exploits = list(map(_revived(ExploitStep), state.get("exploits", [])))
         if isinstance(self.scheduler, RecordingPBT):
             self.scheduler.replay(self._metric_by_epoch(), self.exploits)
+
+    def adopt_late_endings(self, endings: Mapping[str, LateEnding]) -> None:
+        """Trials the killed driver ended after Ray's last save; ``set_state`` ends their records
+        as the study did (see ``tunekit.driver.late_endings``). The runner calls this before Ray restores."""
+        self._late_endings = dict(endings)
+
+    def _adopt(self, ending: LateEnding, session_end: float) -> None:
+        """Ends a restored record as the dead driver did: the epochs and spans it wrote after
+        Ray's save (the study's values where it wrote none), then the study's ending.
+
+        ``session_end``: the active seconds the last session ran, as its clock file says.
+        """
+        record = self.trials.get(ending.trial_id)
+        if record is None:  # it started after Ray's save
+            record = TrialRecord(ending.trial_id, self.searcher.trial_number(ending.trial_id), params_of(ending.config))
+            record.started_at = float(ending.written.get("started_at") or ending.ended_at or record.started_at)
+            self.trials[record.trial_id] = record
+        if record.status.is_finished():
+            return
+        if len(ending.spans) >= len(record.spans):  # the tables were written after Ray's save
+            record.spans = [[start, end] for start, end, _ in ending.spans]
+            record.span_workers = [dict(worker) for _, _, worker in ending.spans]
+        later = {row.epoch: row for row in ending.rows if row.epoch > record.epochs}
+        for step, value in ending.steps.items():
+            if step > record.epochs and step not in later:
+                later[step] = EpochRow(
+                    record.trial_id, step, {self.spec.metric.name: value}, record.attempts, None, session_end
+                )
+        for epoch in sorted(later):
+            self._add_row(later[epoch])
+            apply_epoch(record, later[epoch], self.spec)
+        if ending.state == "FAIL":
+            record.status = TrialStatus.FAILED
+            record.reason = "failed after Ray last saved the search; the driver died before recording why"
+        else:
+            if ending.state == "COMPLETE" and record.epochs < self.spec.budget.max_epochs:
+                record.stopped_by_model = record.epochs  # the study completes a shorter trial only then
+            settle_ended(record, self.spec, pruned=ending.state == "PRUNED", elapsed=session_end)
+        if ending.written.get("status") == record.status and ending.written.get("reason"):
+            record.reason = ending.written["reason"]  # the dead driver's words: an error, restored weights
+        record.ended_at = ending.ended_at or time.time()
+        if record.status == TrialStatus.COMPLETED:
+            record.rung = rung_of(record.epochs, self.spec)
+        self._changed_record(record)
 
     def _restored_clock(self, state: dict[str, Any]) -> SearchClock:
         """The clock as the last session left it: started.json, touched up to the end, beats Ray's older pickle."""
@@ -479,6 +526,7 @@ class Recorder(Callback):
         state = self.__dict__.copy()
         state["listeners"] = []
         state.pop("_tables", None)
+        state.pop("_late_endings", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

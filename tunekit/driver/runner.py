@@ -20,10 +20,12 @@ from typing import Any, TextIO
 
 from tunekit.compat import (
     bound_experiment_state_saves,
+    end_saved_trials,
     forget_saved_run_limits,
     restored_run_config,
     restored_tune_config,
     saved_finished_trials,
+    saved_trials,
 )
 from tunekit.config.growth import resumed_spec
 from tunekit.config.spec import ExperimentSpec, load_spec
@@ -39,6 +41,7 @@ from tunekit.driver.connect import (
     resume_target,
     run_target,
 )
+from tunekit.driver.late_endings import late_endings
 from tunekit.driver.session import (
     SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
@@ -343,8 +346,14 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
+    endings = late_endings(recorder.searcher.study, saved_trials(experiment_dir), experiment_dir)
+    if endings:  # the driver died after these ended and before Ray saved that: they stay ended
+        end_saved_trials(experiment_dir, set(endings))
+        recorder.adopt_late_endings(endings)
     if recorder.spec.budget != spec.budget:
         _grow(tuner, recorder, spec, experiment_dir)
+    elif endings:
+        _limit_restored_search(tuner, recorder.searcher, spec, experiment_dir)
     return tuner, recorder, run_config.stop
 
 
@@ -354,19 +363,28 @@ def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path)
     Ray restores the first run's ``num_samples``, concurrency and time budget from its
     saved state; each is replaced here before ``fit`` (see ``tunekit.search.growth``).
     """
-    from tunekit.search.growth import GrowingSearch
-
-    config = restored_tune_config(tuner)
     searcher = recorder.searcher  # the same object as config.search_alg: one pickle
     searcher.grow(spec)
     recorder.spec = spec  # its tables and the console's progress count to the new total
+    _limit_restored_search(tuner, searcher, spec, experiment_dir)
+    restored_tune_config(tuner).time_budget_s = spec.budget.time_budget_s
+    forget_saved_run_limits(experiment_dir)
+
+
+def _limit_restored_search(tuner: Any, searcher: Any, spec: ExperimentSpec, experiment_dir: Path) -> None:
+    """The restored search proposes up to ``spec``'s budget and counts only trials that can still end.
+
+    Ray restores its ``ConcurrencyLimiter`` with the trials it saved as live; one that Ray's
+    state now holds as ended never ends again, and would hold its slot for good.
+    """
+    from tunekit.search.growth import GrowingSearch
+
+    config = restored_tune_config(tuner)
     config.search_alg = GrowingSearch(
         searcher, spec.budget.num_samples, spec.budget.max_concurrent, saved_finished_trials(experiment_dir)
     )
     config.max_concurrent_trials = None  # the limit is inside GrowingSearch; Ray would warn twice
     config.num_samples = spec.budget.num_samples
-    config.time_budget_s = spec.budget.time_budget_s
-    forget_saved_run_limits(experiment_dir)
 
 
 def _has_tune_state(experiment_dir: Path) -> bool:

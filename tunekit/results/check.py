@@ -231,7 +231,6 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
 
     where = f"{TRIALS_FILE} vs study"
-    clock = SearchClock.read(results.experiment_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
@@ -262,29 +261,13 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
             yield Finding(where, f"{label} state", " or ".join(expected), trial.state.name)
         multi = results.spec.multi_objective  # its values: check_pareto.study_findings
         if trial.state.name == "COMPLETE" and not multi and not _same(finite(row.get("final_metric")), trial.value):
-            if _trained_again(trial, row, clock):
-                yield (
-                    f"{label} was trained again after its driver died (Ray's saved state predated its end): "
-                    f"the study keeps its first value {trial.value}, the tables and its model the second "
-                    f"{finite(row.get('final_metric'))}"
-                )
-            else:
-                yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
+            yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
         steps = set(trial.intermediate_values)
         # Optuna keeps no intermediate values for several objectives; epochs.csv holds them.
         reported = set() if multi else epochs.get(trial_id, set())
         if steps != reported:
             yield Finding(where, f"{label} epochs reported", sorted(reported), sorted(steps))
     yield from map(_finding, study_findings(results, summary, study, ours))
-
-
-def _trained_again(trial: Any, row: dict[str, Any], clock: SearchClock | None) -> bool:
-    """The study finished the trial in an earlier session than the one that ended it in trials.csv."""
-    completed, ended = trial.datetime_complete, finite(row.get("ended_at"))
-    if clock is None or len(clock.sessions) < 2 or completed is None or ended is None:
-        return False
-    last_start = clock.sessions[-1][0]
-    return completed.timestamp() < last_start <= ended
 
 
 def _study_states(status: str, final: float | None) -> tuple[str, ...]:

@@ -1,0 +1,133 @@
+"""Trials a killed driver ended after Ray's last save: the resume keeps the dead driver's ending.
+
+A CI run showed what happened before: Ray trained such a trial again, ASHA's rungs had
+moved on, so it ended otherwise; the study kept the first ending ([1] intermediate value,
+PRUNED) while trials.csv and MLflow took the second (4 epochs). Real Optuna study in
+SQLite, the recorder and ASHA as Ray drives them, Ray's state file as Ray 2.60 writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+
+from tunekit.compat import end_saved_trials, saved_finished_trials, saved_stop_decisions, saved_trials
+from tunekit.driver.late_endings import late_endings
+from tunekit.driver.recorder import Recorder
+from tunekit.layout import EPOCH_KEY, INFO_KEY, TrialStatus
+from tunekit.search.plan import rung_of, study_storage
+from tunekit.search.schedulers import RecordingASHA
+from tunekit.search.searcher import RAY_TRIAL_ATTR
+
+from .test_recorder_state import Numbers
+from .test_trial_endings import spec
+
+STATE_FILE = "experiment_state-2026-11-26_12-00-00.json"
+
+
+def asha() -> RecordingASHA:
+    return RecordingASHA(time_attr=EPOCH_KEY, metric="acc", mode="max", max_t=9, grace_period=1, reduction_factor=3)
+
+
+def report(rec: Recorder, trial_id: str, epoch: int, acc: float) -> None:
+    trial: Any = SimpleNamespace(trial_id=trial_id, config={"lr": 0.1})
+    result = {EPOCH_KEY: epoch, "acc": acc, "loss": 1.0 - acc, INFO_KEY: {"metrics": ["acc", "loss"]}}
+    rec.on_trial_result(0, [], trial, result)
+
+
+def save_ray_state(directory: Path, statuses: dict[str, str], stops: dict[str, str]) -> None:
+    trial_data = [
+        [json.dumps({"trial_id": t, "status": s, "config": {"lr": 0.4}}), json.dumps({"last_result": {}})]
+        for t, s in statuses.items()
+    ]
+    state = {"runner_data": {"_cached_trial_decisions": stops, "_queued_trial_decisions": {}}, "trial_data": trial_data}
+    (directory / STATE_FILE).write_text(json.dumps(state))
+
+
+def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="unit", storage=study_storage(tmp_path), direction="maximize")
+    asked = {}
+    for trial_id in ("t1", "t2", "t3", "t4"):
+        asked[trial_id] = study.ask({"lr": optuna.distributions.FloatDistribution(0.0, 1.0)})
+        asked[trial_id].set_user_attr(RAY_TRIAL_ATTR, trial_id)
+    first = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
+    for trial_id in ("t1", "t2", "t3"):
+        trial: Any = SimpleNamespace(trial_id=trial_id, config={"lr": 0.1})
+        first.on_trial_start(0, [], trial)
+        report(first, trial_id, 1, 0.2)
+        asked[trial_id].report(0.2, 1)
+    # Ray saves: t1-t3 running, t4 waiting for a slot, a STOP for t1 waiting on its checkpoint.
+    saved = pickle.loads(pickle.dumps(first.get_state()))
+    save_ray_state(tmp_path, {"t1": "RUNNING", "t2": "RUNNING", "t3": "RUNNING", "t4": "PENDING"}, {"t1": "STOP"})
+    # Then, before the next save: t1 reports epoch 2 and ASHA prunes it, t4 starts, trains
+    # two epochs and ends by its model's EarlyStopping; the tables are written. t2 trains
+    # to the end and completes, and the driver dies before the tables hear of it. t3 runs on.
+    report(first, "t1", 2, 0.3)
+    asked["t1"].report(0.3, 2)
+    study.tell(asked["t1"], state=optuna.trial.TrialState.PRUNED)
+    late: Any = SimpleNamespace(trial_id="t4", config={"lr": 0.4})
+    first.on_trial_start(0, [], late)
+    for epoch in (1, 2):
+        report(first, "t4", epoch, 0.7)
+        asked["t4"].report(0.7, epoch)
+    study.tell(asked["t4"], 0.7)
+    first.write_tables()
+    for epoch in range(2, 10):
+        asked["t2"].report(0.5 + epoch / 100, epoch)
+    study.tell(asked["t2"], 0.59)
+
+    endings = late_endings(study, saved_trials(tmp_path), tmp_path)
+    assert set(endings) == {"t1", "t2", "t4"}
+    end_saved_trials(tmp_path, set(endings))
+    assert statuses(tmp_path) == {"t1": "TERMINATED", "t2": "TERMINATED", "t3": "RUNNING", "t4": "TERMINATED"}
+    assert saved_finished_trials(tmp_path) == {"t1", "t2", "t4"}
+    assert saved_stop_decisions(tmp_path) == set()  # t1's STOP was carried out: nothing waits
+
+    resumed = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
+    resumed.adopt_late_endings(endings)
+    resumed.set_state(saved)
+    t1, t2, t3, t4 = (resumed.trials[t] for t in ("t1", "t2", "t3", "t4"))
+    assert (t1.status, t1.epochs, t1.final_metric, t1.reason) == (
+        TrialStatus.PRUNED,
+        2,
+        0.3,
+        "pruned by ASHA at rung 0 (epoch 2)",
+    )
+    rows = {(row.trial_id, row.epoch): row.metrics for row in resumed.epochs}
+    assert rows["t1", 2] == {"acc": 0.3, "loss": 0.7}  # the row the dead driver wrote, every metric
+    assert (t2.status, t2.epochs, t2.final_metric, t2.rung) == (TrialStatus.COMPLETED, 9, 0.59, rung_of(9, spec()))
+    assert [rows["t2", e] for e in (2, 9)] == [{"acc": 0.52}, {"acc": 0.59}]  # only the study knew them
+    assert (t4.number, t4.params, t4.status, t4.reason) == (
+        4,
+        {"lr": 0.4},
+        TrialStatus.COMPLETED,
+        "stopped by the model at epoch 2",
+    )
+    assert len(t4.spans) == 1 and t4.spans[0][1] is not None  # its span, from spans.csv, closed
+    assert t3.status == TrialStatus.RUNNING and t3.epochs == 1
+    # The resumed ASHA counts t1 as pruned and every trial's epochs in its rungs.
+    assert isinstance(resumed.scheduler, RecordingASHA) and resumed.scheduler.stopped == {"t1"}
+    assert resumed.counts()[TrialStatus.PRUNED] == 1 and resumed.counts()[TrialStatus.COMPLETED] == 2
+    resumed.write_tables()
+    epochs_csv = (tmp_path / "epochs.csv").read_text().splitlines()
+    assert len(epochs_csv) == 1 + 3 + 1 + 2 + 8  # header, t1-t3's first, t1's second, t4's two, t2's
+
+
+def statuses(directory: Path) -> dict[str, str]:
+    return {trial_id: trial["status"] for trial_id, trial in saved_trials(directory).items()}
+
+
+def test_nothing_is_adopted_when_ray_saved_every_ending(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="unit", storage=study_storage(tmp_path), direction="maximize")
+    trial = study.ask({"lr": optuna.distributions.FloatDistribution(0.0, 1.0)})
+    trial.set_user_attr(RAY_TRIAL_ATTR, "t1")
+    study.tell(trial, 0.5)
+    save_ray_state(tmp_path, {"t1": "TERMINATED"}, {})
+    assert late_endings(study, saved_trials(tmp_path), tmp_path) == {}

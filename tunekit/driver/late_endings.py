@@ -1,0 +1,134 @@
+"""Trials a killed driver ended after Ray last saved its experiment state.
+
+Ray saves its state (trial statuses, the searcher's and the recorder's) about once a
+second; the study hears of a trial's ending at once, and the tables on disk and MLflow
+soon after. A driver killed in between leaves a trial that the study holds as ended and
+Ray's state as running. Ray would train it again from its last checkpoint, and the second
+run may end otherwise (ASHA's rungs have moved on since): the study would keep the first
+ending while the tables and MLflow took the second. Instead, the dead driver's decision
+stands. The resume marks the trial ended in Ray's state (``compat.end_saved_trials``),
+and the recorder takes its ending from the study and its epochs from ``epochs.csv``
+where the dead driver wrote them, else from the study's intermediate values.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunekit.driver.records import EpochRow
+from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE
+
+if TYPE_CHECKING:
+    import optuna
+
+# The study's states of an ended trial, as tunekit.search.searcher tells them.
+STUDY_ENDINGS = ("COMPLETE", "PRUNED", "FAIL")
+
+
+@dataclass(frozen=True)
+class LateEnding:
+    """How the study ended a trial that Ray's saved state holds as unfinished.
+
+    Attributes:
+        trial_id: Ray's trial id.
+        state: the study's state: COMPLETE, PRUNED or FAIL.
+        steps: the study's intermediate values, {epoch: the spec's metric} (none with
+            several objectives: Optuna keeps none).
+        ended_at: when the study was told (a wall-clock timestamp), None if unknown.
+        config: the trial's configuration, as Ray saved it: a trial that started after
+            the save has no record yet.
+        rows: the trial's rows in the ``epochs.csv`` the dead driver last wrote.
+        spans: its rows in that ``spans.csv``: (start, end, {"attempt", "node_id", "pid"}).
+        written: its row in that ``trials.csv`` (cells as text), or {}.
+    """
+
+    trial_id: str
+    state: str
+    steps: dict[int, float]
+    ended_at: float | None
+    config: dict[str, Any] = field(default_factory=dict)
+    rows: tuple[EpochRow, ...] = ()
+    spans: tuple[tuple[float, float | None, dict[str, Any]], ...] = ()
+    written: dict[str, str] = field(default_factory=dict)
+
+
+def late_endings(study: optuna.Study, saved: dict[str, dict[str, Any]], experiment_dir: Path) -> dict[str, LateEnding]:
+    """The trials the study ended while Ray's saved state (``compat.saved_trials``) has them unfinished."""
+    from optuna.trial import TrialState
+
+    from tunekit.search.searcher import RAY_TRIAL_ATTR
+
+    unfinished = {trial_id for trial_id, trial in saved.items() if trial.get("status") not in ("TERMINATED", "ERROR")}
+    if not unfinished:
+        return {}
+    states = tuple(TrialState[name] for name in STUDY_ENDINGS)
+    ended = {
+        str(trial.user_attrs.get(RAY_TRIAL_ATTR)): trial
+        for trial in study.get_trials(deepcopy=False, states=states)
+        if trial.user_attrs.get(RAY_TRIAL_ATTR) in unfinished
+    }
+    if not ended:
+        return {}
+    rows = _by_trial(_rows(experiment_dir / EPOCHS_FILE), set(ended))
+    spans = _by_trial(_rows(experiment_dir / SPANS_FILE), set(ended))
+    written = _by_trial(_rows(experiment_dir / TRIALS_FILE), set(ended))
+    return {
+        trial_id: LateEnding(
+            trial_id,
+            trial.state.name,
+            {int(step): float(value) for step, value in trial.intermediate_values.items()},
+            trial.datetime_complete.timestamp() if trial.datetime_complete is not None else None,
+            dict(saved[trial_id].get("config") or {}),
+            tuple(map(_epoch_row, rows.get(trial_id, []))),
+            tuple(map(_span, spans.get(trial_id, []))),
+            written.get(trial_id, [{}])[-1],
+        )
+        for trial_id, trial in ended.items()
+    }
+
+
+def _epoch_row(cells: dict[str, str]) -> EpochRow:
+    """An epochs.csv row as the recorder held it (tunekit.driver.records.EpochsTable writes them)."""
+    metrics = {name: float(text) for name, text in cells.items() if name not in EPOCH_COLUMNS and text}
+    return EpochRow(
+        cells["trial_id"],
+        int(cells["epoch"]),
+        metrics,
+        int(cells.get("attempt") or 1),
+        _integer(cells.get("resumed_from_epoch")),
+        float(cells.get("time") or 0.0),
+    )
+
+
+def _span(cells: dict[str, str]) -> tuple[float, float | None, dict[str, Any]]:
+    """A spans.csv row (tunekit.driver.records.SpansTable): its stretch and who ran it."""
+    end = cells.get("end")
+    worker = {
+        "attempt": _integer(cells.get("attempt")),
+        "node_id": cells.get("node_id") or "",
+        "pid": _integer(cells.get("pid")),
+    }
+    return float(cells.get("start") or 0.0), float(end) if end else None, worker
+
+
+def _integer(text: str | None) -> int | None:
+    return int(float(text)) if text else None
+
+
+def _by_trial(rows: Iterator[dict[str, str]], trial_ids: set[str]) -> dict[str, list[dict[str, str]]]:
+    found: dict[str, list[dict[str, str]]] = {}
+    for cells in rows:
+        if cells.get("trial_id") in trial_ids:
+            found.setdefault(cells["trial_id"], []).append(cells)
+    return found
+
+
+def _rows(path: Path) -> Iterator[dict[str, str]]:
+    if not path.is_file():
+        return
+    with path.open(newline="") as handle:
+        yield from csv.DictReader(handle)
