@@ -55,7 +55,7 @@ BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the 
     "progress": ("tunekit/driver/progress",),
     "ray": ("ray/",),
 }
-# The sampler's calls, through tunekit's wrapper (tunekit.search.searcher._PinnableSampler).
+# The sampler's calls, through the wrapper tunekit.search.searcher.build_sampler returns.
 SAMPLER_WRAPPER = "tunekit/search/searcher.py"
 SAMPLER_CALLS = {"infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial"}
 
@@ -405,11 +405,13 @@ def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
     return {"wall_s": time.monotonic() - started, "driver_cpu_s": time.process_time() - cpu, "trials": len(grid)}
 
 
-def _sampler() -> Any:
-    """The peers' sampler: TPE as tunekit builds it for this spec (multivariate, constant liar)."""
-    import optuna
+def _sampler(tpe_history: int | None = None) -> Any:
+    """The sampler tunekit builds for this benchmark's spec: TPE, multivariate, constant liar,
+    seeded; ``tpe_history``: it models only that many recent trials (``search.tpe_history``)."""
+    import tunekit
+    from tunekit.search.searcher import build_sampler
 
-    return optuna.samplers.TPESampler(seed=0, n_startup_trials=10, constant_liar=True, multivariate=True)
+    return build_sampler(tunekit.load_spec(_spec(1, "http://127.0.0.1:5000", tpe_history)))
 
 
 def _run_optuna(trials: int, history: int | None = None) -> dict[str, Any]:
@@ -417,12 +419,10 @@ def _run_optuna(trials: int, history: int | None = None) -> dict[str, Any]:
     through tunekit's own sampler wrapper (``search.tpe_history``)."""
     import optuna
 
-    from tunekit.search.searcher import _PinnableSampler
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize",
-        sampler=_PinnableSampler(_sampler(), history),
+        sampler=_sampler(history),
         pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=GRACE, reduction_factor=REDUCTION),
     )
     sampler_s, started = 0.0, time.monotonic()
