@@ -73,3 +73,53 @@ def test_the_spec_takes_a_history_for_tpe_of_at_least_its_start_up_trials() -> N
         load_spec(SPEC, ["search.tpe_history=5"])
     with pytest.raises(SpecError, match=r"search\.tpe_history: applies to search\.algorithm tpe only, not random"):
         load_spec(SPEC, ["search.algorithm=random", "search.tpe_history=100"])
+
+
+class CountedStorage:
+    """Counts the calls a study makes to its storage, and the trials it asks to be deep-copied."""
+
+    def __init__(self, storage: Any) -> None:
+        self.calls: dict[str, int] = {}
+        self.copied = 0
+        for name in ("get_all_trials", "get_trial", "get_n_trials", "get_best_trial", "get_study_user_attrs"):
+            setattr(storage, name, self._counted(name, getattr(storage, name)))
+
+    def _counted(self, name: str, method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            answer = method(*args, **kwargs)
+            if name == "get_all_trials" and kwargs.get("deepcopy", args[1] if len(args) > 1 else True):
+                self.copied += len(answer)
+            return answer
+
+        return call
+
+
+def storage_reads_per_trial(tmp_path: Any, earlier_trials: int) -> tuple[dict[str, int], int]:
+    """What one trial's ask, report and tell read from the journal after ``earlier_trials``."""
+    from tunekit.search.searcher import OptunaStudySearcher
+
+    tmp_path.mkdir()
+    spec = load_spec(SPEC, ["search.tpe_history=20", f"budget.num_samples={earlier_trials + 20}"])
+    searcher = OptunaStudySearcher(spec, tmp_path)
+    searcher.study.add_trials(finished([((i * 37) % 100) / 100 for i in range(earlier_trials)]))
+    counted = CountedStorage(searcher.study._storage)
+    for number in range(3):
+        trial_id = f"t{number}"
+        config = searcher.suggest(trial_id)
+        assert config is not None
+        value = config["x"]
+        searcher.on_trial_result(trial_id, {"epoch": 1, "val_accuracy": value})
+        searcher.on_trial_complete(trial_id, {"epoch": 2, "val_accuracy": value})
+    return counted.calls, counted.copied
+
+
+def test_a_trial_reads_the_study_as_often_at_600_trials_as_at_60_and_copies_none(tmp_path: Any) -> None:
+    # The scale benchmark's guard without a clock: the journal answers each read from its
+    # replayed log, so the calls per trial are the access pattern; a deep copy of every
+    # trial per ask (Optuna's default for get_all_trials) was what grew with the study.
+    small = storage_reads_per_trial(tmp_path / "small", 60)
+    large = storage_reads_per_trial(tmp_path / "large", 600)
+    assert small == large
+    # Per trial: the waiting queue, the search space and TPE; once: which configurations ran.
+    assert small[1] == 0 and small[0]["get_all_trials"] == 3 * 3 + 1
