@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow
 from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE
 
@@ -39,8 +40,11 @@ class LateEnding:
         steps: the study's intermediate values, {epoch: the spec's metric} (none with
             several objectives: Optuna keeps none).
         ended_at: when the study was told (a wall-clock timestamp), None if unknown.
-        config: the trial's configuration, as Ray saved it: a trial that started after
-            the save has no record yet.
+        number: the study's trial number.
+        unsaved: Ray's state has no such trial: it was asked after the save. Ray will never
+            run or list it; the searcher counts it toward the budget.
+        config: the trial's configuration (as Ray saved it, else drawn from the study's
+            params): a trial that started after the save has no record yet.
         rows: the trial's rows in the ``epochs.csv`` the dead driver last wrote.
         spans: its rows in that ``spans.csv``: (start, end, {"attempt", "node_id", "pid"}).
         written: its row in that ``trials.csv`` (cells as text), or {}.
@@ -50,45 +54,64 @@ class LateEnding:
     state: str
     steps: dict[int, float]
     ended_at: float | None
+    number: int
+    unsaved: bool
     config: dict[str, Any] = field(default_factory=dict)
     rows: tuple[EpochRow, ...] = ()
     spans: tuple[tuple[float, float | None, dict[str, Any]], ...] = ()
     written: dict[str, str] = field(default_factory=dict)
 
 
-def late_endings(study: optuna.Study, saved: dict[str, dict[str, Any]], experiment_dir: Path) -> dict[str, LateEnding]:
-    """The trials the study ended while Ray's saved state (``compat.saved_trials``) has them unfinished."""
-    from optuna.trial import TrialState
+def late_endings(
+    study: optuna.Study, saved: dict[str, dict[str, Any]], experiment_dir: Path, space: SearchSpace
+) -> dict[str, LateEnding]:
+    """The trials the study ended while Ray's saved state (``compat.saved_trials``) has them
+    unfinished, or has none of them: asked after the save, when Ray saves seldom (a search
+    of thousands of short trials saves every 30 s at most), they ended before the kill.
+    """
+    from optuna.trial import FixedTrial, TrialState
 
-    from tunekit.search.searcher import RAY_TRIAL_ATTR
+    from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
+    from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
 
-    unfinished = {trial_id for trial_id, trial in saved.items() if trial.get("status") not in ("TERMINATED", "ERROR")}
-    if not unfinished:
+    if not saved:
         return {}
     states = tuple(TrialState[name] for name in STUDY_ENDINGS)
-    ended = {
-        str(trial.user_attrs.get(RAY_TRIAL_ATTR)): trial
-        for trial in study.get_trials(deepcopy=False, states=states)
-        if trial.user_attrs.get(RAY_TRIAL_ATTR) in unfinished
-    }
+    ended = {}
+    for trial in study.get_trials(deepcopy=False, states=states):
+        attrs = trial.user_attrs
+        trial_id = attrs.get(RAY_TRIAL_ATTR)
+        if trial_id is None or {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(attrs):
+            continue
+        status = saved.get(str(trial_id), {}).get("status")
+        if status not in ("TERMINATED", "ERROR"):
+            ended[str(trial_id)] = trial
     if not ended:
         return {}
     rows = _by_trial(_rows(experiment_dir / EPOCHS_FILE), set(ended))
     spans = _by_trial(_rows(experiment_dir / SPANS_FILE), set(ended))
     written = _by_trial(_rows(experiment_dir / TRIALS_FILE), set(ended))
-    return {
-        trial_id: LateEnding(
+    endings = {}
+    for trial_id, trial in ended.items():
+        if trial_id in saved:
+            config = dict(saved[trial_id].get("config") or {})
+        else:  # the configuration the searcher gave Ray, drawn again from the study's params
+            config = space.sample(FixedTrial(trial.params))  # type: ignore[arg-type]
+            if REPEAT_SEED_KEY in trial.user_attrs:
+                config[REPEAT_SEED_KEY] = trial.user_attrs[REPEAT_SEED_KEY]
+        endings[trial_id] = LateEnding(
             trial_id,
             trial.state.name,
             {int(step): float(value) for step, value in trial.intermediate_values.items()},
             trial.datetime_complete.timestamp() if trial.datetime_complete is not None else None,
-            dict(saved[trial_id].get("config") or {}),
+            trial.number,
+            trial_id not in saved,
+            config,
             tuple(map(_epoch_row, rows.get(trial_id, []))),
             tuple(map(_span, spans.get(trial_id, []))),
             written.get(trial_id, [{}])[-1],
         )
-        for trial_id, trial in ended.items()
-    }
+    return endings
 
 
 def _epoch_row(cells: dict[str, str]) -> EpochRow:

@@ -465,7 +465,7 @@ class Recorder(Callback):
         """
         record = self.trials.get(ending.trial_id)
         if record is None:  # it started after Ray's save
-            record = TrialRecord(ending.trial_id, self.searcher.trial_number(ending.trial_id), params_of(ending.config))
+            record = TrialRecord(ending.trial_id, ending.number, params_of(ending.config))
             record.started_at = float(ending.written.get("started_at") or ending.ended_at or record.started_at)
             self.trials[record.trial_id] = record
         if record.status.is_finished():
@@ -482,6 +482,8 @@ class Recorder(Callback):
         for epoch in sorted(later):
             self._add_row(later[epoch])
             apply_epoch(record, later[epoch], self.spec)
+        if later and not record.spans:  # it ran between two writes of the tables: when is unknown
+            record.begin_span(min(row.at for row in later.values()))
         if ending.state == "FAIL":
             record.status = TrialStatus.FAILED
             record.reason = "failed after Ray last saved the search; the driver died before recording why"

@@ -346,9 +346,10 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
-    endings = late_endings(recorder.searcher.study, saved_trials(experiment_dir), experiment_dir)
+    endings = late_endings(recorder.searcher.study, saved_trials(experiment_dir), experiment_dir, spec.space)
     if endings:  # the driver died after these ended and before Ray saved that: they stay ended
-        end_saved_trials(experiment_dir, set(endings))
+        end_saved_trials(experiment_dir, {e.trial_id for e in endings.values() if not e.unsaved})
+        recorder.searcher.count_unsaved_trials({e.trial_id: e.number for e in endings.values() if e.unsaved})
         recorder.adopt_late_endings(endings)
     if recorder.spec.budget != spec.budget:
         _grow(tuner, recorder, spec, experiment_dir)

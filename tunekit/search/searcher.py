@@ -437,15 +437,22 @@ class OptunaStudySearcher(Searcher):
         state["_grid"] = None  # rebuilt from the spec: up to 100,000 configurations
         state["_ran"] = None  # rebuilt from the study
         state["_holding"] = False  # a resume tells its trials' endings again
+        state.pop("_unsaved_numbers", None)
         return state
 
     def save(self, checkpoint_path: str) -> None:
         state = {"numbers": self._numbers, "skipped_repeats": self.skipped_repeats, "exhausted": self.exhausted_reason}
         Path(checkpoint_path).write_text(json.dumps(state))
 
+    def count_unsaved_trials(self, numbers: Mapping[str, int]) -> None:
+        """Trials asked after Ray's last save that ended before the driver died (``{ray id:
+        study number}``, see ``tunekit.driver.late_endings``): Ray will never list them, but
+        they count toward the budget, as in the study. ``restore`` adds them."""
+        self._unsaved_numbers = dict(numbers)
+
     def restore(self, checkpoint_path: str) -> None:
         state = json.loads(Path(checkpoint_path).read_text())
-        self._numbers = state["numbers"]
+        self._numbers = {**state["numbers"], **self.__dict__.pop("_unsaved_numbers", {})}
         self.skipped_repeats = state.get("skipped_repeats", 0)
         self.exhausted_reason = state.get("exhausted")
         self._live = {}

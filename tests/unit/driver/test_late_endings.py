@@ -81,10 +81,15 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     for epoch in range(2, 10):
         asked["t2"].report(0.5 + epoch / 100, epoch)
     study.tell(asked["t2"], 0.59)
+    # And t5, asked after the save, failed at once: neither Ray's state nor the tables know it.
+    unsaved = study.ask({"lr": optuna.distributions.FloatDistribution(0.0, 1.0)})
+    unsaved.set_user_attr(RAY_TRIAL_ATTR, "t5")
+    study.tell(unsaved, state=optuna.trial.TrialState.FAIL)
 
-    endings = late_endings(study, saved_trials(tmp_path), tmp_path)
-    assert set(endings) == {"t1", "t2", "t4"}
-    end_saved_trials(tmp_path, set(endings))
+    endings = late_endings(study, saved_trials(tmp_path), tmp_path, spec().space)
+    assert set(endings) == {"t1", "t2", "t4", "t5"}
+    assert [endings[t].unsaved for t in ("t1", "t2", "t4", "t5")] == [False, False, False, True]
+    end_saved_trials(tmp_path, {"t1", "t2", "t4"})
     assert statuses(tmp_path) == {"t1": "TERMINATED", "t2": "TERMINATED", "t3": "RUNNING", "t4": "TERMINATED"}
     assert saved_finished_trials(tmp_path) == {"t1", "t2", "t4"}
     assert saved_stop_decisions(tmp_path) == set()  # t1's STOP was carried out: nothing waits
@@ -92,7 +97,7 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     resumed = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
     resumed.adopt_late_endings(endings)
     resumed.set_state(saved)
-    t1, t2, t3, t4 = (resumed.trials[t] for t in ("t1", "t2", "t3", "t4"))
+    t1, t2, t3, t4, t5 = (resumed.trials[t] for t in ("t1", "t2", "t3", "t4", "t5"))
     assert (t1.status, t1.epochs, t1.final_metric, t1.reason) == (
         TrialStatus.PRUNED,
         2,
@@ -104,13 +109,14 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     assert (t2.status, t2.epochs, t2.final_metric, t2.rung) == (TrialStatus.COMPLETED, 9, 0.59, rung_of(9, spec()))
     assert [rows["t2", e] for e in (2, 9)] == [{"acc": 0.52}, {"acc": 0.59}]  # only the study knew them
     assert (t4.number, t4.params, t4.status, t4.reason) == (
-        4,
+        3,  # the study's number
         {"lr": 0.4},
         TrialStatus.COMPLETED,
         "stopped by the model at epoch 2",
     )
     assert len(t4.spans) == 1 and t4.spans[0][1] is not None  # its span, from spans.csv, closed
     assert t3.status == TrialStatus.RUNNING and t3.epochs == 1
+    assert (t5.number, t5.params["lr"], t5.status, t5.epochs) == (4, unsaved.params["lr"], TrialStatus.FAILED, 0)
     # The resumed ASHA counts t1 as pruned and every trial's epochs in its rungs.
     assert isinstance(resumed.scheduler, RecordingASHA) and resumed.scheduler.stopped == {"t1"}
     assert resumed.counts()[TrialStatus.PRUNED] == 1 and resumed.counts()[TrialStatus.COMPLETED] == 2
@@ -130,4 +136,4 @@ def test_nothing_is_adopted_when_ray_saved_every_ending(tmp_path: Path) -> None:
     trial.set_user_attr(RAY_TRIAL_ATTR, "t1")
     study.tell(trial, 0.5)
     save_ray_state(tmp_path, {"t1": "TERMINATED"}, {})
-    assert late_endings(study, saved_trials(tmp_path), tmp_path) == {}
+    assert late_endings(study, saved_trials(tmp_path), tmp_path, spec().space) == {}
