@@ -189,7 +189,11 @@ class ConsoleProgress:
             f"pruned {counts[TrialStatus.PRUNED]}, failed {counts[TrialStatus.FAILED]}; "
             f"running {counts[TrialStatus.RUNNING]}; {best_text}"
         )
-        left = self._counting_down() if counts[TrialStatus.RUNNING] else self.time_left()
+        # Every trial recorded and none running: the search is over, nothing is left. Otherwise
+        # the estimate, which reads every trial, is made at most once a second: a search of
+        # thousands of short trials draws this line as each ends, often with none running.
+        over = not counts[TrialStatus.RUNNING] and len(self._recorder.trials) >= self._num_samples
+        left = None if over else self._counting_down()
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
 
     def _front_text(self, done: int) -> str:

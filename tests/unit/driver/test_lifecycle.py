@@ -383,9 +383,11 @@ def test_the_status_line_estimates_time_left_once_a_second_and_counts_down_betwe
     monkeypatch.setattr(console, "time_left", estimate)
     lines = [console.status_line() for _ in range(50)]
     assert len(estimates) == 1 and all("left" in line for line in lines)
-    recorder.trials["t0"].status = "completed"  # nothing runs: the estimate is fresh, and says so
-    console.status_line()
-    assert len(estimates) == 2
+    recorder.trials["t0"].status = "completed"  # none running, trials to come: the same estimate
+    assert "left" in console.status_line() and len(estimates) == 1
+    for number in range(1, console._num_samples):  # every trial recorded, none running: over
+        recorder.trials[f"t{number}"] = _record(f"t{number}", number, "completed")
+    assert "left" not in console.status_line() and len(estimates) == 1
 
 
 def test_checkpoints_rotated_away_since_ray_saved_its_state_stand_in_empty_so_the_trial_trains_again(
