@@ -270,6 +270,12 @@ class _RecentTrials:
 
         self._study, self._window = study, window
         self._finished = frozenset(state for state in optuna.trial.TrialState if state.is_finished())
+        # A study's directions never change, but Study.direction asks the storage each time,
+        # and TPE reads it once per pruned trial per proposal (_get_pruned_trial_score):
+        # 1.15 s of a 3,000-trial synthetic search went to that alone.
+        self.directions = study.directions
+        if len(self.directions) == 1:
+            self.direction = self.directions[0]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
