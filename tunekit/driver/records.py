@@ -211,7 +211,7 @@ class _Lines:
 
     def write(self, order: Iterable[Any] | None = None) -> None:
         header = self.render([self.columns])
-        body = "".join(self.lines[key] for key in order) if order is not None else "".join(self.lines.values())
+        body = "".join(map(self.lines.__getitem__, order) if order is not None else self.lines.values())
         partial = self.path.with_suffix(".csv.partial")
         partial.write_text(header + body)
         partial.replace(self.path)  # readers never see half a table
@@ -224,6 +224,10 @@ class TrialsTable:
         self._lines = _Lines(path)
         self._names: tuple[list[str], list[str], list[str]] = ([], [], [])  # params, info, finals
         self._order: list[str] = []
+        # Trials whose row was last rendered with an open span: their wall seconds move on
+        # without a change. A trial starts or stops running only through a change, so these
+        # and the changed ones are all a write renders, not a scan of every record.
+        self._running: set[str] = set()
 
     def write(self, records: Mapping[str, TrialRecord], changed: set[str], now: float) -> None:
         """Writes the table; ``changed`` names the trials whose records changed since the last write
@@ -234,13 +238,29 @@ class TrialsTable:
             self._names = names
             lines.reset(_trial_columns(*names))
         fresh = [key for key in records if key not in lines.lines]
-        for key in {*changed, *fresh, *(k for k, r in records.items() if _running(r))}:
-            if key in records:
-                lines.lines[key] = lines.render([_trial_cells(records[key], now, *names)])
-        if fresh or len(self._order) != len(lines.lines):
-            ordered = sorted(records.values(), key=lambda r: (r.number is None, r.number, r.started_at))
-            self._order = [r.trial_id for r in ordered]
+        rendered = {key for key in {*changed, *fresh, *self._running} if key in records}
+        for key in rendered:
+            lines.lines[key] = lines.render([_trial_cells(records[key], now, *names)])
+        self._running = {key for key in rendered if _running(records[key])}
+        self._order_with(records, fresh)
         lines.write(self._order)
+
+    def _order_with(self, records: Mapping[str, TrialRecord], fresh: list[str]) -> None:
+        """Rows in trial-number order; new trials, numbered after the last row, go at the end."""
+        if not fresh and len(self._order) == len(self._lines.lines):
+            return
+        added = sorted((records[key] for key in fresh), key=_row_order)
+        if added and len(self._order) + len(added) == len(self._lines.lines) and self._ends_before(records, added[0]):
+            self._order += [r.trial_id for r in added]
+        else:
+            self._order = [r.trial_id for r in sorted(records.values(), key=_row_order)]
+
+    def _ends_before(self, records: Mapping[str, TrialRecord], first_added: TrialRecord) -> bool:
+        """The table's last row comes before ``first_added`` (or there is none)."""
+        if not self._order:
+            return True
+        last = records.get(self._order[-1])
+        return last is not None and _row_order(last) <= _row_order(first_added)
 
     def _column_names(
         self, records: Mapping[str, TrialRecord], changed: set[str]
@@ -253,6 +273,10 @@ class TrialsTable:
         info = sorted({*info, *(name for r in looked for name in r.info if name != "node_id")})
         finals = list(dict.fromkeys([*finals, *(name for r in looked for name in r.finals)]))
         return params, info, finals
+
+
+def _row_order(record: TrialRecord) -> tuple[bool, int, float]:
+    return record.number is None, record.number if record.number is not None else -1, record.started_at
 
 
 def _running(record: TrialRecord) -> bool:
