@@ -374,6 +374,43 @@ def _ray_space() -> dict[str, Any]:
     }
 
 
+def _ray_windows(window: int) -> Any:
+    """A Ray Tune callback: the driver's process CPU per ended trial over each ``window`` of
+    them, so Ray's own growth sits beside tunekit's (which includes it)."""
+    from ray import tune
+
+    class RayWindows(tune.Callback):
+        def __init__(self) -> None:
+            self.rows: list[dict[str, Any]] = []
+            self._ended = 0
+            self._last = (time.monotonic(), time.process_time())
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._ended += 1
+            if self._ended % window == 0:
+                self._close()
+
+        def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+            if self._ended % window:
+                self._close()
+
+        def _close(self) -> None:
+            wall, cpu = time.monotonic(), time.process_time()
+            count = self._ended - sum(row["trials"] for row in self.rows)
+            self.rows.append(
+                {
+                    "window": len(self.rows) + 1,
+                    "trials": count,
+                    "ended": self._ended,
+                    "driver_cpu_per_trial_ms": (cpu - self._last[1]) / count * 1000,
+                    "trials_per_minute": count / max(wall - self._last[0], 1e-9) * 60,
+                }
+            )
+            self._last = (wall, cpu)
+
+    return RayWindows()
+
+
 def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
     import ray
     from ray import tune
@@ -384,6 +421,7 @@ def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
         from ray.tune.search.optuna import OptunaSearch
 
         search = OptunaSearch(sampler=_sampler())
+    windows = _ray_windows(WINDOW if trials > WINDOW else max(1, trials // 10))
     started, cpu = time.monotonic(), time.process_time()
     ray.init(address="local", num_cpus=SLOTS, include_dashboard=False, log_to_driver=False)
     tuner = tune.Tuner(
@@ -398,11 +436,16 @@ def _run_ray(trials: int, workdir: Path, with_optuna: bool) -> dict[str, Any]:
             max_concurrent_trials=SLOTS,
             reuse_actors=True,
         ),
-        run_config=tune.RunConfig(name="plain", storage_path=str(workdir), verbose=0),
+        run_config=tune.RunConfig(name="plain", storage_path=str(workdir), verbose=0, callbacks=[windows]),
     )
     grid = tuner.fit()
     ray.shutdown()
-    return {"wall_s": time.monotonic() - started, "driver_cpu_s": time.process_time() - cpu, "trials": len(grid)}
+    return {
+        "wall_s": time.monotonic() - started,
+        "driver_cpu_s": time.process_time() - cpu,
+        "trials": len(grid),
+        "windows": windows.rows,
+    }
 
 
 def _sampler(tpe_history: int | None = None) -> Any:
@@ -482,6 +525,10 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         vs_optuna = common.ratio(sides["ray_optuna"]["wall_s"], tk["wall_s"])
         counted = tk["mlflow"]
         lost = counted["parents"] != 1 or counted["children"] != trials or counted["epoch_points"] != counted["epochs"]
+        ray_rows = sides["ray_floor"].get("windows") or [{}]
+        ray_growth = common.ratio(
+            ray_rows[-1].get("driver_cpu_per_trial_ms"), ray_rows[0].get("driver_cpu_per_trial_ms")
+        )
         figures += [
             common.figure(
                 f"{trials} trials: driver CPU per trial without the sampler, last window / first",
@@ -489,7 +536,8 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
                 "x",
                 "<= 1.25x",
                 growth_driver is not None and growth_driver <= 1.25,
-                note=f"with the sampler's own work: {growth:.2f}x" if growth is not None else "",
+                note=(f"with the sampler's own work: {growth:.2f}x" if growth is not None else "")
+                + (f"; Ray's floor alone: {ray_growth:.2f}x" if ray_growth is not None else ""),
             ),
             common.figure(
                 f"{trials} trials: wall / (Ray's floor + the sampler's floor)",
@@ -534,6 +582,16 @@ def analyse(sizes: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
                     note=f"{split}; {row['trials_per_minute']:.0f} trials/min; backlog max {row['backlog_max']}; "
                     f"RSS {row['rss_mb']:.0f} MB; experiment {row['experiment_dir_mb']:.1f} MB, "
                     f"study {row['study_mb']:.1f} MB",
+                )
+            )
+        for row in sides["ray_floor"].get("windows", []):
+            figures.append(
+                common.figure(
+                    f"{trials} trials, Ray's floor, window {row['window']} (to trial {row['ended']}): "
+                    "driver CPU per trial",
+                    row["driver_cpu_per_trial_ms"],
+                    "ms",
+                    note=f"{row['trials_per_minute']:.0f} trials/min",
                 )
             )
         ratios.append(

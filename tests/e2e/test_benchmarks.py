@@ -124,6 +124,16 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     figures, _ = scale.analyse({2000: sides})
     growth = next(f for f in figures if "without the sampler" in f["name"])
     assert growth["met"] is True and growth["value"] == 1.0 and growth["note"] == "with the sampler's own work: 1.30x"
+    ray_window = {"trials": 1000, "trials_per_minute": 600.0}
+    sides["ray_floor"]["windows"] = [
+        {**ray_window, "window": 1, "ended": 1000, "driver_cpu_per_trial_ms": 5.0},
+        {**ray_window, "window": 2, "ended": 2000, "driver_cpu_per_trial_ms": 6.0},
+    ]
+    figures, _ = scale.analyse({2000: sides})
+    growth = next(f for f in figures if "without the sampler" in f["name"])
+    assert growth["note"] == "with the sampler's own work: 1.30x; Ray's floor alone: 1.20x"
+    ray_last = next(f for f in figures if "Ray's floor, window 2 (to trial 2000)" in f["name"])
+    assert (ray_last["value"], ray_last["note"]) == (6.0, "600 trials/min")
 
 
 def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu() -> None:
