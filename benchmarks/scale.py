@@ -385,6 +385,15 @@ def _ray_windows(window: int) -> Any:
             self._ended = 0
             self._last = (time.monotonic(), time.process_time())
 
+        def setup(
+            self,
+            stop: Any = None,
+            num_samples: int | None = None,
+            total_num_samples: int | None = None,
+            **info: Any,
+        ) -> None:
+            self._last = (time.monotonic(), time.process_time())  # Ray is up: as tunekit's windows begin
+
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             self._ended += 1
             if self._ended % window == 0:
