@@ -448,18 +448,16 @@ def _short_reason(value: object) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    import csv
     from pathlib import Path
 
     from tunekit.errors import StorageError
-    from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
+    from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE, table_rows
 
     directory = Path(args.experiment_dir).expanduser().resolve()
     table = directory / TRIALS_FILE
     if not table.is_file():
         raise StorageError(f"{directory}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
-    with table.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = table_rows(table)
     wanted = str(args.trial).strip()
     match = [r for r in rows if wanted in (r.get("trial_id"), r.get("number"))]
     if not match:

@@ -9,7 +9,7 @@ cheap: every function imports its library itself.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -360,15 +360,15 @@ def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
     return {str(trial["trial_id"]): trial for trial in trials}
 
 
-def saved_finished_trials(experiment_dir: Path) -> set[str]:
-    """Trials Ray's newest saved experiment state holds as TERMINATED: a resume runs them no more.
+def finished_trials(saved: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The trials of Ray's saved state (``saved_trials``) held as TERMINATED: a resume runs them no more.
 
     Why: a search that its time budget ended saves its ``ConcurrencyLimiter`` with the
     trials it stopped still live (``live_trials``). Resumed with a larger budget, Ray does
     not run those trials again, so nothing removes them, and the limiter, full, proposes
     no new trial: the search waited forever.
     """
-    return {trial_id for trial_id, trial in saved_trials(experiment_dir).items() if trial.get("status") == "TERMINATED"}
+    return {trial_id for trial_id, trial in saved.items() if trial.get("status") == "TERMINATED"}
 
 
 def end_saved_trials(experiment_dir: Path, trial_ids: set[str]) -> None:
@@ -404,7 +404,7 @@ def end_saved_trials(experiment_dir: Path, trial_ids: set[str]) -> None:
 def forget_live_trials(limiter: ConcurrencyLimiter, trial_ids: set[str]) -> None:
     """Removes trials that will never end again from a restored ``ConcurrencyLimiter``'s live ones.
 
-    Why: see ``saved_finished_trials``. Checked against Ray 2.60 (``live_trials``,
+    Why: see ``finished_trials``. Checked against Ray 2.60 (``live_trials``,
     ``num_unfinished_live_trials``, which counts the live trials outside batch mode).
     """
     limiter.live_trials -= trial_ids

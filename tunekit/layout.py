@@ -15,6 +15,7 @@ An experiment directory holds::
 
 from __future__ import annotations
 
+import csv
 import math
 import numbers
 from enum import StrEnum
@@ -140,6 +141,16 @@ SEARCH_STATUSES = (TrialStatus.RUNNING, *ENDED_STATUSES)
 
 
 # -------------------------------------------------------------------------- numbers
+
+
+def table_rows(path: Path) -> list[dict[str, str]]:
+    """A table's rows (trials.csv, epochs.csv, ...) with every cell as written, or [] when it
+    is missing: readers that must not turn ids or params into numbers (see ID_COLUMNS)."""
+    try:
+        with path.open(newline="") as handle:
+            return list(csv.DictReader(handle))
+    except FileNotFoundError:
+        return []
 
 
 def finite(value: Any) -> float | None:

@@ -8,7 +8,6 @@ for the space, metric, epochs and trainable they were made with.
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping
@@ -21,7 +20,7 @@ from tunekit.config.files import SPEC_LINE
 from tunekit.config.spec import ExperimentSpec, apply_override, parse_spec
 from tunekit.contract import Trainable
 from tunekit.errors import SpecError
-from tunekit.layout import SPEC_FILE, TRIALS_FILE
+from tunekit.layout import SPEC_FILE, TRIALS_FILE, table_rows
 
 GROWABLE = ("budget.num_samples", "budget.max_concurrent", "budget.time_budget_s")
 
@@ -90,8 +89,4 @@ def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any], prefix: st
 
 def trials_run(experiment_dir: Path) -> int:
     """How many trials the search has started, by its trials table."""
-    table = experiment_dir / TRIALS_FILE
-    if not table.is_file():
-        return 0
-    with table.open(newline="") as handle:
-        return sum(1 for _ in csv.DictReader(handle))
+    return len(table_rows(experiment_dir / TRIALS_FILE))

@@ -13,15 +13,13 @@ where the dead driver wrote them, else from the study's intermediate values.
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow
-from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE
+from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, table_rows
 
 if TYPE_CHECKING:
     import optuna
@@ -88,9 +86,9 @@ def late_endings(
             ended[str(trial_id)] = trial
     if not ended:
         return {}
-    rows = _by_trial(_rows(experiment_dir / EPOCHS_FILE), set(ended))
-    spans = _by_trial(_rows(experiment_dir / SPANS_FILE), set(ended))
-    written = _by_trial(_rows(experiment_dir / TRIALS_FILE), set(ended))
+    rows = _by_trial(table_rows(experiment_dir / EPOCHS_FILE), set(ended))
+    spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), set(ended))
+    written = _by_trial(table_rows(experiment_dir / TRIALS_FILE), set(ended))
     endings = {}
     for trial_id, trial in ended.items():
         if trial_id in saved:
@@ -142,16 +140,9 @@ def _integer(text: str | None) -> int | None:
     return int(float(text)) if text else None
 
 
-def _by_trial(rows: Iterator[dict[str, str]], trial_ids: set[str]) -> dict[str, list[dict[str, str]]]:
+def _by_trial(rows: list[dict[str, str]], trial_ids: set[str]) -> dict[str, list[dict[str, str]]]:
     found: dict[str, list[dict[str, str]]] = {}
     for cells in rows:
         if cells.get("trial_id") in trial_ids:
             found.setdefault(cells["trial_id"], []).append(cells)
     return found
-
-
-def _rows(path: Path) -> Iterator[dict[str, str]]:
-    if not path.is_file():
-        return
-    with path.open(newline="") as handle:
-        yield from csv.DictReader(handle)

@@ -21,10 +21,10 @@ from typing import Any, TextIO
 from tunekit.compat import (
     bound_experiment_state_saves,
     end_saved_trials,
+    finished_trials,
     forget_saved_run_limits,
     restored_run_config,
     restored_tune_config,
-    saved_finished_trials,
     saved_trials,
 )
 from tunekit.config.growth import resumed_spec
@@ -346,19 +346,22 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
-    endings = late_endings(recorder.searcher.study, saved_trials(experiment_dir), experiment_dir, spec.space)
+    saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
+    endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space)
+    ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}
     if endings:  # the driver died after these ended and before Ray saved that: they stay ended
-        end_saved_trials(experiment_dir, {e.trial_id for e in endings.values() if not e.unsaved})
+        end_saved_trials(experiment_dir, ended_in_ray)
         recorder.searcher.count_unsaved_trials({e.trial_id: e.number for e in endings.values() if e.unsaved})
         recorder.adopt_late_endings(endings)
+    finished = finished_trials(saved) | ended_in_ray
     if recorder.spec.budget != spec.budget:
-        _grow(tuner, recorder, spec, experiment_dir)
+        _grow(tuner, recorder, spec, experiment_dir, finished)
     elif endings:
-        _limit_restored_search(tuner, recorder.searcher, spec, experiment_dir)
+        _limit_restored_search(tuner, recorder.searcher, spec, finished)
     return tuner, recorder, run_config.stop
 
 
-def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path) -> None:
+def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path, finished: set[str]) -> None:
     """Gives a restored Tuner ``spec``'s budget; the searcher, study, rungs and runs stay.
 
     Ray restores the first run's ``num_samples``, concurrency and time budget from its
@@ -367,23 +370,21 @@ def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path)
     searcher = recorder.searcher  # the same object as config.search_alg: one pickle
     searcher.grow(spec)
     recorder.spec = spec  # its tables and the console's progress count to the new total
-    _limit_restored_search(tuner, searcher, spec, experiment_dir)
+    _limit_restored_search(tuner, searcher, spec, finished)
     restored_tune_config(tuner).time_budget_s = spec.budget.time_budget_s
     forget_saved_run_limits(experiment_dir)
 
 
-def _limit_restored_search(tuner: Any, searcher: Any, spec: ExperimentSpec, experiment_dir: Path) -> None:
+def _limit_restored_search(tuner: Any, searcher: Any, spec: ExperimentSpec, finished: set[str]) -> None:
     """The restored search proposes up to ``spec``'s budget and counts only trials that can still end.
 
     Ray restores its ``ConcurrencyLimiter`` with the trials it saved as live; one that Ray's
-    state now holds as ended never ends again, and would hold its slot for good.
+    state holds as ended (``finished``) never ends again, and would hold its slot for good.
     """
     from tunekit.search.growth import GrowingSearch
 
     config = restored_tune_config(tuner)
-    config.search_alg = GrowingSearch(
-        searcher, spec.budget.num_samples, spec.budget.max_concurrent, saved_finished_trials(experiment_dir)
-    )
+    config.search_alg = GrowingSearch(searcher, spec.budget.num_samples, spec.budget.max_concurrent, finished)
     config.max_concurrent_trials = None  # the limit is inside GrowingSearch; Ray would warn twice
     config.num_samples = spec.budget.num_samples
 

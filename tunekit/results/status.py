@@ -8,7 +8,6 @@ storage, without joining Ray. No pandas, no Ray: it answers in a fraction of a s
 
 from __future__ import annotations
 
-import csv
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ import yaml
 from tunekit.clock import SearchClock
 from tunekit.config.objectives import first_metric
 from tunekit.errors import NotAnExperimentError
-from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus
+from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
 
 # The driver moves started.json's session end at least every 5 s while it runs.
 _ALIVE_WITHIN_S = 15.0
@@ -101,7 +100,7 @@ def read_status(experiment_dir: str | Path) -> Status:
     if not (directory / SPEC_FILE).is_file():
         raise NotAnExperimentError(directory, SPEC_FILE)
     spec = yaml.safe_load((directory / SPEC_FILE).read_text()) or {}
-    trials = _rows(directory / TRIALS_FILE)
+    trials = table_rows(directory / TRIALS_FILE)
     clock = SearchClock.read(directory)
     now = time.time()
     heard = now - clock.sessions[-1][1] if clock and clock.sessions else None
@@ -130,10 +129,10 @@ def read_status(experiment_dir: str | Path) -> Status:
 def _running(directory: Path, rows: list[dict[str, str]], active_now: float) -> list[RunningTrial]:
     """Each running trial's node, worker, attempt and epoch, from its open span and last epoch."""
     spans: dict[str, dict[str, str]] = {}
-    for span in _rows(directory / SPANS_FILE):
+    for span in table_rows(directory / SPANS_FILE):
         spans[span["trial_id"]] = span  # rows are in span order: the last one is the current
     last_epoch: dict[str, tuple[int, float]] = {}
-    for epoch in _rows(directory / EPOCHS_FILE):
+    for epoch in table_rows(directory / EPOCHS_FILE):
         number, at = int(epoch["epoch"]), _float(epoch.get("time")) or 0.0
         if number >= last_epoch.get(epoch["trial_id"], (0, 0.0))[0]:
             last_epoch[epoch["trial_id"]] = (number, at)
@@ -155,14 +154,6 @@ def _running(directory: Path, rows: list[dict[str, str]], active_now: float) -> 
             )
         )
     return found
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    try:
-        with path.open(newline="") as handle:
-            return list(csv.DictReader(handle))
-    except FileNotFoundError:
-        return []
 
 
 def _float(text: str | None) -> float | None:

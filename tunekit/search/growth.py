@@ -23,7 +23,7 @@ class GrowingSearch(SearchGenerator):
         searcher: tunekit's searcher (restored from the first run's ``tuner.pkl``).
         num_samples: trials in all, those already run included.
         max_concurrent: trials at once from now on.
-        finished: trials Ray saved as ended (``compat.saved_finished_trials``): the limiter
+        finished: trials Ray saved as ended (``compat.finished_trials``): the limiter
             may have saved them as live, and they will not run again to end.
     """
 

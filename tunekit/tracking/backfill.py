@@ -18,7 +18,6 @@ one), as the live tracker leaves it out.
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import queue
@@ -42,6 +41,7 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
+    table_rows,
 )
 from tunekit.tracking.events import (
     STOP,
@@ -100,7 +100,7 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
     spec = _recorded_spec(directory)
     events: queue.SimpleQueue[TrackerEvent] = queue.SimpleQueue()
     clock = _search_clock(directory)
-    trials = _read_csv(directory / TRIALS_FILE)
+    trials = table_rows(directory / TRIALS_FILE)
     _refresh_ledger(directory)  # the parent's summary metrics render the one computation of them
     for event in record_events(spec, directory, trials, clock):
         events.put(event)
@@ -129,7 +129,7 @@ def record_events(
 ) -> Iterator[RunEvent]:
     """The events a tracker would have queued for these records, in the order it would have."""
     started = clock.started_at
-    epochs = _read_csv(experiment_dir / EPOCHS_FILE)
+    epochs = table_rows(experiment_dir / EPOCHS_FILE)
     for row in trials:
         status = TrialStatus(row["status"])
         yield TrialEvent(
@@ -199,7 +199,7 @@ def _progress_events(
 
 def _exploit_events(path: Path, trials: list[Row]) -> Iterator[ExploitEvent]:
     """PBT's steps per trial, each in the words the live tracker tags them with."""
-    rows = _read_csv(path)
+    rows = table_rows(path)
     if not rows:
         return
     import yaml
@@ -240,7 +240,7 @@ def _search_clock(directory: Path) -> SearchClock:
     clock = SearchClock.read(directory)
     if clock is not None:
         return clock
-    starts = [_number(row["started_at"]) for row in _read_csv(directory / TRIALS_FILE)]
+    starts = [_number(row["started_at"]) for row in table_rows(directory / TRIALS_FILE)]
     return SearchClock(min((s for s in starts if s is not None), default=0.0))
 
 
@@ -252,13 +252,6 @@ def _refresh_ledger(directory: Path) -> None:
         write_ledger(directory)
     except (TunekitError, OSError, ValueError, KeyError) as error:
         logger.warning("no compute ledger for %s: %s", directory, error)
-
-
-def _read_csv(path: Path) -> list[Row]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _present(row: Row, prefix: str) -> dict[str, object]:

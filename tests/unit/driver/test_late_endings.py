@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from tunekit.compat import end_saved_trials, saved_finished_trials, saved_stop_decisions, saved_trials
+from tunekit.compat import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
 from tunekit.layout import EPOCH_KEY, INFO_KEY, TrialStatus
@@ -91,7 +91,7 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     assert [endings[t].unsaved for t in ("t1", "t2", "t4", "t5")] == [False, False, False, True]
     end_saved_trials(tmp_path, {"t1", "t2", "t4"})
     assert statuses(tmp_path) == {"t1": "TERMINATED", "t2": "TERMINATED", "t3": "RUNNING", "t4": "TERMINATED"}
-    assert saved_finished_trials(tmp_path) == {"t1", "t2", "t4"}
+    assert finished_trials(saved_trials(tmp_path)) == {"t1", "t2", "t4"}
     assert saved_stop_decisions(tmp_path) == set()  # t1's STOP was carried out: nothing waits
 
     resumed = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())

@@ -8,7 +8,7 @@ from typing import Any
 
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from tunekit.compat import saved_finished_trials
+from tunekit.compat import finished_trials, saved_trials
 from tunekit.search.growth import GrowingSearch
 
 
@@ -39,7 +39,7 @@ def test_trials_a_time_budget_stopped_leave_the_limiter_so_the_grown_search_prop
         for t, s in (("a", "TERMINATED"), ("b", "TERMINATED"), ("c", "PENDING"))
     ]
     (tmp_path / "experiment_state-2026-11-24_12-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
-    assert saved_finished_trials(tmp_path) == {"a", "b"}
+    assert finished_trials(saved_trials(tmp_path)) == {"a", "b"}
     first = SearchGenerator(ConcurrencyLimiter(Counting(), max_concurrent=2))
     limiter = first.searcher
     assert isinstance(limiter, ConcurrencyLimiter)
@@ -47,7 +47,7 @@ def test_trials_a_time_budget_stopped_leave_the_limiter_so_the_grown_search_prop
     first.set_finished()
     first.save_to_dir(str(tmp_path), session_str="first")  # as Ray saves the search with the experiment
 
-    grown = GrowingSearch(Counting(), num_samples=4, max_concurrent=2, finished=saved_finished_trials(tmp_path))
+    grown = GrowingSearch(Counting(), num_samples=4, max_concurrent=2, finished=finished_trials(saved_trials(tmp_path)))
     grown.restore_from_dir(str(tmp_path))
     assert grown.searcher.live_trials == set()  # type: ignore[attr-defined]
     assert not grown.is_finished()
