@@ -474,10 +474,15 @@ class Recorder(Callback):
             record.spans = [[start, end] for start, end, _ in ending.spans]
             record.span_workers = [dict(worker) for _, _, worker in ending.spans]
         later = {row.epoch: row for row in ending.rows if row.epoch > record.epochs}
+        # Epochs only the study heard of were reported after everything written down, and the
+        # clock file may lag the tables: they count at the latest moment either knows of.
+        last_known = max(
+            [session_end, *(row.at for row in later.values()), *(m for span in record.spans for m in span if m)]
+        )
         for step, value in ending.steps.items():
             if step > record.epochs and step not in later:
                 later[step] = EpochRow(
-                    record.trial_id, step, {self.spec.metric.name: value}, record.attempts, None, session_end
+                    record.trial_id, step, {self.spec.metric.name: value}, record.attempts, None, last_known
                 )
         for epoch in sorted(later):
             self._add_row(later[epoch])

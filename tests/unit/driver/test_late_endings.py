@@ -120,6 +120,9 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     # The resumed ASHA counts t1 as pruned and every trial's epochs in its rungs.
     assert isinstance(resumed.scheduler, RecordingASHA) and resumed.scheduler.stopped == {"t1"}
     assert resumed.counts()[TrialStatus.PRUNED] == 1 and resumed.counts()[TrialStatus.COMPLETED] == 2
+    spans = {r.trial_id: r.spans for r in resumed.trials.values()}
+    for row in resumed.epochs:  # every report inside one of its trial's spans, as tunekit check asks
+        assert any((s or 0.0) <= row.at <= (e if e is not None else row.at) for s, e in spans[row.trial_id]), row
     resumed.write_tables()
     epochs_csv = (tmp_path / "epochs.csv").read_text().splitlines()
     assert len(epochs_csv) == 1 + 3 + 1 + 2 + 8  # header, t1-t3's first, t1's second, t4's two, t2's
