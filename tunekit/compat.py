@@ -155,6 +155,57 @@ def reopen_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optun
     return optuna.Trial(study, frozen._trial_id)
 
 
+def journal_storage(path: Path) -> optuna.storages.JournalStorage:
+    """The journal storage of a study file, finding enqueued trials without walking every trial.
+
+    Why: ``Study.ask`` looks for enqueued trials on every ask with
+    ``get_all_trials(states=(WAITING,))``, and the journal answers it by testing every trial
+    of the study: 3.7 ms per ask at 10,000 trials, the whole growth of a trial's study cost
+    with the random sampler (4.2 ms per trial over the first 300, 8.6 ms over the last 300).
+    Optuna's own in-memory storage keeps, for this one query, the position before which no
+    trial waits; so does this. It holds because a trial leaves WAITING only for RUNNING and
+    never comes back: new waiting trials are always appended. Trials another process
+    appends to the file are read (``_sync_with_backend``) before the look. Checked against
+    Optuna 5.0: ``JournalStorage._thread_lock``, ``_sync_with_backend``, ``_replay_result``
+    with its ``_study_id_to_trial_ids`` (trial ids in number order) and ``_trials``.
+    """
+    import copy
+
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.trial import TrialState
+
+    waiting_only = (TrialState.WAITING,)
+
+    class WaitingQueueJournal(JournalStorage):
+        def __init__(self, backend: JournalFileBackend) -> None:
+            super().__init__(backend)
+            self._none_waiting_before: dict[int, int] = {}  # study id -> trial number
+
+        def get_all_trials(
+            self, study_id: int, deepcopy: bool = True, states: Any = None
+        ) -> list[optuna.trial.FrozenTrial]:
+            if states != waiting_only:
+                return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+            with self._thread_lock:
+                self._sync_with_backend()
+                replay = self._replay_result
+                numbered = replay._study_id_to_trial_ids.get(study_id)
+                waiting = []
+                if numbered is not None:
+                    first = len(numbered)
+                    for number in range(self._none_waiting_before.get(study_id, 0), len(numbered)):
+                        trial = replay._trials[numbered[number]]
+                        if trial.state == TrialState.WAITING:
+                            first = min(first, number)
+                            waiting.append(trial)
+                    self._none_waiting_before[study_id] = first
+            if numbered is None:  # Optuna's own error for a study that does not exist
+                return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+            return copy.deepcopy(waiting) if deepcopy else waiting
+
+    return WaitingQueueJournal(JournalFileBackend(str(path)))
+
+
 # ----------------------------------------------------------------------- TensorFlow
 
 

@@ -34,12 +34,13 @@ T = TypeVar("T")
 def study_storage(experiment_dir: Path) -> optuna.storages.BaseStorage:
     """The experiment's study storage; opening a journal that does not exist creates it empty."""
     import optuna
-    from optuna.storages.journal import JournalFileBackend
+
+    from tunekit.compat import journal_storage
 
     path = study_file(experiment_dir)
     if path.name == SQLITE_STUDY_FILE:
         return optuna.storages.get_storage(f"sqlite:///{path}")
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    return journal_storage(path)
 
 
 # --------------------------------------------------------------------------- planner

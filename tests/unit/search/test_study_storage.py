@@ -33,3 +33,52 @@ def test_an_experiment_made_before_the_journal_is_read_from_its_sqlite_file(tmp_
     study = optuna.load_study(study_name="s", storage=study_storage(tmp_path))
     assert [t.value for t in study.trials] == [0.4, 0.6]
     assert not (tmp_path / STUDY_FILE).exists()
+
+
+X: dict[str, optuna.distributions.BaseDistribution] = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+
+def test_enqueued_trials_are_asked_first_in_their_order_whoever_enqueued_them(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="s", storage=study_storage(tmp_path), direction="maximize")
+    study.enqueue_trial({"x": 0.1})
+    study.enqueue_trial({"x": 0.2})
+    asked = [study.ask(X) for _ in range(7)]
+    for trial in asked:
+        study.tell(trial, 0.3)
+    # A second driver on the same journal (another process) enqueues one more.
+    other = optuna.load_study(study_name="s", storage=study_storage(tmp_path))
+    other.enqueue_trial({"x": 0.9})
+    asked += [study.ask(X) for _ in range(2)]
+    assert [t.params["x"] for t in asked[:2]] == [0.1, 0.2] and asked[7].params["x"] == 0.9
+    assert [t.number for t in asked] == list(range(9))
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+
+
+class CountedTrials(dict[int, optuna.trial.FrozenTrial]):
+    reads = 0
+
+    def __getitem__(self, trial_id: int) -> optuna.trial.FrozenTrial:
+        CountedTrials.reads += 1
+        return super().__getitem__(trial_id)
+
+
+def trial_reads_of_three_asks(tmp_path: Path, earlier: int) -> int:
+    tmp_path.mkdir()
+    storage = study_storage(tmp_path)
+    # The random sampler reads no trials itself: what is left is the study's own reads.
+    sampler = optuna.samplers.RandomSampler(seed=0)
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize", sampler=sampler)
+    study.add_trials([optuna.trial.create_trial(params={"x": 0.5}, distributions=X, value=0.5)] * earlier)
+    study.tell(study.ask(X), 0.5)  # the first ask looks at every trial once
+    replay = storage._replay_result  # type: ignore[attr-defined]
+    replay._trials = CountedTrials(replay._trials)
+    CountedTrials.reads = 0
+    for _ in range(3):
+        study.tell(study.ask(X), 0.5)
+    return CountedTrials.reads
+
+
+def test_an_ask_looks_for_enqueued_trials_among_the_new_trials_only(tmp_path: Path) -> None:
+    # The scale benchmark's guard without a clock: Optuna's journal tested every trial for
+    # WAITING on every ask (3.7 ms per ask at 10,000 trials).
+    assert trial_reads_of_three_asks(tmp_path / "small", 60) == trial_reads_of_three_asks(tmp_path / "large", 600)
