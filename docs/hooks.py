@@ -37,8 +37,8 @@ KEY_RULES: dict[str, str] = {
     "search.algorithm": "`tpe` (seeded, constant liar), `random`, `grid`, or `nsga2` with several objectives",
     "search.seed": "the sampler's seed",
     "search.n_startup_trials": "random trials before TPE models the space",
-    "search.tpe_history": "TPE models only this many most recent finished trials (default: all; at least "
-    "`n_startup_trials`): a proposal's cost stops growing with the search",
+    "search.tpe_history": "TPE models only this many most recent finished trials, and infers its search space "
+    "from them (default: all; at least `n_startup_trials`): a proposal's cost stops growing with the search",
     "search.warm_start": "configurations run first, in order",
     "search.warm_start_from": "earlier experiments (a directory or a list) whose finished trials become the "
     "study's history",

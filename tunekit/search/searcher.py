@@ -70,7 +70,9 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self.point is not None:
             return {}
-        return self.base.infer_relative_search_space(study, trial)
+        # From the modelled trials too: every trial has the spec's distributions, so the
+        # intersection is the same, and it is not read from the whole study per ask.
+        return self.base.infer_relative_search_space(self._modelled(study), trial)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
