@@ -61,7 +61,7 @@ class ConsoleProgress:
         self._resumed_epochs = 0
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
-        # Each scans every record (and _read_steps opens heartbeat files); in a log every
+        # Each reads every running trial (_read_steps opens their heartbeat files); in a log every
         # ended trial's line carries a status line, so they are computed at most every second.
         # Looked up at each call (a replaced time_left is the one used).
         self._estimate = _AtMostEverySecond(lambda: self.time_left())
@@ -190,8 +190,8 @@ class ConsoleProgress:
             f"running {counts[TrialStatus.RUNNING]}; {best_text}"
         )
         # Every trial recorded and none running: the search is over, nothing is left. Otherwise
-        # the estimate, which reads every trial, is made at most once a second: a search of
-        # thousands of short trials draws this line as each ends, often with none running.
+        # the estimate is made at most once a second: a search of thousands of short trials
+        # draws this line as each ends, often with none running.
         over = not counts[TrialStatus.RUNNING] and len(self._recorder.trials) >= self._num_samples
         left = None if over else self._counting_down()
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
@@ -214,9 +214,7 @@ class ConsoleProgress:
         if self._recorder is None or self._experiment_dir is None:
             return ""
         shown = []
-        for record in self._recorder.trials.values():
-            if record.status != TrialStatus.RUNNING:
-                continue
+        for record in self._recorder.running():
             beat = read_heartbeat(self._experiment_dir / record.trial_id)
             if beat is not None and beat.epoch > record.epochs:  # not an epoch already reported
                 shown.append(f"trial {_name(record)} {beat.describe()}")
@@ -233,15 +231,15 @@ class ConsoleProgress:
         """
         if self._recorder is None or self._first_epoch_at is None:
             return None
-        records = list(self._recorder.trials.values())
+        recorded = len(self._recorder.trials)
         trained = len(self._recorder.epochs) - self._resumed_epochs - 1  # epochs since the first one
-        running = [r for r in records if r.status == TrialStatus.RUNNING]
-        if trained < 1 or (not running and len(records) >= self._num_samples):
+        running = self._recorder.running()
+        if trained < 1 or (not running and recorded >= self._num_samples):
             return None
-        ended = [r for r in records if r.status in ENDED_STATUSES]
+        ended, ended_epochs = self._recorder.ended_epochs()
         if ended:
-            per_trial = sum(r.epochs for r in ended) / len(ended)
-            waiting = max(0, self._num_samples - len(records))
+            per_trial = ended_epochs / ended
+            waiting = max(0, self._num_samples - recorded)
             remaining = waiting * per_trial + sum(max(0.0, per_trial - r.epochs) for r in running)
         else:
             remaining = self._planned_epochs - self._resumed_epochs - trained - 1

@@ -121,6 +121,13 @@ class _FakeRecorder:
         done = [r for r in self.trials.values() if r.final_metric is not None]
         return max(done, key=lambda r: r.final_metric) if done else None
 
+    def running(self) -> list[Any]:
+        return [r for r in self.trials.values() if r.status == "running"]
+
+    def ended_epochs(self) -> tuple[int, int]:
+        ended = [r for r in self.trials.values() if r.status != "running"]
+        return len(ended), sum(r.epochs for r in ended)
+
 
 def _drive_console(console: ConsoleProgress, experiment_dir: Path) -> None:
     recorder = _FakeRecorder(experiment_dir)

@@ -11,7 +11,7 @@ from typing import Any
 from ray.tune.schedulers import FIFOScheduler
 
 from tunekit.driver.recorder import Recorder
-from tunekit.layout import EPOCH_KEY, INFO_KEY, TrialStatus
+from tunekit.layout import ENDED_STATUSES, EPOCH_KEY, INFO_KEY, TrialStatus
 from tunekit.search.plan import pick_best
 
 from .test_trial_endings import spec
@@ -146,6 +146,16 @@ def scanned_counts(rec: Recorder) -> dict[Any, int]:
     return counts
 
 
+def scanned_running_and_ended_epochs(rec: Recorder) -> tuple[list[str], tuple[int, int]]:
+    ended = [r for r in rec.trials.values() if r.status in ENDED_STATUSES]
+    running = sorted(r.trial_id for r in rec.trials.values() if r.status == TrialStatus.RUNNING)
+    return running, (len(ended), sum(r.epochs for r in ended))
+
+
+def kept_running_and_ended_epochs(rec: Recorder) -> tuple[list[str], tuple[int, int]]:
+    return sorted(r.trial_id for r in rec.running()), rec.ended_epochs()
+
+
 class Unreadable(dict[str, Any]):
     """Records the console must not scan: counts() reads its tally."""
 
@@ -177,12 +187,16 @@ def test_the_status_tally_follows_every_change_and_survives_a_restore_without_a_
         TrialStatus.FAILED: 1,
     }
     assert rec.counts() == scanned_counts(rec) == expected
+    # The console's estimate reads the running trials and the ended ones' epochs, kept alike.
+    kept = kept_running_and_ended_epochs(rec)
+    assert kept == scanned_running_and_ended_epochs(rec) == (["t3"], (3, 9 + 2 + 0))
 
     restored = recorder(tmp_path)
     restored.set_state(pickle.loads(pickle.dumps(rec.get_state())))
     older: Any = pickle.loads(pickle.dumps(rec))  # a recorder pickled by a tunekit without the tally
-    del older._tally, older._tallied
+    del older._tally, older._tallied, older._running, older._ended_epochs, older._ended_epoch_total
     older.__setstate__(older.__dict__)
     for each in (restored, older):
         each.trials = Unreadable(each.trials)
         assert each.counts() == expected
+        assert kept_running_and_ended_epochs(each) == kept
