@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +20,7 @@ import optuna
 from tunekit.compat import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
-from tunekit.layout import EPOCH_KEY, INFO_KEY, TrialStatus
+from tunekit.layout import EPOCH_KEY, INFO_KEY, STARTED_FILE, TrialStatus
 from tunekit.search.plan import rung_of, study_storage
 from tunekit.search.schedulers import RecordingASHA
 from tunekit.search.searcher import RAY_TRIAL_ATTR
@@ -53,10 +54,11 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="unit", storage=study_storage(tmp_path), direction="maximize")
     asked = {}
-    for trial_id in ("t1", "t2", "t3", "t4"):
+    for trial_id in ("t1", "t2", "t3", "t4", "t6"):
         asked[trial_id] = study.ask({"lr": optuna.distributions.FloatDistribution(0.0, 1.0)})
         asked[trial_id].set_user_attr(RAY_TRIAL_ATTR, trial_id)
     first = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
+    first.clock.begin()  # the session Ray's setup starts
     for trial_id in ("t1", "t2", "t3"):
         trial: Any = SimpleNamespace(trial_id=trial_id, config={"lr": 0.1})
         first.on_trial_start(0, [], trial)
@@ -77,7 +79,22 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
         report(first, "t4", epoch, 0.7)
         asked["t4"].report(0.7, epoch)
     study.tell(asked["t4"], 0.7)
+    # t6 starts after the save too and reports its first epoch; its second and third reach
+    # only the study, which prunes it.
+    slow: Any = SimpleNamespace(trial_id="t6", config={"lr": 0.6})
+    time.sleep(0.01)  # its span begins measurably after the session did
+    first.on_trial_start(0, [], slow)
+    report(first, "t6", 1, 0.4)
     first.write_tables()
+    for epoch in (1, 2, 3):
+        asked["t6"].report(0.4, epoch)
+    study.tell(asked["t6"], state=optuna.trial.TrialState.PRUNED)
+    # The clock file is moved at most once a second, so it can lag the tables: here it
+    # says the session ended as it began, before t6's span in spans.csv (a CI failure:
+    # t6's study-only epochs were stamped there, outside its span).
+    clock = json.loads((tmp_path / STARTED_FILE).read_text())
+    clock["sessions"][-1][1] = clock["sessions"][-1][0]
+    (tmp_path / STARTED_FILE).write_text(json.dumps(clock))
     for epoch in range(2, 10):
         asked["t2"].report(0.5 + epoch / 100, epoch)
     study.tell(asked["t2"], 0.59)
@@ -87,8 +104,8 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     study.tell(unsaved, state=optuna.trial.TrialState.FAIL)
 
     endings = late_endings(study, saved_trials(tmp_path), tmp_path, spec().space)
-    assert set(endings) == {"t1", "t2", "t4", "t5"}
-    assert [endings[t].unsaved for t in ("t1", "t2", "t4", "t5")] == [False, False, False, True]
+    assert set(endings) == {"t1", "t2", "t4", "t5", "t6"}
+    assert [endings[t].unsaved for t in ("t1", "t2", "t4", "t5", "t6")] == [False, False, False, True, True]
     end_saved_trials(tmp_path, {"t1", "t2", "t4"})
     assert statuses(tmp_path) == {"t1": "TERMINATED", "t2": "TERMINATED", "t3": "RUNNING", "t4": "TERMINATED"}
     assert finished_trials(saved_trials(tmp_path)) == {"t1", "t2", "t4"}
@@ -116,16 +133,18 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     )
     assert len(t4.spans) == 1 and t4.spans[0][1] is not None  # its span, from spans.csv, closed
     assert t3.status == TrialStatus.RUNNING and t3.epochs == 1
-    assert (t5.number, t5.params["lr"], t5.status, t5.epochs) == (4, unsaved.params["lr"], TrialStatus.FAILED, 0)
-    # The resumed ASHA counts t1 as pruned and every trial's epochs in its rungs.
-    assert isinstance(resumed.scheduler, RecordingASHA) and resumed.scheduler.stopped == {"t1"}
-    assert resumed.counts()[TrialStatus.PRUNED] == 1 and resumed.counts()[TrialStatus.COMPLETED] == 2
+    assert (t5.number, t5.params["lr"], t5.status, t5.epochs) == (5, unsaved.params["lr"], TrialStatus.FAILED, 0)
+    t6 = resumed.trials["t6"]
+    assert (t6.number, t6.status, t6.epochs) == (4, TrialStatus.PRUNED, 3)
+    # The resumed ASHA counts t1 and t6 as pruned and every trial's epochs in its rungs.
+    assert isinstance(resumed.scheduler, RecordingASHA) and resumed.scheduler.stopped == {"t1", "t6"}
+    assert resumed.counts()[TrialStatus.PRUNED] == 2 and resumed.counts()[TrialStatus.COMPLETED] == 2
     spans = {r.trial_id: r.spans for r in resumed.trials.values()}
     for row in resumed.epochs:  # every report inside one of its trial's spans, as tunekit check asks
         assert any((s or 0.0) <= row.at <= (e if e is not None else row.at) for s, e in spans[row.trial_id]), row
     resumed.write_tables()
     epochs_csv = (tmp_path / "epochs.csv").read_text().splitlines()
-    assert len(epochs_csv) == 1 + 3 + 1 + 2 + 8  # header, t1-t3's first, t1's second, t4's two, t2's
+    assert len(epochs_csv) == 1 + 3 + 1 + 2 + 8 + 3  # header, t1-t3's first, t1's second, t4's two, t2's, t6's
 
 
 def statuses(directory: Path) -> dict[str, str]:
