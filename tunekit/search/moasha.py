@@ -18,18 +18,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import TrialScheduler
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, finite
 from tunekit.search.pareto import is_feasible, promotion_order, to_minimize
 from tunekit.search.plan import spec_milestones
+from tunekit.search.schedulers import FIFO
 
 # What a rung holds per trial: its smaller-is-better vector and whether it was feasible.
 Entry = tuple[tuple[float, ...], bool]
 
 
-class RecordingMOASHA(FIFOScheduler):
+class RecordingMOASHA(FIFO):
     """MO-ASHA over the spec's objectives and constraints; ``stopped`` are the trials it pruned."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
