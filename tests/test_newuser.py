@@ -19,7 +19,7 @@ from tunekit.config.spec import load_spec
 from tunekit.driver.progress import ConsoleProgress
 from tunekit.driver.records import TrialRecord, settle_ended
 from tunekit.errors import FatalTrialError, TrialFailure
-from tunekit.layout import TrialStatus
+from tunekit.layout import ENDED_STATUSES, TrialStatus
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import summarize
 from tunekit.search.searcher import open_study
@@ -134,6 +134,14 @@ class _Recorder:
         self.trials = {r.trial_id: r for r in records}
         self.epochs = [object()] * epochs
         self.exploits: list[object] = []  # PBT's steps (none here)
+
+    # What the recorder keeps as records change, here read off the records.
+    def running(self) -> list[TrialRecord]:
+        return [r for r in self.trials.values() if r.status == TrialStatus.RUNNING]
+
+    def ended_epochs(self) -> tuple[int, int]:
+        ended = [r for r in self.trials.values() if r.status in ENDED_STATUSES]
+        return len(ended), sum(r.epochs for r in ended)
 
 
 def test_time_left_follows_what_ended_trials_really_trained() -> None:
