@@ -22,7 +22,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tunekit.clock import SearchClock
-from tunekit.compat import saved_stop_decisions
+from tunekit.compat.ray_tune import saved_stop_decisions
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import LateEnding
 from tunekit.driver.records import (

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from tunekit.compat import (
+from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
     end_saved_trials,
     finished_trials,

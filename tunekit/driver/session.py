@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat import ray_leaves_sigterm_alone, send_ray_cluster_messages
+from tunekit.compat.ray_tune import ray_leaves_sigterm_alone, send_ray_cluster_messages
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from tunekit.compat import forget_live_trials, set_search_generator_budget
+from tunekit.compat.ray_tune import forget_live_trials, set_search_generator_budget
 
 
 class GrowingSearch(SearchGenerator):

@@ -19,7 +19,7 @@ optimizer state and applies the new configuration (see ``tunekit.worker.checkpoi
   trial's last score and perturbation time from the recorded epochs.
 
 tunekit's Optuna searcher proposes the initial population (Ray's PBT refuses searchers;
-see ``tunekit.compat.pbt_add_trial_beside_searcher`` for why that refusal is lifted).
+see ``tunekit.compat.ray_tune.pbt_add_trial_beside_searcher`` for why that refusal is lifted).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 
 from tunekit.clock import SearchClock
-from tunekit.compat import (
+from tunekit.compat.ray_tune import (
     pbt_add_trial_beside_searcher,
     pbt_set_next_sync,
     pbt_trial_state,

@@ -35,7 +35,7 @@ def study_storage(experiment_dir: Path) -> optuna.storages.BaseStorage:
     """The experiment's study storage; opening a journal that does not exist creates it empty."""
     import optuna
 
-    from tunekit.compat import journal_storage
+    from tunekit.compat.optuna_study import journal_storage
 
     path = study_file(experiment_dir)
     if path.name == SQLITE_STUDY_FILE:

@@ -9,7 +9,7 @@ from typing import Any, cast
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from tunekit.compat import asha_max_t, asha_metric_sign, asha_rungs, fifo_trial_to_run
+from tunekit.compat.ray_tune import asha_max_t, asha_metric_sign, asha_rungs, fifo_trial_to_run
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY
 

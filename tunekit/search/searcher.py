@@ -27,7 +27,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
-from tunekit.compat import recent_trials_study, reopen_trial
+from tunekit.compat.optuna_study import recent_trials_study, reopen_trial
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file

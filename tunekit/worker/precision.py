@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tunekit.compat import keras_compile_arguments, layer_calls, producing_layer
+from tunekit.compat.tf_keras import keras_compile_arguments, layer_calls, producing_layer
 from tunekit.config.space import Choice, Fixed
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import FatalTrialError, TrialFailure

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.compat import build_training_state, drop_custom_gradients
+from tunekit.compat.tf_keras import build_training_state, drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext, load_builders
 from tunekit.errors import FatalTrialError, TrialFailure, describe_error

@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from tunekit.compat import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
+from tunekit.compat.ray_tune import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
 from tunekit.layout import EPOCH_KEY, INFO_KEY, STARTED_FILE, TrialStatus

@@ -80,7 +80,7 @@ def test_the_best_kept_as_trials_end_equals_a_scan_of_every_record(tmp_path: Pat
 def test_ray_saves_its_state_every_second_until_a_save_costs_more_than_5_percent_and_at_least_every_30_s() -> None:
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
-    from tunekit.compat import bound_experiment_state_saves
+    from tunekit.compat.ray_tune import bound_experiment_state_saves
 
     bound_experiment_state_saves(1.0, 30.0)
     manager: Any = SimpleNamespace(_checkpoint_period=1.0)

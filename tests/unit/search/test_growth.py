@@ -8,7 +8,7 @@ from typing import Any
 
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from tunekit.compat import finished_trials, saved_trials
+from tunekit.compat.ray_tune import finished_trials, saved_trials
 from tunekit.search.growth import GrowingSearch
 
 

@@ -18,7 +18,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from tunekit.clock import SearchClock
-from tunekit.compat import pbt_trial_state, set_trial_restore_checkpoint
+from tunekit.compat.ray_tune import pbt_trial_state, set_trial_restore_checkpoint
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
 from tunekit.layout import EPOCH_KEY, EXPLOITED_CHECKPOINT_PREFIX

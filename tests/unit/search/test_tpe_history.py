@@ -10,7 +10,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from tunekit.compat import recent_trials_study
+from tunekit.compat.optuna_study import recent_trials_study
 from tunekit.config.spec import load_spec
 from tunekit.errors import SpecError
 from tunekit.search.searcher import build_sampler

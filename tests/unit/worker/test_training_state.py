@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tunekit.compat import build_training_state
+from tunekit.compat.tf_keras import build_training_state
 
 X = np.random.default_rng(0).random((48, 6), dtype=np.float32)
 Y = (X.sum(axis=1) > 3).astype("int32")
