@@ -50,6 +50,8 @@ def experiment(
                 "scheduler.reduction_factor=2",
                 "search.n_startup_trials=3",
                 f"tracking.uri={uri}",
+                # A writer that did not send everything fails here with its reason, not in a reader below.
+                "tracking.required=true",
             ],
         )
     finally:

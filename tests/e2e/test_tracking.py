@@ -812,6 +812,16 @@ def test_load_from_mlflow_refuses_an_ambiguous_name_unless_told_which(tmp_path: 
     alone_recorder, alone = untracked_experiment(tmp_path, sqlite_uri, "alone", trials=1, directory="c")
     sync(alone)
     assert list(load_from_mlflow("alone", sqlite_uri).trials["trial_id"]) == list(alone_recorder.trials)
+    # A parent run whose writer was cut off after opening it: no spec.yaml, no params.
+    bare = mlflow_client.create_run(
+        mlflow_client.get_experiment_by_name("alone").experiment_id, tags={TAG_ROLE: "experiment"}
+    ).info.run_id
+    with pytest.raises(TunekitError) as incomplete:
+        load_from_mlflow("alone", sqlite_uri, run_id=bare)
+    assert str(incomplete.value).startswith(f"MLflow run {bare} holds neither spec.yaml (")
+    assert str(incomplete.value).endswith(
+        "its search's tracking is incomplete; `tunekit sync EXPERIMENT_DIR` sends the rest"
+    )
 
 
 @pytest.mark.slow

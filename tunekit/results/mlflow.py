@@ -138,10 +138,17 @@ def _wall_seconds(tagged: str | None, started: float, ended: float | None) -> fl
 
 
 def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
-    """The spec.yaml the parent run holds; else what its params say."""
+    """The spec.yaml the parent run holds; else what its params say.
+
+    Raises:
+        TunekitError: the run holds neither (its search's writer never sent them).
+    """
     import os
     import tempfile
 
+    from tunekit.tracking.values import brief
+
+    unreadable = "not found"
     quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no progress bar for one small file
     try:
@@ -151,20 +158,26 @@ def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
         if isinstance(spec, dict) and "metric" in spec:
             return spec
     except Exception as error:  # an artifact store this machine cannot read: fall back to params
+        unreadable = brief(error)
         logger.info(
-            "tunekit: cannot read %s of MLflow run %s (%s: %s); rebuilding the spec from its params",
+            "tunekit: cannot read %s of MLflow run %s (%s); rebuilding the spec from its params",
             SPEC_FILE,
             parent.info.run_id,
-            type(error).__name__,
-            str(error).strip().splitlines()[0] if str(error).strip() else "",
+            unreadable,
         )
     finally:
         if quiet is None:
             os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
         else:
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
-    spec = {"name": parent.data.params.get("name", parent.info.run_name)}
-    for key, text in parent.data.params.items():
+    params = parent.data.params
+    if "metric" not in params and not any(key.startswith("metric.") for key in params):
+        raise TunekitError(
+            f"MLflow run {parent.info.run_id} holds neither {SPEC_FILE} ({unreadable}) nor the spec's params: "
+            "its search's tracking is incomplete; `tunekit sync EXPERIMENT_DIR` sends the rest"
+        )
+    spec = {"name": params.get("name", parent.info.run_name)}
+    for key, text in params.items():
         section, _, name = key.partition(".")
         if name and section != "space":
             spec.setdefault(section, {})[name] = yaml.safe_load(text)
