@@ -15,12 +15,12 @@ from the recorded epochs after a resume (Ray saves no scheduler state).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from tunekit.compat.ray_tune import fifo_trial_to_run
+from tunekit.compat.ray_tune import QuickFifoChoice
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, finite
 from tunekit.search.pareto import is_feasible, promotion_order, to_minimize
@@ -30,7 +30,7 @@ from tunekit.search.plan import spec_milestones
 Entry = tuple[tuple[float, ...], bool]
 
 
-class RecordingMOASHA(FIFOScheduler):
+class RecordingMOASHA(QuickFifoChoice, FIFOScheduler):
     """MO-ASHA over the spec's objectives and constraints; ``stopped`` are the trials it pruned."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
@@ -41,9 +41,6 @@ class RecordingMOASHA(FIFOScheduler):
         self._reduction_factor = spec.scheduler.reduction_factor
         self.rungs: dict[int, dict[str, Entry]] = {epoch: {} for epoch in spec_milestones(spec)}
         self.stopped: set[str] = set()
-
-    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
-        return cast("Trial | None", fifo_trial_to_run(tune_controller))
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         if self.decide(trial.trial_id, result) == TrialScheduler.STOP:

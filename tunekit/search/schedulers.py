@@ -4,12 +4,12 @@ several objectives, ``tunekit.search.moasha``), FIFO, and PBT."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from tunekit.compat.ray_tune import asha_max_t, asha_metric_sign, asha_rungs, fifo_trial_to_run
+from tunekit.compat.ray_tune import QuickFifoChoice, asha_max_t, asha_metric_sign, asha_rungs
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY
 
@@ -51,14 +51,11 @@ def checkpoints_to_keep(spec: ExperimentSpec) -> int:
     return CHECKPOINTS_KEPT
 
 
-class FIFO(FIFOScheduler):
+class FIFO(QuickFifoChoice, FIFOScheduler):
     """Ray's FIFO scheduler, choosing the next trial without a walk of every trial."""
 
-    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
-        return cast("Trial | None", fifo_trial_to_run(tune_controller))
 
-
-class RecordingASHA(ASHAScheduler):
+class RecordingASHA(QuickFifoChoice, ASHAScheduler):
     """ASHA that remembers which trials it stopped, so 'pruned' means pruned by ASHA.
 
     Ray does not save scheduler state with the experiment (a restored ASHA starts with
@@ -69,9 +66,6 @@ class RecordingASHA(ASHAScheduler):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stopped: set[str] = set()
-
-    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
-        return cast("Trial | None", fifo_trial_to_run(tune_controller))
 
     def replay(self, values: dict[str, dict[int, float]], stopped: set[str]) -> None:
         """Records each trial's metric at every rung it reached, as ASHA saw it live."""
