@@ -4,12 +4,15 @@ view (see ``tunekit.compat``)."""
 from __future__ import annotations
 
 import copy
-import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import optuna
+import optuna
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import FrozenTrial, TrialState
+
+_FINISHED = frozenset(state for state in TrialState if state.is_finished())
+_WAITING_ONLY = (TrialState.WAITING,)
 
 
 def reopen_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optuna.Trial:
@@ -20,13 +23,16 @@ def reopen_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optun
     ``ask`` and identifies them by the storage's private ``_trial_id``. Checked against
     Optuna 5.0.
     """
-    import optuna
-
     return optuna.Trial(study, frozen._trial_id)
 
 
-def journal_storage(path: Path) -> optuna.storages.JournalStorage:
-    """The journal storage of a study file, answering a search's two per-ask questions without
+def journal_storage(path: Path) -> ExperimentJournal:
+    """The journal storage of a study file (see ``ExperimentJournal``)."""
+    return ExperimentJournal(JournalFileBackend(str(path)))
+
+
+class ExperimentJournal(JournalStorage):
+    """A journal storage answering a search's two per-ask questions without
     walking every trial: which trials wait (``Study.ask``) and which are recent (the TPE view).
 
     Why: Optuna's journal answers every ``get_all_trials`` by testing each trial of the study.
@@ -41,67 +47,50 @@ def journal_storage(path: Path) -> optuna.storages.JournalStorage:
     ``_replay_result`` with its ``_study_id_to_trial_ids`` (trial ids in number order) and
     ``_trials``.
     """
-    from optuna.storages.journal import JournalFileBackend
 
-    return _journal_class()(JournalFileBackend(str(path)))
+    def __init__(self, backend: JournalFileBackend) -> None:
+        super().__init__(backend)
+        # study id -> (trials looked at, numbers of those that were unfinished then)
+        self._unfinished: dict[int, tuple[int, set[int]]] = {}
 
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
+        if states != _WAITING_ONLY:
+            return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        with self._thread_lock:
+            trials = [t for t in self._synced_unfinished(study_id) if t.state == TrialState.WAITING]
+        return copy.deepcopy(trials) if deepcopy else trials
 
-@functools.cache
-def _journal_class() -> type[Any]:
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-    from optuna.trial import FrozenTrial, TrialState
-
-    waiting_only = (TrialState.WAITING,)
-    finished_states = frozenset(state for state in TrialState if state.is_finished())
-
-    class Journal(JournalStorage):
-        def __init__(self, backend: JournalFileBackend) -> None:
-            super().__init__(backend)
-            # study id -> (trials looked at, numbers of those that were unfinished then)
-            self._unfinished: dict[int, tuple[int, set[int]]] = {}
-
-        def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
-            if states != waiting_only:
-                return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-            with self._thread_lock:
-                trials = [t for t in self._synced_unfinished(study_id) if t.state == TrialState.WAITING]
-            return copy.deepcopy(trials) if deepcopy else trials
-
-        def recent_trials(self, study_id: int, window: int, states: Any) -> list[FrozenTrial]:
-            """The trials in ``states`` (None: all) from the ``window``-th most recent finished
-            one on, after every older unfinished one: ``recent_trials_study``'s answer."""
-            with self._thread_lock:
-                unfinished = self._synced_unfinished(study_id)
-                replay = self._replay_result
-                numbered = replay._study_id_to_trial_ids[study_id]
-                recent: list[FrozenTrial] = []
-                number, finished = len(numbered), 0
-                while number > 0 and finished < window:
-                    number -= 1
-                    trial = replay._trials[numbered[number]]
-                    if states is None or trial.state in states:
-                        recent.append(trial)
-                        finished += trial.state in finished_states
-            older = [t for t in unfinished if t.number < number and (states is None or t.state in states)]
-            return older + recent[::-1]
-
-        def _synced_unfinished(self, study_id: int) -> list[FrozenTrial]:
-            """The study's unfinished trials in number order, with the file read first (lock held)."""
-            self._sync_with_backend()
+    def recent_trials(self, study_id: int, window: int, states: Any) -> list[FrozenTrial]:
+        """The trials in ``states`` (None: all) from the ``window``-th most recent finished
+        one on, after every older unfinished one: ``recent_trials_study``'s answer."""
+        with self._thread_lock:
+            unfinished = self._synced_unfinished(study_id)
             replay = self._replay_result
-            numbered = replay._study_id_to_trial_ids.get(study_id)
-            if numbered is None:
-                raise KeyError("Record does not exist.")  # Optuna's storages' words
-            seen, known = self._unfinished.get(study_id, (0, set()))
-            new = range(seen, len(numbered))
-            candidates = sorted(known.union(n for n in new if replay._trials[numbered[n]].state not in finished_states))
-            unfinished = [
-                t for t in (replay._trials[numbered[n]] for n in candidates) if t.state not in finished_states
-            ]
-            self._unfinished[study_id] = (len(numbered), {t.number for t in unfinished})
-            return unfinished
+            numbered = replay._study_id_to_trial_ids[study_id]
+            recent: list[FrozenTrial] = []
+            number, finished = len(numbered), 0
+            while number > 0 and finished < window:
+                number -= 1
+                trial = replay._trials[numbered[number]]
+                if states is None or trial.state in states:
+                    recent.append(trial)
+                    finished += trial.state in _FINISHED
+        older = [t for t in unfinished if t.number < number and (states is None or t.state in states)]
+        return older + recent[::-1]
 
-    return Journal
+    def _synced_unfinished(self, study_id: int) -> list[FrozenTrial]:
+        """The study's unfinished trials in number order, with the file read first (lock held)."""
+        self._sync_with_backend()
+        replay = self._replay_result
+        numbered = replay._study_id_to_trial_ids.get(study_id)
+        if numbered is None:
+            raise KeyError("Record does not exist.")  # Optuna's storages' words
+        seen, known = self._unfinished.get(study_id, (0, set()))
+        new = range(seen, len(numbered))
+        candidates = sorted(known.union(n for n in new if replay._trials[numbered[n]].state not in _FINISHED))
+        unfinished = [t for t in (replay._trials[numbered[n]] for n in candidates) if t.state not in _FINISHED]
+        self._unfinished[study_id] = (len(numbered), {t.number for t in unfinished})
+        return unfinished
 
 
 def recent_trials_study(study: optuna.Study, window: int) -> Any:
@@ -122,10 +111,7 @@ class _RecentTrials:
     """The view ``recent_trials_study`` returns; every other attribute is the study's."""
 
     def __init__(self, study: optuna.Study, window: int) -> None:
-        import optuna
-
         self._study, self._window = study, window
-        self._finished = frozenset(state for state in optuna.trial.TrialState if state.is_finished())
         # A study's directions never change, but Study.direction asks the storage each time,
         # and TPE reads it once per pruned trial per proposal (_get_pruned_trial_score):
         # 1.15 s of a 3,000-trial synthetic search went to that alone.
@@ -138,7 +124,7 @@ class _RecentTrials:
 
     def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
         storage = self._study._storage
-        if isinstance(storage, _journal_class()):  # the experiment's study: looks at the window only
+        if isinstance(storage, ExperimentJournal):  # the experiment's study: looks at the window only
             trials = storage.recent_trials(self._study._study_id, self._window, states)
             return copy.deepcopy(trials) if deepcopy else trials
         trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
@@ -147,9 +133,9 @@ class _RecentTrials:
         cut, seen = len(trials), 0
         while cut > 0 and seen < self._window:
             cut -= 1
-            seen += trials[cut].state in self._finished
+            seen += trials[cut].state in _FINISHED
         if cut == 0:
             return trials
-        if states is not None and self._finished.issuperset(states):
+        if states is not None and _FINISHED.issuperset(states):
             return trials[cut:]
-        return [t for t in trials[:cut] if t.state not in self._finished] + trials[cut:]
+        return [t for t in trials[:cut] if t.state not in _FINISHED] + trials[cut:]
