@@ -31,6 +31,7 @@ from tunekit.driver.records import (
     SpansTable,
     TrialRecord,
     TrialsTable,
+    TrialTally,
     apply_epoch,
     params_of,
     settle_ended,
@@ -38,7 +39,6 @@ from tunekit.driver.records import (
 )
 from tunekit.layout import (
     CHECKPOINTED,
-    ENDED_STATUSES,
     EPOCH_KEY,
     EPOCHS_FILE,
     EXPLOITS_FILE,
@@ -46,7 +46,6 @@ from tunekit.layout import (
     FAILURE_KEY,
     INFO_KEY,
     RESTORED_WEIGHTS,
-    SEARCH_STATUSES,
     SPANS_FILE,
     STOPPED_BY_MODEL,
     TRIALS_FILE,
@@ -112,15 +111,7 @@ class Recorder(Callback):
         self._changed: set[str] = set()
         self._replaced_rows: set[int] = set()
         self._touched = 0.0  # when started.json's session end was last moved
-        # Trials per status, kept as records change: the console reads it every redraw, and
-        # a scan of every record was most of the console's cost at thousands of trials.
-        self._tally: dict[str, int] = {status: 0 for status in SEARCH_STATUSES}
-        self._tallied: dict[str, TrialStatus] = {}  # the status each trial is counted under
-        # The running records and the ended ones' epochs, kept the same way: the console's
-        # once-a-second estimate read every record for them (7.5 ms at 10,000 records).
-        self._running: dict[str, TrialRecord] = {}
-        self._ended_epochs: dict[str, int] = {}  # trial id -> the epochs it is counted with
-        self._ended_epoch_total = 0
+        self._tally = TrialTally()  # what the console reads every redraw, kept as records change
         # When this process's session began (the runner sets it before Ray starts, so the
         # active clock and the console's elapsed time agree); setup's time when unset.
         self.session_began: float | None = None
@@ -274,15 +265,15 @@ class Recorder(Callback):
 
     def counts(self) -> dict[str, int]:
         """Trials per status (every status present, 0 where none)."""
-        return dict(self._tally)
+        return self._tally.counts()
 
     def running(self) -> list[TrialRecord]:
         """The running trials' records."""
-        return list(self._running.values())
+        return self._tally.running()
 
     def ended_epochs(self) -> tuple[int, int]:
         """How many trials have ended, and the epochs they trained together."""
-        return len(self._ended_epochs), self._ended_epoch_total
+        return self._tally.ended_epochs()
 
     def best(self) -> TrialRecord | None:
         """The best trial so far, by ``pick_best``'s rule: a completed trial once there is one
@@ -390,30 +381,7 @@ class Recorder(Callback):
         """Every change to a record ends here: the tables and the status tally follow it."""
         self._changed.add(record.trial_id)
         self._unwritten = True
-        self._count(record)
-
-    def _count(self, record: TrialRecord) -> None:
-        """The status tally, the running records and the ended ones' epochs follow ``record``."""
-        counted = self._tallied.get(record.trial_id)
-        if counted != record.status:
-            if counted is not None:
-                self._tally[counted] -= 1
-            self._tally[record.status] += 1
-            self._tallied[record.trial_id] = record.status
-            if record.status == TrialStatus.RUNNING:
-                self._running[record.trial_id] = record
-            else:
-                self._running.pop(record.trial_id, None)
-        self._ended_epoch_total -= self._ended_epochs.pop(record.trial_id, 0)
-        if record.status in ENDED_STATUSES:
-            self._ended_epochs[record.trial_id] = record.epochs
-            self._ended_epoch_total += record.epochs
-
-    def _recount(self) -> None:
-        self._tallied, self._tally = {}, {status: 0 for status in SEARCH_STATUSES}
-        self._running, self._ended_epochs, self._ended_epoch_total = {}, {}, 0
-        for record in self.trials.values():
-            self._count(record)
+        self._tally.count(record)
 
     def write_tables(self) -> None:
         """Writes every table; only rows that changed since the last write are rendered again."""
@@ -451,7 +419,7 @@ class Recorder(Callback):
         self.trials = {r.trial_id: r for r in map(_revived(TrialRecord), state["trials"])}
         self.epochs = list(map(_revived(EpochRow), state["epochs"]))
         self._tables = None
-        self._recount()
+        self._tally = TrialTally(self.trials.values())
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.clock = self._restored_clock(state)
         for ending in self.__dict__.pop("_late_endings", {}).values():
@@ -567,8 +535,10 @@ class Recorder(Callback):
         # A recorder pickled by an earlier tunekit (an experiment's tuner.pkl) lacks these.
         self.__dict__.setdefault("_changed", set(self.trials))
         self.__dict__.setdefault("_replaced_rows", set())
-        if "_running" not in self.__dict__:
-            self._recount()
+        if not isinstance(self.__dict__.get("_tally"), TrialTally):  # an earlier tunekit's dict, or none
+            for stale in ("_tallied", "_running", "_ended_epochs", "_ended_epoch_total"):
+                self.__dict__.pop(stale, None)
+            self._tally = TrialTally(self.trials.values())
 
 
 def _revived(kind: Callable[..., T]) -> Callable[[Any], T]:

@@ -19,11 +19,13 @@ from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import describe_error
 from tunekit.layout import (
+    ENDED_STATUSES,
     EPOCH_COLUMNS,
     FEASIBLE_COLUMN,
     FINAL_PREFIX,
     INFO_PREFIX,
     PARAM_PREFIX,
+    SEARCH_STATUSES,
     SPAN_COLUMNS,
     TRIAL_COLUMNS,
     TrialStatus,
@@ -186,6 +188,51 @@ def settle_errored(record: TrialRecord, traceback: str) -> None:
 # (and running trials, whose wall seconds grow), or all of them when its columns change;
 # a write joins the lines. So a write costs bytes, not Python work per row and column, and
 # the driver's cost per trial stays flat as the search grows (benchmarks/scale.py).
+
+
+class TrialTally:
+    """Trials per status, the running records and the ended ones' epochs, kept as records change.
+
+    Why: the console reads them every redraw, and its scans of every record were most of
+    its cost at thousands of trials (7.5 ms per scan at 10,000 records).
+    """
+
+    def __init__(self, records: Iterable[TrialRecord] = ()) -> None:
+        self._counts: dict[str, int] = {status: 0 for status in SEARCH_STATUSES}
+        self._status: dict[str, TrialStatus] = {}  # the status each trial is counted under
+        self._running: dict[str, TrialRecord] = {}
+        self._ended_epochs: dict[str, int] = {}  # trial id -> the epochs it is counted with
+        self._ended_epoch_total = 0
+        for record in records:
+            self.count(record)
+
+    def count(self, record: TrialRecord) -> None:
+        """Follows ``record`` (new, or changed since it was last counted)."""
+        counted = self._status.get(record.trial_id)
+        if counted != record.status:
+            if counted is not None:
+                self._counts[counted] -= 1
+            self._counts[record.status] += 1
+            self._status[record.trial_id] = record.status
+            if record.status == TrialStatus.RUNNING:
+                self._running[record.trial_id] = record
+            else:
+                self._running.pop(record.trial_id, None)
+        self._ended_epoch_total -= self._ended_epochs.pop(record.trial_id, 0)
+        if record.status in ENDED_STATUSES:
+            self._ended_epochs[record.trial_id] = record.epochs
+            self._ended_epoch_total += record.epochs
+
+    def counts(self) -> dict[str, int]:
+        """Trials per status (every status present, 0 where none)."""
+        return dict(self._counts)
+
+    def running(self) -> list[TrialRecord]:
+        return list(self._running.values())
+
+    def ended_epochs(self) -> tuple[int, int]:
+        """How many trials have ended, and the epochs they trained together."""
+        return len(self._ended_epochs), self._ended_epoch_total
 
 
 class _Lines:
