@@ -219,8 +219,8 @@ class MlflowTracker:
         if self._cut_off:
             writer.warn_once(
                 f"MLflow at {writer.uri or 'the tracking URI'} did not take everything in "
-                f"{self.flush_timeout:.0f} s; the rest of this search's tracking is lost "
-                f"(`tunekit resume {self.experiment_dir}` sends it later)"
+                f"{self.flush_timeout:.0f} s; MLflow may lack some of this search's records "
+                f"(`tunekit sync {self.experiment_dir}` sends what it lacks)"
             )
         self._thread = None
 
