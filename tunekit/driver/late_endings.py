@@ -35,8 +35,9 @@ class LateEnding:
     Attributes:
         trial_id: Ray's trial id.
         state: the study's state: COMPLETE, PRUNED or FAIL.
-        steps: the study's intermediate values, {epoch: the spec's metric} (none with
-            several objectives: Optuna keeps none).
+        steps: the epochs' metrics the study holds, {epoch: {name: value}}: its intermediate
+            values of the spec's metric; with several objectives (Optuna keeps no
+            intermediate values) the last epoch's tracked metrics, as the searcher kept them.
         ended_at: when the study was told (a wall-clock timestamp), None if unknown.
         number: the study's trial number.
         unsaved: Ray's state has no such trial: it was asked after the save. Ray will never
@@ -50,7 +51,7 @@ class LateEnding:
 
     trial_id: str
     state: str
-    steps: dict[int, float]
+    steps: dict[int, dict[str, float]]
     ended_at: float | None
     number: int
     unsaved: bool
@@ -61,11 +62,12 @@ class LateEnding:
 
 
 def late_endings(
-    study: optuna.Study, saved: dict[str, dict[str, Any]], experiment_dir: Path, space: SearchSpace
+    study: optuna.Study, saved: dict[str, dict[str, Any]], experiment_dir: Path, space: SearchSpace, metric: str
 ) -> dict[str, LateEnding]:
     """The trials the study ended while Ray's saved state (``compat.saved_trials``) has them
     unfinished, or has none of them: asked after the save, when Ray saves seldom (a search
     of thousands of short trials saves every 30 s at most), they ended before the kill.
+    ``metric`` names the study's intermediate values (the spec's metric).
     """
     from optuna.trial import FixedTrial, TrialState
 
@@ -100,7 +102,7 @@ def late_endings(
         endings[trial_id] = LateEnding(
             trial_id,
             trial.state.name,
-            {int(step): float(value) for step, value in trial.intermediate_values.items()},
+            _study_steps(trial, metric),
             trial.datetime_complete.timestamp() if trial.datetime_complete is not None else None,
             trial.number,
             trial_id not in saved,
@@ -110,6 +112,17 @@ def late_endings(
             written.get(trial_id, [{}])[-1],
         )
     return endings
+
+
+def _study_steps(trial: optuna.trial.FrozenTrial, metric: str) -> dict[int, dict[str, float]]:
+    """{epoch: metrics} from the study: its intermediate values, else the final result it kept."""
+    from tunekit.search.searcher import FINAL_RESULT_ATTR
+
+    steps = {int(step): {metric: float(value)} for step, value in trial.intermediate_values.items()}
+    final = trial.user_attrs.get(FINAL_RESULT_ATTR)
+    if isinstance(final, dict) and final.get("metrics"):
+        steps[int(final["epoch"])] = {str(k): float(v) for k, v in final["metrics"].items()}
+    return steps
 
 
 def _epoch_row(cells: dict[str, str]) -> EpochRow:

@@ -473,11 +473,9 @@ class Recorder(Callback):
         last_known = max(
             [session_end, *(row.at for row in later.values()), *(m for span in record.spans for m in span if m)]
         )
-        for step, value in ending.steps.items():
+        for step, metrics in ending.steps.items():
             if step > record.epochs and step not in later:
-                later[step] = EpochRow(
-                    record.trial_id, step, {self.spec.metric.name: value}, record.attempts, None, last_known
-                )
+                later[step] = EpochRow(record.trial_id, step, dict(metrics), record.attempts, None, last_known)
         for epoch in sorted(later):
             self._add_row(later[epoch])
             apply_epoch(record, later[epoch], self.spec)

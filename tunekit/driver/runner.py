@@ -347,7 +347,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     recorder.listeners = listeners
     saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
-    endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space)
+    endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
     ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}
     if endings:  # the driver died after these ended and before Ray saved that: they stay ended
         end_saved_trials(experiment_dir, ended_in_ray)

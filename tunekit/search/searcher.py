@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from tunekit.compat.optuna_study import recent_trials_study, reopen_trial
+from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file
@@ -42,6 +43,10 @@ GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
 EXHAUSTED_ATTR = "tunekit_exhausted"  # on the study: why the search ended before num_samples trials
 REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
 PBT_STEPS_ATTR = "tunekit_pbt_steps"  # PBT's exploit steps of the trial: epoch, source trial number, new values
+# Several objectives: the trial's last epoch and its tracked metrics there, {"epoch": n,
+# "metrics": {...}}. Optuna keeps no intermediate values for them, and a resume after a
+# killed driver rebuilds an ended trial's last row from this (tunekit.driver.late_endings).
+FINAL_RESULT_ATTR = "tunekit_final_result"
 # On a trial whose configuration tunekit picked (unseen, at random) after the sampler
 # proposed only repeats: the sampler did not choose it.
 UNSEEN_PICK_ATTR = "tunekit_unseen_pick"
@@ -387,6 +392,8 @@ class OptunaStudySearcher(Searcher):
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             return
         set_constraints(trial, self._spec, result)
+        if self._spec.multi_objective:
+            trial.set_user_attr(FINAL_RESULT_ATTR, final_result(self._spec, result))
         if stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
             self.study.tell(trial, values if self._spec.multi_objective else value, skip_if_finished=True)
         else:
@@ -494,6 +501,13 @@ def objective_values(spec: ExperimentSpec, result: Mapping[str, Any]) -> list[fl
     """Each objective's value in a trial's result, in the spec's order; None when one is missing."""
     values = [finite(result.get(objective.name)) for objective in spec.objectives]
     return None if any(value is None for value in values) else [float(v) for v in values if v is not None]
+
+
+def final_result(spec: ExperimentSpec, result: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's last epoch and its finite tracked metrics there (``FINAL_RESULT_ATTR``)."""
+    names = tracked_metrics(spec.objectives, spec.constraints, spec.select)
+    metrics = {name: value for name in names if (value := finite(result.get(name))) is not None}
+    return {"epoch": int(result.get(EPOCH_KEY, 0)), "metrics": metrics}
 
 
 def set_constraints(trial: optuna.Trial, spec: ExperimentSpec, result: Mapping[str, Any]) -> None:

@@ -16,15 +16,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import optuna
+from ray.tune.schedulers import FIFOScheduler
 
 from tunekit.compat.ray_tune import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
+from tunekit.config.spec import parse_spec
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
 from tunekit.layout import EPOCH_KEY, INFO_KEY, STARTED_FILE, TrialStatus
 from tunekit.results.check import TIME_SLACK_S
 from tunekit.search.plan import rung_of, study_storage
 from tunekit.search.schedulers import RecordingASHA
-from tunekit.search.searcher import RAY_TRIAL_ATTR
+from tunekit.search.searcher import RAY_TRIAL_ATTR, OptunaStudySearcher
 
 from .test_recorder_state import Numbers
 from .test_trial_endings import spec
@@ -109,7 +111,7 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     unsaved.set_user_attr(RAY_TRIAL_ATTR, "t5")
     study.tell(unsaved, state=optuna.trial.TrialState.FAIL)
 
-    endings = late_endings(study, saved_trials(tmp_path), tmp_path, spec().space)
+    endings = late_endings(study, saved_trials(tmp_path), tmp_path, spec().space, "acc")
     assert set(endings) == {"t1", "t2", "t4", "t5", "t6"}
     assert [endings[t].unsaved for t in ("t1", "t2", "t4", "t5", "t6")] == [False, False, False, True, True]
     end_saved_trials(tmp_path, {"t1", "t2", "t4"})
@@ -168,4 +170,54 @@ def test_nothing_is_adopted_when_ray_saved_every_ending(tmp_path: Path) -> None:
     trial.set_user_attr(RAY_TRIAL_ATTR, "t1")
     study.tell(trial, 0.5)
     save_ray_state(tmp_path, {"t1": "TERMINATED"}, {})
-    assert late_endings(study, saved_trials(tmp_path), tmp_path, spec().space) == {}
+    assert late_endings(study, saved_trials(tmp_path), tmp_path, spec().space, "acc") == {}
+
+
+def test_several_objectives_ended_after_ray_s_save_without_written_rows_keep_the_study_s_values(
+    tmp_path: Path,
+) -> None:
+    """Optuna keeps no intermediate values for several objectives: the searcher keeps the last
+    epoch's tracked metrics on the study trial, and the resume rebuilds the trial's last row
+    from them (before, the trial kept Ray's saved epoch and none of the study's values)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    objectives = parse_spec(
+        {
+            "name": "unit",
+            "trainable": "not.looked.for",
+            "metric": [{"name": "acc", "mode": "max"}, {"name": "params", "mode": "min"}],
+            "constraints": ["params <= 1000"],
+            "budget": {"num_samples": 4, "max_epochs": 3},
+            "search": {"algorithm": "random", "seed": 0},
+            "scheduler": {"type": "fifo"},
+            "space": {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}},
+        },
+        None,
+        locate_trainable=False,
+    )
+    searcher = OptunaStudySearcher(objectives, tmp_path)
+    config = searcher.suggest("m1")
+    assert config is not None
+    first = Recorder(objectives, tmp_path, searcher=searcher, scheduler=FIFOScheduler())
+    first.clock.begin()
+    trial: Any = SimpleNamespace(trial_id="m1", config=config)
+    start(first, trial)
+    metrics = {"acc": 0.5, "params": 800.0, "loss": 0.5}
+    first.on_trial_result(0, [], trial, {EPOCH_KEY: 1, **metrics, INFO_KEY: {"metrics": sorted(metrics)}})
+    first.write_tables()
+    saved = pickle.loads(pickle.dumps(first.get_state()))
+    save_ray_state(tmp_path, {"m1": "RUNNING"}, {})
+    # Epochs 2 and 3 reach the study, and the driver dies before the tables hear of them.
+    searcher.on_trial_result("m1", {EPOCH_KEY: 2, "acc": 0.7, "params": 800.0})
+    searcher.on_trial_complete("m1", {EPOCH_KEY: 3, "acc": 0.9, "params": 800.0, "loss": 0.1})
+    told = searcher.study.trials[0]
+    assert (told.state.name, told.values) == ("COMPLETE", [0.9, 800.0])
+
+    endings = late_endings(searcher.study, saved_trials(tmp_path), tmp_path, objectives.space, objectives.metric.name)
+    assert endings["m1"].steps == {3: {"acc": 0.9, "params": 800.0}}
+    resumed = Recorder(objectives, tmp_path, searcher=searcher, scheduler=FIFOScheduler())
+    resumed.adopt_late_endings(endings)
+    resumed.set_state(saved)
+    record = resumed.trials["m1"]
+    assert (record.status, record.epochs, record.stopped_by_model) == (TrialStatus.COMPLETED, 3, None)
+    assert (record.finals, record.feasible) == ({"acc": 0.9, "params": 800.0}, True)
+    assert [(row.epoch, row.metrics) for row in resumed.epochs] == [(1, metrics), (3, {"acc": 0.9, "params": 800.0})]
