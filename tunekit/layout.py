@@ -195,9 +195,9 @@ NEW_PREFIX = "new."
 EXPLOITED_CHECKPOINT_PREFIX = "exploited_checkpoint_"
 
 
-def study_file(experiment_dir: Path) -> Path:
+def study_file(experiment_dir: str | Path) -> Path:
     """The file that holds the experiment's study: ``study.journal``, or ``study.db`` (SQLite)
     in an experiment made before tunekit kept studies in a journal."""
-    sqlite = experiment_dir / SQLITE_STUDY_FILE
-    journal = experiment_dir / STUDY_FILE
+    sqlite = Path(experiment_dir) / SQLITE_STUDY_FILE
+    journal = Path(experiment_dir) / STUDY_FILE
     return sqlite if sqlite.is_file() and not journal.is_file() else journal

@@ -47,6 +47,7 @@ class LateEnding:
         rows: the trial's rows in the ``epochs.csv`` the dead driver last wrote.
         spans: its rows in that ``spans.csv``: (start, end, {"attempt", "node_id", "pid"}).
         written: its row in that ``trials.csv`` (cells as text), or {}.
+        exploits: PBT's steps the study lists for it (``ExploitStep.for_study``'s form).
     """
 
     trial_id: str
@@ -59,6 +60,7 @@ class LateEnding:
     rows: tuple[EpochRow, ...] = ()
     spans: tuple[tuple[float, float | None, dict[str, Any]], ...] = ()
     written: dict[str, str] = field(default_factory=dict)
+    exploits: tuple[dict[str, Any], ...] = ()
 
 
 def late_endings(
@@ -72,7 +74,7 @@ def late_endings(
     from optuna.trial import FixedTrial, TrialState
 
     from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
-    from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
+    from tunekit.search.searcher import LOST_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 
     if not saved:
         return {}
@@ -110,6 +112,7 @@ def late_endings(
             tuple(map(_epoch_row, rows.get(trial_id, []))),
             tuple(map(_span, spans.get(trial_id, []))),
             written.get(trial_id, [{}])[-1],
+            tuple(trial.user_attrs.get(PBT_STEPS_ATTR, [])),
         )
     return endings
 

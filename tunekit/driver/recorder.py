@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -422,7 +422,8 @@ class Recorder(Callback):
         self._tally = TrialTally(self.trials.values())
         self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
         self.clock = self._restored_clock(state)
-        for ending in self.__dict__.pop("_late_endings", {}).values():
+        endings: dict[str, LateEnding] = self.__dict__.pop("_late_endings", {})
+        for ending in endings.values():
             self._adopt(ending, self.clock.active_seconds)
         self._rescan_best()
         # The last session ran at least until the latest moment the saved records know of:
@@ -444,7 +445,29 @@ class Recorder(Callback):
             self.scheduler.replay(self._metrics_by_epoch(), pruned)
         self.exploits = list(map(_revived(ExploitStep), state.get("exploits", [])))
         if isinstance(self.scheduler, RecordingPBT):
+            self.exploits += self._late_exploits(endings.values())
             self.scheduler.replay(self._metric_by_epoch(), self.exploits)
+            numbers = {r.trial_id: r.number for r in self.trials.values()}
+            steps: dict[str, list[dict[str, Any]]] = {}
+            for step in self.exploits:
+                steps.setdefault(step.trial_id, []).append(step.for_study(numbers.get))
+            self.searcher.keep_exploit_steps(steps)
+
+    def _late_exploits(self, endings: Iterable[LateEnding]) -> list[ExploitStep]:
+        """PBT's steps of trials that ended after Ray's last save, as the study lists them
+        beyond those Ray saved: they stand, as the endings that followed them do."""
+        ids = {r.number: r.trial_id for r in self.trials.values()}
+        late = []
+        for ending in endings:
+            saved = sum(step.trial_id == ending.trial_id for step in self.exploits)
+            for step in ending.exploits[saved:]:
+                source = ids.get(step.get("source"), str(step.get("source")))
+                old, new = dict(step.get("old", {})), dict(step.get("new", {}))
+                epoch, source_epoch = int(step["epoch"]), int(step.get("source_epoch", 0))
+                late.append(
+                    ExploitStep(ending.trial_id, epoch, source, source_epoch, old, new, ending.ended_at or time.time())
+                )
+        return late
 
     def adopt_late_endings(self, endings: Mapping[str, LateEnding]) -> None:
         """Trials the killed driver ended after Ray's last save; ``set_state`` ends their records

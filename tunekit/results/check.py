@@ -25,6 +25,7 @@ from tunekit.clock import SearchClock
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
+    EXPLOITS_FILE,
     LEDGER_FILE,
     SPANS_FILE,
     STARTED_FILE,
@@ -228,7 +229,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
 
     from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
     from tunekit.search.plan import study_storage
-    from tunekit.search.searcher import LOST_ATTR, RAY_TRIAL_ATTR
+    from tunekit.search.searcher import FINAL_RESULT_ATTR, LOST_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 
     where = f"{TRIALS_FILE} vs study"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -245,6 +246,9 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
         yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", f"a row in {TRIALS_FILE}", "none")
+    exploited: dict[str, list[int]] = {}
+    for step in _rows(results.exploits):
+        exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))
     epochs: dict[str, set[int]] = {}
     for row in _rows(results.epochs):
         if finite(row.get(results.metric)) is not None:
@@ -267,6 +271,13 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         reported = set() if multi else epochs.get(trial_id, set())
         if steps != reported:
             yield Finding(where, f"{label} epochs reported", sorted(reported), sorted(steps))
+        final = trial.user_attrs.get(FINAL_RESULT_ATTR)  # several objectives (none before it was kept)
+        trained = finite(row.get("epochs"))
+        if isinstance(final, dict) and trained is not None and int(trained) != final.get("epoch"):
+            yield Finding(where, f"{label} last epoch", int(trained), final.get("epoch"))
+        kept = [int(step["epoch"]) for step in trial.user_attrs.get(PBT_STEPS_ATTR, [])]
+        if kept != exploited.get(trial_id, []):
+            yield Finding(f"{EXPLOITS_FILE} vs study", f"{label} exploit epochs", exploited.get(trial_id, []), kept)
     yield from map(_finding, study_findings(results, summary, study, ours))
 
 
@@ -400,6 +411,9 @@ def _mlflow(
     for trial_id in sorted(set(runs) - set(rows)):
         yield Finding(where, f"child run of trial {trial_id}", f"a row in {TRIALS_FILE}", "none")
     metric = metric_key(results.metric)
+    exploited: dict[str, list[int]] = {}
+    for step in _rows(results.exploits):
+        exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))
     epochs: dict[str, set[int]] = {}
     for row in _rows(results.epochs):
         if finite(row.get(results.metric)) is not None:

@@ -210,7 +210,9 @@ class RecordingPBT(PopulationBasedTraining):
         self.paused.add(trial.trial_id)
         step = ExploitStep(
             trial.trial_id,
-            self._epochs.get(trial.trial_id, 0),
+            # A trial whose result came before a resume (a paused trial the resumed PBT ranks)
+            # is at the epoch Ray restored with it.
+            self._epochs.get(trial.trial_id) or int((trial.last_result or {}).get(EPOCH_KEY, 0)),
             trial_to_clone.trial_id,
             source_epoch,
             old,

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def study_storage(experiment_dir: Path) -> optuna.storages.BaseStorage:
+def study_storage(experiment_dir: str | Path) -> optuna.storages.BaseStorage:
     """The experiment's study storage; opening a journal that does not exist creates it empty."""
     import optuna
 

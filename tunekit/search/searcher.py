@@ -419,6 +419,19 @@ class OptunaStudySearcher(Searcher):
         if trial is not None:
             trial.set_user_attr(PBT_STEPS_ATTR, [*trial.user_attrs.get(PBT_STEPS_ATTR, []), dict(step)])
 
+    def keep_exploit_steps(self, steps: Mapping[str, list[dict[str, Any]]]) -> None:
+        """A resume under PBT: each unfinished trial's steps in the study become ``steps``.
+
+        Ray restores a trial as its last save left it; a step the killed driver took after
+        that save is undone (the trial trains on from before it, and PBT decides again), so
+        the study must not keep it. Ended trials keep theirs (see ``Recorder.set_state``).
+        """
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            trial_id = trial.user_attrs.get(RAY_TRIAL_ATTR)
+            kept = trial.user_attrs.get(PBT_STEPS_ATTR, [])
+            if trial_id is not None and kept != steps.get(str(trial_id), []):
+                reopen_trial(self.study, trial).set_user_attr(PBT_STEPS_ATTR, list(steps.get(str(trial_id), [])))
+
     def _open_trial(self, trial_id: str) -> optuna.Trial | None:
         if trial_id in self._live:
             return self._live[trial_id]

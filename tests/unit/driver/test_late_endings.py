@@ -8,6 +8,7 @@ SQLite, the recorder and ASHA as Ray drives them, Ray's state file as Ray 2.60 w
 
 from __future__ import annotations
 
+import csv
 import json
 import pickle
 import time
@@ -16,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import optuna
+import yaml
 from ray.tune.schedulers import FIFOScheduler
 
 from tunekit.compat.ray_tune import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
@@ -24,13 +26,15 @@ from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
 from tunekit.layout import EPOCH_KEY, INFO_KEY, STARTED_FILE, TrialStatus
 from tunekit.results.check import TIME_SLACK_S
+from tunekit.search.pbt import ExploitStep, RecordingPBT
 from tunekit.search.plan import rung_of, study_storage
 from tunekit.search.schedulers import RecordingASHA
-from tunekit.search.searcher import RAY_TRIAL_ATTR, OptunaStudySearcher
+from tunekit.search.searcher import PBT_STEPS_ATTR, RAY_TRIAL_ATTR, OptunaStudySearcher
 
 from .test_recorder_state import Numbers
 from .test_trial_endings import spec
 
+REPO = Path(__file__).resolve().parents[3]
 STATE_FILE = "experiment_state-2026-11-26_12-00-00.json"
 
 
@@ -221,3 +225,52 @@ def test_several_objectives_ended_after_ray_s_save_without_written_rows_keep_the
     assert (record.status, record.epochs, record.stopped_by_model) == (TrialStatus.COMPLETED, 3, None)
     assert (record.finals, record.feasible) == ({"acc": 0.9, "params": 800.0}, True)
     assert [(row.epoch, row.metrics) for row in resumed.epochs] == [(1, metrics), (3, {"acc": 0.9, "params": 800.0})]
+
+
+def test_pbt_steps_after_ray_s_save_are_undone_for_running_trials_and_kept_for_ended_ones(tmp_path: Path) -> None:
+    """A killed PBT search: Ray restores a running trial as its last save left it, so a step
+    taken after the save is undone in the study (PBT decides again); a trial that stepped and
+    then ended after the save keeps its step, in the study and exploits.csv alike. Before, the
+    study kept both steps and the resumed exploits.csv neither (a SIGKILL run showed it)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    raw = yaml.safe_load((REPO / "search_spaces" / "digits_mlp_pbt.yaml").read_text())
+    budget = {"num_samples": 2, "max_epochs": 4, "max_concurrent": 2}
+    population = parse_spec({**raw, "budget": budget}, None, locate_trainable=False)
+    searcher = OptunaStudySearcher(population, tmp_path)
+    configs = {trial_id: searcher.suggest(trial_id) for trial_id in ("p1", "p2")}
+    first = Recorder(population, tmp_path, searcher=searcher, scheduler=RecordingPBT(population, tmp_path))
+    first.clock.begin()
+    trials: dict[str, Any] = {t: SimpleNamespace(trial_id=t, config=c) for t, c in configs.items()}
+    for epoch in (1, 2):
+        for trial_id, trial in trials.items():
+            if epoch == 1:
+                start(first, trial)
+            result = {EPOCH_KEY: epoch, "val_accuracy": 0.5 + epoch / 10, INFO_KEY: {"metrics": ["val_accuracy"]}}
+            first.on_trial_result(0, [], trial, result)
+            searcher.on_trial_result(trial_id, result)
+    saved = pickle.loads(pickle.dumps(first.get_state()))
+    save_ray_state(tmp_path, {"p1": "RUNNING", "p2": "RUNNING"}, {})
+    # After the save, each copies the other at epoch 2; p2 then trains to the end and ends.
+    assert isinstance(first.scheduler, RecordingPBT)
+    for trial_id, source in (("p1", "p2"), ("p2", "p1")):
+        old, new = dict(configs[trial_id] or {}), {**(configs[trial_id] or {}), "learning_rate": 0.005}
+        first.scheduler.exploits.append(ExploitStep(trial_id, 2, source, 2, old, new))
+    first.on_step_end(0, [])  # the study hears of both steps, exploits.csv gets both rows
+    for epoch in (3, 4):
+        searcher.on_trial_result("p2", {EPOCH_KEY: epoch, "val_accuracy": 0.9})
+    searcher.on_trial_complete("p2", {EPOCH_KEY: 4, "val_accuracy": 0.9})
+
+    endings = late_endings(searcher.study, saved_trials(tmp_path), tmp_path, population.space, "val_accuracy")
+    assert set(endings) == {"p2"} and [s["epoch"] for s in endings["p2"].exploits] == [2]
+    restored: Any = pickle.loads(pickle.dumps(searcher))  # as Ray unpickles it from tuner.pkl
+    resumed = Recorder(population, tmp_path, searcher=restored, scheduler=RecordingPBT(population, tmp_path))
+    resumed.adopt_late_endings(endings)
+    resumed.set_state(saved)
+    assert [(s.trial_id, s.epoch, s.source_trial_id, s.new["learning_rate"]) for s in resumed.exploits] == [
+        ("p2", 2, "p1", 0.005)
+    ]
+    kept = {t.user_attrs[RAY_TRIAL_ATTR]: t.user_attrs.get(PBT_STEPS_ATTR, []) for t in restored.study.trials}
+    assert kept["p1"] == [] and [(s["epoch"], s["source"]) for s in kept["p2"]] == [(2, 0)]
+    resumed.write_tables()
+    with (tmp_path / "exploits.csv").open() as handle:
+        assert [(row["trial_id"], row["epoch"]) for row in csv.DictReader(handle)] == [("p2", "2")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -16,7 +17,7 @@ from tunekit.layout import CHECKPOINT_STATE, EPOCHS_FILE, FINAL_MODEL, SPANS_FIL
 from tunekit.results.check import check_experiment
 from tunekit.results.load import load
 from tunekit.search.plan import study_storage
-from tunekit.search.searcher import RAY_TRIAL_ATTR
+from tunekit.search.searcher import FINAL_RESULT_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 
 from .test_summary import experiment
 
@@ -27,8 +28,9 @@ DISTRIBUTIONS = {
 }
 
 
-def consistent(root: Path, ids: dict[str, str] | None = None) -> Path:
-    """The experiment and its study; ``ids`` renames trials a and b everywhere."""
+def consistent(root: Path, ids: dict[str, str] | None = None, attrs: dict[str, dict[str, Any]] | None = None) -> Path:
+    """The experiment and its study; ``ids`` renames trials a and b everywhere; ``attrs``
+    adds user attrs to their study trials."""
     experiment(root)
     ids = ids or {}
     for table in (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE):
@@ -38,13 +40,16 @@ def consistent(root: Path, ids: dict[str, str] | None = None) -> Path:
         ]
         (root / table).write_text("".join(renamed))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name="summary", storage=study_storage(root), direction="maximize")
+    # A str, as the experiment-files page calls it (a Path elsewhere).
+    study = optuna.create_study(study_name="summary", storage=study_storage(str(root)), direction="maximize")
     for trial_id, values, state in (
         ("a", [0.5, 0.7, 0.8, 0.9], optuna.trial.TrialState.COMPLETE),
         ("b", [0.6], optuna.trial.TrialState.PRUNED),
     ):
         trial = study.ask(DISTRIBUTIONS)
         trial.set_user_attr(RAY_TRIAL_ATTR, ids.get(trial_id, trial_id))
+        for key, value in (attrs or {}).get(trial_id, {}).items():
+            trial.set_user_attr(key, value)
         for epoch, value in enumerate(values, start=1):
             trial.report(value, epoch)
         study.tell(trial, values[-1] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
@@ -102,3 +107,15 @@ def test_a_study_trial_left_running_by_a_stopped_search_is_a_disagreement(tmp_pa
     trial.set_user_attr(RAY_TRIAL_ATTR, "c")
     findings = [str(f) for f in check_experiment(root).findings]
     assert findings == ["trials.csv vs study: study trial 2 (c): 'a row in trials.csv' vs 'none'"]
+
+
+def test_exploit_steps_and_last_epochs_the_study_kept_are_held_against_the_tables(tmp_path: Path) -> None:
+    # PBT's steps the study lists that exploits.csv lacks (a resume that restored the
+    # recorder's older list), and a last epoch the study kept that trials.csv disagrees with.
+    step = {"epoch": 2, "source": 1, "new": {"learning_rate": 0.01}}
+    root = consistent(tmp_path, attrs={"a": {PBT_STEPS_ATTR: [step]}, "b": {FINAL_RESULT_ATTR: {"epoch": 3}}})
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert findings == [
+        "exploits.csv vs study: trial 0 (a) exploit epochs: [] vs [2]",
+        "trials.csv vs study: trial 1 (b) last epoch: 1 vs 3",
+    ]
