@@ -26,9 +26,9 @@ import tunekit
 from tunekit.driver.session import ray_init_options
 from tunekit.layout import SPEC_FILE
 from tunekit.results import summarize
-from tunekit.search.history import HISTORY_ATTR, WARM_START_ATTR
+from tunekit.search.attrs import HISTORY_ATTR, RAY_TRIAL_ATTR, WARM_START_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.search.searcher import RAY_TRIAL_ATTR, open_study
+from tunekit.search.searcher import open_study
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE
 
 pytestmark = pytest.mark.slow

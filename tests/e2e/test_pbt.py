@@ -28,8 +28,8 @@ from tunekit.clock import SearchClock
 from tunekit.driver.session import ray_init_options
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX
 from tunekit.results import plots, summarize
+from tunekit.search.attrs import PBT_STEPS_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.search.searcher import PBT_STEPS_ATTR
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
 
 pytestmark = pytest.mark.slow

@@ -20,6 +20,14 @@ from typing import TYPE_CHECKING, Any
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow
 from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, table_rows
+from tunekit.search.attrs import (
+    DUPLICATE_ATTR,
+    FINAL_RESULT_ATTR,
+    HISTORY_ATTR,
+    LOST_ATTR,
+    PBT_STEPS_ATTR,
+    RAY_TRIAL_ATTR,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -73,9 +81,6 @@ def late_endings(
     """
     from optuna.trial import FixedTrial, TrialState
 
-    from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
-    from tunekit.search.searcher import LOST_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
-
     if not saved:
         return {}
     states = tuple(TrialState[name] for name in STUDY_ENDINGS)
@@ -119,7 +124,6 @@ def late_endings(
 
 def _study_steps(trial: optuna.trial.FrozenTrial, metric: str) -> dict[int, dict[str, float]]:
     """{epoch: metrics} from the study: its intermediate values, else the final result it kept."""
-    from tunekit.search.searcher import FINAL_RESULT_ATTR
 
     steps = {int(step): {metric: float(value)} for step, value in trial.intermediate_values.items()}
     final = trial.user_attrs.get(FINAL_RESULT_ATTR)

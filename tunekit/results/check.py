@@ -37,6 +37,14 @@ from tunekit.layout import (
 from tunekit.results.check_pareto import front_findings, mlflow_findings, study_findings
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.summary import Summary, summarize
+from tunekit.search.attrs import (
+    DUPLICATE_ATTR,
+    FINAL_RESULT_ATTR,
+    HISTORY_ATTR,
+    LOST_ATTR,
+    PBT_STEPS_ATTR,
+    RAY_TRIAL_ATTR,
+)
 from tunekit.search.forecast import slot_units
 
 if TYPE_CHECKING:
@@ -227,9 +235,7 @@ def _spans(results: ExperimentResults) -> Iterator[Finding]:
 def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | str]:
     import optuna
 
-    from tunekit.search.history import DUPLICATE_ATTR, HISTORY_ATTR
     from tunekit.search.plan import study_storage
-    from tunekit.search.searcher import FINAL_RESULT_ATTR, LOST_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 
     where = f"{TRIALS_FILE} vs study"
     optuna.logging.set_verbosity(optuna.logging.WARNING)

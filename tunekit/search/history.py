@@ -35,13 +35,9 @@ from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRan
 from tunekit.config.spec import ExperimentSpec
 from tunekit.config.warm_start import recorded_objectives
 from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
+from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR, WARM_START_ATTR
 from tunekit.search.plan import pick_best, study_storage
 
-HISTORY_ATTR = "tunekit_history_from"  # on a history trial: "<source dir>#<its number there>"
-WARM_START_ATTR = "tunekit_warm_start"  # on the study: the HistorySummary as a mapping
-# On a study trial the searcher told without training it (a repeated proposal): the
-# number of the trial whose outcome it was given (tunekit.search.searcher).
-DUPLICATE_ATTR = "tunekit_duplicate_of"
 # Study trials a search told without training them: not evidence of their own.
 _REPEAT_ATTRS = (DUPLICATE_ATTR, HISTORY_ATTR)
 _USED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)

@@ -32,24 +32,20 @@ from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file
-from tunekit.search.history import DUPLICATE_ATTR, add_history
+from tunekit.search.attrs import (
+    DUPLICATE_ATTR,
+    EXHAUSTED_ATTR,
+    FINAL_RESULT_ATTR,
+    GRID_POINT_ATTR,
+    LOST_ATTR,
+    PBT_STEPS_ATTR,
+    RAY_TRIAL_ATTR,
+    REPEAT_ATTR,
+    UNSEEN_PICK_ATTR,
+)
+from tunekit.search.history import add_history
 from tunekit.search.plan import study_storage
 
-# User attributes tunekit sets on study trials.
-RAY_TRIAL_ATTR = "ray_trial_id"
-# On a study trial asked for just before the driver died, which Ray never ran (closed as FAIL on resume).
-LOST_ATTR = "tunekit_lost"
-GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()
-EXHAUSTED_ATTR = "tunekit_exhausted"  # on the study: why the search ended before num_samples trials
-REPEAT_ATTR = "tunekit_repeat"  # which pass over the grid (0 for the first)
-PBT_STEPS_ATTR = "tunekit_pbt_steps"  # PBT's exploit steps of the trial: epoch, source trial number, new values
-# Several objectives: the trial's last epoch and its tracked metrics there, {"epoch": n,
-# "metrics": {...}}. Optuna keeps no intermediate values for them, and a resume after a
-# killed driver rebuilds an ended trial's last row from this (tunekit.driver.late_endings).
-FINAL_RESULT_ATTR = "tunekit_final_result"
-# On a trial whose configuration tunekit picked (unseen, at random) after the sampler
-# proposed only repeats: the sampler did not choose it.
-UNSEEN_PICK_ATTR = "tunekit_unseen_pick"
 # Proposals in a row that may repeat an earlier trial before the searcher picks an unseen
 # configuration itself.
 MAX_REPEATED_PROPOSALS = 20

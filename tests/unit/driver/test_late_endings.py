@@ -26,10 +26,11 @@ from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
 from tunekit.layout import EPOCH_KEY, INFO_KEY, STARTED_FILE, TrialStatus
 from tunekit.results.check import TIME_SLACK_S
+from tunekit.search.attrs import PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 from tunekit.search.pbt import ExploitStep, RecordingPBT
 from tunekit.search.plan import rung_of, study_storage
 from tunekit.search.schedulers import RecordingASHA
-from tunekit.search.searcher import PBT_STEPS_ATTR, RAY_TRIAL_ATTR, OptunaStudySearcher
+from tunekit.search.searcher import OptunaStudySearcher
 
 from .test_recorder_state import Numbers
 from .test_trial_endings import spec

@@ -16,8 +16,8 @@ import pytest
 from tunekit.layout import CHECKPOINT_STATE, EPOCHS_FILE, FINAL_MODEL, SPANS_FILE, TRIALS_FILE
 from tunekit.results.check import check_experiment
 from tunekit.results.load import load
+from tunekit.search.attrs import FINAL_RESULT_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.search.searcher import FINAL_RESULT_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 
 from .test_summary import experiment
 

@@ -18,12 +18,8 @@ from ray.tune.search import Searcher
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL
-from tunekit.search.searcher import (
-    DUPLICATE_ATTR,
-    GRID_POINT_ATTR,
-    UNSEEN_PICK_ATTR,
-    OptunaStudySearcher,
-)
+from tunekit.search.attrs import DUPLICATE_ATTR, GRID_POINT_ATTR, UNSEEN_PICK_ATTR
+from tunekit.search.searcher import OptunaStudySearcher
 
 METRIC = "val_accuracy"
 CONDITIONAL = {

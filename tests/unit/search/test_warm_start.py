@@ -20,9 +20,8 @@ from tunekit.config.space import SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
 from tunekit.layout import SPEC_FILE, STUDY_FILE
+from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR
 from tunekit.search.history import (
-    DUPLICATE_ATTR,
-    HISTORY_ATTR,
     HistorySummary,
     ObjectiveMap,
     history_trial,
