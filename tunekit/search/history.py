@@ -8,7 +8,8 @@ and each of this spec's constraints taken from the earlier trial or computed fro
 A trial is used only when its configuration is one the new space can produce: the same
 parameters, each within its range or choices (on its step), conditional parameters present
 exactly where active; values an earlier space fixed count as that trial's values.
-Everything else is skipped, and why is counted.
+A trial PBT moved onto other trials' weights and values is skipped too: no one configuration
+earned its value. Everything else is skipped, and why is counted.
 
 History trials carry ``HISTORY_ATTR``. They are not Ray trials: the searcher never maps
 them (``OptunaStudySearcher._numbers``), so they count toward no budget, are never
@@ -35,7 +36,7 @@ from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRan
 from tunekit.config.spec import ExperimentSpec
 from tunekit.config.warm_start import recorded_objectives
 from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
-from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR, WARM_START_ATTR
+from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR, PBT_STEPS_ATTR, WARM_START_ATTR
 from tunekit.search.plan import pick_best, study_storage
 
 # Study trials a search told without training them: not evidence of their own.
@@ -192,6 +193,10 @@ def history_trial(
         return None, "not trained by that search (a repeat or its own history)"
     if frozen.state not in _USED_STATES:
         return None, f"{frozen.state.name.lower()} (only complete and pruned trials are used)"
+    if frozen.user_attrs.get(PBT_STEPS_ATTR):
+        # Its value came from weights PBT copied from other trials, under changed values:
+        # no one configuration of it earned that value.
+        return None, "changed by PBT while it trained"
     if objectives is not None:
         outcome, reason = objectives.outcome(frozen)
         if outcome is None:

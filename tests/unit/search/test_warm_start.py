@@ -20,7 +20,7 @@ from tunekit.config.space import SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
 from tunekit.layout import SPEC_FILE, STUDY_FILE
-from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR
+from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR, PBT_STEPS_ATTR
 from tunekit.search.history import (
     HistorySummary,
     ObjectiveMap,
@@ -111,6 +111,13 @@ def test_failed_repeated_and_borrowed_trials_are_skipped() -> None:
             history_trial(repeat, space(), space(), "x")[1]
             == "not trained by that search (a repeat or its own history)"
         )
+    # A PBT trial that took a step earned its value on other trials' weights and values.
+    stepped = finished(params)
+    stepped.set_user_attr(PBT_STEPS_ATTR, [{"epoch": 2, "source": 1, "new": {"dropout": 0.3}}])
+    assert history_trial(stepped, space(), space(), "x") == (None, "changed by PBT while it trained")
+    never_stepped = finished(params)
+    never_stepped.set_user_attr(PBT_STEPS_ATTR, [])
+    assert history_trial(never_stepped, space(), space(), "x")[1] == ""
 
 
 def test_the_summary_line_counts_used_and_skipped_by_reason() -> None:
