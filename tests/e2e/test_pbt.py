@@ -26,8 +26,9 @@ import ray
 import tunekit
 from tunekit.clock import SearchClock
 from tunekit.driver.session import ray_init_options
-from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX
+from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX, TRACKING_FILE
 from tunekit.results import plots, summarize
+from tunekit.results.mlflow import load_from_mlflow
 from tunekit.search.attrs import PBT_STEPS_ATTR
 from tunekit.search.plan import study_storage
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
@@ -173,5 +174,12 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     assert best is not None
     config, _ = _final_checkpoint(results.experiment_dir, best.trial_id)
     assert {k: v for k, v in config.items() if not k.startswith("_")} == pytest.approx(best.config)
+    # MLflow's copy of the search holds its steps, and names the same best configuration
+    # (before, load_from_mlflow gave a moved trial's starting configuration).
+    mirrored = load_from_mlflow("digits-mlp-pbt", uri, experiment_dir=experiment_dir)
+    assert mirrored.best is not None and (mirrored.best.trial_id, mirrored.best.config) == (best.trial_id, best.config)
+    parent = client.get_run(json.loads((experiment_dir / TRACKING_FILE).read_text())["parent_run_id"])
+    sent = client.download_artifacts(parent.info.run_id, EXPLOITS_FILE, str(tmp_path))
+    assert Path(sent).read_text() == (experiment_dir / EXPLOITS_FILE).read_text()
     if best.lineage:
         assert best.config == best.lineage[-1].config != best.initial_config

@@ -84,7 +84,9 @@ class CheckReport:
 
     def describe(self) -> str:
         places = ", ".join(self.checked)
-        lines = [f"{self.experiment_dir}: " + ("ok" if self.ok else f"{len(self.findings)} disagreements")]
+        count = len(self.findings)
+        verdict = "ok" if self.ok else f"{count} disagreement{'' if count == 1 else 's'}"
+        lines = [f"{self.experiment_dir}: {verdict}"]
         lines.append(f"compared: {places}")
         lines += [f"  {finding}" for finding in self.findings]
         lines += [f"note: {note}" for note in self.notes]
@@ -417,9 +419,6 @@ def _mlflow(
     for trial_id in sorted(set(runs) - set(rows)):
         yield Finding(where, f"child run of trial {trial_id}", f"a row in {TRIALS_FILE}", "none")
     metric = metric_key(results.metric)
-    exploited: dict[str, list[int]] = {}
-    for step in _rows(results.exploits):
-        exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))
     epochs: dict[str, set[int]] = {}
     for row in _rows(results.epochs):
         if finite(row.get(results.metric)) is not None:
@@ -446,6 +445,8 @@ def _mlflow(
     if any(str(r["status"]) == TrialStatus.RUNNING for r in rows.values()):
         return  # an interrupted search: the parent's final figures come when it ends
     yield from map(_finding, mlflow_findings(summary, runs))
+    if results.spec.scheduler.type == "pbt":  # load_from_mlflow's final configurations come from it
+        yield from _sent_exploits(results, client, parent_id)
     parent_metrics = parent.data.metrics
     for key, value in summary.flat_metrics().items():
         if key.startswith(("ledger_", "predicted_", "actual_")) or key == "downtime_seconds":
@@ -460,6 +461,25 @@ def _mlflow(
             yield Finding(
                 "summary vs mlflow parent", TAG_BEST_TRIAL, summary.best.trial_id, parent.data.tags.get(TAG_BEST_TRIAL)
             )
+
+
+def _sent_exploits(results: ExperimentResults, client: Any, parent_id: str) -> Iterator[Finding]:
+    """The parent run's copy of exploits.csv is the file (sent when the search ended)."""
+    from tunekit.results.mlflow import artifact_text
+
+    written = results.experiment_dir / EXPLOITS_FILE
+    if not written.is_file():
+        return
+    try:
+        sent = artifact_text(client, parent_id, EXPLOITS_FILE)
+    except Exception as error:  # MLflow raises its own and OS errors alike
+        yield Finding("files vs mlflow parent", EXPLOITS_FILE, "attached", f"{type(error).__name__}")
+        return
+    rows, sent_rows = written.read_text().splitlines(), sent.splitlines()
+    for line, (row, sent_row) in enumerate(itertools.zip_longest(rows, sent_rows), start=1):
+        if row != sent_row:  # the first line that differs, both sides
+            yield Finding("files vs mlflow parent", f"{EXPLOITS_FILE} line {line}", row, sent_row)
+            return
 
 
 # ------------------------------------------------------------------ helpers

@@ -14,6 +14,7 @@ from tunekit.clock import SearchClock
 from tunekit.errors import TunekitError
 from tunekit.layout import (
     EPOCH_COLUMNS,
+    EXPLOITS_FILE,
     FEASIBLE_COLUMN,
     FINAL_PREFIX,
     INFO_PREFIX,
@@ -24,6 +25,8 @@ from tunekit.layout import (
 from tunekit.results.load import ExperimentResults, best_trial, recorded_spec
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tunekit.config.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
@@ -111,8 +114,9 @@ def load_from_mlflow(
         epochs = epochs.sort_values(["time", "trial_id", "epoch"]).reset_index(drop=True)
         epochs = epochs[[*EPOCH_COLUMNS, *metrics]]
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
+    exploits = _exploits_from_mlflow(client, parent) if parsed.scheduler.type == "pbt" else pd.DataFrame()
     return ExperimentResults(
-        directory, parsed, trials, epochs, best_trial(trials, pd.DataFrame(), parsed.metric.mode, parsed)
+        directory, parsed, trials, epochs, best_trial(trials, exploits, parsed.metric.mode, parsed)
     )
 
 
@@ -137,24 +141,50 @@ def _wall_seconds(tagged: str | None, started: float, ended: float | None) -> fl
         return None
 
 
+def artifact_text(client: Any, run_id: str, name: str) -> str:
+    """The text of one small artifact of the run (MLflow's progress bar off for it)."""
+    import os
+    import tempfile
+
+    quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            return Path(client.download_artifacts(run_id, name, scratch)).read_text()
+    finally:
+        if quiet is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
+
+
+def _exploits_from_mlflow(client: Any, parent: Any) -> pd.DataFrame:
+    """PBT's exploits.csv as the parent run holds it (sent when the search ended), else empty."""
+    import io
+
+    import pandas as pd
+
+    from tunekit.layout import ID_COLUMNS
+
+    try:
+        text = artifact_text(client, parent.info.run_id, EXPLOITS_FILE)
+    except Exception as error:  # not sent (a search still running), or a store this machine cannot read
+        logger.info("tunekit: no %s on MLflow run %s (%s)", EXPLOITS_FILE, parent.info.run_id, error)
+        return pd.DataFrame()
+    return pd.read_csv(io.StringIO(text), dtype={column: str for column in ID_COLUMNS})
+
+
 def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
     """The spec.yaml the parent run holds; else what its params say.
 
     Raises:
         TunekitError: the run holds neither (its search's writer never sent them).
     """
-    import os
-    import tempfile
-
     from tunekit.tracking.values import brief
 
     unreadable = "not found"
-    quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no progress bar for one small file
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            local = client.download_artifacts(parent.info.run_id, SPEC_FILE, scratch)
-            spec = yaml.safe_load(Path(local).read_text())
+        spec = yaml.safe_load(artifact_text(client, parent.info.run_id, SPEC_FILE))
         if isinstance(spec, dict) and "metric" in spec:
             return spec
     except Exception as error:  # an artifact store this machine cannot read: fall back to params
@@ -165,11 +195,6 @@ def _spec_from_mlflow(client: Any, parent: Any) -> dict[str, Any]:
             parent.info.run_id,
             unreadable,
         )
-    finally:
-        if quiet is None:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
-        else:
-            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
     params = parent.data.params
     if "metric" not in params and not any(key.startswith("metric.") for key in params):
         raise TunekitError(

@@ -23,7 +23,16 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import installed_versions, redact_uri
-from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, SPEC_FILE, TRACKING_FILE, TrialStatus, finite
+from tunekit.layout import (
+    ENDED_STATUSES,
+    EXPLOITS_FILE,
+    LEDGER_FILE,
+    PARETO_FILE,
+    SPEC_FILE,
+    TRACKING_FILE,
+    TrialStatus,
+    finite,
+)
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
@@ -399,10 +408,11 @@ class RunBook:
             log_spec(sender.client, parent_id, self.experiment_dir / SPEC_FILE, self.spec.tracking.uri)
             self._spec_pending = False
         if pending.status is not None:
-            if (self.experiment_dir / LEDGER_FILE).is_file():
-                sender.client.log_artifact(parent_id, str(self.experiment_dir / LEDGER_FILE))
-            if (self.experiment_dir / PARETO_FILE).is_file():  # several objectives: the front as a table
-                sender.client.log_artifact(parent_id, str(self.experiment_dir / PARETO_FILE))
+            # The ledger; with several objectives the front as a table; with PBT its exploit
+            # steps (load_from_mlflow reads them for the configuration the best model ended with).
+            for name in (LEDGER_FILE, PARETO_FILE, EXPLOITS_FILE):
+                if (self.experiment_dir / name).is_file():
+                    sender.client.log_artifact(parent_id, str(self.experiment_dir / name))
             self._retire_lost_trials()
             if self._model_trial is not None:
                 self._log_best_model(self._model_trial)
