@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.environment import redact_uri
 from tunekit.errors import TunekitError
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatus
+from tunekit.results.check import check_experiment
 from tunekit.results.mlflow import ambiguity_message, load_from_mlflow
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking import sync
@@ -822,6 +824,25 @@ def test_load_from_mlflow_refuses_an_ambiguous_name_unless_told_which(tmp_path: 
     assert str(incomplete.value).endswith(
         "its search's tracking is incomplete; `tunekit sync EXPERIMENT_DIR` sends the rest"
     )
+
+
+@MADE_UP
+def test_a_search_made_again_in_a_deleted_search_s_directory_gets_a_parent_run_of_its_own(
+    tmp_path: Path, sqlite_uri: str
+) -> None:
+    # A user removes an experiment and runs the search again under the same name: the new
+    # search was reattached to the old parent run (found by its directory), mixing the two.
+    _, first = untracked_experiment(tmp_path, sqlite_uri, "again", trials=2, directory="same")
+    first_parent = sync(first).parent_run_id
+    shutil.rmtree(first)
+    recorder, again = untracked_experiment(tmp_path, sqlite_uri, "again", trials=3, directory="same")
+    assert again == first
+    second_parent = sync(again).parent_run_id
+    assert second_parent != first_parent
+    mirrored = load_from_mlflow("again", sqlite_uri, experiment_dir=again)
+    assert sorted(mirrored.trials["trial_id"]) == sorted(recorder.trials)
+    # MLflow agrees with the records (made up: no study or checkpoints behind them).
+    assert [str(f) for f in check_experiment(again).findings if "mlflow" in f.where] == []
 
 
 @pytest.mark.slow

@@ -308,6 +308,7 @@ class Recorder(Callback):
         continues): trials it stopped around without telling the searcher close in the study too."""
         ended = [record for record in self.trials.values() if record.status.is_finished()]
         self.searcher.settle_ended({record.trial_id: self._last_result(record) for record in ended})
+        self.searcher.mark_held(False)
 
     def _last_result(self, record: TrialRecord) -> dict[str, Any]:
         """A trial's last report, as the searcher reads it, rebuilt from its record."""
@@ -329,6 +330,11 @@ class Recorder(Callback):
         """
         now = self.clock.now()
         for record in self.trials.values():
+            if record.status == TrialStatus.RUNNING:
+                # Ray ended the session around it without a callback: paused by PBT, or
+                # waiting to run again, when a signal stopped the search. Nothing runs now.
+                settle_ended(record, self.spec, pruned=False, elapsed=now)
+                self._end(record)
             record.close_span(now)
         self._changed.update(self.trials)
         self.clock.end()

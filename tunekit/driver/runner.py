@@ -303,8 +303,10 @@ def _fit(
                 tuner.fit()
             finally:
                 recorder.end_session()
-        if signals.received is None:  # a signal's stopped trials are the resume's to continue
+        if signals.received is None:
             recorder.settle_study()
+        else:  # a signal's stopped trials are the resume's to continue
+            recorder.searcher.mark_held(True)
         wait_for_released_resources()
     if console and (exhausted := exhausted_reason(spec, experiment_dir)):
         console.phase(f"the search ended early: {exhausted}")

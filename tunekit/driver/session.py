@@ -164,6 +164,15 @@ def shutdown() -> None:
         ray.shutdown()
 
 
+def _shutdown_at_exit() -> None:
+    """``shutdown`` as the interpreter exits. A second Ctrl-C while Ray stops (it takes
+    seconds) means "exit now": no traceback; Ray's own exit hook still reaps its processes."""
+    try:
+        shutdown()
+    except KeyboardInterrupt:
+        print("tunekit: exiting without waiting for Ray to stop", file=sys.stderr)
+
+
 def reuses_ray(address: str | None) -> bool:
     """Whether ``ray_session(address, ...)`` would use a Ray already running in this process
     (the caller's, or the one tunekit kept) instead of joining or starting one."""
@@ -231,7 +240,7 @@ def ray_session(
     # Until tunekit shuts its Ray down: a lost node's account arrives after the search too.
     send_ray_cluster_messages(ray_log)
     if not _ATEXIT_REGISTERED:
-        atexit.register(shutdown)
+        atexit.register(_shutdown_at_exit)
         _ATEXIT_REGISTERED = True
     if console:
         resources = ray.cluster_resources()

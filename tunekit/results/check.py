@@ -40,6 +40,7 @@ from tunekit.results.summary import Summary, summarize
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     FINAL_RESULT_ATTR,
+    HELD_ATTR,
     HISTORY_ATTR,
     LOST_ATTR,
     PBT_STEPS_ATTR,
@@ -254,6 +255,15 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
         yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", f"a row in {TRIALS_FILE}", "none")
+    held = bool(study.user_attrs.get(HELD_ATTR))
+    waiting = sum(
+        t.state.name == "RUNNING" and str(rows[i]["status"]) == TrialStatus.STOPPED
+        for i, t in ours.items()
+        if i in rows
+    )
+    if held and waiting:
+        trials = "1 stopped trial waits" if waiting == 1 else f"{waiting} stopped trials wait"
+        yield f"a signal stopped the search: {trials} for `tunekit resume` to finish them"
     exploited: dict[str, list[int]] = {}
     for step in _rows(results.exploits):
         exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))
@@ -268,7 +278,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
             continue
         if finite(row.get("number")) != trial.number:
             yield Finding(where, f"{label} number", row.get("number"), trial.number)
-        expected = _study_states(str(row["status"]), finite(row.get("final_metric")))
+        expected = _study_states(str(row["status"]), finite(row.get("final_metric")), held)
         if trial.state.name not in expected:
             yield Finding(where, f"{label} state", " or ".join(expected), trial.state.name)
         multi = results.spec.multi_objective  # its values: check_pareto.study_findings
@@ -289,8 +299,9 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     yield from map(_finding, study_findings(results, summary, study, ours))
 
 
-def _study_states(status: str, final: float | None) -> tuple[str, ...]:
-    """The Optuna states a trial of this status may have (tunekit.search.searcher tells them)."""
+def _study_states(status: str, final: float | None, held: bool) -> tuple[str, ...]:
+    """The Optuna states a trial of this status may have (tunekit.search.searcher tells them);
+    ``held``: a signal stopped the search, and its stopped trials wait RUNNING for a resume."""
     match TrialStatus(status):
         case TrialStatus.COMPLETED:
             return ("COMPLETE",)
@@ -299,7 +310,8 @@ def _study_states(status: str, final: float | None) -> tuple[str, ...]:
         case TrialStatus.FAILED:
             return ("FAIL",)
         case TrialStatus.STOPPED:
-            return ("PRUNED",) if final is not None else ("FAIL",)
+            told = ("PRUNED",) if final is not None else ("FAIL",)
+            return ("RUNNING", *told) if held else told
         case _:  # running, or lost: the search ended around it
             return ("RUNNING", "PRUNED", "FAIL")
 
@@ -328,9 +340,11 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     if not _same_config(best.config, saved):
         yield Finding(where, f"{label} config its model was trained under", best.config, saved)
     # A completed trial checkpoints its last epoch; one the search stopped around keeps its
-    # last due checkpoint (training.checkpoint_every_s), which a resume continues from.
+    # last due checkpoint (training.checkpoint_every_s), which a resume continues from, or
+    # one epoch more: the worker stores an epoch's checkpoint before the driver hears its
+    # report, which a stop can cut off (a resume trains that epoch again, over it).
     epoch = int(state.get("epoch", -1))
-    if epoch != best.epochs and (best.status == TrialStatus.COMPLETED or not 0 < epoch <= best.epochs):
+    if epoch != best.epochs and (best.status == TrialStatus.COMPLETED or not 0 < epoch <= best.epochs + 1):
         yield Finding(where, f"{label} last checkpoint's epoch", best.epochs, state.get("epoch"))
 
 
@@ -361,7 +375,12 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
         yield Finding(where, "epochs spent", spent, summary.epochs_spent)
     wall = sum(finite(w) or 0.0 for w in trials["wall_seconds"]) if not trials.empty else 0.0
     per_slot = slot_units(results.spec)[0] / 3600
-    if not _same(summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot):
+    # A trial running when the driver died has its wall_seconds as of the last table write,
+    # and its open span counts to the clock's end: the two need not agree (see _spans).
+    settled = TrialStatus.RUNNING not in statuses
+    if settled and not _same(
+        summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot
+    ):
         yield Finding(
             f"ledger vs {TRIALS_FILE}", "slot-hours against wall_seconds", wall * per_slot, summary.ledger.slot_hours
         )

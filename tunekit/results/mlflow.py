@@ -50,7 +50,8 @@ def load_from_mlflow(
     Args:
         experiment_name: the MLflow experiment (``tracking.experiment``, else the spec's name).
         tracking_uri: where to look (default: MLflow's own default, as the tracker used).
-        experiment_dir: pick the parent run of this experiment directory...
+        experiment_dir: pick the parent run of this experiment directory (of the search its
+            ``started.json`` names, when the directory is on this machine)...
         run_id: ...or this parent run (``parent_run_id`` in ``tracking.json``)...
         latest: ...or the most recently started one.
 
@@ -75,8 +76,13 @@ def load_from_mlflow(
         if not parents:
             raise TunekitError(f"run_id: no tunekit parent run {run_id!r} in MLflow experiment {experiment_name!r}")
     elif experiment_dir is not None:
-        wanted = str(Path(experiment_dir).expanduser().resolve())
-        parents = [run for run in parents if run.data.tags.get(TAG_EXPERIMENT_DIR) == wanted]
+        wanted = Path(experiment_dir).expanduser().resolve()
+        parents = [run for run in parents if run.data.tags.get(TAG_EXPERIMENT_DIR) == str(wanted)]
+        # A directory whose earlier search was deleted and made again holds the newer one's
+        # clock: its parent is the one that started when it did.
+        here = SearchClock.read(wanted)
+        if here is not None and len(parents) > 1:
+            parents = [run for run in parents if abs(run.info.start_time - here.started_at * 1000) <= 1]
     if not parents:
         raise TunekitError(f"no tunekit experiment run in MLflow experiment {experiment_name!r}")
     parents.sort(key=lambda run: run.info.start_time, reverse=True)

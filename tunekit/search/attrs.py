@@ -27,3 +27,6 @@ DUPLICATE_ATTR = "tunekit_duplicate_of"
 
 EXHAUSTED_ATTR = "tunekit_exhausted"  # why the search ended before num_samples trials
 WARM_START_ATTR = "tunekit_warm_start"  # the warm start's HistorySummary as a mapping
+# True while a signal's stop holds the study trials of the trials it stopped RUNNING for a
+# resume to continue (OptunaStudySearcher.hold_endings); False once a search ended by itself.
+HELD_ATTR = "tunekit_held_for_resume"

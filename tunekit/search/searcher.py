@@ -37,6 +37,7 @@ from tunekit.search.attrs import (
     EXHAUSTED_ATTR,
     FINAL_RESULT_ATTR,
     GRID_POINT_ATTR,
+    HELD_ATTR,
     LOST_ATTR,
     PBT_STEPS_ATTR,
     RAY_TRIAL_ATTR,
@@ -363,6 +364,12 @@ class OptunaStudySearcher(Searcher):
         closes the rest when the resumed search ends.
         """
         self._holding = True
+
+    def mark_held(self, held: bool) -> None:
+        """Records on the study whether its stopped trials are held for a resume (``HELD_ATTR``):
+        ``tunekit check`` then expects them RUNNING there."""
+        if self.study.user_attrs.get(HELD_ATTR, False) != held:
+            self.study.set_user_attr(HELD_ATTR, held)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         if getattr(self, "_holding", False) and not error and not self._finished(result or {}):  # older pickles lack it

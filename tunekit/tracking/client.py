@@ -49,6 +49,7 @@ class RunRef:
     run_id: str
     status: str
     tags: Mapping[str, str]
+    start_ms: int = 0
 
 
 class RunClient(Protocol):
@@ -143,7 +144,9 @@ class MlflowRunClient:
     def search_runs(self, experiment_id: str, filter_string: str) -> Iterator[RunRef]:
         with _mlflow_errors():
             runs = list(search_all_runs(self._client, [experiment_id], filter_string))
-        return iter(RunRef(run.info.run_id, run.info.status, dict(run.data.tags)) for run in runs)
+        return iter(
+            RunRef(run.info.run_id, run.info.status, dict(run.data.tags), int(run.info.start_time or 0)) for run in runs
+        )
 
     def create_run(self, experiment_id: str, *, start_ms: int, name: str, tags: Mapping[str, str]) -> str:
         with _mlflow_errors():

@@ -294,10 +294,12 @@ class RunBook:
         experiment_id = self._open_experiment(client, name)
         self._experiment_id = experiment_id
         directory = str(self.experiment_dir)
+        # The parent of this search: its directory, and its start (a search made again in a
+        # directory whose earlier search was deleted is another search, with a parent of its own).
         parents = [
             run
             for run in client.search_runs(experiment_id, f"tags.`{TAG_ROLE}` = 'experiment'")
-            if run.tags.get(TAG_EXPERIMENT_DIR) == directory
+            if run.tags.get(TAG_EXPERIMENT_DIR) == directory and abs(run.start_ms - self._started * 1000) <= 1
         ]
         if parents:
             run = parents[0]

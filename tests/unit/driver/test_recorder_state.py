@@ -200,3 +200,21 @@ def test_the_status_tally_follows_every_change_and_survives_a_restore_without_a_
         each.trials = Unreadable(each.trials)
         assert each.counts() == expected
         assert kept_running_and_ended_epochs(each) == kept
+
+
+def test_a_trial_still_running_when_the_session_ends_is_stopped_and_the_console_hears_it(tmp_path: Path) -> None:
+    # Ctrl-C while PBT has a trial paused: Ray stops the running trials through callbacks,
+    # never the paused one, which stayed "running" in trials.csv after the process exited.
+    rec = recorder(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    paused: Any = SimpleNamespace(trial_id="t1", config={"lr": 0.1})
+    rec.on_trial_start(0, [], paused)
+    rec.on_trial_result(0, [], paused, {EPOCH_KEY: 2, "acc": 0.4, INFO_KEY: {"metrics": ["acc"]}})
+    ended: list[str] = []
+    rec.listeners = [SimpleNamespace(trial_ended=lambda r: ended.append(r.trial_id))]
+    rec.end_session()
+    record = rec.trials["t1"]
+    assert (record.status, record.reason) == (TrialStatus.STOPPED, "the search was stopped after 2 epochs")
+    assert record.spans[-1][1] is not None and ended == ["t1"]
+    assert rec.counts()[TrialStatus.RUNNING] == 0
+    assert ",stopped,the search was stopped after 2 epochs," in (tmp_path / "trials.csv").read_text()

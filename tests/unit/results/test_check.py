@@ -16,7 +16,7 @@ import pytest
 from tunekit.layout import CHECKPOINT_STATE, EPOCHS_FILE, FINAL_MODEL, SPANS_FILE, TRIALS_FILE
 from tunekit.results.check import check_experiment
 from tunekit.results.load import load
-from tunekit.search.attrs import FINAL_RESULT_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
+from tunekit.search.attrs import FINAL_RESULT_ATTR, HELD_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 from tunekit.search.plan import study_storage
 
 from .test_summary import experiment
@@ -28,9 +28,15 @@ DISTRIBUTIONS = {
 }
 
 
-def consistent(root: Path, ids: dict[str, str] | None = None, attrs: dict[str, dict[str, Any]] | None = None) -> Path:
+def consistent(
+    root: Path,
+    ids: dict[str, str] | None = None,
+    attrs: dict[str, dict[str, Any]] | None = None,
+    *,
+    b_untold: bool = False,
+) -> Path:
     """The experiment and its study; ``ids`` renames trials a and b everywhere; ``attrs``
-    adds user attrs to their study trials."""
+    adds user attrs to their study trials; ``b_untold`` leaves b's study trial RUNNING."""
     experiment(root)
     ids = ids or {}
     for table in (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE):
@@ -52,6 +58,8 @@ def consistent(root: Path, ids: dict[str, str] | None = None, attrs: dict[str, d
             trial.set_user_attr(key, value)
         for epoch, value in enumerate(values, start=1):
             trial.report(value, epoch)
+        if b_untold and trial_id == "b":
+            continue
         study.tell(trial, values[-1] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
     checkpoint = root / ids.get("a", "a") / "checkpoint_000003"
     checkpoint.mkdir(parents=True)
@@ -119,3 +127,24 @@ def test_exploit_steps_and_last_epochs_the_study_kept_are_held_against_the_table
         "exploits.csv vs study: trial 0 (a) exploit epochs: [] vs [2]",
         "trials.csv vs study: trial 1 (b) last epoch: 1 vs 3",
     ]
+
+
+def test_trials_a_signal_stopped_wait_running_in_the_study_for_a_resume(tmp_path: Path) -> None:
+    # Ctrl-C: Ray stops b, trials.csv says stopped, and the searcher holds b's study trial
+    # RUNNING so the resume trains it on. The study says so; check notes it, finds nothing.
+    root = consistent(tmp_path, b_untold=True)
+    (root / TRIALS_FILE).write_text(
+        (root / TRIALS_FILE)
+        .read_text()
+        .replace(
+            "b,1,pruned,pruned by ASHA at rung 0 (epoch 1),1,0.6,0.6,0,",
+            "b,1,stopped,the search was stopped after 1 epoch,1,0.6,0.6,,",
+        )
+    )
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert findings == ["trials.csv vs study: trial 1 (b) state: 'PRUNED' vs 'RUNNING'"]  # not held: a bug
+    study = optuna.load_study(study_name="summary", storage=study_storage(root))
+    study.set_user_attr(HELD_ATTR, True)
+    report = check_experiment(root)
+    assert report.ok, report.describe()
+    assert "a signal stopped the search: 1 stopped trial waits for `tunekit resume` to finish them" in report.notes
