@@ -23,6 +23,9 @@ from pathlib import Path
 from tunekit.layout import STARTED_FILE, STARTED_KEY, finite
 
 SESSIONS_KEY = "sessions"
+# Whether the last session was still running when the file was written: false once the
+# driver ended it (an exit, a signal); a killed driver leaves true behind.
+RUNNING_KEY = "running"
 
 
 @dataclass
@@ -97,7 +100,7 @@ class SearchClock:
     # ------------------------------------------------------------------- started.json
 
     def write(self, experiment_dir: Path) -> None:
-        record = {STARTED_KEY: self.started_at, SESSIONS_KEY: self.sessions}
+        record = {STARTED_KEY: self.started_at, SESSIONS_KEY: self.sessions, RUNNING_KEY: self.running}
         partial = experiment_dir / f"{STARTED_FILE}.partial"
         partial.write_text(json.dumps(record))
         partial.replace(experiment_dir / STARTED_FILE)
@@ -118,3 +121,15 @@ class SearchClock:
             if isinstance(pair, list) and len(pair) == 2 and all(finite(v) is not None for v in pair)
         ]
         return cls(started, sessions)
+
+
+def session_running(experiment_dir: Path) -> bool | None:
+    """``started.json``'s word on whether its last session still runs; None when it has none
+    (not started, or written by a tunekit before it kept one). A killed driver's stays true:
+    readers also ask how recently the session's end moved."""
+    try:
+        record = json.loads((experiment_dir / STARTED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    value = record.get(RUNNING_KEY) if isinstance(record, dict) else None
+    return value if isinstance(value, bool) else None

@@ -96,7 +96,11 @@ class ConsoleProgress:
         if len(workers) >= 2 and workers[-2].get("attempt") != record.attempts:
             # A retry after its worker or node died (or a resume): say which trial, where it was, which attempt.
             before = workers[-2]
-            where = f"node {_node(before.get('node_id'))}, worker pid {before.get('pid') or '?'}"
+            where = (
+                f"node {_node(before.get('node_id'))}, worker pid {before.get('pid') or '?'}"
+                if before.get("node_id") or before.get("pid")
+                else "a worker that had not reported yet"
+            )
             starts = (
                 f"starts from its last checkpoint (epoch {record.checkpoint_epoch})"
                 if record.checkpoint_epoch

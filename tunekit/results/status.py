@@ -14,10 +14,11 @@ from pathlib import Path
 
 import yaml
 
-from tunekit.clock import SearchClock
+from tunekit.clock import SearchClock, session_running
 from tunekit.config.objectives import first_metric
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.worker.heartbeat import read_heartbeat
 
 # The driver moves started.json's session end at least every 5 s while it runs.
 _ALIVE_WITHIN_S = 15.0
@@ -104,7 +105,9 @@ def read_status(experiment_dir: str | Path) -> Status:
     clock = SearchClock.read(directory)
     now = time.time()
     heard = now - clock.sessions[-1][1] if clock and clock.sessions else None
-    alive = heard is not None and heard < _ALIVE_WITHIN_S
+    # Ended by its driver (an exit, a signal) is not running, however recent; a killed
+    # driver's session stops being heard from.
+    alive = heard is not None and heard < _ALIVE_WITHIN_S and session_running(directory) is not False
     active = (clock.active_seconds if clock else 0.0) + (heard if alive and heard else 0.0)
     counts = {status.value: 0 for status in TrialStatus if status is not TrialStatus.LOST}
     for row in trials:
@@ -138,7 +141,11 @@ def _running(directory: Path, rows: list[dict[str, str]], active_now: float) -> 
             last_epoch[epoch["trial_id"]] = (number, at)
     found = []
     for row in rows:
-        span = spans.get(row["trial_id"], {})
+        span = dict(spans.get(row["trial_id"], {}))
+        if not span.get("node_id"):  # before its first report: the worker's heartbeat says where
+            beat = read_heartbeat(directory / row["trial_id"])
+            if beat is not None and beat.node_id:
+                span["node_id"], span["pid"] = beat.node_id, str(beat.pid or "")
         began = _float(span.get("start")) or 0.0
         reported, at = last_epoch.get(row["trial_id"], (0, 0.0))
         since = max(began, at) if reported else began

@@ -143,15 +143,21 @@ def memory_mb(devices: WorkerDevices) -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def trial_info(ctx: TrialContext, devices: WorkerDevices) -> dict[str, Any]:
+def node_id() -> str:
+    """This worker's Ray node id ("" outside a Ray worker, as in unit tests)."""
     import ray
+
+    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+
+
+def trial_info(ctx: TrialContext, devices: WorkerDevices) -> dict[str, Any]:
     import tensorflow as tf
 
     build = tf.sysconfig.get_build_info()
     return {
         "cuda_version": str(build.get("cuda_version", "none")),
         "cudnn_version": str(build.get("cudnn_version", "none")),
-        "node_id": ray.get_runtime_context().get_node_id(),
+        "node_id": node_id(),
         "precision": ctx.precision,
         "replicas": ctx.replicas,
         "batch_size": ctx.batch_size,

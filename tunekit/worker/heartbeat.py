@@ -1,4 +1,4 @@
-"""Where a trial is inside a long epoch, for the driver's console.
+"""Where a trial is inside a long epoch, and on which worker, for the console and ``tunekit status``.
 
 A trial reports to Ray only at an epoch's end, so during a long epoch the driver knows
 nothing of it. The worker writes its step to a small file in the trial's folder (on the
@@ -28,6 +28,8 @@ class Heartbeat:
     step: int  # the batches done in this phase, counted from 1
     steps: int | None  # the phase's length when known
     at: float  # wall-clock seconds when it was written
+    node_id: str = ""  # the worker's Ray node: `tunekit status` shows it before the first report
+    pid: int | None = None
 
     def describe(self) -> str:
         of = f"/{self.steps}" if self.steps else ""
@@ -38,8 +40,9 @@ class Heartbeat:
 class HeartbeatWriter:
     """Called on every batch's start; writes only when the last write is WRITE_EVERY_S old."""
 
-    def __init__(self, trial_dir: Path) -> None:
+    def __init__(self, trial_dir: Path, node_id: str = "") -> None:
         self._path = trial_dir / HEARTBEAT_FILE
+        self._node_id = node_id
         self._written = time.monotonic()  # a short epoch never writes at all
 
     def batch_began(self, epoch: int, phase: str, step: int, steps: int | None) -> None:
@@ -47,7 +50,7 @@ class HeartbeatWriter:
         if now - self._written < WRITE_EVERY_S:
             return
         self._written = now
-        beat = Heartbeat(epoch=epoch, phase=phase, step=step, steps=steps, at=time.time())
+        beat = Heartbeat(epoch, phase, step, steps, time.time(), self._node_id, os.getpid())
         temporary = self._path.with_suffix(".tmp")
         with contextlib.suppress(OSError):  # progress is a courtesy: never fail the trial for it
             temporary.write_text(json.dumps(asdict(beat)))

@@ -22,7 +22,7 @@ from tunekit.contract import TrialContext
 from tunekit.layout import CHECKPOINTED, EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, STOPPED_BY_MODEL
 from tunekit.worker.checkpoints import CheckpointPolicy, TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
-from tunekit.worker.devices import WorkerDevices, memory_mb, trial_info
+from tunekit.worker.devices import WorkerDevices, memory_mb, node_id, trial_info
 from tunekit.worker.heartbeat import HeartbeatWriter
 from tunekit.worker.measures import Measures
 from tunekit.worker.profile import TrialProfile
@@ -69,7 +69,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._last_weights: list[Any] = []  # the weights at the last epoch's end
         self._measures = measures
         self._epoch = progress.epoch  # the epoch in progress, counted from 1 once it begins
-        self._heartbeat = HeartbeatWriter(Path(ctx.trial_dir)) if ctx.trial_dir else None
+        self._heartbeat = HeartbeatWriter(Path(ctx.trial_dir), node_id()) if ctx.trial_dir else None
         self._profile = profile or TrialProfile()
         self._validation_started = 0.0
         self._epoch_ended = 0.0  # when the last epoch's report returned: the gap to the next is Keras's

@@ -1,0 +1,49 @@
+"""``tunekit status`` from an experiment's files: is the search running, and where are its trials."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tunekit.layout import HEARTBEAT_FILE, STARTED_FILE
+from tunekit.results.status import read_status
+
+SPEC = "name: s\nmetric: {name: val_accuracy, mode: max}\nbudget: {num_samples: 4, max_epochs: 3}\n"
+
+
+def experiment(root: Path, *, running: bool | None, heard_s_ago: float) -> Path:
+    """One trial running since its span began, before its first report (no node or pid yet)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "spec.yaml").write_text(SPEC)
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt1,0,running,,0\n")
+    (root / "spans.csv").write_text("trial_id,span,start,end,attempt,node_id,pid\nt1,1,1.0,,1,,\n")
+    (root / "epochs.csv").write_text("trial_id,epoch,time\n")
+    now = time.time()
+    clock: dict[str, object] = {"started_at": now - 100, "sessions": [[now - 100, now - heard_s_ago]]}
+    if running is not None:
+        clock["running"] = running
+    (root / STARTED_FILE).write_text(json.dumps(clock))
+    return root
+
+
+def test_a_running_trial_shows_its_worker_from_its_heartbeat_before_its_first_report(tmp_path: Path) -> None:
+    root = experiment(tmp_path / "e", running=True, heard_s_ago=1.0)
+    (root / "t1").mkdir()
+    beat = {"epoch": 1, "phase": "train", "step": 5, "steps": 40, "at": time.time(), "node_id": "abcdef1234", "pid": 77}
+    (root / "t1" / HEARTBEAT_FILE).write_text(json.dumps(beat))
+    status = read_status(root)
+    assert status.alive and [(r.node_id, r.pid) for r in status.running] == [("abcdef1234", "77")]
+    assert "search: running" in status.describe()
+
+
+def test_a_session_its_driver_ended_is_not_running_however_recent(tmp_path: Path) -> None:
+    # Right after a Ctrl-C the clock's end is seconds old: it said "running" for 15 s.
+    ended = read_status(experiment(tmp_path / "ended", running=False, heard_s_ago=1.0))
+    assert not ended.alive and "search: not running (`tunekit resume` continues it)" in ended.describe()
+    # A killed driver leaves "running": true behind; silence tells.
+    killed = read_status(experiment(tmp_path / "killed", running=True, heard_s_ago=60.0))
+    assert not killed.alive
+    # started.json from a tunekit that kept no such flag: silence alone, as before.
+    older = read_status(experiment(tmp_path / "older", running=None, heard_s_ago=1.0))
+    assert older.alive
