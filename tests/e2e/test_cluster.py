@@ -393,7 +393,11 @@ def _resume_runs_where_it_ran(cluster: Cluster, experiment: Path, tmp_path: Path
     (moved / CLUSTER_FILE).write_text(json.dumps({"address": gone}))
     (moved / TRACKING_FILE).unlink()  # MLflow's runs belong to the original; the copy is checked without them
     began = time.monotonic()
-    refused = _tunekit("resume", str(moved), "--connect-timeout", "5", env=cluster.driver_env(), timeout=120)
+    # Grown, so it has trials to run (a complete search's resume needs no cluster at all).
+    refused = _tunekit(
+        "resume", str(moved), "--set", "budget.num_samples=4", "--connect-timeout", "5",
+        env=cluster.driver_env(), timeout=120,
+    )  # fmt: skip
     _assert_one_error_line(
         refused,
         time.monotonic() - began,

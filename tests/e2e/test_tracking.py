@@ -7,6 +7,7 @@ digits spec on a real Ray runtime (slow).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 import tunekit
 from tunekit.cli import main as cli_main
+from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.environment import redact_uri
@@ -599,7 +601,12 @@ def test_resume_adds_no_duplicate_runs_or_points(tracked: tunekit.ExperimentResu
     before_parent, before = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     points = {c.info.run_id: len(mlflow_client.get_metric_history(c.info.run_id, "val_accuracy")) for c in before}
 
-    tunekit.resume(tracked.experiment_dir, progress=False)
+    sessions = SearchClock.read(tracked.experiment_dir).sessions  # type: ignore[union-attr]
+    shown = io.StringIO()
+    tunekit.resume(tracked.experiment_dir, progress=shown)
+    # A complete search has nothing to resume: no Ray, no session, no time added.
+    assert shown.getvalue().startswith("the search is complete: nothing to resume"), shown.getvalue()
+    assert SearchClock.read(tracked.experiment_dir).sessions == sessions  # type: ignore[union-attr]
 
     parent, after = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     assert parent.info.run_id == before_parent.info.run_id

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from tunekit.clock import session_running
 from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
     end_saved_trials,
@@ -56,7 +57,7 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
-from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus
+from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, LEDGER_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
 from tunekit.tracking.preflight import check_complete, check_reachable
@@ -199,6 +200,14 @@ def resume(
         raise NotAnExperimentError(directory, SPEC_FILE)
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    stream = sys.stdout if progress is True else (progress or None)
+    if not grown and _finished(spec, directory):
+        if stream is not None:  # no Ray, no session: the search's figures stay as they are
+            stream.write(
+                f"the search is complete: nothing to resume (`tunekit resume {directory} "
+                "--set budget.num_samples=N` grows it)\n"
+            )
+        return load(directory)
     check_reachable(spec)
     target = resume_target(directory, address, local=local)
     joined = _join(spec, target, connect_timeout, directory)
@@ -206,7 +215,6 @@ def resume(
         keep_ray_log(directory, joined.ray_log)
     if grown:
         (directory / SPEC_FILE).write_text(spec.to_yaml())
-    stream = sys.stdout if progress is True else (progress or None)
     stand_ins = _stand_in_for_rotated_checkpoints(directory)
     try:
         _fit(spec, directory, target, stream, restore=True)
@@ -215,6 +223,24 @@ def resume(
             with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
                 stand_in.rmdir()
     return load(directory)
+
+
+def _finished(spec: ExperimentSpec, experiment_dir: Path) -> bool:
+    """The search ended by itself with its whole budget spent: a resume has nothing to run.
+
+    Its last session was ended by its driver (not a signal's stop, which leaves trials
+    stopped for the resume), every trial ended, and it ran ``num_samples`` trials or its
+    space ran out. An experiment from a tunekit that did not record the session's end is
+    resumed as before.
+    """
+    from tunekit.search.searcher import exhausted_reason
+
+    if session_running(experiment_dir) is not False or not (experiment_dir / LEDGER_FILE).is_file():
+        return False
+    rows = table_rows(experiment_dir / TRIALS_FILE)
+    if any(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
+        return False
+    return len(rows) >= spec.budget.num_samples or exhausted_reason(spec, experiment_dir) is not None
 
 
 def _stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
