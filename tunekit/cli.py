@@ -326,7 +326,9 @@ def _report(args: argparse.Namespace) -> int:
     if args.html:
         from tunekit.results.report import write_html
 
-        write_html(results, args.html, tolerance=args.tolerance, price_per_hour=args.price_per_hour)
+        page = write_html(results, args.html, tolerance=args.tolerance, price_per_hour=args.price_per_hour)
+        # Where the page went; beside JSON on stdout, on stderr so the JSON stays parseable.
+        print(f"html report: {page.resolve()}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0
 
 

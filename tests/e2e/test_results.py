@@ -117,7 +117,8 @@ def test_report_command_writes_the_page(
     target = tmp_path / "out" / "report.html"
     assert cli_main(["report", str(results.experiment_dir), "--html", str(target)]) == 0
     assert target.read_text().count("data:image/png;base64,") == 4
-    assert "val_accuracy" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "val_accuracy" in shown and shown.endswith(f"html report: {target.resolve()}\n")
 
 
 @pytest.mark.slow

@@ -57,6 +57,15 @@ def resumed_spec(
                 f"cannot change when resuming; only {', '.join(GROWABLE)} can",
                 value,
             )
+    if after.scheduler.type == "pbt" and after.budget.num_samples != before.budget.num_samples:
+        # Ray's synchronous PBT ranks the population at the same epoch: trials added later
+        # start at epoch 0 and rank only among themselves, with nothing of the population's.
+        raise SpecError(
+            "--set budget.num_samples",
+            "cannot grow a PBT search: its population trains together from the first epoch; "
+            "start a new search instead (search.warm_start_from takes this one's trials that never stepped)",
+            after.budget.num_samples,
+        )
     ran = trials_run(experiment_dir)
     if after.budget.num_samples < ran:
         raise SpecError(

@@ -7,6 +7,7 @@ so they are tested without Ray; ``tunekit.driver.stopper.FailureGuard`` is the R
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tunekit.errors import failure_fingerprint
@@ -32,6 +33,7 @@ class FailureRules:
 
     def __init__(self) -> None:
         self.abort_reason: str | None = None
+        self.abort_trial: str | None = None  # the trial whose failure the reason follows, if one
         self._any_success = False
         # The trials that failed with each error, by fingerprint: a set, so the limit counts
         # trials, however many of a trial's results carry its failure.
@@ -46,12 +48,21 @@ class FailureRules:
             self.abort_reason = self._abort_reason(trial_id, str(reason), str(result.get(FAILURE_KIND_KEY)))
         return True
 
+    def abort_message(self, number_of: Callable[[str], int | None]) -> str | None:
+        """Why the search stopped, naming the trial as the console does: by number, then id."""
+        if self.abort_reason is None or self.abort_trial is None:
+            return self.abort_reason
+        number = number_of(self.abort_trial)
+        who = f"trial {self.abort_trial}" if number is None else f"trial {number} ({self.abort_trial})"
+        return f"{who} {self.abort_reason}"
+
     def stop_all(self) -> bool:
         return self.abort_reason is not None
 
     def _abort_reason(self, trial_id: str, reason: str, kind: str) -> str | None:
         if kind == "fatal":
-            return f"trial {trial_id} failed with an error every trial would hit: {reason}"
+            self.abort_trial = trial_id
+            return f"failed with an error every trial would hit: {reason}"
         if self._any_success:
             return None
         trials = self._failed_trials.setdefault(failure_fingerprint(reason), set())

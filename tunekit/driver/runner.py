@@ -344,7 +344,8 @@ def _fit(
             signals.received,
         )
     if isinstance(guard, FailureRules) and guard.abort_reason:
-        raise SearchAborted(f"search stopped: {guard.abort_reason}", experiment_dir)
+        message = guard.abort_message(recorder.searcher.trial_number)
+        raise SearchAborted(f"search stopped: {message}", experiment_dir)
     reason = no_result_reason(spec, experiment_dir, list(recorder.trials.values()), recorder.clock.now())
     if reason:
         raise NoResultError(reason, experiment_dir)

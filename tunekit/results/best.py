@@ -199,8 +199,9 @@ def plain(value: Any) -> Any:
 
 
 def config_text(config: dict[str, Any]) -> str:
-    """``units=64, learning_rate=0.00123456``: whole values, so the line can be copied into a spec."""
-    return ", ".join(f"{key}={value}" for key, value in config.items())
+    """``learning_rate=0.00123456, units=64``: whole values, so the line can be copied into a
+    spec; by name, so a PBT trial's final configuration reads in the order its start does."""
+    return ", ".join(f"{key}={config[key]}" for key in sorted(config))
 
 
 def _short(value: Any) -> str:

@@ -363,7 +363,8 @@ def describe(ledger: Ledger, comparison: list[dict[str, Any]] | None = None) -> 
     for stretch in ledger.rungs:
         share = stretch.slot_hours / ledger.slot_hours if ledger.slot_hours else math.nan
         name = "final" if stretch.rung is None else str(stretch.rung)
-        span = f"{stretch.first_epoch}-{stretch.last_epoch}"
+        single = stretch.first_epoch == stretch.last_epoch
+        span = str(stretch.first_epoch) if single else f"{stretch.first_epoch}-{stretch.last_epoch}"
         lines.append(
             f"{name:>5}  {span:>7}  {stretch.trials:>6}  {stretch.epochs:>6}  {stretch.slot_hours:>8.4f}  {share:>5.0%}"
         )

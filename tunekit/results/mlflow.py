@@ -135,7 +135,7 @@ def ambiguity_message(experiment_name: str, candidates: list[tuple[str, int, int
     )
     return (
         f"MLflow experiment {experiment_name!r} holds {len(candidates)} tunekit searches; "
-        f"pass run_id= for one of them or latest=True for the newest: {listed}"
+        f"pass experiment_dir= or run_id= for one of them, or latest=True for the newest: {listed}"
     )
 
 

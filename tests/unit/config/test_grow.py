@@ -85,3 +85,17 @@ def test_anything_else_is_refused_naming_the_key_the_rule_and_the_value(
         resumed_spec(experiment, [override])
     assert str(error.value) == message
     assert (experiment / SPEC_FILE).read_text() == before
+
+
+def test_a_pbt_population_is_not_grown(tmp_path: Path) -> None:
+    # A new user grew a 4-trial PBT search to 6: the two new trials started at epoch 0,
+    # ranked only against each other, never stepped, and one ended at 0.24.
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp_pbt.yaml")
+    (tmp_path / SPEC_FILE).write_text(spec.to_yaml())
+    with pytest.raises(SpecError) as refused:
+        resumed_spec(tmp_path, ["budget.num_samples=6", "budget.max_concurrent=6"])
+    assert str(refused.value) == (
+        "--set budget.num_samples: cannot grow a PBT search: its population trains together from the first "
+        "epoch; start a new search instead (search.warm_start_from takes this one's trials that never stepped), "
+        "got 6"
+    )

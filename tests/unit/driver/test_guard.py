@@ -34,7 +34,9 @@ def test_a_fatal_failure_stops_the_search_with_its_reason() -> None:
     guard("t0", ok())
     assert guard("t3", failed("ImportError: no module named foo", kind="fatal")) is True
     assert guard.stop_all() is True
-    assert guard.abort_reason == "trial t3 failed with an error every trial would hit: ImportError: no module named foo"
+    assert guard.abort_message({"t3": 2}.get) == (
+        "trial 2 (t3) failed with an error every trial would hit: ImportError: no module named foo"
+    )
 
 
 def test_the_same_error_in_the_first_trials_stops_the_search() -> None:

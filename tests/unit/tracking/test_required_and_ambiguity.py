@@ -46,7 +46,7 @@ def test_an_ambiguous_experiment_name_lists_every_search_newest_first() -> None:
         "digits-mlp", [("b2c4", 1_767_225_600_000, 12), ("a1f3", 1_767_139_200_000, 1), ("9e0d", 1_767_052_800_500, 0)]
     )
     assert message == (
-        "MLflow experiment 'digits-mlp' holds 3 tunekit searches; pass run_id= for one of them or latest=True "
-        "for the newest: b2c4 (started 2026-01-01 00:00:00 UTC, 12 trials); "
+        "MLflow experiment 'digits-mlp' holds 3 tunekit searches; pass experiment_dir= or run_id= for one of "
+        "them, or latest=True for the newest: b2c4 (started 2026-01-01 00:00:00 UTC, 12 trials); "
         "a1f3 (started 2025-12-31 00:00:00 UTC, 1 trial); 9e0d (started 2025-12-30 00:00:00 UTC, 0 trials)"
     )
