@@ -10,6 +10,11 @@ by more than the threshold. ``--publish`` makes the last run the published one.
 
 A guard, not a test: timings on a shared machine vary, so it names suspects for a person
 to measure again; the exit status is 1 when something grew, for scripts that want it.
+
+The same code runs slower on a slower (or busier) machine, every piece alike. Each run
+measures the machine's pace by the model's own later epoch in plain Keras (train and
+validate, the run's yardstick), and the published figures are scaled by the ratio of the two
+yardsticks before they are compared: a piece that grew with the machine is not flagged.
 """
 
 from __future__ import annotations
@@ -43,10 +48,22 @@ def pieces_of(details: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def grown(published: dict[str, float], now: dict[str, float], threshold: float = THRESHOLD) -> list[str]:
-    """One line per piece that grew by more than ``threshold`` (and by more than NOISE_MS), largest first."""
+def yardstick_ms(details: dict[str, Any]) -> float | None:
+    """The machine's pace in this run: plain Keras's later epoch (train and validate), in ms."""
+    keras = (details["breakdown"].get("plain_keras") or {}).get("per_epoch_ms") or {}
+    pieces = [keras.get("epoch.train"), keras.get("epoch.validate")]
+    return None if None in pieces else float(sum(pieces))  # type: ignore[arg-type]
+
+
+def grown(
+    published: dict[str, float], now: dict[str, float], threshold: float = THRESHOLD, pace: float = 1.0
+) -> list[str]:
+    """One line per piece that grew by more than ``threshold`` (and by more than NOISE_MS), largest
+    first; ``pace``: how much slower this machine ran than the published run's (each published
+    figure is scaled by it)."""
     rows = []
-    for name, before in published.items():
+    for name, unscaled in published.items():
+        before = unscaled * pace
         after = now.get(name)
         if after is None or after - before <= NOISE_MS or after <= before * (1 + threshold):
             continue
@@ -72,13 +89,28 @@ def main(argv: list[str] | None = None) -> int:
     now = pieces_of(run["details"])
     if args.publish:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        record = {"commit": commit, "date": run["date"], "mode": run["mode"], "pieces_ms": now}
+        record = {
+            "commit": commit,
+            "date": run["date"],
+            "mode": run["mode"],
+            "pieces_ms": now,
+            "yardstick_ms": yardstick_ms(run["details"]),
+        }
         PUBLISHED.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         print(f"published {len(now)} pieces of {run['date']} (commit {commit}) to {PUBLISHED}")
         return 0
     published = json.loads(PUBLISHED.read_text())
-    lines = grown(published["pieces_ms"], now, args.threshold)
+    then, here = published.get("yardstick_ms"), yardstick_ms(run["details"])
+    pace = here / then if then and here else 1.0
     print(f"against the published figures of commit {published['commit']} ({published['date']}):")
+    if then and here:
+        print(
+            f"  the machine's pace: plain Keras's later epoch took {here:.1f} ms against {then:.1f} ms then; "
+            f"published figures are scaled by x{pace:.2f}"
+        )
+    else:
+        print("  no yardstick on one side: figures compared as measured")
+    lines = grown(published["pieces_ms"], now, args.threshold, pace)
     for line in lines or ["nothing grew by more than " + f"{args.threshold:.0%}"]:
         print(f"  {line}")
     return 1 if lines else 0

@@ -198,6 +198,10 @@ def test_regressions_name_the_pieces_that_grew_beyond_the_threshold_and_noise() 
         "per epoch: epoch.report: 10.0 ms -> 13.0 ms (x1.30)",
     ]
     assert regressions.grown(published, now, threshold=0.05)[-1] == "per trial: tracing: 900.0 ms -> 1000.0 ms (x1.11)"
+    # On a machine 1.3x slower (plain Keras's epoch says so), the report grew with it: not flagged.
+    assert regressions.grown(published, now, pace=1.3) == ["per epoch: epoch.new: new, 2.0 ms"]
+    keras = {"plain_keras": {"per_epoch_ms": {"epoch.train": 20.0, "epoch.validate": 2.8}}}
+    assert regressions.yardstick_ms({"breakdown": keras}) == pytest.approx(22.8)
 
 
 def test_median_counts_missing_as_worst() -> None:
