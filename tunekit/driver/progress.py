@@ -188,9 +188,11 @@ class ConsoleProgress:
             best_text = f"best {self._metric} " + (
                 "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"
             )
+        # Stopped trials (a signal, a time budget) count as done: named when there are any.
+        stopped = f", stopped {counts[TrialStatus.STOPPED]}" if counts[TrialStatus.STOPPED] else ""
         line = (
             f"done {done}/{self._num_samples}: completed {counts[TrialStatus.COMPLETED]}, "
-            f"pruned {counts[TrialStatus.PRUNED]}, failed {counts[TrialStatus.FAILED]}; "
+            f"pruned {counts[TrialStatus.PRUNED]}{stopped}, failed {counts[TrialStatus.FAILED]}; "
             f"running {counts[TrialStatus.RUNNING]}; {best_text}"
         )
         # Every trial recorded and none running: the search is over, nothing is left. Otherwise

@@ -89,10 +89,12 @@ def best_trial(
         row = pick_best(candidates, mode)
     if row is None:
         return None
+    whole = _integer_params(spec)
     initial = {
-        column[len(PARAM_PREFIX) :]: plain(row[column])
+        name: _as_int(plain(row[column])) if name in whole else plain(row[column])
         for column in trials.columns
         if column.startswith(PARAM_PREFIX) and not is_missing(row[column])
+        for name in (column[len(PARAM_PREFIX) :],)
     }
     trial_id = str(row["trial_id"])
     lineage = lineage_of(trial_id, exploits)
@@ -191,6 +193,25 @@ def inherited_best(experiment_dir: Path) -> BestTrial | None:
 
 def is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _integer_params(spec: ExperimentSpec | None) -> set[str]:
+    """Parameters whose values are integers. pandas reads an integer column with a gap (a
+    grown grid's first pass has no seed) as floats: a best config said ``seed=1.0``."""
+    from tunekit.config.space import REPEAT_SEED_KEY, Choice, IntRange
+
+    names = {REPEAT_SEED_KEY}
+    for param in spec.space.params if spec is not None else ():
+        dist = param.distribution
+        if isinstance(dist, IntRange) or (
+            isinstance(dist, Choice) and all(isinstance(v, int) and not isinstance(v, bool) for v in dist.values)
+        ):
+            names.add(param.name)
+    return names
+
+
+def _as_int(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def plain(value: Any) -> Any:

@@ -124,8 +124,16 @@ def check_experiment(
                 report.notes.append(item)
             else:
                 report.findings.append(item)
-    if not (results.experiment_dir / LEDGER_FILE).is_file():
+    ledger = results.experiment_dir / LEDGER_FILE
+    clock = SearchClock.read(results.experiment_dir)
+    if not ledger.is_file():
         report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")
+    elif clock is not None and clock.sessions and ledger.stat().st_mtime < clock.sessions[-1][0]:
+        # Written when an earlier session ended; the last one ended without it (a killed driver).
+        report.notes.append(
+            f"{LEDGER_FILE} is from an earlier session: the last one ended without writing it "
+            "(its driver was killed); `tunekit resume` writes it again"
+        )
     else:
         report.checked.append(LEDGER_FILE)
         report.findings.extend(_ledger_file(results, summary))
@@ -382,7 +390,7 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
         summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot
     ):
         yield Finding(
-            f"ledger vs {TRIALS_FILE}", "slot-hours against wall_seconds", wall * per_slot, summary.ledger.slot_hours
+            f"ledger vs {TRIALS_FILE}", "slot-hours against wall_seconds", summary.ledger.slot_hours, wall * per_slot
         )
     if summary.active_seconds is not None and not trials.empty:
         longest = max(finite(w) or 0.0 for w in trials["wall_seconds"])
@@ -403,10 +411,10 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
         if key in ("downtime_seconds",) or key.startswith("actual_") or key.startswith("predicted_"):
             continue
         if not _same(finite(written.get(key)), value, absolute=TIME_SLACK_S):
-            yield Finding(f"{LEDGER_FILE} vs summary", key, value, written.get(key))
+            yield Finding(f"{LEDGER_FILE} vs summary", key, written.get(key), value)
     best = (record.get("summary") or {}).get("best") or {}
     if summary.best is not None and best.get("trial_id") != summary.best.trial_id:
-        yield Finding(f"{LEDGER_FILE} vs summary", "best trial", summary.best.trial_id, best.get("trial_id"))
+        yield Finding(f"{LEDGER_FILE} vs summary", "best trial", best.get("trial_id"), summary.best.trial_id)
 
 
 # ------------------------------------------------------------------ MLflow

@@ -85,8 +85,10 @@ class Status:
         return "\n".join(lines)
 
     def _state(self) -> str:
-        ended = sum(count for status, count in self.counts.items() if status != TrialStatus.RUNNING)
-        if not self.running and self.planned and ended >= self.planned:
+        # A stopped trial is the resume's to finish (a signal stopped the search around it).
+        waiting = self.counts.get(TrialStatus.RUNNING, 0) + self.counts.get(TrialStatus.STOPPED, 0)
+        ended = sum(self.counts.values()) - waiting
+        if not self.running and not waiting and self.planned and ended >= self.planned:
             return "finished"
         return "running" if self.alive else "not running (`tunekit resume` continues it)"
 

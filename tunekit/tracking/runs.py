@@ -138,6 +138,7 @@ class RunBook:
         self._spec_pending = False
         self._model_trial: str | None = None
         self._last_best: tuple[int, float | None] | None = None
+        self._last_best_ms = 0  # the timestamp of the parent's last best point
         self._fill_only = fill_only
         self._parent_found = False  # the parent existed before this session: its metrics may too
 
@@ -206,12 +207,21 @@ class RunBook:
 
     def _apply_progress(self, event: ProgressEvent) -> None:
         now = int((time.time() if event.at is None else event.at) * 1000)
-        name = metric_key(f"best_{self.spec.metric.name}")
-        point = (event.ended, event.best)
-        best = finite(event.best)
+        # Several objectives, at the end: the summary's select pick is the parent's best (the
+        # recorder's best so far is the first objective's alone).
+        chosen = self._summary_choices() if event.final else None
+        best = finite(event.best) if chosen is None else chosen
+        if chosen is not None:
+            event = replace(event, best_trial=chosen_trial(self.experiment_dir))
+        point = (event.ended, best)
         if best is not None and point != self._last_best:
-            self._parent.metrics.append(MetricPoint(name, best, now, event.ended))
-            self._last_best = point
+            # Later than the last point, so MLflow's latest value is this one: at the same step
+            # and millisecond it would keep the larger (the running best over the pick).
+            stamp = max(now, self._last_best_ms + 1)
+            self._parent.metrics.append(
+                MetricPoint(metric_key(f"best_{self.spec.metric.name}"), best, stamp, event.ended)
+            )
+            self._last_best, self._last_best_ms = point, stamp
         if event.best_trial:
             self._parent.tags[TAG_BEST_TRIAL] = event.best_trial
         if not event.final:
@@ -219,10 +229,6 @@ class RunBook:
         # ledger.json, which tunekit.results.summary.LedgerFile wrote just before, renders the
         # one computation of every figure; the recorder's counts stand in when it could not.
         summary = _ledger_metrics(self.experiment_dir / LEDGER_FILE) or self._recorded_figures(event)
-        chosen = self._summary_choices(now, event.ended)
-        if chosen is not None:
-            best, event = chosen, replace(event, best_trial=chosen_trial(self.experiment_dir))
-            self._parent.tags[TAG_BEST_TRIAL] = event.best_trial or ""
         if event.sessions:
             self._parent.tags[TAG_SESSIONS] = json.dumps([list(pair) for pair in event.sessions])
         self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
@@ -231,10 +237,9 @@ class RunBook:
         self._parent.status = (status, now)
         self._model_trial = event.best_trial
 
-    def _summary_choices(self, now: int, step: int) -> float | None:
-        """Several objectives: the summary's Pareto rank on every trial's run, and its ``select``
-        choice as the parent's best (the recorder's best so far is the first objective's
-        alone). Returns that best's metric; None with one objective or no ledger."""
+    def _summary_choices(self) -> float | None:
+        """Several objectives: the summary's Pareto rank on every trial's run; returns its
+        ``select`` choice's metric, the parent's best. None with one objective or no ledger."""
         summary = _ledger_summary(self.experiment_dir / LEDGER_FILE)
         pareto = summary.get("pareto")
         if not isinstance(pareto, dict):
@@ -242,11 +247,7 @@ class RunBook:
         ranks = {**pareto.get("unranked", {}), **{t: str(r) for t, r in pareto.get("ranks", {}).items()}}
         for trial_id, rank in ranks.items():
             self._trial(trial_id).pending.tags[TAG_PARETO_RANK] = rank
-        best = summary.get("best") or {}
-        value = finite(best.get("metric"))
-        if value is not None:
-            self._parent.metrics.append(MetricPoint(metric_key(f"best_{self.spec.metric.name}"), value, now, step))
-        return value
+        return finite((summary.get("best") or {}).get("metric"))
 
     def _recorded_figures(self, event: ProgressEvent) -> dict[str, float]:
         budget = self.spec.budget

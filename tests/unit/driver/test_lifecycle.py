@@ -329,6 +329,8 @@ def test_a_long_epoch_shows_its_step_and_a_quiet_log_gets_a_status_line(
     monkeypatch.setattr(progress, "QUIET_LOG_S", 0.0)
     console.tick(recorder)  # type: ignore[arg-type]
     assert log.getvalue() == "[00:00] done 0/2: completed 0, pruned 0, failed 0; running 1; best val_accuracy -\n"
+    running.status = "stopped"  # a signal stopped it: done, and named as such
+    assert "done 1/2: completed 0, pruned 0, stopped 1, failed 0; running 0" in console.status_line()
 
 
 def test_the_heartbeat_is_written_at_most_every_period_and_goes_stale(

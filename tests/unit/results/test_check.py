@@ -7,13 +7,23 @@ study holds what the searcher would have told it, and trial a's last checkpoint 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 
-from tunekit.layout import CHECKPOINT_STATE, EPOCHS_FILE, FINAL_MODEL, SPANS_FILE, TRIALS_FILE
+from tunekit.layout import (
+    CHECKPOINT_STATE,
+    EPOCHS_FILE,
+    FINAL_MODEL,
+    LEDGER_FILE,
+    SPANS_FILE,
+    STARTED_FILE,
+    TRIALS_FILE,
+)
 from tunekit.results.check import check_experiment
 from tunekit.results.load import load
 from tunekit.search.attrs import FINAL_RESULT_ATTR, HELD_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
@@ -148,3 +158,20 @@ def test_trials_a_signal_stopped_wait_running_in_the_study_for_a_resume(tmp_path
     report = check_experiment(root)
     assert report.ok, report.describe()
     assert "a signal stopped the search: 1 stopped trial waits for `tunekit resume` to finish them" in report.notes
+
+
+def test_a_ledger_left_by_an_earlier_session_is_a_note_and_a_current_one_is_compared(tmp_path: Path) -> None:
+    # A killed driver's session writes no ledger.json: the one on disk is the session before's.
+    root = consistent(tmp_path)
+    clock = json.loads((root / STARTED_FILE).read_text())
+    now = time.time()
+    clock["sessions"] = [*clock["sessions"], [now - 10, now]]
+    (root / STARTED_FILE).write_text(json.dumps(clock))
+    (root / LEDGER_FILE).write_text(json.dumps({"metrics": {"epochs_spent": 99.0}, "summary": {}}))
+    os.utime(root / LEDGER_FILE, (now - 60, now - 60))
+    report = check_experiment(root)
+    assert report.ok, report.describe()
+    assert any(note.startswith("ledger.json is from an earlier session") for note in report.notes)
+    os.utime(root / LEDGER_FILE, (now, now))  # written by the last session: every figure counts
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert "ledger.json vs summary: epochs_spent: 99.0 vs 5.0" in findings, findings  # the file first

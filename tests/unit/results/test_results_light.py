@@ -107,3 +107,29 @@ def test_loading_imports_no_ray_tensorflow_or_mlflow(
     directory = experiment(tmp_path / "exp", "trainables.moved_away")
     heavy = imported_after(f"import tunekit; r = tunekit.load({str(directory)!r}); r.ranked(); r.best")
     assert heavy == ["pandas"]
+
+
+def test_a_best_config_keeps_integer_values_whole_where_a_column_has_gaps() -> None:
+    # A grid grown to a second pass: the first pass's trials have no seed, so pandas reads the
+    # column as floats, and the best config said seed=1.0 (units too, had it a gap).
+    import pandas as pd
+
+    from tunekit.config.spec import load_spec
+    from tunekit.results.best import best_trial, config_text
+
+    spec = load_spec(Path(__file__).resolve().parents[3] / "search_spaces" / "digits_mlp.yaml")
+    trials = pd.DataFrame(
+        {
+            "trial_id": ["a", "b"],
+            "number": [0, 1],
+            "status": ["completed", "completed"],
+            "final_metric": [0.9, 0.95],
+            "epochs": [3, 3],
+            "params.units": [64.0, 128.0],
+            "params.learning_rate": [0.001, 0.002],
+            "params.seed": [float("nan"), 1.0],
+        }
+    )
+    best = best_trial(trials, pd.DataFrame(), "max", spec)
+    assert best is not None and best.config == {"units": 128, "learning_rate": 0.002, "seed": 1}
+    assert config_text(best.config) == "learning_rate=0.002, seed=1, units=128"

@@ -47,3 +47,13 @@ def test_a_session_its_driver_ended_is_not_running_however_recent(tmp_path: Path
     # started.json from a tunekit that kept no such flag: silence alone, as before.
     older = read_status(experiment(tmp_path / "older", running=None, heard_s_ago=1.0))
     assert older.alive
+
+
+def test_a_search_with_stopped_trials_is_not_finished(tmp_path: Path) -> None:
+    # A grid search stopped by Ctrl-C with all its trials started read "finished".
+    root = experiment(tmp_path / "e", running=False, heard_s_ago=1.0)
+    rows = "".join(f"t{i},{i},completed,,3\n" for i in range(2)) + "t2,2,stopped,,1\nt3,3,stopped,,1\n"
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows)
+    assert "search: not running (`tunekit resume` continues it)" in read_status(root).describe()
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows.replace("stopped", "pruned"))
+    assert "search: finished" in read_status(root).describe()
