@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,9 @@ SESSIONS_KEY = "sessions"
 # Whether the last session was still running when the file was written: false once the
 # driver ended it (an exit, a signal); a killed driver leaves true behind.
 RUNNING_KEY = "running"
+# The process that writes the file, {"host", "pid"}: a reader on the same host can tell a
+# killed driver at once instead of waiting for its session's end to go stale.
+DRIVER_KEY = "driver"
 
 
 @dataclass
@@ -100,7 +105,12 @@ class SearchClock:
     # ------------------------------------------------------------------- started.json
 
     def write(self, experiment_dir: Path) -> None:
-        record = {STARTED_KEY: self.started_at, SESSIONS_KEY: self.sessions, RUNNING_KEY: self.running}
+        record = {
+            STARTED_KEY: self.started_at,
+            SESSIONS_KEY: self.sessions,
+            RUNNING_KEY: self.running,
+            DRIVER_KEY: {"host": socket.gethostname(), "pid": os.getpid()},
+        }
         partial = experiment_dir / f"{STARTED_FILE}.partial"
         partial.write_text(json.dumps(record))
         partial.replace(experiment_dir / STARTED_FILE)
@@ -125,11 +135,29 @@ class SearchClock:
 
 def session_running(experiment_dir: Path) -> bool | None:
     """``started.json``'s word on whether its last session still runs; None when it has none
-    (not started, or written by a tunekit before it kept one). A killed driver's stays true:
-    readers also ask how recently the session's end moved."""
+    (not started, or written by a tunekit before it kept one). A killed driver's stays true,
+    unless its process is gone from this host; on another host, readers also ask how
+    recently the session's end moved."""
     try:
         record = json.loads((experiment_dir / STARTED_FILE).read_text())
     except (OSError, ValueError):
         return None
     value = record.get(RUNNING_KEY) if isinstance(record, dict) else None
-    return value if isinstance(value, bool) else None
+    if not isinstance(value, bool):
+        return None
+    driver = record.get(DRIVER_KEY)
+    if value and isinstance(driver, dict) and driver.get("host") == socket.gethostname():
+        return _alive(driver.get("pid"))
+    return value
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # cannot tell: the session's word stands
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True

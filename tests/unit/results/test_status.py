@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -57,3 +58,22 @@ def test_a_search_with_stopped_trials_is_not_finished(tmp_path: Path) -> None:
     assert "search: not running (`tunekit resume` continues it)" in read_status(root).describe()
     (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows.replace("stopped", "pruned"))
     assert "search: finished" in read_status(root).describe()
+
+
+def test_a_killed_driver_on_this_host_is_not_running_at_once(tmp_path: Path) -> None:
+    # A second user's status, 5 s after kill -9 of the driver, still said "running" (for 15 s).
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    root = experiment(tmp_path / "killed", running=True, heard_s_ago=1.0)
+    clock = json.loads((root / STARTED_FILE).read_text())
+    (root / STARTED_FILE).write_text(
+        json.dumps({**clock, "driver": {"host": socket.gethostname(), "pid": int(gone.stdout)}})
+    )
+    assert not read_status(root).alive
+    (root / STARTED_FILE).write_text(
+        json.dumps({**clock, "driver": {"host": socket.gethostname(), "pid": os.getpid()}})
+    )
+    assert read_status(root).alive  # this process is alive: the driver's word stands
