@@ -133,22 +133,33 @@ class SearchClock:
         return cls(started, sessions)
 
 
+def ended_by_its_driver(experiment_dir: Path) -> bool:
+    """Whether the last session's driver ended it (an exit, a signal): ``started.json`` says
+    so. A killed driver never does; a tunekit before this flag neither."""
+    return _started_record(experiment_dir).get(RUNNING_KEY) is False
+
+
 def session_running(experiment_dir: Path) -> bool | None:
-    """``started.json``'s word on whether its last session still runs; None when it has none
-    (not started, or written by a tunekit before it kept one). A killed driver's stays true,
-    unless its process is gone from this host; on another host, readers also ask how
-    recently the session's end moved."""
-    try:
-        record = json.loads((experiment_dir / STARTED_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    value = record.get(RUNNING_KEY) if isinstance(record, dict) else None
+    """Whether the last session still runs, as far as ``started.json`` tells; None when it
+    cannot (not started, or written by a tunekit before it kept the flag). A killed driver
+    leaves the flag true: on this host its process is looked for; on another, readers also
+    ask how recently the session's end moved."""
+    record = _started_record(experiment_dir)
+    value = record.get(RUNNING_KEY)
     if not isinstance(value, bool):
         return None
     driver = record.get(DRIVER_KEY)
     if value and isinstance(driver, dict) and driver.get("host") == socket.gethostname():
         return _alive(driver.get("pid"))
     return value
+
+
+def _started_record(experiment_dir: Path) -> dict[str, object]:
+    try:
+        record = json.loads((experiment_dir / STARTED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _alive(pid: object) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from tunekit.clock import session_running
+from tunekit.clock import ended_by_its_driver
 from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
     end_saved_trials,
@@ -235,7 +235,7 @@ def _finished(spec: ExperimentSpec, experiment_dir: Path) -> bool:
     """
     from tunekit.search.searcher import exhausted_reason
 
-    if session_running(experiment_dir) is not False or not (experiment_dir / LEDGER_FILE).is_file():
+    if not ended_by_its_driver(experiment_dir) or not (experiment_dir / LEDGER_FILE).is_file():
         return False
     rows = table_rows(experiment_dir / TRIALS_FILE)
     if any(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
