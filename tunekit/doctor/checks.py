@@ -38,7 +38,7 @@ from typing import TextIO
 from tunekit.doctor.child import probe
 from tunekit.doctor.cluster import check_cluster, check_local_ray, check_ray_reachable
 from tunekit.doctor.gpus import check_tensorflow, nvidia_gpus
-from tunekit.doctor.probes import join_error_in
+from tunekit.doctor.ray_errors import join_error_in
 from tunekit.doctor.report import Check, hide_secrets
 from tunekit.doctor.stack import check_import_costs, check_versions
 from tunekit.doctor.storage import check_storage, is_uri

@@ -114,7 +114,7 @@ def join(address: str, timeout_s: float, *, resuming: bool = False) -> JoinedClu
     """
     from tunekit.doctor.child import probe
     from tunekit.doctor.cluster import check_ray_reachable, join_problem
-    from tunekit.doctor.probes import join_error_in
+    from tunekit.doctor.ray_errors import join_error_in
 
     unreachable = check_ray_reachable(address)
     if unreachable is not None:

@@ -318,7 +318,7 @@ def _state(pid: int) -> str:
 
 
 def test_a_version_mismatch_keeps_both_sides_and_names_the_fix() -> None:
-    from tunekit.doctor.probes import describe
+    from tunekit.doctor.ray_errors import describe
 
     # Ray 2.60's own text (ray._private.utils.check_version_info), raised by ray.init.
     ray_error = RuntimeError(
