@@ -213,20 +213,23 @@ class ConsoleProgress:
         return self._front[1]
 
     def _steps_text(self) -> str:
-        return self._steps.get()[1]
+        # Read at most once a second; a trial that ended since is left out at once.
+        running = {record.trial_id for record in self._recorder.running()} if self._recorder else set()
+        shown = [text for trial_id, text in self._steps.get()[1] if trial_id in running]
+        return "; " + ", ".join(shown) if shown else ""
 
-    def _read_steps(self) -> str:
-        """Where running trials are inside an epoch longer than the heartbeat's period."""
+    def _read_steps(self) -> list[tuple[str, str]]:
+        """Where running trials are inside an epoch longer than the heartbeat's period: (trial id, text)."""
         if self._recorder is None or self._experiment_dir is None:
-            return ""
+            return []
         shown = []
         for record in self._recorder.running():
             beat = read_heartbeat(self._experiment_dir / record.trial_id)
             if beat is not None and beat.epoch > record.epochs:  # not an epoch already reported
-                shown.append(f"trial {_name(record)} {beat.describe()}")
+                shown.append((record.trial_id, f"trial {_name(record)} {beat.describe()}"))
             if len(shown) == _STEPS_SHOWN:
                 break
-        return "; " + ", ".join(shown) if shown else ""
+        return shown
 
     def time_left(self) -> float | None:
         """Seconds left: the epochs still to come, at the pace since the first epoch.

@@ -312,6 +312,9 @@ def test_a_long_epoch_shows_its_step_and_a_quiet_log_gets_a_status_line(
     assert live.getvalue().endswith("running 1; best val_accuracy -; trial 0 epoch 3 step 120/400")
     writer.batch_began(3, "train", 130, 400)
     assert console.status_line().endswith("step 120/400")  # heartbeats are read at most once a second
+    running.status = "completed"  # ended since that read: its step is not shown a moment longer
+    assert "step" not in console.status_line()
+    running.status = "running"
     monkeypatch.setattr(progress, "ESTIMATE_EVERY_S", 0.0)
 
     writer.batch_began(2, "train", 5, 400)  # an epoch already reported: a stale beat, not shown
