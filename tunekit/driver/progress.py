@@ -214,8 +214,11 @@ class ConsoleProgress:
 
     def _steps_text(self) -> str:
         # Read at most once a second; a trial that ended since is left out at once.
-        running = {record.trial_id for record in self._recorder.running()} if self._recorder else set()
-        shown = [text for trial_id, text in self._steps.get()[1] if trial_id in running]
+        steps = self._steps.get()[1]
+        if not steps or self._recorder is None:
+            return ""
+        running = {record.trial_id for record in self._recorder.running()}
+        shown = [text for trial_id, text in steps if trial_id in running]
         return "; " + ", ".join(shown) if shown else ""
 
     def _read_steps(self) -> list[tuple[str, str]]:
