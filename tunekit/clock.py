@@ -21,6 +21,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tunekit.layout import STARTED_FILE, STARTED_KEY, finite
 
@@ -118,11 +119,8 @@ class SearchClock:
     @classmethod
     def read(cls, experiment_dir: Path) -> SearchClock | None:
         """The experiment's recorded clock; None when it has none (not started, or unreadable)."""
-        try:
-            record = json.loads((experiment_dir / STARTED_FILE).read_text())
-        except (OSError, ValueError):
-            return None
-        started = finite(record.get(STARTED_KEY)) if isinstance(record, dict) else None
+        record = _started_record(experiment_dir)
+        started = finite(record.get(STARTED_KEY))
         if started is None:
             return None
         sessions = [
@@ -154,7 +152,7 @@ def session_running(experiment_dir: Path) -> bool | None:
     return value
 
 
-def _started_record(experiment_dir: Path) -> dict[str, object]:
+def _started_record(experiment_dir: Path) -> dict[str, Any]:
     try:
         record = json.loads((experiment_dir / STARTED_FILE).read_text())
     except (OSError, ValueError):

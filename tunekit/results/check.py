@@ -107,10 +107,11 @@ def check_experiment(
     results = load(experiment_dir)
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
+    clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age
     sections: list[tuple[str, Callable[[], Iterator[Finding | str]]]] = [
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
-        (SPANS_FILE, lambda: _spans(results)),
+        (SPANS_FILE, lambda: _spans(results, clock)),
         ("study", lambda: _study(results, summary)),
         ("checkpoints", lambda: _checkpoints(results)),
         ("summary", lambda: _figures(results, summary)),
@@ -125,7 +126,6 @@ def check_experiment(
             else:
                 report.findings.append(item)
     ledger = results.experiment_dir / LEDGER_FILE
-    clock = SearchClock.read(results.experiment_dir)
     if not ledger.is_file():
         report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")
     elif clock is not None and clock.sessions and ledger.stat().st_mtime < clock.sessions[-1][0]:
@@ -203,9 +203,8 @@ def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
             yield Finding(where, f"{_label(row)} best {metric}", best, max(values) if mode == "max" else min(values))
 
 
-def _spans(results: ExperimentResults) -> Iterator[Finding]:
+def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Finding]:
     where = f"{TRIALS_FILE} vs {SPANS_FILE}"
-    clock = SearchClock.read(results.experiment_dir)
     if clock is None:
         yield Finding("experiment", STARTED_FILE, "present", "missing")
         return
