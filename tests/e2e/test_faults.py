@@ -189,6 +189,7 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
     import json
     import shutil
 
+    seen: dict[int, list[str]] = {}  # each save read, by its first file's stamp: the statuses it held
     while not stop.is_set():
         time.sleep(0.05)
         files = [path for pattern in RAY_STATE_FILES for path in experiment.glob(pattern)]
@@ -201,13 +202,15 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
             trials = [json.loads(t) for t, _ in json.loads(files[0].read_text())["trial_data"]]
         except (ValueError, KeyError):
             continue
+        seen[stamps[0]] = [t["status"] for t in trials]
         if len(trials) != asked or all(t["status"] == "TERMINATED" for t in trials):
             continue
         for path in files:
             shutil.copy2(path, into / path.name)
         if [path.stat().st_mtime_ns for path in files] == stamps:
             return
-    raise AssertionError(f"no save of Ray's state had {asked} trials asked and one running")
+    saves = [statuses for _, statuses in sorted(seen.items())]
+    raise AssertionError(f"no save of Ray's state had {asked} trials asked and one running; the saves read: {saves}")
 
 
 @pytest.mark.parametrize(
@@ -223,7 +226,10 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
     # 4 at once, the first saves hold every trial unfinished (two wait for a CPU); with 2,
     # the snapshot is of the first two, and the other two were asked after it, as when Ray
     # saves seldom in a search of thousands of short trials. The last case resumes with a
-    # larger budget: the 4 stand and 2 more train.
+    # larger budget: the 4 stand and 2 more train. Epochs of at least a second, and no ending
+    # before the second, hold the first trials unfinished across Ray's saves (one a second):
+    # on a warm worker a whole digits trial takes under a second, and the clean-clone CI of
+    # b80b511 saw no save with 2 trials asked.
     experiment, snapshot, samples = tmp_path / "late", tmp_path / "snapshot", 4
     snapshot.mkdir()
     stop = threading.Event()
@@ -241,10 +247,12 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
         tunekit.run(
             DEFAULT_SPEC,
             overrides=[
+                f"trainable={TEST_TRAINABLES / 'slow_digits.py'}",
+                "data.epoch_seconds=1",
                 f"budget.num_samples={samples}",
                 "budget.max_epochs=4",
                 f"budget.max_concurrent={concurrent}",
-                "scheduler.grace_period=1",
+                "scheduler.grace_period=2",
                 "scheduler.reduction_factor=2",
                 "search.n_startup_trials=2",
                 *QUIET,
