@@ -18,7 +18,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from tunekit.clock import ended_by_its_driver
 from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
     end_saved_trials,
@@ -57,7 +56,8 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
-from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, LEDGER_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
 from tunekit.tracking.preflight import check_complete, check_reachable
@@ -201,7 +201,9 @@ def resume(
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     spec, grown = resumed_spec(directory, overrides, python_trainable)
     stream = sys.stdout if progress is True else (progress or None)
-    if not grown and _finished(spec, directory):
+    if not grown and search_complete(
+        directory, spec.name, spec.budget.num_samples, table_rows(directory / TRIALS_FILE)
+    ):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
             stream.write(
                 f"the search is complete: nothing to resume (`tunekit resume {directory} "
@@ -223,24 +225,6 @@ def resume(
             with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
                 stand_in.rmdir()
     return load(directory)
-
-
-def _finished(spec: ExperimentSpec, experiment_dir: Path) -> bool:
-    """The search ended by itself with its whole budget spent: a resume has nothing to run.
-
-    Its last session was ended by its driver (not a signal's stop, which leaves trials
-    stopped for the resume), every trial ended, and it ran ``num_samples`` trials or its
-    space ran out. An experiment from a tunekit that did not record the session's end is
-    resumed as before.
-    """
-    from tunekit.search.searcher import exhausted_reason
-
-    if not ended_by_its_driver(experiment_dir) or not (experiment_dir / LEDGER_FILE).is_file():
-        return False
-    rows = table_rows(experiment_dir / TRIALS_FILE)
-    if any(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
-        return False
-    return len(rows) >= spec.budget.num_samples or exhausted_reason(spec, experiment_dir) is not None
 
 
 def _stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
@@ -292,7 +276,6 @@ def _fit(
 ) -> None:
     from tunekit.driver.progress import ConsoleProgress
     from tunekit.search.history import HistorySummary
-    from tunekit.search.searcher import exhausted_reason
 
     session_began = time.time()  # the active clock's session starts here, with the console's
     console = ConsoleProgress(spec, stream) if stream else None
@@ -334,7 +317,7 @@ def _fit(
         else:  # a signal's stopped trials are the resume's to continue
             recorder.searcher.mark_held(True)
         wait_for_released_resources()
-    if console and (exhausted := exhausted_reason(spec, experiment_dir)):
+    if console and (exhausted := space_ran_out(experiment_dir, spec.name)):
         console.phase(f"the search ended early: {exhausted}")
     if signals.received is not None:
         raise SearchInterrupted(

@@ -18,6 +18,7 @@ from tunekit.clock import SearchClock, session_running
 from tunekit.config.objectives import first_metric
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.results.completion import search_complete
 from tunekit.worker.heartbeat import read_heartbeat
 
 # The driver moves started.json's session end at least every 5 s while it runs.
@@ -45,6 +46,7 @@ class Status:
     active_s: float
     sessions: int
     planned: int | None  # the spec's num_samples
+    complete: bool  # as ``tunekit resume`` judges it: nothing left to run
     metric: str
     counts: dict[str, int]
     running: list[RunningTrial]
@@ -85,10 +87,7 @@ class Status:
         return "\n".join(lines)
 
     def _state(self) -> str:
-        # A stopped trial is the resume's to finish (a signal stopped the search around it).
-        waiting = self.counts.get(TrialStatus.RUNNING, 0) + self.counts.get(TrialStatus.STOPPED, 0)
-        ended = sum(self.counts.values()) - waiting
-        if not self.running and not waiting and self.planned and ended >= self.planned:
+        if self.complete:
             return "finished"
         return "running" if self.alive else "not running (`tunekit resume` continues it)"
 
@@ -117,13 +116,15 @@ def read_status(experiment_dir: str | Path) -> Status:
     running = [row for row in trials if row.get("status") == TrialStatus.RUNNING] if alive else []
     ended = [row for row in trials if row.get("status") != TrialStatus.RUNNING]
     ended.sort(key=lambda row: _float(row.get("ended_at")) or 0.0, reverse=True)
+    planned = (spec.get("budget") or {}).get("num_samples")
     return Status(
         directory,
         alive,
         heard,
         active,
         len(clock.sessions) if clock else 0,
-        (spec.get("budget") or {}).get("num_samples"),
+        planned,
+        isinstance(planned, int) and search_complete(directory, str(spec.get("name")), planned, trials),
         first_metric(spec.get("metric")),
         counts,
         _running(directory, running, active),

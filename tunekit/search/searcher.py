@@ -531,10 +531,3 @@ def set_constraints(trial: optuna.Trial, spec: ExperimentSpec, result: Mapping[s
     ``study.best_trials`` read them. A metric the result lacks breaks its constraint."""
     for constraint in spec.constraints:
         trial.set_constraint(constraint.text, constraint.violation(finite(result.get(constraint.name))))
-
-
-def exhausted_reason(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
-    """Why the search ended before ``num_samples`` trials, as the study recorded it, or None."""
-    study = optuna.load_study(study_name=spec.name, storage=study_storage(experiment_dir))
-    reason = study.user_attrs.get(EXHAUSTED_ATTR)
-    return str(reason) if reason else None

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from tunekit.layout import HEARTBEAT_FILE, STARTED_FILE
+from tunekit.layout import HEARTBEAT_FILE, LEDGER_FILE, STARTED_FILE
 from tunekit.results.status import read_status
 
 SPEC = "name: s\nmetric: {name: val_accuracy, mode: max}\nbudget: {num_samples: 4, max_epochs: 3}\n"
@@ -57,6 +57,7 @@ def test_a_search_with_stopped_trials_is_not_finished(tmp_path: Path) -> None:
     (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows)
     assert "search: not running (`tunekit resume` continues it)" in read_status(root).describe()
     (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows.replace("stopped", "pruned"))
+    (root / LEDGER_FILE).write_text("{}")  # the driver's last word: it ended the search itself
     assert "search: finished" in read_status(root).describe()
 
 
@@ -77,3 +78,23 @@ def test_a_killed_driver_on_this_host_is_not_running_at_once(tmp_path: Path) -> 
         json.dumps({**clock, "driver": {"host": socket.gethostname(), "pid": os.getpid()}})
     )
     assert read_status(root).alive  # this process is alive: the driver's word stands
+
+
+def test_a_search_whose_space_ran_out_is_finished_as_resume_judges_it(tmp_path: Path) -> None:
+    # A 2-point grid under num_samples 4: `tunekit resume` said "complete: nothing to resume"
+    # while `tunekit status` told the user to resume it. Both now ask search_complete.
+    import optuna
+
+    from tunekit.results.completion import search_complete
+    from tunekit.search.attrs import EXHAUSTED_ATTR
+    from tunekit.search.plan import study_storage
+
+    root = experiment(tmp_path / "grid", running=False, heard_s_ago=1.0)
+    rows = "".join(f"t{i},{i},completed,,3\n" for i in range(2))
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows)
+    (root / LEDGER_FILE).write_text("{}")
+    study = optuna.create_study(study_name="s", storage=study_storage(root))
+    assert "search: not running (`tunekit resume` continues it)" in read_status(root).describe()
+    study.set_user_attr(EXHAUSTED_ATTR, "the grid's 2 configurations all ran")
+    assert "search: finished" in read_status(root).describe()
+    assert search_complete(root, "s", 4, [{"status": "completed"}] * 2)
