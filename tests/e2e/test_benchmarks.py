@@ -91,49 +91,69 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     assert scale.curve({"learning_rate": 3e-3, "units": 128, "dropout": 0.0}, 9) > scale.curve(
         {"learning_rate": 1e-4, "units": 32, "dropout": 0.5}, 9
     )
-    window = {"driver_cpu_per_trial_ms": 10.0, "split_ms": {"sampler": 1.0}, "trials_per_minute": 300.0}
+    # One run of each side to 2,000 trials in windows of 100, reported at 1,000 and 2,000.
+    window = {"trials": 100, "split_ms": {"sampler": 1.0}, "trials_per_minute": 300.0}
     window |= {"backlog_max": 4, "backlog_now": 0, "rss_mb": 300.0, "experiment_dir_mb": 1.0, "study_mb": 1.0}
     rows = [
-        {**window, "window": 1, "ended": 1000},
-        {**window, "window": 2, "ended": 2000, "driver_cpu_per_trial_ms": 13.0},
+        {**window, "window": n, "ended": 100 * n, "elapsed_s": 10.0 * n, "driver_cpu_per_trial_ms": 10.0}
+        for n in range(1, 21)
     ]
+    rows[9]["driver_cpu_per_trial_ms"] = 11.0  # the 1,000-size's last tenth
+    rows[-2]["driver_cpu_per_trial_ms"] = rows[-1]["driver_cpu_per_trial_ms"] = 13.0  # the 2,000-size's
     counted = {"parents": 1, "children": 2000, "trials": 2000, "epoch_points": 5000, "epochs": 5000}
-    tunekit_side = {"wall_s": 200.0, "windows": rows, "mlflow": counted, "tracking_backend": "postgresql"}
-    tunekit_side |= {"load_s": 1.0, "report_s": 2.0}
+    tunekit_side = {"trials": 2000, "wall_s": 205.0, "windows": rows, "mlflow": counted}
+    tunekit_side |= {"tracking_backend": "postgresql", "load_s": 1.0, "report_s": 2.0}
+    ray_rows = [
+        {"trials": 100, "ended": 100 * n, "elapsed_s": 8.0 * n, "trials_per_minute": 600.0} for n in range(1, 21)
+    ]
+    for row in ray_rows:
+        row |= {"window": row["ended"] // 100, "driver_cpu_per_trial_ms": 5.0 if row["ended"] <= 1800 else 6.0}
+    sampler_at = [{"ended": 100 * n, "sampler_s": 0.5 * n} for n in range(1, 21)]
+    # 1,000 trials of Ray Tune + OptunaSearch in 120 s; then stopped at tunekit's whole wall.
+    optuna_rows = [{**row, "elapsed_s": 12.0 * row["ended"] / 100} for row in ray_rows[:15]]
     sides: dict[str, dict[str, Any]] = {
         "tunekit": tunekit_side,
-        "ray_floor": {"wall_s": 150.0},
-        "ray_optuna": {"wall_s": 260.0},
-        "optuna_floor": {"wall_s": 60.0, "sampler_s": 10.0, "best": 0.95, "trials_to_best": 900},
-        "optuna_history": {"sampler_s": 4.0, "best": 0.949, "trials_to_best": 1100, "history": 1000},
+        "ray_floor": {"wall_s": 162.0, "windows": ray_rows},
+        "ray_optuna": {"wall_s": 206.0, "windows": optuna_rows, "stopped_after_s": 205.0, "ended": 1500},
+        "optuna_floor": {"sampler_at": sampler_at, "finals": [[5, 0.90], [899, 0.95]], "history": None},
+        "optuna_history": {
+            "sampler_at": [{**p, "sampler_s": p["sampler_s"] * 0.4} for p in sampler_at],
+            "finals": [[5, 0.90], [1099, 0.949]],
+            "history": 1000,
+        },
     }
-    figures, ratios = scale.analyse({2000: sides})
-    history = next(f for f in figures if "TPE modelling the last 1,000 trials" in f["name"])
-    assert history["value"] == 0.4
+    figures, ratios = scale.analyse(sides, [1000, 2000])
+    named = {f["name"]: f for f in figures}
+    history = named["2000 trials: TPE modelling the last 1,000 trials, sampler seconds / whole history's"]
+    assert history["value"] == pytest.approx(0.4)
     assert history["note"].startswith("best final value 0.9490 (reached by trial 1100) against 0.9500 (trial 900)")
-    met = {f["name"].split(": ", 1)[1]: f["met"] for f in figures if f["target"]}
-    assert met["driver CPU per trial without the sampler, last window / first"] is False  # 12 / 9 > 1.25x
-    assert met["wall / (Ray's floor + the sampler's floor)"] is True  # 200 / 160 = 1.25
-    assert met["Ray Tune + OptunaSearch wall / tunekit's"] is True
-    assert met["MLflow lost nothing (postgresql)"] is True
-    sides["tunekit"]["mlflow"] = {**counted, "epoch_points": 4999}
-    figures, _ = scale.analyse({2000: sides})
-    assert next(f for f in figures if "lost nothing" in f["name"])["met"] is False
-    assert ratios[0].startswith("2000 trials: tunekit 200 s; Ray floor 150 s")
-    rows[1]["split_ms"] = {"sampler": 4.0}  # the growth is all TPE's own work: (13 - 4) / (10 - 1)
-    figures, _ = scale.analyse({2000: sides})
-    growth = next(f for f in figures if "without the sampler" in f["name"])
-    assert growth["met"] is True and growth["value"] == 1.0 and growth["note"] == "with the sampler's own work: 1.30x"
-    ray_window = {"trials": 1000, "trials_per_minute": 600.0}
-    sides["ray_floor"]["windows"] = [
-        {**ray_window, "window": 1, "ended": 1000, "driver_cpu_per_trial_ms": 5.0},
-        {**ray_window, "window": 2, "ended": 2000, "driver_cpu_per_trial_ms": 6.0},
-    ]
-    figures, _ = scale.analyse({2000: sides})
-    growth = next(f for f in figures if "without the sampler" in f["name"])
+    early = named["1000 trials: TPE modelling the last 1,000 trials, sampler seconds / whole history's"]
+    assert early["note"].startswith("best final value 0.9000 (reached by trial 6) against 0.9500 (trial 900)")
+    # The 1,000-trial size is the run's first 1,000: walls when trial 1,000 ended, tenths of 100.
+    assert named["1000 trials: driver CPU per trial without the sampler, last tenth / first"]["value"] == 1.0 + 1 / 9
+    assert named["1000 trials: wall / (Ray's floor + the sampler's floor)"]["value"] == pytest.approx(100 / (80 + 5.0))
+    assert named["1000 trials: Ray Tune + OptunaSearch wall / tunekit's"]["value"] == pytest.approx(1.2)
+    # The whole run: its last tenth (two windows of 13 ms) against its first (10 ms), sampler left out.
+    growth = named["2000 trials: driver CPU per trial without the sampler, last tenth / first"]
+    assert growth["value"] == pytest.approx(12 / 9) and growth["met"] is False
     assert growth["note"] == "with the sampler's own work: 1.30x; Ray's floor alone: 1.20x"
-    ray_last = next(f for f in figures if "Ray's floor, window 2 (to trial 2000)" in f["name"])
+    assert named["2000 trials: wall / (Ray's floor + the sampler's floor)"]["value"] == pytest.approx(
+        205 / (162 + 10.0)
+    )
+    stopped = named["2000 trials: Ray Tune + OptunaSearch wall / tunekit's"]
+    assert stopped["met"] is True and stopped["note"].startswith("at least: stopped after 205 s")
+    assert named["2000 trials: MLflow lost nothing (postgresql)"]["met"] is True
+    assert "1000 trials: MLflow lost nothing (postgresql)" not in named  # counted once, at the end
+    assert (
+        ratios[0]
+        == "1000 trials: tunekit 100 s; Ray floor 80 s; Ray Tune + OptunaSearch 120 s; the sampler alone 5.0 s"
+    )
+    assert ratios[1].startswith("2000 trials: tunekit 205 s; Ray floor 162 s; Ray Tune + OptunaSearch more than 205 s")
+    ray_last = named["2000 trials, Ray's floor, tenth 10 (to trial 2000): driver CPU per trial"]
     assert (ray_last["value"], ray_last["note"]) == (6.0, "600 trials/min")
+    sides["tunekit"]["mlflow"] = {**counted, "epoch_points": 4999}
+    figures, _ = scale.analyse(sides, [1000, 2000])
+    assert next(f for f in figures if "lost nothing" in f["name"])["met"] is False
 
 
 def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu() -> None:
