@@ -22,6 +22,7 @@ from tunekit.errors import FatalTrialError, TrialFailure
 from tunekit.layout import ENDED_STATUSES, TrialStatus
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import summarize
+from tunekit.search.forecast import trial_epochs
 from tunekit.search.searcher import open_study
 from tunekit.worker.checks import check_epoch_metrics
 
@@ -144,21 +145,41 @@ class _Recorder:
         return len(ended), sum(r.epochs for r in ended)
 
 
-def test_time_left_follows_what_ended_trials_really_trained() -> None:
-    # Asynchronous ASHA lets the first trials train far past the planner's ideal count; the
-    # estimate must follow the trials that ended (2 of them averaging 11 epochs), not the plan.
-    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO())  # 24 trials
-    ended = [
-        TrialRecord("a", 0, {}, status=TrialStatus.COMPLETED, epochs=20),
-        TrialRecord("b", 1, {}, status=TrialStatus.PRUNED, epochs=2),
-    ]
-    running = TrialRecord("c", 2, {}, status=TrialStatus.RUNNING, epochs=5)
+def _time_left(ended: list[TrialRecord], running: list[TrialRecord]) -> float | None:
+    """The console's time left for the default search (24 trials) at one second an epoch."""
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO())
     recorder: Any = _Recorder([], epochs=0)
     console.experiment_started(recorder)  # a new search: nothing resumed
-    recorder.trials = {r.trial_id: r for r in [*ended, running]}
-    recorder.epochs = [object()] * 27
-    console._first_epoch_at = time.monotonic() - 26.0  # 26 epochs since the first: 1 s an epoch
+    recorder.trials = {r.trial_id: r for r in [*ended, *running]}
+    trained = sum(r.epochs for r in [*ended, *running])
+    recorder.epochs = [object()] * trained
+    console._first_epoch_at = time.monotonic() - (trained - 1)  # one second an epoch since the first
+    return console.time_left()
 
-    left = console.time_left()
 
-    assert left == pytest.approx(21 * 11 + (11 - 5), abs=1.0)
+def test_time_left_does_not_collapse_when_the_first_trial_to_end_was_cut_at_the_first_rung() -> None:
+    # The README's run printed "about 4 s left" of a 70-s search: its first trial to end was
+    # cut by ASHA after 2 epochs, and the estimate took every trial to come to train 2.
+    simulated = trial_epochs(load_spec(DEFAULT_SPEC))
+    left = _time_left(
+        [TrialRecord("a", 0, {}, status=TrialStatus.PRUNED, epochs=2)],
+        [TrialRecord("b", 1, {}, status=TrialStatus.RUNNING, epochs=2)],
+    )
+    assert left is not None and left > 3 * 22 * 2  # the old estimate: 22 trials to come of 2 epochs
+    # ... near the simulated search's own count of the epochs still to come
+    assert left == pytest.approx(23 * simulated.mean, rel=0.25)
+
+
+def test_time_left_follows_what_ended_trials_really_trained() -> None:
+    # Once many trials have ended, what they trained outweighs the simulation: 20 trials of
+    # 11 epochs each leave 4 trials of about 11 epochs.
+    left = _time_left([TrialRecord(str(n), n, {}, status=TrialStatus.COMPLETED, epochs=11) for n in range(20)], [])
+    assert left == pytest.approx(4 * 11, rel=0.1)
+
+
+def test_a_running_trial_is_expected_to_train_as_far_as_simulated_trials_that_got_as_far() -> None:
+    # At epoch 6 of the default search's ASHA (rungs at 2, 6 and 18) a trial still running has
+    # passed the second rung: the simulated trials that did went on to epoch 18 or 20.
+    simulated = trial_epochs(load_spec(DEFAULT_SPEC))
+    assert 12 <= simulated.left_after(6) <= 14
+    assert simulated.left_after(20) == 0.0

@@ -30,6 +30,10 @@ QUIET_LOG_S = 10.0  # in a log (no TTY), the longest stretch without a line
 # The estimate reads every trial, and the line is drawn as every trial ends: in a search
 # of thousands of short trials that scan grew with the search (benchmarks/scale.py).
 ESTIMATE_EVERY_S = 1.0
+# The simulated epochs per trial weigh as much as this many ended trials in the time left:
+# the first trials to end are the ones ASHA cut at its first rung, so their mean alone made
+# the first estimates far too low (4 s left of a 70-s search).
+EXPECTED_WEIGHS_AS_TRIALS = 4
 T = TypeVar("T")
 _STEPS_SHOWN = 2  # running trials whose step the status line names, at most
 
@@ -41,13 +45,13 @@ class ConsoleProgress:
     """
 
     def __init__(self, spec: ExperimentSpec, stream: TextIO | None = None, *, live: bool | None = None) -> None:
-        from tunekit.search.plan import plan_budget
+        from tunekit.search.forecast import trial_epochs
 
         self._metric = spec.metric.name
         self._spec = spec
         self._front: tuple[int, str] = (-1, "")  # (trials ended when computed, its text)
         self._num_samples = spec.budget.num_samples
-        self._planned_epochs = max(1, plan_budget(spec).planned_epochs)
+        self._trial_epochs = trial_epochs(spec)
         self._stream = stream or sys.stdout
         self._live = _isatty(self._stream) if live is None else live
         self._started = time.monotonic()
@@ -237,9 +241,11 @@ class ConsoleProgress:
     def time_left(self) -> float | None:
         """Seconds left: the epochs still to come, at the pace since the first epoch.
 
-        Once trials have ended, the epochs still to come are estimated from what ended
-        trials actually trained (asynchronous ASHA lets early trials run long, so the
-        planner's ideal count is too low); before that, from the plan.
+        The simulation of asynchronous ASHA that ``tunekit plan --probe`` runs
+        (``forecast.trial_epochs``) says how long trials train: a trial still to come trains
+        its mean, weighed with what ended trials actually trained as they accumulate
+        (``EXPECTED_WEIGHS_AS_TRIALS``); a running trial, what the simulated trials that
+        got as far trained beyond it.
         """
         if self._recorder is None or self._first_epoch_at is None:
             return None
@@ -249,12 +255,10 @@ class ConsoleProgress:
         if trained < 1 or (not running and recorded >= self._num_samples):
             return None
         ended, ended_epochs = self._recorder.ended_epochs()
-        if ended:
-            per_trial = ended_epochs / ended
-            waiting = max(0, self._num_samples - recorded)
-            remaining = waiting * per_trial + sum(max(0.0, per_trial - r.epochs) for r in running)
-        else:
-            remaining = self._planned_epochs - self._resumed_epochs - trained - 1
+        expected = EXPECTED_WEIGHS_AS_TRIALS * self._trial_epochs.mean
+        per_trial = (ended_epochs + expected) / (ended + EXPECTED_WEIGHS_AS_TRIALS)
+        waiting = max(0, self._num_samples - recorded)
+        remaining = waiting * per_trial + sum(self._trial_epochs.left_after(r.epochs) for r in running)
         pace = (time.monotonic() - self._first_epoch_at) / trained
         return max(0.0, remaining * pace)
 

@@ -18,6 +18,7 @@ the tail.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import json
@@ -34,6 +35,9 @@ from tunekit.layout import PREDICTION_FILE, PROBES_DIR
 from tunekit.search.plan import spec_milestones
 
 SIMULATIONS = 300  # searches simulated per prediction; the mean is stable to ~1% at this count
+# ...for a small search; a large one averages over its own trials, so fewer searches of it
+# give the same stability: at most this many simulated trials in all (at least 10 searches).
+SIMULATED_TRIALS = 200_000
 WALL_DEFINITION = "from the search's start (tunekit.run called, after the driver's imports) to its last trial's end"
 
 
@@ -121,7 +125,8 @@ def predict(spec: ExperimentSpec, measurement: Measurement, simulations: int = S
     slots, reason = concurrency(spec, measurement.cpus, measurement.gpus)
     units, unit = slot_units(spec)
     rng = random.Random(spec.search.seed)
-    runs = [_simulate(spec, measurement, slots, rng) for _ in range(simulations)]
+    searches = min(simulations, max(10, SIMULATED_TRIALS // spec.budget.num_samples))
+    runs = [_simulate(spec, measurement, slots, rng) for _ in range(searches)]
     return Prediction(
         wall_seconds=statistics.fmean(r.wall for r in runs),
         epochs=statistics.fmean(r.epochs for r in runs),
@@ -134,11 +139,66 @@ def predict(spec: ExperimentSpec, measurement: Measurement, simulations: int = S
     )
 
 
+@dataclass(frozen=True)
+class TrialEpochs:
+    """How many epochs trials train, as simulated searches of the spec spread them."""
+
+    counts: tuple[int, ...]  # counts[e]: simulated trials that trained e epochs
+
+    @property
+    def mean(self) -> float:
+        return sum(e * n for e, n in enumerate(self.counts)) / max(1, sum(self.counts))
+
+    def left_after(self, epochs: int) -> float:
+        """The epochs a trial still running after ``epochs`` is expected to train yet."""
+        beyond = [(e, n) for e, n in enumerate(self.counts) if e > epochs and n]
+        total = sum(n for _, n in beyond)
+        return sum((e - epochs) * n for e, n in beyond) / total if total else 0.0
+
+
+def trial_epochs(spec: ExperimentSpec) -> TrialEpochs:
+    """The epochs trials train, by the simulation ``predict`` runs, with nominal costs (a
+    later epoch of one unit, a trial's first epoch of three, as tracing makes it).
+
+    Asynchronous ASHA's spread, which the ideal rung plan misses: its first trials train
+    long and most later ones stop at the first rung. The console's time left starts from
+    it. Simulated searches of 2,000 trials or more in all give a stable spread, so the cost
+    stays in milliseconds at any size.
+    """
+    budget = spec.budget
+    nominal = Measurement(
+        target="nominal",
+        measured_at=0.0,
+        cpus=float(budget.max_concurrent) * max(spec.resources.cpu, 1.0),
+        gpus=float(budget.max_concurrent) * spec.resources.gpu,
+        startup_s=0.0,
+        new_worker_first_epoch_s=3.0,
+        reused_first_epoch_s=3.0,
+        epoch_s=1.0,
+        gap_s=0.0,
+        end_s=0.0,
+        probe_trials=0,
+        probe_epochs=0,
+        probe_seconds=0.0,
+    )
+    slots, _ = concurrency(spec, nominal.cpus, nominal.gpus)
+    rng = random.Random(spec.search.seed)
+    counts = [0] * (budget.max_epochs + 1)
+    for _ in range(max(1, min(50, 2000 // budget.num_samples))):  # a few thousand trials in all
+        for epochs in _simulate(spec, nominal, slots, rng).trial_epochs:
+            counts[epochs] += 1
+    return TrialEpochs(tuple(counts))
+
+
 @dataclass
 class _Run:
     wall: float
-    epochs: int
+    trial_epochs: list[int]
     slot_seconds: float
+
+    @property
+    def epochs(self) -> int:
+        return sum(self.trial_epochs)
 
 
 @dataclass
@@ -189,19 +249,18 @@ def _simulate(spec: ExperimentSpec, m: Measurement, slots: int, rng: random.Rand
         trial.epochs = epoch
         stop = epoch >= max_epochs
         if epoch in milestones:
-            seen = recorded[epoch]
+            seen = recorded[epoch]  # kept sorted: a sort per comparison made 10,000 trials take seconds
             stop = stop or (bool(seen) and trial.score < _quantile(seen, quantile))
-            seen.append(trial.score)
+            bisect.insort(seen, trial.score)
         if stop:
             end(index, at + m.end_s)
         else:
             heapq.heappush(events, (at + m.epoch_s, index, epoch + 1))
-    return _Run(max(ends, default=m.startup_s), sum(t.epochs for t in trials), slot_seconds)
+    return _Run(max(ends, default=m.startup_s), [t.epochs for t in trials], slot_seconds)
 
 
-def _quantile(values: list[float], q: float) -> float:
-    """numpy's default (linear) percentile, as Ray's ASHA computes its cutoff."""
-    ordered = sorted(values)
+def _quantile(ordered: list[float], q: float) -> float:
+    """numpy's default (linear) percentile of sorted ``ordered``, as Ray's ASHA computes its cutoff."""
     position = (len(ordered) - 1) * q
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
