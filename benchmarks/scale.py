@@ -743,7 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--tpe-history",
         type=int,
-        help="the tunekit side sets search.tpe_history to this (default: TPE models every trial)",
+        default=TPE_HISTORY,
+        help=f"the tunekit side's search.tpe_history (default {TPE_HISTORY:,}, the setting the README publishes; "
+        "0: TPE models every trial, the spec's default)",
     )
     p.add_argument("--side", choices=("tunekit", *PEERS), help=argparse.SUPPRESS)
     p.add_argument("--trials", type=int, help=argparse.SUPPRESS)
@@ -757,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         trials, window = args.trials, args.window
         runs = {
-            "tunekit": lambda: _run_tunekit(trials, window, args.workdir, args.tpe_history),
+            "tunekit": lambda: _run_tunekit(trials, window, args.workdir, args.tpe_history or None),
             "ray_floor": lambda: _run_ray(trials, window, args.workdir, False, args.stop_after_s),
             "ray_optuna": lambda: _run_ray(trials, window, args.workdir, True, args.stop_after_s),
             "optuna_floor": lambda: _run_optuna(trials, window),
@@ -784,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"benchmarks.{NAME}",
                 [
                     f"--{args.mode}",
-                    *(["--tpe-history", str(args.tpe_history)] if args.tpe_history else []),
+                    *["--tpe-history", str(args.tpe_history)],
                     *["--side", side, "--trials", str(trials), "--window", str(window)],
                     *["--workdir", str(root / side), *stop],
                 ],
@@ -798,7 +800,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = sides["tunekit"]["tracking_backend"]
     setup = {
         "trial": f"synthetic: {EPOCH_S * 1000:.0f} ms per epoch, up to {MAX_EPOCHS} epochs, a curve from the config",
-        "search": f"TPE seed 0, ASHA grace {GRACE} rf {REDUCTION}, {SLOTS} trials at a time",
+        "search": f"TPE seed 0, ASHA grace {GRACE} rf {REDUCTION}, {SLOTS} trials at a time; tunekit's "
+        + (f"search.tpe_history {args.tpe_history:,}" if args.tpe_history else "TPE over every trial"),
         "tracking": f"mlflow server on 127.0.0.1 backed by {backend}",
         "sizes": f"{', '.join(f'{size:,}' for size in sizes)}: one run of each side to {trials:,} trials, "
         "a smaller size's figures from its first trials",
