@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -303,6 +304,14 @@ def _fit(
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began
         signals.on_stop.append(recorder.searcher.hold_endings)
+        # Told to the study at once, from a thread (not the signal handler, which may have cut a
+        # study write short): a second signal exits before the search's end would record it,
+        # and `tunekit check` then took the held trials for a bug.
+        signals.on_stop.append(
+            lambda: threading.Thread(
+                target=recorder.searcher.mark_held, args=(True,), name="tunekit-held", daemon=True
+            ).start()
+        )
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):
             console.phase(history.describe())
         if console:

@@ -142,8 +142,7 @@ def check_experiment(
         report.notes.append(f"{running} trials were running when the search stopped; `tunekit resume` finishes them")
     tracked = results.experiment_dir / TRACKING_FILE
     if mlflow and tracked.is_file():
-        report.checked.append("mlflow")
-        report.findings.extend(_mlflow(results, summary, json.loads(tracked.read_text()), tracking_uri))
+        _check_mlflow(report, results, summary, json.loads(tracked.read_text()), tracking_uri)
     elif mlflow:
         report.notes.append(f"not tracked in MLflow (no {TRACKING_FILE})")
     return report
@@ -417,6 +416,32 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
 
 
 # ------------------------------------------------------------------ MLflow
+
+
+def _check_mlflow(
+    report: CheckReport, results: ExperimentResults, summary: Summary, record: dict[str, Any], uri: str | None
+) -> None:
+    """MLflow's runs against the files, when its store answers; a server that does not is a
+    note (nothing could be compared), known in seconds: MLflow's own retries take minutes."""
+    from tunekit.tracking.writer import answers, quick_http_retries
+
+    uri = uri or record.get("tracking_uri")
+    silent = answers(str(uri)) if uri else None
+    if silent is not None:
+        report.notes.append(
+            f"MLflow was not compared: {silent}; run the check again once it answers, or with "
+            "`--tracking-uri` where its runs are now (`--no-mlflow` leaves it out)"
+        )
+        return
+    report.checked.append("mlflow")
+    with quick_http_retries():
+        found = list(_mlflow(results, summary, record, uri))
+    report.findings.extend(found)
+    if found:
+        report.notes.append(
+            f"MLflow disagrees with the files: `tunekit sync {results.experiment_dir}` sends it what they hold "
+            "(runs, epochs, the parent's figures)"
+        )
 
 
 def _mlflow(

@@ -9,12 +9,13 @@ batching and error sorting), ``artifacts`` and ``client`` (the only door to MLfl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -234,6 +235,31 @@ def _release(waiters: list[threading.Event]) -> None:
     for waiter in waiters:
         waiter.set()
     waiters.clear()
+
+
+@contextlib.contextmanager
+def quick_http_retries() -> Iterator[None]:
+    """The writer's HTTP settings (``HTTP_ENV_DEFAULTS``) for one short use outside the writer
+    (a preflight, ``tunekit check``): a failing server is known in seconds, not minutes. A
+    setting the user made stays theirs."""
+    added = [key for key in HTTP_ENV_DEFAULTS if key not in os.environ]
+    os.environ.update({key: HTTP_ENV_DEFAULTS[key] for key in added})
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def answers(uri: str) -> str | None:
+    """None when MLflow at ``uri`` answers (a local store always does), else why not, in a few words."""
+    if urlsplit(uri).scheme not in ("http", "https"):
+        return None
+    try:
+        probe(uri)
+    except ConnectionError as error:
+        return str(error)
+    return None
 
 
 def probe(uri: str) -> None:

@@ -175,3 +175,23 @@ def test_a_ledger_left_by_an_earlier_session_is_a_note_and_a_current_one_is_comp
     os.utime(root / LEDGER_FILE, (now, now))  # written by the last session: every figure counts
     findings = [str(f) for f in check_experiment(root).findings]
     assert "ledger.json vs summary: epochs_spent: 99.0 vs 5.0" in findings, findings  # the file first
+
+
+def test_an_mlflow_server_that_does_not_answer_is_a_note_known_in_seconds(tmp_path: Path) -> None:
+    # A user's check with the server down waited 4 minutes on MLflow's own retries, then
+    # counted the silence as a disagreement.
+    import socket
+
+    from tunekit.layout import TRACKING_FILE
+
+    root = consistent(tmp_path)
+    with socket.socket() as free:  # a port nothing listens on once closed
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    (root / TRACKING_FILE).write_text(json.dumps({"tracking_uri": uri, "parent_run_id": "0" * 32}))
+    started = time.monotonic()
+    report = check_experiment(root)
+    assert time.monotonic() - started < 10
+    assert report.ok and "mlflow" not in report.checked, report.describe()
+    assert any(note.startswith(f"MLflow was not compared: no answer from {uri}") for note in report.notes)
