@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import socket
 import time
@@ -170,3 +171,14 @@ def _alive(pid: object) -> bool:
     except PermissionError:  # another user's process: it exists
         return True
     return True
+
+
+def duration(seconds: float | None) -> str:
+    """``1h 02m``, ``3m 05s``, ``-`` for no value: how every report, status and plan writes a
+    span of active time, rounded to the second (``tunekit status`` cut it, and said 0m 46s
+    where the report said 0m 47s)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

@@ -16,11 +16,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunekit.clock import duration
 from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TRACKING_FILE, TrialStatus
 from tunekit.results.best import INHERITED, BestTrial, describe_lineage
 from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults
-from tunekit.results.summary import Summary, duration, summarize
+from tunekit.results.summary import Summary, summarize
 
 if TYPE_CHECKING:
     import pandas as pd

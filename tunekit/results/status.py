@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tunekit.clock import SearchClock, session_running
+from tunekit.clock import SearchClock, duration, session_running
 from tunekit.config.objectives import first_metric
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
@@ -60,7 +60,7 @@ class Status:
         else:
             lines.append(
                 f"search: {self._state()} (session {self.sessions}, driver last heard {self.heard_s_ago:.0f} s ago); "
-                f"active {_duration(self.active_s)}"
+                f"active {duration(self.active_s)}"
             )
         counts = ", ".join(f"{count} {status}" for status, count in self.counts.items() if count)
         planned = f" of {self.planned} planned" if self.planned else ""
@@ -176,8 +176,3 @@ def _float(text: str | None) -> float | None:
 def _number(text: str) -> str:
     value = _float(text)
     return "" if value is None else f"{value:.4f}"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m {seconds % 60:02d}s"

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock
+from tunekit.clock import SearchClock, duration
 from tunekit.config.spec import MetricMode
 from tunekit.errors import TunekitError
 from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, finite
@@ -239,12 +238,3 @@ class LedgerFile:
 
 
 # ------------------------------------------------------------------------ helpers
-
-
-def duration(seconds: float | None) -> str:
-    """``1h 02m``, ``3m 05s``, ``-`` for no value."""
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

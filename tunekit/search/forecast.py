@@ -38,7 +38,10 @@ SIMULATIONS = 300  # searches simulated per prediction; the mean is stable to ~1
 # ...for a small search; a large one averages over its own trials, so fewer searches of it
 # give the same stability: at most this many simulated trials in all (at least 10 searches).
 SIMULATED_TRIALS = 200_000
-WALL_DEFINITION = "from the search's start (tunekit.run called, after the driver's imports) to its last trial's end"
+WALL_DEFINITION = (
+    "the search's active seconds from its start (tunekit.run called, after the driver's imports) to its last "
+    "trial's end; a search resumed or grown adds a start-up per later session"
+)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunekit.clock import duration
 from tunekit.config.resources import local_gpu_count
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import TunekitError
@@ -245,18 +246,12 @@ def describe(spec: ExperimentSpec, measurement: Measurement, prediction: Predict
         *(f"  {label:<{width}}  {value:>8}" for label, value in rows),
         *(f"  note: {note}" for note in m.notes),
         f"prediction: {p.trials} trials, {p.concurrency} at a time ({p.concurrency_reason})",
-        f"  wall time    {_duration(p.wall_seconds)} ({p.wall_seconds:.0f} s, until the last trial ends)",
+        f"  wall time    {duration(p.wall_seconds)} ({p.wall_seconds:.0f} s, until the last trial ends)",
         f"  epochs       {p.epochs:.0f} (asynchronous ASHA, simulated; the ideal rung plan: {p.planned_epochs})",
         f"  {p.slot_unit}-hours    {p.slot_hours:.4f}",
         f"saved: {saved} (`tunekit run` files it with the experiment; the report shows predicted against actual)",
     ]
     return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
 # ------------------------------------------------------------------ the child process

@@ -98,3 +98,15 @@ def test_a_search_whose_space_ran_out_is_finished_as_resume_judges_it(tmp_path: 
     study.set_user_attr(EXHAUSTED_ATTR, "the grid's 2 configurations all ran")
     assert "search: finished" in read_status(root).describe()
     assert search_complete(root, "s", 4, [{"status": "completed"}] * 2)
+
+
+def test_active_time_is_rounded_as_the_report_rounds_it(tmp_path: Path) -> None:
+    # 46.99 s of active time: status said 0m 46s, the report and the console 0m 47s.
+    from tunekit.clock import duration
+
+    root = experiment(tmp_path / "e", running=False, heard_s_ago=1.0)
+    clock = json.loads((root / STARTED_FILE).read_text())
+    end = clock["sessions"][0][1]
+    (root / STARTED_FILE).write_text(json.dumps({**clock, "sessions": [[end - 46.99, end]]}))
+    assert "active 0m 47s" in read_status(root).describe()
+    assert duration(46.99) == "0m 47s" and duration(3725) == "1h 02m" and duration(None) == "-"
