@@ -282,14 +282,17 @@ def target_of(address: str | None) -> str:
 
 
 def fingerprint(spec: ExperimentSpec, target: str) -> str:
-    """What an epoch's cost depends on: the trainable, space, training, resources, data and target.
+    """What an epoch's cost depends on: the trainable, space, training, resources, data, target,
+    and how many trials share the target (``budget.max_concurrent``: the probe times epochs
+    under the spec's own contention, so a probe at 1 must not predict a search at 2).
 
-    The budget, scheduler and search are left out on purpose: a stored measurement still
-    predicts the search after ``--set budget.num_samples=48``.
+    The rest of the budget, the scheduler and the search are left out on purpose: a stored
+    measurement still predicts the search after ``--set budget.num_samples=48``.
     """
     raw = spec.raw
     relevant = {key: raw.get(key) for key in ("trainable", "space", "training", "resources", "data")}
-    text = json.dumps({**relevant, "target": target}, sort_keys=True, default=str)
+    concurrent = {"max_concurrent": spec.budget.max_concurrent}
+    text = json.dumps({**relevant, **concurrent, "target": target}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -93,6 +93,10 @@ def test_the_cutoff_is_numpys_linear_percentile_as_in_rays_asha() -> None:
 def test_a_measurement_is_kept_per_training_fingerprint_and_target(tmp_path: Path) -> None:
     spec = digits()
     assert fingerprint(spec, "local") == fingerprint(digits("budget.num_samples=48", "name=other"), "local")
+    # Epochs were timed at the spec's concurrency: a probe at 1 at a time predicts no search at 2.
+    assert fingerprint(spec, "local") != fingerprint(
+        digits(f"budget.max_concurrent={spec.budget.max_concurrent + 1}"), "local"
+    )
     assert fingerprint(spec, "local") != fingerprint(digits("space.units.values=[8, 16]"), "local")
     assert fingerprint(spec, "local") != fingerprint(spec, "10.0.0.1:6379")
     save_measurement(tmp_path, spec, COSTS)
