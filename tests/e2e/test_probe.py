@@ -61,7 +61,7 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
     assert predicted["slot_hours"] > 0 and predicted["slot_unit"] == "CPU" and predicted["concurrency"] == 2
     assert Path(predicted["saved"]).parent == tmp_path / "results" / PROBES_DIR
 
-    # The measurement holds for any budget of the same spec (its fingerprint leaves the budget
+    # The measurement holds for any num_samples of the same spec (its fingerprint leaves it
     # out): a smaller search than the one probed keeps this test short.
     search = run_tunekit("run", str(spec), "--name", "searched", "--set", "budget.num_samples=2", timeout=120)
     assert search.returncode == 0, search.stderr[-2000:]
