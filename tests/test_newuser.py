@@ -183,3 +183,17 @@ def test_a_running_trial_is_expected_to_train_as_far_as_simulated_trials_that_go
     simulated = trial_epochs(load_spec(DEFAULT_SPEC))
     assert 12 <= simulated.left_after(6) <= 14
     assert simulated.left_after(20) == 0.0
+
+
+def test_no_time_is_left_once_a_signal_is_stopping_the_search() -> None:
+    # After a Ctrl-C the last status line read "running 0; ... about 11 s left".
+    ended = [TrialRecord("a", 0, {}, status=TrialStatus.PRUNED, epochs=2)]
+    running = [TrialRecord("b", 1, {}, status=TrialStatus.RUNNING, epochs=2)]
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO())
+    recorder: Any = _Recorder([*ended, *running], epochs=0)  # a new search: nothing resumed
+    console.experiment_started(recorder)
+    recorder.epochs = [object()] * 4
+    console._first_epoch_at = time.monotonic() - 3
+    assert console.time_left() is not None
+    console.search_stopping()
+    assert console.time_left() is None

@@ -350,8 +350,9 @@ def _sync(args: argparse.Namespace) -> int:
     from tunekit.tracking import sync
 
     synced = sync(args.experiment_dir, tracking_uri=args.tracking_uri)
+    # "holds", not "sent": a second sync sends nothing (it sends only what MLflow lacks).
     print(
-        f"synced {synced.trials} trials to MLflow at {synced.tracking_uri}: "
+        f"MLflow at {synced.tracking_uri} holds all {synced.trials} trials: "
         f"experiment {synced.experiment_id}, parent run {synced.parent_run_id}"
     )
     if synced.ui_url:

@@ -65,6 +65,7 @@ class ConsoleProgress:
         self._resumed_epochs = 0
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
+        self._stopping = False  # a signal is stopping the search: no time is left to estimate
         # Each reads every running trial (_read_steps opens their heartbeat files); in a log every
         # ended trial's line carries a status line, so they are computed at most every second.
         # Looked up at each call (a replaced time_left is the one used).
@@ -82,6 +83,11 @@ class ConsoleProgress:
     def phase(self, text: str) -> None:
         """One start-up step, as it begins."""
         self._line(f"[{self._elapsed()}] {text}")
+
+    def search_stopping(self) -> None:
+        """A signal is stopping the search: the status line stops estimating the time left (it
+        read "running 0; ... about 11 s left" after a Ctrl-C)."""
+        self._stopping = True
 
     # ----------------------------------------------------------------- listener
 
@@ -203,7 +209,7 @@ class ConsoleProgress:
         # the estimate is made at most once a second: a search of thousands of short trials
         # draws this line as each ends, often with none running.
         over = not counts[TrialStatus.RUNNING] and len(self._recorder.trials) >= self._num_samples
-        left = None if over else self._counting_down()
+        left = None if over or self._stopping else self._counting_down()
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
 
     def _front_text(self, done: int) -> str:
@@ -247,7 +253,7 @@ class ConsoleProgress:
         (``EXPECTED_WEIGHS_AS_TRIALS``); a running trial, what the simulated trials that
         got as far trained beyond it.
         """
-        if self._recorder is None or self._first_epoch_at is None:
+        if self._recorder is None or self._first_epoch_at is None or self._stopping:
             return None
         recorded = len(self._recorder.trials)
         trained = len(self._recorder.epochs) - self._resumed_epochs - 1  # epochs since the first one

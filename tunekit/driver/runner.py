@@ -304,6 +304,8 @@ def _fit(
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began
         signals.on_stop.append(recorder.searcher.hold_endings)
+        if console:
+            signals.on_stop.append(console.search_stopping)
         # Told to the study at once, from a thread (not the signal handler, which may have cut a
         # study write short): a second signal exits before the search's end would record it,
         # and `tunekit check` then took the held trials for a bug.

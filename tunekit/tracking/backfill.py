@@ -71,7 +71,8 @@ class SyncResult:
         tracking_uri: the tracking URI, credentials removed.
         experiment_id: the MLflow experiment.
         parent_run_id: the experiment's parent run.
-        trials: trials sent (one child run each).
+        trials: the experiment's trials, each of which MLflow now holds as a child run (a sync
+            sends only what MLflow lacked: a second one sends nothing).
         ui_url: the runs table in the MLflow UI, for a tracking server.
     """
 
