@@ -144,6 +144,12 @@ class _Recorder:
         ended = [r for r in self.trials.values() if r.status in ENDED_STATUSES]
         return len(ended), sum(r.epochs for r in ended)
 
+    def counts(self) -> dict[TrialStatus, int]:
+        return {status: sum(r.status == status for r in self.trials.values()) for status in TrialStatus}
+
+    def best(self) -> TrialRecord | None:
+        return None
+
 
 def _time_left(ended: list[TrialRecord], running: list[TrialRecord]) -> float | None:
     """The console's time left for the default search (24 trials) at one second an epoch."""
@@ -197,3 +203,44 @@ def test_no_time_is_left_once_a_signal_is_stopping_the_search() -> None:
     assert console.time_left() is not None
     console.search_stopping()
     assert console.time_left() is None
+
+
+def test_time_left_prices_each_trial_to_come_at_its_fixed_cost() -> None:
+    # The README's search: 50-ms epochs, trials of about 2 s. With its first, long trials'
+    # wall time per epoch it said "about 7 s left" of 24 s.
+    from tunekit.driver.records import EpochRow
+
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO())  # 24 trials, 2 at a time
+    recorder: Any = _Recorder([], epochs=0)
+    console.experiment_started(recorder)
+
+    def start(trial_id: str, pid: int, at: float) -> TrialRecord:
+        record = TrialRecord(trial_id, len(recorder.trials), {}, status=TrialStatus.RUNNING)
+        record.spans = [[at, None]]
+        record.span_workers = [{"attempt": 1, "node_id": "n", "pid": pid}]
+        recorder.trials[trial_id] = record
+        console.trial_started(record)
+        return record
+
+    def train(record: TrialRecord, first_epoch_at: float, epochs: int, *, ends: bool) -> None:
+        for epoch in range(1, epochs + 1):
+            row = EpochRow(record.trial_id, epoch, {"val_accuracy": 0.9}, 1, 0, first_epoch_at + 0.05 * (epoch - 1))
+            record.epochs = epoch
+            recorder.epochs.append(row)
+            console.epoch_reported(record, row)
+        if ends:
+            record.status, record.spans[-1][1] = TrialStatus.COMPLETED, first_epoch_at + 0.05 * epochs
+            console.trial_ended(record)
+
+    a, b = start("a", 1, 0.0), start("b", 2, 0.0)
+    train(a, 5.0, 20, ends=True)  # new workers: 5 s of TensorFlow's import first
+    train(b, 5.1, 20, ends=True)
+    c = start("c", 1, 6.0)
+    d = start("d", 2, 6.1)
+    train(c, 7.0, 20, ends=True)  # a reused worker: 2 s in all, 1 s of it fixed
+    train(d, 7.1, 2, ends=False)
+    assert console._costs.epoch_s() == pytest.approx(0.05)
+    assert console._costs.fixed_s() == pytest.approx(1.0)
+    left = console.time_left()
+    assert left is not None and left >= 20 * 1.0 / 2  # 20 trials to come, their fixed seconds alone, 2 slots
+    assert left <= 20 * (1.0 + 0.05 * 20) / 2  # and no trial to come trains more than 20 epochs

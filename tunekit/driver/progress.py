@@ -10,8 +10,10 @@ condensed reason and where its full traceback is.
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
@@ -66,6 +68,7 @@ class ConsoleProgress:
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
         self._stopping = False  # a signal is stopping the search: no time is left to estimate
+        self._costs = TrialCosts()
         # Each reads every running trial (_read_steps opens their heartbeat files); in a log every
         # ended trial's line carries a status line, so they are computed at most every second.
         # Looked up at each call (a replaced time_left is the one used).
@@ -98,6 +101,8 @@ class ConsoleProgress:
         self._exploits_shown = len(recorder.exploits)  # a resume's earlier steps were shown before
 
     def trial_started(self, record: TrialRecord) -> None:
+        if self._recorder is not None:  # the slots the time left shares the work among
+            self._costs.slots = max(self._costs.slots, len(self._recorder.running()))
         if not self._first_trial_seen:
             self._first_trial_seen = True
             continues = f", continuing after epoch {record.checkpoint_epoch}" if record.checkpoint_epoch else ""
@@ -120,6 +125,7 @@ class ConsoleProgress:
             self._notice(f"{attempt} {starts}; attempt {before.get('attempt')} ran on {where}")
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
+        self._costs.epoch(record, row)
         if self._first_epoch_at is None:
             self._first_epoch_at = time.monotonic()
         if not self._first_epoch_seen:
@@ -133,6 +139,7 @@ class ConsoleProgress:
             )
 
     def trial_ended(self, record: TrialRecord) -> None:
+        self._costs.ended(record)
         if self._recorder is None:
             return
         if self._live and record.status != TrialStatus.FAILED:
@@ -245,13 +252,15 @@ class ConsoleProgress:
         return shown
 
     def time_left(self) -> float | None:
-        """Seconds left: the epochs still to come, at the pace since the first epoch.
+        """Seconds left: the trials and epochs still to come, at what they cost so far.
 
         The simulation of asynchronous ASHA that ``tunekit plan --probe`` runs
         (``forecast.trial_epochs``) says how long trials train: a trial still to come trains
         its mean, weighed with what ended trials actually trained as they accumulate
         (``EXPECTED_WEIGHS_AS_TRIALS``); a running trial, what the simulated trials that
-        got as far trained beyond it.
+        got as far trained beyond it. Each trial to come costs a trial's fixed seconds and
+        its epochs at a later epoch's pace (``TrialCosts``), shared by the slots the search
+        has filled at once; until both are measured, the wall time per epoch so far.
         """
         if self._recorder is None or self._first_epoch_at is None or self._stopping:
             return None
@@ -264,9 +273,14 @@ class ConsoleProgress:
         expected = EXPECTED_WEIGHS_AS_TRIALS * self._trial_epochs.mean
         per_trial = (ended_epochs + expected) / (ended + EXPECTED_WEIGHS_AS_TRIALS)
         waiting = max(0, self._num_samples - recorded)
-        remaining = waiting * per_trial + sum(self._trial_epochs.left_after(r.epochs) for r in running)
-        pace = (time.monotonic() - self._first_epoch_at) / trained
-        return max(0.0, remaining * pace)
+        running_epochs = [self._trial_epochs.left_after(r.epochs) for r in running]
+        epoch_s, fixed_s = self._costs.epoch_s(), self._costs.fixed_s()
+        if epoch_s is None or fixed_s is None:
+            pace = (time.monotonic() - self._first_epoch_at) / trained
+            return max(0.0, (waiting * per_trial + sum(running_epochs)) * pace)
+        work = waiting * (fixed_s + epoch_s * per_trial) + epoch_s * sum(running_epochs)
+        # The slots share the work; the longest running trial is a floor the sharing cannot beat.
+        return max(work / max(1, self._costs.slots), epoch_s * max(running_epochs, default=0.0))
 
     def _counting_down(self) -> float | None:
         """``time_left``, estimated at most every ``ESTIMATE_EVERY_S`` and counted down in between."""
@@ -296,6 +310,53 @@ class ConsoleProgress:
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self._started)
         return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+class TrialCosts:
+    """What a trial of this search costs so far, in active seconds, from its recent trials: a
+    later epoch (the median gap between a trial's consecutive reports) and a trial's fixed
+    part (its slot time less its epochs at that pace: building, tracing, the end, the gap).
+
+    A worker's first trial also imports TensorFlow: it counts only until a reused worker's
+    trial ended. The README's search said "about 7 s left" with 24 s to go: its epochs took 50
+    ms and its trials 2 s each, so the wall time per epoch of its first, long trials priced
+    the short ones to come at a third of their cost.
+    """
+
+    def __init__(self) -> None:
+        self.slots = 0  # the most trials seen running at once
+        self._last: dict[str, tuple[int, float]] = {}  # trial -> (its last epoch, reported at)
+        self._reused: dict[str, bool] = {}  # trial -> its worker had run a trial before
+        self._pids: set[object] = set()
+        self._epochs: deque[float] = deque(maxlen=256)
+        self._records: dict[bool, deque[tuple[float, int]]] = {True: deque(maxlen=64), False: deque(maxlen=64)}
+
+    def epoch(self, record: TrialRecord, row: EpochRow) -> None:
+        last = self._last.get(record.trial_id)
+        if last is not None and row.epoch == last[0] + 1:
+            self._epochs.append(row.at - last[1])
+        if record.trial_id not in self._reused:
+            pid = record.span_workers[-1].get("pid") if record.span_workers else None
+            self._reused[record.trial_id] = pid is not None and pid in self._pids
+            self._pids.add(pid)
+        self._last[record.trial_id] = (row.epoch, row.at)
+
+    def ended(self, record: TrialRecord) -> None:
+        self._last.pop(record.trial_id, None)
+        reused = self._reused.pop(record.trial_id, False)
+        if record.epochs and record.spans and record.spans[-1][1] is not None:
+            slot_seconds = sum((end or 0.0) - (start or 0.0) for start, end in record.spans)
+            self._records[reused].append((slot_seconds, record.epochs))
+
+    def epoch_s(self) -> float | None:
+        return statistics.median(self._epochs) if self._epochs else None
+
+    def fixed_s(self) -> float | None:
+        epoch_s = self.epoch_s()
+        ended = self._records[True] or self._records[False]  # reused workers' trials once there are any
+        if epoch_s is None or not ended:
+            return None
+        return statistics.median(max(0.0, seconds - epochs * epoch_s) for seconds, epochs in ended)
 
 
 class _AtMostEverySecond(Generic[T]):

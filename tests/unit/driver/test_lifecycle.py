@@ -79,6 +79,7 @@ def _record(
         started_at=100.0 + number,
         ended_at=200.0 + number,
         attempts=1,
+        spans=[[100.0 + number, 200.0 + number]],
         span_workers=[{"attempt": 1, "node_id": "", "pid": None}],
     )
 
