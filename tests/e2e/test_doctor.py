@@ -249,7 +249,7 @@ def test_cluster_resources_and_shared_storage_on_a_real_cluster(
     ), text
     assert line_for(text, "ray node").endswith(", head")
     assert line_for(text, f"storage {storage} on every node") == (
-        f"ok       storage {storage} on every node: writable and shared by 1 node(s) and this machine"
+        f"ok       storage {storage} on every node: writable and shared by every node, on 1 host(s) and this machine"
     )
     assert list(tmp_path.iterdir()) == []  # probes and the folders made for them are gone
 

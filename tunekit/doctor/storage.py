@@ -114,8 +114,11 @@ def check_storage_on_nodes(storage: str, found: dict[str, Any]) -> Check:
     ]
     if blind:
         return problem(name, "not shared: " + "; ".join(blind), fix)
+    # Counted by host: several nodes on one machine (a loopback cluster) share its disk anyway,
+    # and "2 alive node(s)" beside "shared by 1 node(s)" read as a node left out.
     hosts = found.get("hosts", [])
     return ok(
         name,
-        f"writable and shared by {len(hosts)} node(s)" + (" and this machine" if found.get("driver_checked") else ""),
+        f"writable and shared by every node, on {len(hosts)} host(s)"
+        + (" and this machine" if found.get("driver_checked") else ""),
     )
