@@ -195,3 +195,24 @@ def test_an_mlflow_server_that_does_not_answer_is_a_note_known_in_seconds(tmp_pa
     assert time.monotonic() - started < 10
     assert report.ok and "mlflow" not in report.checked, report.describe()
     assert any(note.startswith(f"MLflow was not compared: no answer from {uri}") for note in report.notes)
+
+
+def test_a_driver_that_died_leaves_the_study_ahead_of_the_tables_as_a_note(tmp_path: Path) -> None:
+    # A second Ctrl-C exits at once: the study had asked a trial the tables never got. The
+    # same experiment with the session ended by its driver is a disagreement.
+    import socket
+    import subprocess
+    import sys
+
+    root = consistent(tmp_path, b_untold=True)
+    study = optuna.load_study(study_name="summary", storage=study_storage(root))
+    study.ask(DISTRIBUTIONS).set_user_attr(RAY_TRIAL_ATTR, "c")  # asked after the last table write
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    clock = json.loads((root / STARTED_FILE).read_text())
+    dead = {**clock, "running": True, "driver": {"host": socket.gethostname(), "pid": int(gone.stdout)}}
+    (root / STARTED_FILE).write_text(json.dumps(dead))
+    report = check_experiment(root)
+    assert report.ok, report.describe()
+    assert any(note.startswith("the last session's driver died without ending it") for note in report.notes)
+    (root / STARTED_FILE).write_text(json.dumps({**dead, "running": False}))
+    assert any("trials.csv vs study" in str(f) for f in check_experiment(root).findings)
