@@ -156,9 +156,9 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     assert next(f for f in figures if "lost nothing" in f["name"])["met"] is False
     # TPE's whole history run only to the next-largest size: its comparison stops there.
     sides["optuna_floor"]["sampler_at"] = sampler_at[:10]
-    named = {f["name"] for f in scale.analyse(sides, [1000, 2000])[0]}
-    assert "1000 trials: TPE modelling the last 1,000 trials, sampler seconds / whole history's" in named
-    assert not any(name.startswith("2000 trials: TPE modelling") for name in named)
+    names = {f["name"] for f in scale.analyse(sides, [1000, 2000])[0]}
+    assert "1000 trials: TPE modelling the last 1,000 trials, sampler seconds / whole history's" in names
+    assert not any(name.startswith("2000 trials: TPE modelling") for name in names)
 
 
 def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu() -> None:
