@@ -619,7 +619,7 @@ def test_resume_adds_no_duplicate_runs_or_points(tracked: tunekit.ExperimentResu
 
 
 @pytest.mark.slow
-def test_unreachable_tracking_uri_warns_once_and_the_search_completes(
+def test_unreachable_tracking_uri_warns_once_and_the_search_completes_naming_sync(
     ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
@@ -632,9 +632,12 @@ def test_unreachable_tracking_uri_warns_once_and_the_search_completes(
             overrides=["budget.num_samples=2", "budget.max_epochs=2", "scheduler.type=fifo", f"tracking.uri={closed}"],
         )
     assert list(results.trials["status"]) == ["completed", "completed"]
+    # One warning while it searches; the search's last word says what MLflow lacks, and the fix.
     warnings = tracking_warnings(caplog)
-    assert len(warnings) == 1, warnings
-    assert closed in warnings[0]
+    assert len(warnings) == 2, warnings
+    assert closed in warnings[0] and "the search goes on without tracking" in warnings[0]
+    assert warnings[1].startswith("tunekit: MLflow lacks some of this search's records: cannot use MLflow at")
+    assert warnings[1].endswith(f"`tunekit sync {results.experiment_dir}` sends the rest")
 
 
 def _ended_trials(trials_csv: Path) -> int:
