@@ -50,6 +50,7 @@ SLOTS = os.cpu_count() or 2
 # figures are that run's first trials (its first 1,000 of 10,000), so --full costs one
 # 10,000-trial run per side, not three runs of 1,000, 5,000 and 10,000.
 MODES: dict[str, list[int]] = {"smoke": [60], "quick": [1000], "full": [1000, 5000, 10000]}
+FLUSH_TIMEOUT_S = 1800  # the tunekit side's wait for MLflow to take every record at the end
 TENTHS = 10  # a size's growth: its last tenth of trials against its first
 SIZES_EVERY = 1000  # the experiment directory and study are measured every this many trials (a walk of every file)
 PEERS = ("ray_floor", "ray_optuna", "optuna_floor", "optuna_history")
@@ -203,6 +204,11 @@ class Windows:
         self._ended = 0
         self._backlog = 0
         self._max_backlog = 0
+        # The main thread's CPU by function, cumulative when the last window closed, and per
+        # trial in the first and the latest window: what grows is their difference.
+        self._functions_then: dict[str, float] = {}
+        self._first_functions: dict[str, float] = {}
+        self._latest_functions: dict[str, float] = {}
         # (wall, process CPU, sampled total, sampled per bucket) when the last window closed
         self._last: tuple[float, float, float, dict[str, float]] = (time.monotonic(), time.process_time(), 0.0, {})
 
@@ -240,6 +246,16 @@ class Windows:
         """The main thread's most costly code over the whole run, by the CPU sampled in it."""
         return self.cpu.top_functions() if self.cpu is not None else []
 
+    def growing_functions(self, count: int = 15) -> list[dict[str, Any]]:
+        """The main thread's code whose CPU per trial grew most from the first window to the last."""
+        first, last = self._first_functions, self._latest_functions
+        growth = {name: last.get(name, 0.0) - first.get(name, 0.0) for name in first.keys() | last.keys()}
+        ranked = sorted(growth.items(), key=lambda item: item[1], reverse=True)[:count]
+        return [
+            {"function": name, "first_ms": 1000 * first.get(name, 0.0), "last_ms": 1000 * last.get(name, 0.0)}
+            for name, _ in ranked
+        ]
+
     def _close_window(self) -> None:
         from tunekit.layout import study_file
 
@@ -251,6 +267,13 @@ class Windows:
         spent_cpu = cpu - then_cpu
         split = {name: (buckets.get(name, 0.0) - then_buckets.get(name, 0.0)) / trials for name in buckets}
         split["other threads"] = max(0.0, spent_cpu - (sampled - then_sampled)) / trials
+        functions = dict(self.cpu.functions)
+        self._latest_functions = {
+            name: (seconds - self._functions_then.get(name, 0.0)) / trials for name, seconds in functions.items()
+        }
+        self._functions_then = functions
+        if not self.rows:
+            self._first_functions = self._latest_functions
         directory = self._recorder.experiment_dir
         measured = self._ended % SIZES_EVERY == 0 or self._ended >= self.planned
         self.rows.append(
@@ -302,6 +325,7 @@ def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | Non
     import tunekit
     from tunekit.driver.runner import synthetic_trials_for_benchmarks
     from tunekit.testing import MlflowServer, PostgresServer, postgres_bin
+    from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
     workdir.mkdir(parents=True, exist_ok=True)
     os.chmod(workdir, 0o755)  # PostgreSQL runs as its own user when this runs as root
@@ -311,6 +335,9 @@ def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | Non
         backend = postgres.start().uri if postgres else None
         server = MlflowServer(workdir / "mlflow", backend).start()
         windows = Windows(window, trials)
+        # Every record must reach MLflow (the figure counts them): the search waits for the
+        # writer to finish, however long, and that wait is in tunekit's wall.
+        os.environ[FLUSH_TIMEOUT_ENV] = str(FLUSH_TIMEOUT_S)
         spec = tunekit.load_spec(_spec(trials, server.uri, tpe_history))
         started = time.monotonic()
         with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
@@ -329,6 +356,7 @@ def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | Non
         "wall_s": wall,
         "windows": windows.rows,
         "top_functions": windows.top_functions(),
+        "growing_functions": windows.growing_functions(),
         "tracking_backend": "postgresql" if postgres else "sqlite",
         "tpe_history": tpe_history,
         "mlflow": counted,
@@ -810,7 +838,8 @@ def main(argv: list[str] | None = None) -> int:
         "trial": f"synthetic: {EPOCH_S * 1000:.0f} ms per epoch, up to {MAX_EPOCHS} epochs, a curve from the config",
         "search": f"TPE seed 0, ASHA grace {GRACE} rf {REDUCTION}, {SLOTS} trials at a time; tunekit's "
         + (f"search.tpe_history {args.tpe_history:,}" if args.tpe_history else "TPE over every trial"),
-        "tracking": f"mlflow server on 127.0.0.1 backed by {backend}",
+        "tracking": f"mlflow server on 127.0.0.1 backed by {backend}; the search waits until MLflow took every record "
+        f"(TUNEKIT_TRACKING_FLUSH_TIMEOUT_S={FLUSH_TIMEOUT_S}, in tunekit's wall)",
         "sizes": f"{', '.join(f'{size:,}' for size in sizes)}: one run of each side to {trials:,} trials, "
         "a smaller size's figures from its first trials",
     }

@@ -38,6 +38,40 @@ def bound_experiment_state_saves(every_s: float, at_most_s: float, share: float 
     _ExperimentCheckpointManager._update_auto_checkpoint_time = update  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def one_registry_read_per_trainable() -> Iterator[None]:
+    """While it is open, each trainable's class is read from Ray's registry once, not at every use.
+
+    Why: Ray Tune asks its registry for a trial's trainable class at least three times per
+    trial (``Trial.get_trainable_cls``: for its placement group, its default resources and
+    its actor), and each ask is two key-value reads from the GCS and an unpickling of the
+    class. In the 10,000-trial benchmark those reads cost the driver's main thread 1.9 ms per
+    trial over the first 300 trials and 3.2 ms over the last 300 of 3,000, as the GCS got
+    busier. Within one ``Tuner.fit`` the class registered under a name does not change (the
+    Tuner registered it before the first trial), so this reads it once per name; the cache
+    ends with the block, so the next search in the process reads its own. Checked against
+    Ray 2.60 (``ray.tune.experiment.trial.Trial.get_trainable_cls``).
+    """
+    from ray.tune.experiment.trial import Trial
+
+    original = Trial.get_trainable_cls
+    classes: dict[str, Any] = {}
+
+    def get_trainable_cls(self: Trial) -> Any:
+        if self.stub:
+            return None
+        name = self.trainable_name
+        if name not in classes:
+            classes[name] = original(self)
+        return classes[name]
+
+    Trial.get_trainable_cls = get_trainable_cls  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Trial.get_trainable_cls = original  # type: ignore[method-assign]
+
+
 def restored_run_config(tuner: Tuner) -> RunConfig:
     """The run config of a tuner made by ``Tuner.restore``, with the callbacks Ray unpickled.
 

@@ -24,6 +24,7 @@ from tunekit.compat.ray_tune import (
     end_saved_trials,
     finished_trials,
     forget_saved_run_limits,
+    one_registry_read_per_trainable,
     restored_run_config,
     restored_tune_config,
     saved_trials,
@@ -318,7 +319,7 @@ def _fit(
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
-        with signals.fitting(), quiet_trial_tracebacks():
+        with signals.fitting(), quiet_trial_tracebacks(), one_registry_read_per_trainable():
             try:
                 tuner.fit()
             finally:

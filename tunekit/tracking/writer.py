@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
 from tunekit.tracking.batches import BatchSender, Disabled
-from tunekit.tracking.client import MlflowRunClient, RunClient, default_tracking_uri
+from tunekit.tracking.client import MlflowRunClient, RunClient, absent_platforms_skipped, default_tracking_uri
 from tunekit.tracking.events import Flush, Stop, TrackerEvent
 from tunekit.tracking.runs import RunBook
 from tunekit.tracking.values import brief, logger
@@ -96,7 +96,8 @@ class MlflowWriter:
         self._warn = warn or _log_warning
         self._tracking_uri = tracking_uri
         self._runs = RunBook(spec, experiment_dir, started, fill_only=fill_only)
-        self._env_set: list[str] = []
+        # Process-wide settings for the MLflow client while this writer sends, undone at its end.
+        self._client_settings = contextlib.ExitStack()
 
     @property
     def runs(self) -> RunBook:
@@ -161,7 +162,7 @@ class MlflowWriter:
             self.problem = f"MLflow at {self.uri} stayed unreachable; {left} metric values were not logged"
             self.warn_once(self.problem)
         _release(waiters)
-        self._restore_env()
+        self._client_settings.close()
 
     def _take(self, timeout: float | None) -> list[TrackerEvent]:
         """The next burst of events: waits up to ``timeout`` for the first (None: forever), then a moment more."""
@@ -201,8 +202,9 @@ class MlflowWriter:
         """Resolves the URI, checks the server answers, and opens experiment and parent run."""
         raw_uri = self._raw_uri() or default_tracking_uri()
         self.uri = redact_uri(raw_uri)
+        self._client_settings.enter_context(absent_platforms_skipped())
         if urlsplit(raw_uri).scheme in ("http", "https"):
-            self._set_http_env()
+            self._client_settings.enter_context(quick_http_retries())
             probe(raw_uri)
         # A new SQLite store announces its table migrations at INFO, mid-way through the
         # search's progress lines; unless the user configured that logger, keep it quiet.
@@ -214,17 +216,6 @@ class MlflowWriter:
 
     def _raw_uri(self) -> str | None:
         return self._tracking_uri or self.spec.tracking.uri
-
-    def _set_http_env(self) -> None:
-        for key, value in HTTP_ENV_DEFAULTS.items():
-            if key not in os.environ:
-                os.environ[key] = value
-                self._env_set.append(key)
-
-    def _restore_env(self) -> None:
-        for key in self._env_set:
-            os.environ.pop(key, None)
-        self._env_set = []
 
 
 def _log_warning(message: str) -> None:
