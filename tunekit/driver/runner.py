@@ -127,8 +127,10 @@ def run(
     if joined is not None:
         keep_ray_log(experiment_dir, joined.ray_log)
     # A `tunekit plan --probe` of this spec under the same storage: its prediction goes with the experiment.
-    attach_prediction(spec, experiment_dir, target.address, launched_at)
+    no_prediction = attach_prediction(spec, experiment_dir, target.address, launched_at)
     stream = sys.stdout if progress is True else (progress or None)
+    if no_prediction and stream is not None:
+        print(f"tunekit: {no_prediction}", file=stream, flush=True)
     try:
         _fit(spec, experiment_dir, target, stream, restore=False)
     except BaseException as error:

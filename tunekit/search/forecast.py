@@ -26,7 +26,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,9 @@ SIMULATIONS = 300  # searches simulated per prediction; the mean is stable to ~1
 # ...for a small search; a large one averages over its own trials, so fewer searches of it
 # give the same stability: at most this many simulated trials in all (at least 10 searches).
 SIMULATED_TRIALS = 200_000
+# What an epoch's cost depends on, besides the target and budget.max_concurrent (measured_parts).
+MEASURED_SECTIONS = ("trainable", "space", "training", "resources", "data")
+MEASURED_KEY = "measured_spec"  # in a stored probe: the spec's name and its measured parts
 WALL_DEFINITION = (
     "the search's active seconds from its start (tunekit.run called, after the driver's imports) to its last "
     "trial's end; a search resumed or grown adds a start-up per later session"
@@ -65,7 +68,8 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(**{**data, "notes": tuple(data.get("notes", ()))})
+        known = {field.name for field in fields(cls)} - {"notes"}  # a stored probe also names what it measured
+        return cls(**{key: value for key, value in data.items() if key in known}, notes=tuple(data.get("notes", ())))
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,12 @@ def target_of(address: str | None) -> str:
 
 
 def fingerprint(spec: ExperimentSpec, target: str) -> str:
+    """What an epoch's cost depends on (``measured_parts``), as a short hash: a probe's file name."""
+    text = json.dumps(measured_parts(spec, target), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measured_parts(spec: ExperimentSpec, target: str) -> dict[str, Any]:
     """What an epoch's cost depends on: the trainable, space, training, resources, data, target,
     and how many trials share the target (``budget.max_concurrent``: the probe times epochs
     under the spec's own contention, so a probe at 1 must not predict a search at 2).
@@ -290,10 +300,8 @@ def fingerprint(spec: ExperimentSpec, target: str) -> str:
     measurement still predicts the search after ``--set budget.num_samples=48``.
     """
     raw = spec.raw
-    relevant = {key: raw.get(key) for key in ("trainable", "space", "training", "resources", "data")}
-    concurrent = {"max_concurrent": spec.budget.max_concurrent}
-    text = json.dumps({**relevant, **concurrent, "target": target}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    relevant = {key: raw.get(key) for key in MEASURED_SECTIONS}
+    return {**relevant, "max_concurrent": spec.budget.max_concurrent, "target": target}
 
 
 def measurement_path(storage_root: Path, spec: ExperimentSpec, target: str) -> Path:
@@ -301,9 +309,12 @@ def measurement_path(storage_root: Path, spec: ExperimentSpec, target: str) -> P
 
 
 def save_measurement(storage_root: Path, spec: ExperimentSpec, measurement: Measurement) -> Path:
+    """Stores the measurement under its fingerprint, with the spec's name and measured parts
+    (``why_no_prediction`` compares a later spec of that name with them)."""
     path = measurement_path(storage_root, spec, measurement.target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(measurement), indent=2))
+    measured = {"name": spec.name, **measured_parts(spec, measurement.target)}
+    path.write_text(json.dumps({**asdict(measurement), MEASURED_KEY: measured}, indent=2, default=str))
     return path
 
 
@@ -315,15 +326,52 @@ def load_measurement(storage_root: Path, spec: ExperimentSpec, target: str) -> M
         return None  # no probe of this spec on this target yet (or an unreadable one): no prediction
 
 
-def attach_prediction(spec: ExperimentSpec, experiment_dir: Path, address: str | None, launched_at: float) -> None:
+def why_no_prediction(storage_root: Path, spec: ExperimentSpec, target: str) -> str | None:
+    """Why a spec whose name was probed under ``storage_root`` has no stored measurement: what
+    differs from the last probe of that name. None when no probe of that name is stored."""
+    probes: list[tuple[float, dict[str, Any]]] = []
+    for path in (storage_root / PROBES_DIR).glob("*.json"):
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        measured = stored.get(MEASURED_KEY) if isinstance(stored, dict) else None
+        if isinstance(measured, dict) and measured.get("name") == spec.name:
+            probes.append((float(stored.get("measured_at") or 0.0), measured))
+    if not probes:
+        return None
+    _, measured = max(probes, key=lambda probe: probe[0])
+    now = json.loads(json.dumps(measured_parts(spec, target), default=str))
+    differ = [
+        _described_change(key, measured.get(key), value) for key, value in now.items() if measured.get(key) != value
+    ]
+    return (
+        f"no prediction for this search: the last probe of {spec.name} under {storage_root} measured "
+        f"{'; '.join(differ) or 'another spec'} (`tunekit plan --probe` with this spec measures it)"
+    )
+
+
+def _described_change(key: str, probed: Any, now: Any) -> str:
+    if key == "max_concurrent":
+        return f"budget.max_concurrent {probed}, not {now}"
+    if key == "target":
+        return f"target {probed}, not {now}"
+    return f"another {key} section"
+
+
+def attach_prediction(
+    spec: ExperimentSpec, experiment_dir: Path, address: str | None, launched_at: float
+) -> str | None:
     """Files the prediction of a stored probe of this spec with the experiment (``prediction.json``).
 
     ``launched_at`` is when the search started, the zero of the predicted wall time; the
-    report measures the actual one from it. Without a matching probe nothing is written.
+    report measures the actual one from it. Without a matching probe nothing is written, and
+    when a probe of a spec of this name is stored it returns why that probe does not apply.
     """
-    measurement = load_measurement(experiment_dir.parent, spec, target_of(address))
+    target = target_of(address)
+    measurement = load_measurement(experiment_dir.parent, spec, target)
     if measurement is None:
-        return
+        return why_no_prediction(experiment_dir.parent, spec, target)
     record = {
         **predict(spec, measurement).to_dict(),
         "launched_at": launched_at,
@@ -331,6 +379,7 @@ def attach_prediction(spec: ExperimentSpec, experiment_dir: Path, address: str |
         "filed_at": time.time(),
     }
     (experiment_dir / PREDICTION_FILE).write_text(json.dumps(record, indent=2))
+    return None
 
 
 def read_prediction(experiment_dir: Path) -> dict[str, Any] | None:

@@ -129,6 +129,28 @@ def test_run_files_a_prediction_only_when_a_probe_of_the_spec_is_stored(
     assert record["predicted_wall_seconds"] == round(predict(spec, COSTS).wall_seconds, 1) > COSTS.startup_s
 
 
+def test_a_search_whose_spec_changed_since_its_probe_says_what_the_probe_measured_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    experiment_dir = tmp_path / "digits-1"
+    experiment_dir.mkdir()
+    assert attach_prediction(digits(), experiment_dir, None, launched_at=1.0) is None  # never probed: nothing to say
+    save_measurement(tmp_path, digits(), COSTS)
+    changed = digits("budget.max_concurrent=1", "training.batch_size=16", "budget.num_samples=48")
+
+    note = attach_prediction(changed, experiment_dir, None, launched_at=1.0)
+
+    assert not (experiment_dir / PREDICTION_FILE).exists()
+    assert note == (
+        f"no prediction for this search: the last probe of digits-mlp under {tmp_path} measured another training "
+        "section; budget.max_concurrent 2, not 1 (`tunekit plan --probe` with this spec measures it)"
+    )
+    assert attach_prediction(digits("name=other", "training.batch_size=16"), experiment_dir, None, 1.0) is None
+    assert attach_prediction(digits("budget.num_samples=48"), experiment_dir, None, launched_at=1.0) is None
+    assert read_prediction(experiment_dir) is not None
+
+
 def test_the_probe_runs_short_fifo_trials_at_the_specs_concurrency() -> None:
     sections = probe_sections(digits(), slots=2)
     assert sections["budget"] == {"num_samples": 4, "max_epochs": 3, "max_concurrent": 2, "time_budget_s": None}
