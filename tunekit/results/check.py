@@ -473,7 +473,14 @@ def _mlflow(
     from mlflow.tracking import MlflowClient
 
     from tunekit.tracking.client import search_all_runs
-    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BEST_TRIAL, TAG_STATUS, TAG_TRIAL_ID, TAG_WALL_SECONDS
+    from tunekit.tracking.tags import (
+        PARENT_RUN_TAG,
+        TAG_BEST_TRIAL,
+        TAG_BEST_TRIAL_NUMBER,
+        TAG_STATUS,
+        TAG_TRIAL_ID,
+        TAG_WALL_SECONDS,
+    )
     from tunekit.tracking.values import metric_key
 
     where = "files vs mlflow"
@@ -535,6 +542,10 @@ def _mlflow(
             yield Finding(
                 "summary vs mlflow parent", TAG_BEST_TRIAL, summary.best.trial_id, parent.data.tags.get(TAG_BEST_TRIAL)
             )
+        # Only a best trial of this experiment has a number here (an inherited one has its own run).
+        number = parent.data.tags.get(TAG_BEST_TRIAL_NUMBER)
+        if number is not None and number != str(summary.best.number):
+            yield Finding("summary vs mlflow parent", TAG_BEST_TRIAL_NUMBER, summary.best.number, number)
 
 
 def _sent_exploits(results: ExperimentResults, client: Any, parent_id: str) -> Iterator[Finding]:

@@ -49,10 +49,12 @@ from tunekit.tracking.tags import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     INFO_TAGS,
+    NOTE_TAG,
     PARENT_RUN_TAG,
     RUN_NAME_TAG,
     TAG_ATTEMPTS,
     TAG_BEST_TRIAL,
+    TAG_BEST_TRIAL_NUMBER,
     TAG_EPOCHS,
     TAG_EXPERIMENT_DIR,
     TAG_OUTCOME,
@@ -108,6 +110,7 @@ class TrialRun:
     number: int | None = None
     started_at: float = field(default_factory=time.time)
     run_id: str | None = None
+    name: str = ""  # its run's name once it ended (``run_name``): the parent's description names the best
     steps: set[int] | None = field(default_factory=set)  # epochs MLflow holds; None: ask it
     pending: Pending = field(default_factory=Pending)
 
@@ -184,6 +187,7 @@ class RunBook:
                 self._trial(event.trial_id).pending.tags.update(tags)
             case TrialEndEvent():
                 trial = self._trial(event.trial_id)
+                trial.name = run_name(self._label(trial), event.status, event.epochs)
                 trial.pending.tags.update(
                     {
                         TAG_STATUS: str(event.status),
@@ -191,7 +195,7 @@ class RunBook:
                         TAG_EPOCHS: str(event.epochs),
                         TAG_ATTEMPTS: str(event.attempts),
                         TAG_WALL_SECONDS: f"{event.wall_seconds:.3f}",
-                        RUN_NAME_TAG: run_name(self._label(trial), event.status, event.epochs),
+                        RUN_NAME_TAG: trial.name,
                         **({TAG_RUNG: str(event.rung)} if event.rung is not None else {}),
                         **({TAG_REASON: event.reason[:MAX_TAG_LENGTH]} if event.reason else {}),
                     }
@@ -222,10 +226,16 @@ class RunBook:
                 MetricPoint(metric_key(f"best_{self.spec.metric.name}"), best, stamp, event.ended)
             )
             self._last_best, self._last_best_ms = point, stamp
+        best_run = self.trials.get(event.best_trial) if event.best_trial else None
         if event.best_trial:
             self._parent.tags[TAG_BEST_TRIAL] = event.best_trial
+        if best_run is not None and best_run.number is not None:
+            self._parent.tags[TAG_BEST_TRIAL_NUMBER] = str(best_run.number)
         if not event.final:
             return
+        if best_run is not None and best is not None:
+            name = best_run.name or f"trial-{self._label(best_run)}"
+            self._parent.tags[NOTE_TAG] = f"Best trial: {name}, {self.spec.metric.name} {best:.4g}."
         # ledger.json, which tunekit.results.summary.LedgerFile wrote just before, renders the
         # one computation of every figure; the recorder's counts stand in when it could not.
         summary = _ledger_metrics(self.experiment_dir / LEDGER_FILE) or self._recorded_figures(event)

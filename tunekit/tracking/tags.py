@@ -40,6 +40,10 @@ TAG_SESSIONS = "tunekit.sessions"  # on the parent: the search's sessions as JSO
 
 
 TAG_BEST_TRIAL = "tunekit.best_trial_id"
+TAG_BEST_TRIAL_NUMBER = "tunekit.best_trial_number"  # its number, as in its run's name (trial-9)
+
+
+NOTE_TAG = "mlflow.note.content"  # a run's description in MLflow's UI: the parent's names its best trial
 
 
 # On a trial's run, with several objectives: its Pareto rank ("1" is the front) or why it

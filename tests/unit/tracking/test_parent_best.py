@@ -9,11 +9,12 @@ millisecond and MLflow keeps the larger value then. No MLflow here: the RunBook'
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from tunekit.config.spec import load_spec
-from tunekit.layout import LEDGER_FILE
-from tunekit.tracking.events import ProgressEvent
+from tunekit.layout import LEDGER_FILE, TrialStatus
+from tunekit.tracking.events import ProgressEvent, TrialEndEvent, TrialEvent
 from tunekit.tracking.runs import RunBook
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,3 +37,16 @@ def test_the_pick_is_the_parent_s_last_best_point_at_a_later_time(tmp_path: Path
     latest = max(points, key=lambda p: (p[2], p[1], p[0]))  # MLflow's latest value
     assert latest[0] == 0.93
     assert book._parent.tags["tunekit.best_trial_id"] == "t-pick"
+
+
+def test_the_parent_names_its_best_trial_by_number_and_in_its_description(tmp_path: Path) -> None:
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    book = RunBook(spec, tmp_path, started=990.0)
+    book.apply(TrialEvent("t-9", 9, {"units": 64}, 995.0, 1, True))
+    book.apply(TrialEndEvent("t-9", TrialStatus.COMPLETED, "", None, 20, 1, 999.0, 4.0))
+    event = ProgressEvent(1, 0.975, "t-9", {"completed": 1}, 20, 9.0, final=False, interrupted=False, at=1000.0)
+    book._apply_progress(event)
+    assert book._parent.tags["tunekit.best_trial_number"] == "9"
+    assert "mlflow.note.content" not in book._parent.tags  # the description is written once, at the end
+    book._apply_progress(replace(event, final=True))
+    assert book._parent.tags["mlflow.note.content"] == "Best trial: trial-9 · completed, val_accuracy 0.975."
