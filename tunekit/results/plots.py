@@ -302,6 +302,18 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
     rows = [(t, v) for t, v in rows if all(n in v for n in names)]
     best = results.best.trial_id if results.best else None
 
+    def kind(trial_id: str) -> str:
+        """What a mark stands for, as the legend says it."""
+        if trial_id == best:
+            return "the selected best"
+        if front.ranks.get(trial_id) == 1:
+            return "on the front"
+        if front.unranked.get(trial_id) == INFEASIBLE:
+            return "infeasible (breaks a constraint)"
+        if trial_id in front.unranked:
+            return f"{front.unranked[trial_id]} (not ranked)"
+        return "behind the front"
+
     def style(trial_id: str) -> dict[str, Any]:
         if trial_id == best:
             return {"color": BEST_COLOR, "marker": "*", "s": 160, "zorder": 4}
@@ -340,11 +352,42 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
                 linewidth=2.0 if look["zorder"] > 2 else 0.8,
                 alpha=look.get("alpha", 1.0),
                 zorder=look["zorder"],
+                marker="*" if trial_id == best else None,  # as in the two-objective scatter
+                markersize=12,
             )
         ax.set_xticks(range(len(names)), front.objectives, fontsize=8)
         ax.set_yticks([])
+    shown = {kind(trial_id): style(trial_id) for trial_id, _ in rows}
+    if len(names) == 2:
+        ax.legend(handles=_legend_marks(shown, lines=False), fontsize=8, loc="best")
+    else:  # lines cross the whole plot: the legend goes under it
+        marks = _legend_marks(shown, lines=True)
+        ax.legend(handles=marks, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=len(marks))
     ax.set_title(f"Pareto front: {len(front.front)} of {len(rows)} trials (star: the selected best)", fontsize=10)
     return _finish(fig, path)
+
+
+def _legend_marks(shown: dict[str, dict[str, Any]], *, lines: bool) -> list[Any]:
+    """One legend entry per kind of mark drawn: its marker (a scatter) or its line (parallel coordinates)."""
+    from matplotlib.lines import Line2D
+
+    order = ("the selected best", "on the front", "behind the front")
+    labels = sorted(shown, key=lambda label: (order.index(label) if label in order else len(order), label))
+    marks = []
+    for label in labels:
+        look = shown[label]
+        mark = Line2D([], [], color=look["color"], alpha=look.get("alpha", 1.0), label=label)
+        if lines:
+            mark.set_linewidth(2.0 if look["zorder"] > 2 else 0.8)
+            if look["marker"] == "*":
+                mark.set_marker("*")
+                mark.set_markersize(12)
+        else:
+            mark.set_linestyle("none")
+            mark.set_marker(look["marker"])
+            mark.set_markersize(look["s"] ** 0.5)
+        marks.append(mark)
+    return marks
 
 
 def all_figures(results: ExperimentResults) -> dict[str, Figure]:

@@ -131,6 +131,15 @@ def test_the_pareto_figure_and_the_html_page() -> None:
     two = results_of(spec())
     assert isinstance(plots.pareto(two), Figure)
     assert plots.pareto(two).axes[0].get_title() == "Pareto front: 3 of 6 trials (star: the selected best)"
+    legend = [text.get_text() for text in plots.pareto(two).axes[0].get_legend().get_texts()]
+    # a, b, c on the front (c the pick), d behind it, e breaks the latency constraint, f pruned.
+    assert legend == [
+        "the selected best",
+        "on the front",
+        "behind the front",
+        "infeasible (breaks a constraint)",
+        "pruned (not ranked)",
+    ]
     three = spec(metric=[*RAW["metric"], {"name": "latency_ms", "mode": "min"}])
     assert plots.pareto(results_of(three)).axes[0].get_xticklabels()[2].get_text() == "latency_ms (min)"
     page = render_html(two, {})
