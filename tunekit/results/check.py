@@ -112,7 +112,7 @@ def check_experiment(
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
         (SPANS_FILE, lambda: _spans(results, clock)),
-        ("study", lambda: _study(results, summary)),
+        ("study", lambda: _as_a_dead_driver_s_lag(results.experiment_dir, _study(results, summary))),
         ("checkpoints", lambda: _checkpoints(results)),
         ("summary", lambda: _figures(results, summary)),
     ]
@@ -125,7 +125,6 @@ def check_experiment(
                 report.notes.append(item)
             else:
                 report.findings.append(item)
-    _note_a_dead_driver_s_lag(report)
     ledger = results.experiment_dir / LEDGER_FILE
     if not ledger.is_file():
         report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")
@@ -149,26 +148,32 @@ def check_experiment(
     return report
 
 
-def _note_a_dead_driver_s_lag(report: CheckReport) -> None:
-    """When the last session's driver died without ending it (SIGKILL, or a second Ctrl-C's
-    forced exit), the study is up to a table write (2 s) ahead of ``trials.csv`` and
+def _as_a_dead_driver_s_lag(experiment_dir: Path, items: Iterator[Finding | str]) -> Iterator[Finding | str]:
+    """The study section's differences from the tables, as one note when the last session's
+    driver died without ending it (SIGKILL, or a second Ctrl-C's forced exit).
+
+    Such a driver leaves the study up to a table write (2 s) ahead of ``trials.csv`` and
     ``epochs.csv``: a trial asked but not yet in the tables, epochs not yet written. That is
     the state ``tunekit resume`` starts from and reconciles, not a disagreement; a check after
     the resume holds them to the letter again. A driver on another host, or a tunekit that did
     not record its session's end, is held to the letter now."""
-    if session_running(report.experiment_dir) is not False or ended_by_its_driver(report.experiment_dir):
+    if session_running(experiment_dir) is not False or ended_by_its_driver(experiment_dir):
+        yield from items
         return
     where = f"{TRIALS_FILE} vs study"
-    lagging = [finding for finding in report.findings if finding.where == where]
-    if not lagging:
-        return
-    report.findings = [finding for finding in report.findings if finding.where != where]
-    shown = "; ".join(f"{finding.what}: {finding.expected!r} vs {finding.actual!r}" for finding in lagging[:3])
-    more = f" and {len(lagging) - 3} more" if len(lagging) > 3 else ""
-    report.notes.append(
-        "the last session's driver died without ending it (killed, or a second signal): the study ran up to "
-        f"a table write ahead of the tables, which `tunekit resume` reconciles ({where}: {shown}{more})"
-    )
+    lagging: list[Finding] = []
+    for item in items:
+        if isinstance(item, Finding) and item.where == where:
+            lagging.append(item)
+        else:
+            yield item
+    if lagging:
+        shown = "; ".join(f"{finding.what}: {finding.expected!r} vs {finding.actual!r}" for finding in lagging[:3])
+        more = f" and {len(lagging) - 3} more" if len(lagging) > 3 else ""
+        yield (
+            "the last session's driver died without ending it (killed, or a second signal): the study ran up to "
+            f"a table write ahead of the tables, which `tunekit resume` reconciles ({where}: {shown}{more})"
+        )
 
 
 # ---------------------------------------------------------------- the tables
