@@ -372,16 +372,14 @@ def _print_summary(results: ExperimentResults) -> None:
 
 def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
     """What the search's end and ``tunekit report`` say of it: counts, times, the best (and its scope)."""
-    from tunekit.results.best import INHERITED, config_text, describe_lineage
+    from tunekit.results.best import INHERITED, config_text, describe_lineage, no_best_reason
 
     lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in ENDED_STATUSES)]
     lines += summary.time_lines()
     lines += summary.front_lines()
     best = summary.best
-    if best is None and summary.pareto is not None:
-        lines.append("best: none (no trial on the Pareto front meets the select rule)")
-    elif best is None:
-        lines.append("best: none (no trial reported the metric)")
+    if best is None:
+        lines.append(f"best: none ({no_best_reason(summary.pareto is not None)})")
     elif best.rule:
         values = ", ".join(f"{name}={value:.6g}" for name, value in best.values.items())
         lines.append(f"best: trial {best.number} ({best.trial_id}) {values}, chosen by {best.rule}")

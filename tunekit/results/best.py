@@ -31,6 +31,14 @@ if TYPE_CHECKING:
 
 THIS_EXPERIMENT = "this experiment"
 INHERITED = "inherited history"
+NO_BEST = "none"  # the parent run's best-trial tags when the search has no best
+
+
+def no_best_reason(several_objectives: bool) -> str:
+    """Why a search has no best trial: the console, the reports and the MLflow parent say the same."""
+    if several_objectives:
+        return "no trial on the Pareto front meets the select rule"
+    return "no trial reported the metric"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from tunekit.layout import (
     TrialStatus,
     finite,
 )
+from tunekit.results.best import NO_BEST, BestTrial
 from tunekit.results.check_pareto import front_findings, mlflow_findings, study_findings
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.summary import Summary, summarize
@@ -47,6 +48,15 @@ from tunekit.search.attrs import (
     RAY_TRIAL_ATTR,
 )
 from tunekit.search.forecast import slot_units
+from tunekit.tracking.tags import (
+    PARENT_RUN_TAG,
+    TAG_BEST_TRIAL,
+    TAG_BEST_TRIAL_NUMBER,
+    TAG_STATUS,
+    TAG_TRIAL_ID,
+    TAG_WALL_SECONDS,
+)
+from tunekit.tracking.values import metric_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -478,15 +488,6 @@ def _mlflow(
     from mlflow.tracking import MlflowClient
 
     from tunekit.tracking.client import search_all_runs
-    from tunekit.tracking.tags import (
-        PARENT_RUN_TAG,
-        TAG_BEST_TRIAL,
-        TAG_BEST_TRIAL_NUMBER,
-        TAG_STATUS,
-        TAG_TRIAL_ID,
-        TAG_WALL_SECONDS,
-    )
-    from tunekit.tracking.values import metric_key
 
     where = "files vs mlflow"
     uri = tracking_uri or record.get("tracking_uri")
@@ -539,18 +540,28 @@ def _mlflow(
             continue  # the ledger's figures travel as ledger.json, compared above
         if not _same(finite(parent_metrics.get(key)), value, absolute=TIME_SLACK_S):
             yield Finding("summary vs mlflow parent", key, value, parent_metrics.get(key))
-    if summary.best is not None:
-        best_key = metric_key(f"best_{results.metric}")
-        if not _same(finite(parent_metrics.get(best_key)), summary.best.metric):
-            yield Finding("summary vs mlflow parent", best_key, summary.best.metric, parent_metrics.get(best_key))
-        if parent.data.tags.get(TAG_BEST_TRIAL) != summary.best.trial_id:
-            yield Finding(
-                "summary vs mlflow parent", TAG_BEST_TRIAL, summary.best.trial_id, parent.data.tags.get(TAG_BEST_TRIAL)
-            )
-        # Only a best trial of this experiment has a number here (an inherited one has its own run).
-        number = parent.data.tags.get(TAG_BEST_TRIAL_NUMBER)
-        if number is not None and number != str(summary.best.number):
-            yield Finding("summary vs mlflow parent", TAG_BEST_TRIAL_NUMBER, summary.best.number, number)
+    yield from _parent_best(summary.best, results.metric, parent.data.tags, parent_metrics)
+
+
+def _parent_best(
+    best: BestTrial | None, metric: str, tags: Mapping[str, str], metrics: Mapping[str, float]
+) -> Iterator[Finding]:
+    """The parent run's best (tags and metric) against the summary's: none when it has none."""
+    where = "summary vs mlflow parent"
+    if best is None:  # the running best the parent named mid-search must not stand
+        for tag in (TAG_BEST_TRIAL, TAG_BEST_TRIAL_NUMBER):
+            if tags.get(tag, NO_BEST) != NO_BEST:
+                yield Finding(where, tag, NO_BEST, tags.get(tag))
+        return
+    best_key = metric_key(f"best_{metric}")
+    if not _same(finite(metrics.get(best_key)), best.metric):
+        yield Finding(where, best_key, best.metric, metrics.get(best_key))
+    if tags.get(TAG_BEST_TRIAL) != best.trial_id:
+        yield Finding(where, TAG_BEST_TRIAL, best.trial_id, tags.get(TAG_BEST_TRIAL))
+    # Only a best trial of this experiment has a number here (an inherited one has its own run).
+    number = tags.get(TAG_BEST_TRIAL_NUMBER)
+    if number is not None and number != str(best.number):
+        yield Finding(where, TAG_BEST_TRIAL_NUMBER, best.number, number)
 
 
 def _sent_exploits(results: ExperimentResults, client: Any, parent_id: str) -> Iterator[Finding]:

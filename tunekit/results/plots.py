@@ -363,7 +363,8 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
     else:  # lines cross the whole plot: the legend goes under it
         marks = _legend_marks(shown, lines=True)
         ax.legend(handles=marks, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=len(marks))
-    ax.set_title(f"Pareto front: {len(front.front)} of {len(rows)} trials (star: the selected best)", fontsize=10)
+    picked = "star: the selected best" if best is not None else "the select rule chose none"
+    ax.set_title(f"Pareto front: {len(front.front)} of {len(rows)} trials ({picked})", fontsize=10)
     return _finish(fig, path)
 
 

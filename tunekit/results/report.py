@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import duration
 from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TRACKING_FILE, TrialStatus
-from tunekit.results.best import INHERITED, BestTrial, describe_lineage
+from tunekit.results.best import INHERITED, BestTrial, describe_lineage, no_best_reason
 from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
@@ -247,7 +247,8 @@ def best_section(summary: Summary) -> str:
     its PBT lineage, and the best including a warm start's inherited history when that differs."""
     best = summary.best
     if best is None:
-        return "<p>No trial reported the metric.</p>" + _inherited(summary)
+        reason = no_best_reason(summary.pareto is not None)
+        return f"<p>No best trial: {_e(reason)}.</p>" + _inherited(summary)
     rows = "".join(
         f'<tr><td class="text">{_e(k)}</td><td class="text">{_e(_fmt(v))}</td>'
         f'<td class="text">{_e(_fmt(best.initial_config.get(k)))}</td></tr>'

@@ -328,8 +328,10 @@ def load_measurement(storage_root: Path, spec: ExperimentSpec, target: str) -> M
 
 def why_no_prediction(storage_root: Path, spec: ExperimentSpec, target: str) -> str | None:
     """Why a spec whose name was probed under ``storage_root`` has no stored measurement: what
-    differs from the last probe of that name. None when no probe of that name is stored."""
-    probes: list[tuple[float, dict[str, Any]]] = []
+    differs from the closest probe of that name (the newest of the closest). None when no
+    probe of that name is stored."""
+    now = json.loads(json.dumps(measured_parts(spec, target), default=str))
+    probes: list[tuple[int, float, list[str]]] = []
     for path in (storage_root / PROBES_DIR).glob("*.json"):
         try:
             stored = json.loads(path.read_text())
@@ -337,26 +339,38 @@ def why_no_prediction(storage_root: Path, spec: ExperimentSpec, target: str) -> 
             continue
         measured = stored.get(MEASURED_KEY) if isinstance(stored, dict) else None
         if isinstance(measured, dict) and measured.get("name") == spec.name:
-            probes.append((float(stored.get("measured_at") or 0.0), measured))
+            changes = _changes(measured, now)
+            probes.append((len(changes), -float(stored.get("measured_at") or 0.0), changes))
     if not probes:
         return None
-    _, measured = max(probes, key=lambda probe: probe[0])
-    now = json.loads(json.dumps(measured_parts(spec, target), default=str))
-    differ = [
-        _described_change(key, measured.get(key), value) for key, value in now.items() if measured.get(key) != value
-    ]
+    _, _, changes = min(probes)
     return (
-        f"no prediction for this search: the last probe of {spec.name} under {storage_root} measured "
-        f"{'; '.join(differ) or 'another spec'} (`tunekit plan --probe` with this spec measures it)"
+        f"no prediction for this search: the closest probe of {spec.name} under {storage_root} measured "
+        f"{'; '.join(changes) or 'another spec'} (`tunekit plan --probe` with the same spec and --set values "
+        "measures this one)"
     )
 
 
-def _described_change(key: str, probed: Any, now: Any) -> str:
-    if key == "max_concurrent":
-        return f"budget.max_concurrent {probed}, not {now}"
-    if key == "target":
-        return f"target {probed}, not {now}"
-    return f"another {key} section"
+def _changes(probed: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What a search's measured parts changed from a probe's, in the spec's own paths."""
+    changes = []
+    for key, value in now.items():
+        before = probed.get(key)
+        if before == value:
+            continue
+        if isinstance(before, dict) and isinstance(value, dict):
+            for name in sorted(before.keys() | value.keys()):
+                if before.get(name) != value.get(name):
+                    changes.append(f"{key}.{name} {_brief(before.get(name))}, not {_brief(value.get(name))}")
+        else:
+            path = "budget.max_concurrent" if key == "max_concurrent" else key
+            changes.append(f"{path} {_brief(before)}, not {_brief(value)}")
+    return changes
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def attach_prediction(

@@ -33,6 +33,7 @@ from tunekit.layout import (
     TrialStatus,
     finite,
 )
+from tunekit.results.best import NO_BEST, no_best_reason
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
@@ -113,6 +114,14 @@ class TrialRun:
     name: str = ""  # its run's name once it ended (``run_name``): the parent's description names the best
     steps: set[int] | None = field(default_factory=set)  # epochs MLflow holds; None: ask it
     pending: Pending = field(default_factory=Pending)
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """Several objectives: the summary's ``select`` choice; no trial when the rule chose none."""
+
+    trial_id: str | None
+    metric: float | None
 
 
 class RunBook:
@@ -212,11 +221,11 @@ class RunBook:
     def _apply_progress(self, event: ProgressEvent) -> None:
         now = int((time.time() if event.at is None else event.at) * 1000)
         # Several objectives, at the end: the summary's select pick is the parent's best (the
-        # recorder's best so far is the first objective's alone).
-        chosen = self._summary_choices() if event.final else None
-        best = finite(event.best) if chosen is None else chosen
-        if chosen is not None:
-            event = replace(event, best_trial=chosen_trial(self.experiment_dir))
+        # recorder's best so far is the first objective's alone), or none when the rule chose none.
+        pick = self._summary_pick() if event.final else None
+        best = finite(event.best) if pick is None else pick.metric
+        if pick is not None:
+            event = replace(event, best_trial=pick.trial_id)
         point = (event.ended, best)
         if best is not None and point != self._last_best:
             # Later than the last point, so MLflow's latest value is this one: at the same step
@@ -233,23 +242,28 @@ class RunBook:
             self._parent.tags[TAG_BEST_TRIAL_NUMBER] = str(best_run.number)
         if not event.final:
             return
-        if best_run is not None and best is not None:
-            name = best_run.name or f"trial-{self._label(best_run)}"
+        if event.best_trial and best is not None:
+            name = best_run.name if best_run is not None and best_run.name else f"trial {event.best_trial}"
             self._parent.tags[NOTE_TAG] = f"Best trial: {name}, {self.spec.metric.name} {best:.4g}."
+        else:  # the running best named mid-search is not the search's best
+            self._parent.tags.update({TAG_BEST_TRIAL: NO_BEST, TAG_BEST_TRIAL_NUMBER: NO_BEST})
+            reason = no_best_reason(len(self.spec.objectives) > 1)
+            self._parent.tags[NOTE_TAG] = f"No best trial: {reason}."
         # ledger.json, which tunekit.results.summary.LedgerFile wrote just before, renders the
         # one computation of every figure; the recorder's counts stand in when it could not.
         summary = _ledger_metrics(self.experiment_dir / LEDGER_FILE) or self._recorded_figures(event)
         if event.sessions:
             self._parent.tags[TAG_SESSIONS] = json.dumps([list(pair) for pair in event.sessions])
         self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
-        # A search that ended with no trial reporting the metric failed (the command exits 1).
-        status = "KILLED" if event.interrupted else "FINISHED" if best is not None else "FAILED"
+        # A search that ended with no trial reporting the metric failed (the command exits 1);
+        # one whose select rule chose no trial of its front did not.
+        status = "KILLED" if event.interrupted else "FINISHED" if finite(event.best) is not None else "FAILED"
         self._parent.status = (status, now)
-        self._model_trial = event.best_trial
+        self._model_trial = event.best_trial if best is not None else None
 
-    def _summary_choices(self) -> float | None:
-        """Several objectives: the summary's Pareto rank on every trial's run; returns its
-        ``select`` choice's metric, the parent's best. None with one objective or no ledger."""
+    def _summary_pick(self) -> _Pick | None:
+        """Several objectives: puts the summary's Pareto rank on every trial's run and returns
+        its ``select`` choice (the parent's best). None with one objective or no ledger."""
         summary = _ledger_summary(self.experiment_dir / LEDGER_FILE)
         pareto = summary.get("pareto")
         if not isinstance(pareto, dict):
@@ -257,7 +271,8 @@ class RunBook:
         ranks = {**pareto.get("unranked", {}), **{t: str(r) for t, r in pareto.get("ranks", {}).items()}}
         for trial_id, rank in ranks.items():
             self._trial(trial_id).pending.tags[TAG_PARETO_RANK] = rank
-        return finite((summary.get("best") or {}).get("metric"))
+        best = summary.get("best") or {}
+        return _Pick(str(best["trial_id"]) if best.get("trial_id") else None, finite(best.get("metric")))
 
     def _recorded_figures(self, event: ProgressEvent) -> dict[str, float]:
         budget = self.spec.budget
@@ -486,12 +501,6 @@ def _ledger_summary(path: Path) -> dict[str, Any]:
     except (OSError, ValueError, AttributeError):
         return {}
     return summary if isinstance(summary, dict) else {}
-
-
-def chosen_trial(experiment_dir: Path) -> str | None:
-    """The trial id of the summary's best (the ``select`` rule's choice with several objectives)."""
-    best = _ledger_summary(experiment_dir / LEDGER_FILE).get("best") or {}
-    return str(best["trial_id"]) if best.get("trial_id") else None
 
 
 def _ledger_metrics(path: Path) -> dict[str, float]:

@@ -216,3 +216,18 @@ def test_a_driver_that_died_leaves_the_study_ahead_of_the_tables_as_a_note(tmp_p
     assert any(note.startswith("the last session's driver died without ending it") for note in report.notes)
     (root / STARTED_FILE).write_text(json.dumps({**dead, "running": False}))
     assert any("trials.csv vs study" in str(f) for f in check_experiment(root).findings)
+
+
+def test_a_parent_that_names_a_best_the_summary_has_not_is_a_finding() -> None:
+    """A user pass: a select rule chose no trial, yet MLflow's parent named the running best and check said ok."""
+    from tunekit.results.check import _parent_best
+
+    named = {"tunekit.best_trial_id": "de87d1bb", "tunekit.best_trial_number": "0"}
+    findings = list(_parent_best(None, "val_accuracy", named, {"best_val_accuracy": 1.0}))
+    assert [(f.what, f.expected, f.actual) for f in findings] == [
+        ("tunekit.best_trial_id", "none", "de87d1bb"),
+        ("tunekit.best_trial_number", "none", "0"),
+    ]
+    cleared = {"tunekit.best_trial_id": "none", "tunekit.best_trial_number": "none"}
+    assert list(_parent_best(None, "val_accuracy", cleared, {"best_val_accuracy": 1.0})) == []
+    assert list(_parent_best(None, "val_accuracy", {}, {})) == []

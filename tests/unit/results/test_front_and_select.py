@@ -140,6 +140,10 @@ def test_the_pareto_figure_and_the_html_page() -> None:
         "infeasible (breaks a constraint)",
         "pruned (not ranked)",
     ]
+    none_chosen = results_of(spec(select={"maximize": "val_accuracy", "subject_to": ["model_params <= 10"]}))
+    assert none_chosen.best is None
+    assert plots.pareto(none_chosen).axes[0].get_title() == "Pareto front: 3 of 6 trials (the select rule chose none)"
+    assert "No best trial: no trial on the Pareto front meets the select rule." in render_html(none_chosen, {})
     three = spec(metric=[*RAW["metric"], {"name": "latency_ms", "mode": "min"}])
     assert plots.pareto(results_of(three)).axes[0].get_xticklabels()[2].get_text() == "latency_ms (min)"
     page = render_html(two, {})

@@ -3,6 +3,7 @@ and the measurement read from a probe's tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -143,9 +144,15 @@ def test_a_search_whose_spec_changed_since_its_probe_says_what_the_probe_measure
 
     assert not (experiment_dir / PREDICTION_FILE).exists()
     assert note == (
-        f"no prediction for this search: the last probe of digits-mlp under {tmp_path} measured another training "
-        "section; budget.max_concurrent 2, not 1 (`tunekit plan --probe` with this spec measures it)"
+        f"no prediction for this search: the closest probe of digits-mlp under {tmp_path} measured "
+        "training.batch_size 32, not 16; budget.max_concurrent 2, not 1 (`tunekit plan --probe` with the same "
+        "spec and --set values measures this one)"
     )
+    # A newer probe of another training does not hide the closer one (a user pass: the note
+    # named a training change the search had not made).
+    save_measurement(tmp_path, digits("training.batch_size=64"), dataclasses.replace(COSTS, measured_at=9.0))
+    closest = attach_prediction(digits("budget.max_concurrent=1"), experiment_dir, None, launched_at=1.0)
+    assert closest is not None and "measured budget.max_concurrent 2, not 1 (" in closest
     assert attach_prediction(digits("name=other", "training.batch_size=16"), experiment_dir, None, 1.0) is None
     assert attach_prediction(digits("budget.num_samples=48"), experiment_dir, None, launched_at=1.0) is None
     assert read_prediction(experiment_dir) is not None

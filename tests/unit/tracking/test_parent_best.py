@@ -50,3 +50,24 @@ def test_the_parent_names_its_best_trial_by_number_and_in_its_description(tmp_pa
     assert "mlflow.note.content" not in book._parent.tags  # the description is written once, at the end
     book._apply_progress(replace(event, final=True))
     assert book._parent.tags["mlflow.note.content"] == "Best trial: trial-9 · completed, val_accuracy 0.975."
+
+
+def test_a_select_rule_that_chose_no_trial_leaves_the_parent_without_a_best(tmp_path: Path) -> None:
+    """A user pass: MLflow named the running best (and got its model) while the console said none."""
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp_pareto.yaml")
+    summary = {"best": None, "pareto": {"ranks": {"t-acc": 1}, "unranked": {}}}
+    (tmp_path / LEDGER_FILE).write_text(json.dumps({"summary": summary, "metrics": {}}))
+    book = RunBook(spec, tmp_path, started=990.0)
+    book.apply(TrialEvent("t-acc", 0, {"units": 64}, 995.0, 1, True))
+    book._apply_progress(progress(0.96, final=False))  # the first objective's running best, named mid-search
+    assert book._parent.tags["tunekit.best_trial_id"] == "t-acc"
+
+    book._apply_progress(progress(0.96, final=True))
+
+    assert book._parent.tags["tunekit.best_trial_id"] == book._parent.tags["tunekit.best_trial_number"] == "none"
+    assert book._parent.tags["mlflow.note.content"] == (
+        "No best trial: no trial on the Pareto front meets the select rule."
+    )
+    assert [m.value for m in book._parent.metrics if m.key.startswith("best_")] == [0.96]  # no pick point
+    assert book._parent.status is not None and book._parent.status[0] == "FINISHED"
+    assert book._model_trial is None  # no model goes to the running best's run
