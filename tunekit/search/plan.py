@@ -78,7 +78,11 @@ class Plan:
             lines.append(f"fifo: every trial trains {self.max_epochs} epochs; epochs: {self.exhaustive_epochs}")
             return "\n".join(lines)
         lines.append(f"{'rung':>4}  {'at epoch':>8}  {'trials':>6}")
-        lines += [f"{r.index:>4}  {r.epoch:>8}  {r.trials:>6}" for r in self.rungs]
+        # The last level is the end, not a rung ASHA cuts at: trials.csv numbers a completed
+        # trial's rung as the last rung it passed, and so does this table.
+        lines += [
+            f"{'end' if r.epoch == self.max_epochs else r.index:>4}  {r.epoch:>8}  {r.trials:>6}" for r in self.rungs
+        ]
         share = self.planned_epochs / self.exhaustive_epochs
         lines.append(
             f"epochs: about {self.planned_epochs} planned against {self.exhaustive_epochs} "

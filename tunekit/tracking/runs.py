@@ -122,6 +122,8 @@ class _Pick:
 
     trial_id: str | None
     metric: float | None
+    values: dict[str, float]  # every objective's final value
+    rule: str  # how it was chosen ("select: maximize ... among the Pareto front ...")
 
 
 class RunBook:
@@ -244,7 +246,10 @@ class RunBook:
             return
         if event.best_trial and best is not None:
             name = best_run.name if best_run is not None and best_run.name else f"trial {event.best_trial}"
-            self._parent.tags[NOTE_TAG] = f"Best trial: {name}, {self.spec.metric.name} {best:.4g}."
+            values = pick.values if pick is not None and pick.values else {self.spec.metric.name: best}
+            scores = ", ".join(f"{objective} {value:.4g}" for objective, value in values.items())
+            chosen = f" ({pick.rule})" if pick is not None and pick.rule else ""
+            self._parent.tags[NOTE_TAG] = f"Best trial: {name}, {scores}{chosen}."
         else:  # the running best named mid-search is not the search's best
             self._parent.tags.update({TAG_BEST_TRIAL: NO_BEST, TAG_BEST_TRIAL_NUMBER: NO_BEST})
             reason = no_best_reason(len(self.spec.objectives) > 1)
@@ -272,7 +277,13 @@ class RunBook:
         for trial_id, rank in ranks.items():
             self._trial(trial_id).pending.tags[TAG_PARETO_RANK] = rank
         best = summary.get("best") or {}
-        return _Pick(str(best["trial_id"]) if best.get("trial_id") else None, finite(best.get("metric")))
+        values = {
+            str(name): number
+            for name, value in (best.get("values") or {}).items()
+            if (number := finite(value)) is not None
+        }
+        trial_id = str(best["trial_id"]) if best.get("trial_id") else None
+        return _Pick(trial_id, finite(best.get("metric")), values, str(best.get("rule") or ""))
 
     def _recorded_figures(self, event: ProgressEvent) -> dict[str, float]:
         budget = self.spec.budget

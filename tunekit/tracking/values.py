@@ -97,6 +97,8 @@ def spec_params(spec: ExperimentSpec) -> dict[str, str]:
         if section == "metric" and spec.multi_objective:
             continue
         for key, value in raw[section].items():
+            if value is None:  # a setting left unset (budget.time_budget_s): no "None" param
+                continue
             if section == "search" and key == "warm_start":
                 params["search.warm_start"] = str(len(value))
                 continue

@@ -27,7 +27,9 @@ def progress(best: float, *, final: bool) -> ProgressEvent:
 
 def test_the_pick_is_the_parent_s_last_best_point_at_a_later_time(tmp_path: Path) -> None:
     spec = load_spec(REPO / "search_spaces" / "digits_mlp_pareto.yaml")
-    summary = {"best": {"trial_id": "t-pick", "metric": 0.93}, "pareto": {"ranks": {"t-pick": 1}, "unranked": {}}}
+    pick = {"trial_id": "t-pick", "metric": 0.93, "values": {"val_accuracy": 0.93, "model_params": 800.0}}
+    pick["rule"] = "select: maximize val_accuracy among the Pareto front"
+    summary = {"best": pick, "pareto": {"ranks": {"t-pick": 1}, "unranked": {}}}
     (tmp_path / LEDGER_FILE).write_text(json.dumps({"summary": summary, "metrics": {}}))
     book = RunBook(spec, tmp_path, started=990.0)
     book._apply_progress(progress(0.96, final=False))  # the running best, first objective alone
@@ -37,6 +39,11 @@ def test_the_pick_is_the_parent_s_last_best_point_at_a_later_time(tmp_path: Path
     latest = max(points, key=lambda p: (p[2], p[1], p[0]))  # MLflow's latest value
     assert latest[0] == 0.93
     assert book._parent.tags["tunekit.best_trial_id"] == "t-pick"
+    # t-pick's run is unknown to this book: the description names it by id, with the pick's values.
+    assert book._parent.tags["mlflow.note.content"] == (
+        "Best trial: trial t-pick, val_accuracy 0.93, model_params 800 (select: maximize val_accuracy among the "
+        "Pareto front)."
+    )
 
 
 def test_the_parent_names_its_best_trial_by_number_and_in_its_description(tmp_path: Path) -> None:
