@@ -16,6 +16,7 @@ import pytest
 import tunekit
 from tunekit import plots
 from tunekit.cli import main as cli_main
+from tunekit.results.importance import MIN_TRIALS_FOR_IMPORTANCE
 from tunekit.results.load import ExperimentResults
 from tunekit.results.mlflow import load_from_mlflow
 from tunekit.results.report import write_html
@@ -73,7 +74,7 @@ def test_plots_of_a_real_experiment(experiment: tuple[ExperimentResults, str], t
     curves = plots.learning_curves(results).axes[0].get_lines()
     assert len([line for line in curves if line.get_marker() == "x"]) == stopped
     completed = (results.trials["status"] == "completed").sum()
-    if completed >= plots.MIN_TRIALS_FOR_IMPORTANCE:
+    if completed >= MIN_TRIALS_FOR_IMPORTANCE:
         importance = plots.param_importance(results).axes[0]
         assert len(importance.patches) == len([c for c in results.trials if c.startswith("params.")])
     else:

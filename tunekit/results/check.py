@@ -16,8 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +33,17 @@ from tunekit.layout import (
     TrialStatus,
     finite,
 )
-from tunekit.results.best import NO_BEST, BestTrial
-from tunekit.results.check_pareto import front_findings, mlflow_findings, study_findings
+from tunekit.results.check_mlflow import check_mlflow
+from tunekit.results.check_pareto import front_findings, study_findings
+from tunekit.results.findings import (
+    TIME_SLACK_S,
+    CheckReport,
+    Finding,
+    finding_of,
+    same,
+    table_rows_of,
+    trial_label,
+)
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.summary import Summary, summarize
 from tunekit.search.attrs import (
@@ -48,60 +56,9 @@ from tunekit.search.attrs import (
     RAY_TRIAL_ATTR,
 )
 from tunekit.search.forecast import slot_units
-from tunekit.tracking.tags import (
-    PARENT_RUN_TAG,
-    TAG_BEST_TRIAL,
-    TAG_BEST_TRIAL_NUMBER,
-    TAG_STATUS,
-    TAG_TRIAL_ID,
-    TAG_WALL_SECONDS,
-)
-from tunekit.tracking.values import metric_key
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-
-# Times are written rounded to milliseconds, and a table is written a moment apart from the
-# clock file: figures within this many seconds agree.
-TIME_SLACK_S = 0.05
-# Relative tolerance of derived floats (slot-hours recomputed from rounded spans).
-RELATIVE_SLACK = 1e-6
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One disagreement: where it was seen, what, and the two values side by side."""
-
-    where: str  # f"{TRIALS_FILE} vs study"
-    what: str  # "trial 3 (abc12) state"
-    expected: Any
-    actual: Any
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.what}: {self.expected!r} vs {self.actual!r}"
-
-
-@dataclass
-class CheckReport:
-    experiment_dir: Path
-    findings: list[Finding] = field(default_factory=list)
-    checked: list[str] = field(default_factory=list)  # the places compared, in order
-    notes: list[str] = field(default_factory=list)  # what was not compared, and why
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def describe(self) -> str:
-        places = ", ".join(self.checked)
-        count = len(self.findings)
-        verdict = "ok" if self.ok else f"{count} disagreement{'' if count == 1 else 's'}"
-        lines = [f"{self.experiment_dir}: {verdict}"]
-        lines.append(f"compared: {places}")
-        lines += [f"  {finding}" for finding in self.findings]
-        lines += [f"note: {note}" for note in self.notes]
-        return "\n".join(lines)
+    pass
 
 
 def check_experiment(
@@ -127,7 +84,7 @@ def check_experiment(
         ("summary", lambda: _figures(results, summary)),
     ]
     if summary.pareto is not None:
-        sections.append(("pareto front", lambda: map(_finding, front_findings(results, summary))))
+        sections.append(("pareto front", lambda: map(finding_of, front_findings(results, summary))))
     for name, section in sections:
         report.checked.append(name)
         for item in section():  # a string is a note: agreement explained, not a disagreement
@@ -152,7 +109,7 @@ def check_experiment(
         report.notes.append(f"{running} trials were running when the search stopped; `tunekit resume` finishes them")
     tracked = results.experiment_dir / TRACKING_FILE
     if mlflow and tracked.is_file():
-        _check_mlflow(report, results, summary, json.loads(tracked.read_text()), tracking_uri)
+        check_mlflow(report, results, summary, json.loads(tracked.read_text()), tracking_uri)
     elif mlflow:
         report.notes.append(f"not tracked in MLflow (no {TRACKING_FILE})")
     return report
@@ -189,17 +146,8 @@ def _as_a_dead_driver_s_lag(experiment_dir: Path, items: Iterator[Finding | str]
 # ---------------------------------------------------------------- the tables
 
 
-def _rows(table: pd.DataFrame) -> list[dict[str, Any]]:
-    return [] if table.empty else table.to_dict("records")
-
-
-def _label(row: dict[str, Any]) -> str:
-    number = finite(row.get("number"))
-    return f"trial {int(number) if number is not None else '?'} ({row['trial_id']})"
-
-
 def _trials_table(results: ExperimentResults) -> Iterator[Finding]:
-    rows = _rows(results.trials)
+    rows = table_rows_of(results.trials)
     ids = [str(r["trial_id"]) for r in rows]
     for trial_id in sorted({i for i in ids if ids.count(i) > 1}):
         yield Finding(TRIALS_FILE, f"trial {trial_id} rows", 1, ids.count(trial_id))
@@ -210,9 +158,9 @@ def _trials_table(results: ExperimentResults) -> Iterator[Finding]:
     for row in rows:
         status = str(row["status"])
         if status not in valid:
-            yield Finding(TRIALS_FILE, f"{_label(row)} status", sorted(valid), status)
+            yield Finding(TRIALS_FILE, f"{trial_label(row)} status", sorted(valid), status)
         elif TrialStatus(status).is_finished() and not isinstance(row.get("reason"), str):
-            yield Finding(TRIALS_FILE, f"{_label(row)} reason of a {status} trial", "a reason", row.get("reason"))
+            yield Finding(TRIALS_FILE, f"{trial_label(row)} reason of a {status} trial", "a reason", row.get("reason"))
     if len(rows) > results.spec.budget.num_samples:
         yield Finding(TRIALS_FILE, "trials against the budget", results.spec.budget.num_samples, len(rows))
 
@@ -221,23 +169,25 @@ def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
     where = f"{TRIALS_FILE} vs {EPOCHS_FILE}"
     epochs, metric, mode = results.epochs, results.metric, results.mode
     by_trial: dict[str, list[dict[str, Any]]] = {}
-    for row in _rows(epochs):
+    for row in table_rows_of(epochs):
         by_trial.setdefault(str(row["trial_id"]), []).append(row)
-    known = {str(r["trial_id"]) for r in _rows(results.trials)}
+    known = {str(r["trial_id"]) for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(by_trial) - known):
         yield Finding(where, f"epochs of trial {trial_id}", f"a trial in {TRIALS_FILE}", "none")
-    for row in _rows(results.trials):
+    for row in table_rows_of(results.trials):
         reported = sorted(by_trial.get(str(row["trial_id"]), []), key=lambda r: int(r["epoch"]))
         numbers = [int(r["epoch"]) for r in reported]
         epochs_count = int(finite(row.get("epochs")) or 0)
         if numbers != list(range(1, epochs_count + 1)):
-            yield Finding(where, f"{_label(row)} epochs", list(range(1, epochs_count + 1)), numbers)
+            yield Finding(where, f"{trial_label(row)} epochs", list(range(1, epochs_count + 1)), numbers)
         values = [v for r in reported if (v := finite(r.get(metric))) is not None]
         final, best = finite(row.get("final_metric")), finite(row.get("best_metric"))
-        if values and not _same(final, values[-1]):
-            yield Finding(where, f"{_label(row)} final {metric}", final, values[-1])
-        if values and not _same(best, max(values) if mode == "max" else min(values)):
-            yield Finding(where, f"{_label(row)} best {metric}", best, max(values) if mode == "max" else min(values))
+        if values and not same(final, values[-1]):
+            yield Finding(where, f"{trial_label(row)} final {metric}", final, values[-1])
+        if values and not same(best, max(values) if mode == "max" else min(values)):
+            yield Finding(
+                where, f"{trial_label(row)} best {metric}", best, max(values) if mode == "max" else min(values)
+            )
 
 
 def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Finding]:
@@ -247,14 +197,14 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
         return
     spans = results.spans
     by_trial: dict[str, list[tuple[float, float | None]]] = {}
-    for row in _rows(spans):
+    for row in table_rows_of(spans):
         by_trial.setdefault(str(row["trial_id"]), []).append((float(row["start"]), finite(row["end"])))
     reports: dict[str, list[float]] = {}
-    for row in _rows(results.epochs):
+    for row in table_rows_of(results.epochs):
         reports.setdefault(str(row["trial_id"]), []).append(float(row["time"]))
     limit = clock.active_seconds + TIME_SLACK_S
-    for row in _rows(results.trials):
-        trial_id, label = str(row["trial_id"]), _label(row)
+    for row in table_rows_of(results.trials):
+        trial_id, label = str(row["trial_id"]), trial_label(row)
         pairs = sorted(by_trial.get(trial_id, []))
         if not pairs:
             yield Finding(where, f"{label} spans", "at least one", 0)
@@ -296,7 +246,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         for t in study.get_trials(deepcopy=False)
         if RAY_TRIAL_ATTR in t.user_attrs and not {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(t.user_attrs)
     }
-    rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
+    rows = {str(r["trial_id"]): r for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
         yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", f"a row in {TRIALS_FILE}", "none")
     held = bool(study.user_attrs.get(HELD_ATTR))
@@ -309,14 +259,14 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         trials = "1 stopped trial waits" if waiting == 1 else f"{waiting} stopped trials wait"
         yield f"a signal stopped the search: {trials} for `tunekit resume` to finish them"
     exploited: dict[str, list[int]] = {}
-    for step in _rows(results.exploits):
+    for step in table_rows_of(results.exploits):
         exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))
     epochs: dict[str, set[int]] = {}
-    for row in _rows(results.epochs):
+    for row in table_rows_of(results.epochs):
         if finite(row.get(results.metric)) is not None:
             epochs.setdefault(str(row["trial_id"]), set()).add(int(row["epoch"]))
     for trial_id, row in rows.items():
-        trial, label = ours.get(trial_id), _label(row)
+        trial, label = ours.get(trial_id), trial_label(row)
         if trial is None:
             yield Finding(where, f"{label} in the study", "a study trial", "none")
             continue
@@ -326,7 +276,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         if trial.state.name not in expected:
             yield Finding(where, f"{label} state", " or ".join(expected), trial.state.name)
         multi = results.spec.multi_objective  # its values: check_pareto.study_findings
-        if trial.state.name == "COMPLETE" and not multi and not _same(finite(row.get("final_metric")), trial.value):
+        if trial.state.name == "COMPLETE" and not multi and not same(finite(row.get("final_metric")), trial.value):
             yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
         steps = set(trial.intermediate_values)
         # Optuna keeps no intermediate values for several objectives; epochs.csv holds them.
@@ -340,7 +290,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         kept = [int(step["epoch"]) for step in trial.user_attrs.get(PBT_STEPS_ATTR, [])]
         if kept != exploited.get(trial_id, []):
             yield Finding(f"{EXPLOITS_FILE} vs study", f"{label} exploit epochs", exploited.get(trial_id, []), kept)
-    yield from map(_finding, study_findings(results, summary, study, ours))
+    yield from map(finding_of, study_findings(results, summary, study, ours))
 
 
 def _study_states(status: str, final: float | None, held: bool) -> tuple[str, ...]:
@@ -369,9 +319,9 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
 
     where = f"{TRIALS_FILE} vs checkpoints"
     directory = results.experiment_dir
-    for row in _rows(results.trials):
+    for row in table_rows_of(results.trials):
         if str(row["status"]) == TrialStatus.COMPLETED and final_model_path(directory, str(row["trial_id"])) is None:
-            yield Finding(where, f"{_label(row)} final model", "model.keras or model.weights.h5", "none")
+            yield Finding(where, f"{trial_label(row)} final model", "model.keras or model.weights.h5", "none")
     best = results.best
     if best is None:
         return
@@ -422,9 +372,7 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
     # A trial running when the driver died has its wall_seconds as of the last table write,
     # and its open span counts to the clock's end: the two need not agree (see _spans).
     settled = TrialStatus.RUNNING not in statuses
-    if settled and not _same(
-        summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot
-    ):
+    if settled and not same(summary.ledger.slot_hours, wall * per_slot, absolute=TIME_SLACK_S * len(trials) * per_slot):
         yield Finding(
             f"ledger vs {TRIALS_FILE}", "slot-hours against wall_seconds", summary.ledger.slot_hours, wall * per_slot
         )
@@ -435,7 +383,7 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
                 where, "a trial's wall_seconds within the search's active time", summary.active_seconds, longest
             )
     best = summary.best
-    if best is not None and not _same(summary.ledger.final_best, best.metric):
+    if best is not None and not same(summary.ledger.final_best, best.metric):
         yield Finding("summary vs ledger", "final best", best.metric, summary.ledger.final_best)
 
 
@@ -446,165 +394,18 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
     for key, value in summary.flat_metrics().items():
         if key in ("downtime_seconds",) or key.startswith("actual_") or key.startswith("predicted_"):
             continue
-        if not _same(finite(written.get(key)), value, absolute=TIME_SLACK_S):
+        if not same(finite(written.get(key)), value, absolute=TIME_SLACK_S):
             yield Finding(f"{LEDGER_FILE} vs summary", key, written.get(key), value)
     best = (record.get("summary") or {}).get("best") or {}
     if summary.best is not None and best.get("trial_id") != summary.best.trial_id:
         yield Finding(f"{LEDGER_FILE} vs summary", "best trial", best.get("trial_id"), summary.best.trial_id)
 
 
-# ------------------------------------------------------------------ MLflow
-
-
-def _check_mlflow(
-    report: CheckReport, results: ExperimentResults, summary: Summary, record: dict[str, Any], uri: str | None
-) -> None:
-    """MLflow's runs against the files, when its store answers; a server that does not is a
-    note (nothing could be compared), known in seconds: MLflow's own retries take minutes."""
-    from tunekit.tracking.writer import answers, quick_http_retries
-
-    uri = uri or record.get("tracking_uri")
-    silent = answers(str(uri)) if uri else None
-    if silent is not None:
-        report.notes.append(
-            f"MLflow was not compared: {silent}; run the check again once it answers, or with "
-            "`--tracking-uri` where its runs are now (`--no-mlflow` leaves it out)"
-        )
-        return
-    report.checked.append("mlflow")
-    with quick_http_retries():
-        found = list(_mlflow(results, summary, record, uri))
-    report.findings.extend(found)
-    if found:
-        report.notes.append(
-            f"MLflow disagrees with the files: `tunekit sync {results.experiment_dir}` sends it what they hold "
-            "(runs, epochs, the parent's figures)"
-        )
-
-
-def _mlflow(
-    results: ExperimentResults, summary: Summary, record: dict[str, Any], tracking_uri: str | None
-) -> Iterator[Finding]:
-    from mlflow.tracking import MlflowClient
-
-    from tunekit.tracking.client import search_all_runs
-
-    where = "files vs mlflow"
-    uri = tracking_uri or record.get("tracking_uri")
-    parent_id = str(record.get("parent_run_id"))
-    client = MlflowClient(tracking_uri=uri)
-    try:
-        parent = client.get_run(parent_id)
-    except Exception as error:  # MLflow raises its own and HTTP errors alike
-        yield Finding(where, f"parent run {parent_id} at {uri}", "reachable", f"{type(error).__name__}: {error}")
-        return
-    children = list(search_all_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'"))
-    runs: dict[str, list[Any]] = {}
-    for run in children:
-        runs.setdefault(str(run.data.tags.get(TAG_TRIAL_ID)), []).append(run)
-    rows = {str(r["trial_id"]): r for r in _rows(results.trials)}
-    for trial_id in sorted(set(runs) - set(rows)):
-        yield Finding(where, f"child run of trial {trial_id}", f"a row in {TRIALS_FILE}", "none")
-    metric = metric_key(results.metric)
-    epochs: dict[str, set[int]] = {}
-    for row in _rows(results.epochs):
-        if finite(row.get(results.metric)) is not None:
-            epochs.setdefault(str(row["trial_id"]), set()).add(int(row["epoch"]))
-    for trial_id, row in rows.items():
-        label, found = _label(row), runs.get(trial_id, [])
-        if len(found) != 1:
-            yield Finding(where, f"{label} child runs", 1, len(found))
-            continue
-        run = found[0]
-        if run.data.tags.get(TAG_STATUS) != str(row["status"]):
-            yield Finding(where, f"{label} status", str(row["status"]), run.data.tags.get(TAG_STATUS))
-        tagged, wall = finite(_float(run.data.tags.get(TAG_WALL_SECONDS))), finite(row.get("wall_seconds"))
-        if TrialStatus(str(row["status"])).is_finished() and not _same(wall, tagged, absolute=TIME_SLACK_S):
-            yield Finding(where, f"{label} {TAG_WALL_SECONDS}", wall, tagged)
-        history = client.get_metric_history(run.info.run_id, metric)
-        steps = {int(point.step) for point in history}
-        if steps != epochs.get(trial_id, set()):
-            yield Finding(where, f"{label} {metric} steps", sorted(epochs.get(trial_id, set())), sorted(steps))
-        last = max(history, key=lambda p: (p.step, p.timestamp), default=None)
-        final = finite(row.get("final_metric"))
-        if last is not None and not _same(final, last.value):
-            yield Finding(where, f"{label} final {metric}", final, last.value)
-    if any(str(r["status"]) == TrialStatus.RUNNING for r in rows.values()):
-        return  # an interrupted search: the parent's final figures come when it ends
-    yield from map(_finding, mlflow_findings(summary, runs))
-    if results.spec.scheduler.type == "pbt":  # load_from_mlflow's final configurations come from it
-        yield from _sent_exploits(results, client, parent_id)
-    parent_metrics = parent.data.metrics
-    for key, value in summary.flat_metrics().items():
-        if key.startswith(("ledger_", "predicted_", "actual_")) or key == "downtime_seconds":
-            continue  # the ledger's figures travel as ledger.json, compared above
-        if not _same(finite(parent_metrics.get(key)), value, absolute=TIME_SLACK_S):
-            yield Finding("summary vs mlflow parent", key, value, parent_metrics.get(key))
-    yield from _parent_best(summary.best, results.metric, parent.data.tags, parent_metrics)
-
-
-def _parent_best(
-    best: BestTrial | None, metric: str, tags: Mapping[str, str], metrics: Mapping[str, float]
-) -> Iterator[Finding]:
-    """The parent run's best (tags and metric) against the summary's: none when it has none."""
-    where = "summary vs mlflow parent"
-    if best is None:  # the running best the parent named mid-search must not stand
-        for tag in (TAG_BEST_TRIAL, TAG_BEST_TRIAL_NUMBER):
-            if tags.get(tag, NO_BEST) != NO_BEST:
-                yield Finding(where, tag, NO_BEST, tags.get(tag))
-        return
-    best_key = metric_key(f"best_{metric}")
-    if not _same(finite(metrics.get(best_key)), best.metric):
-        yield Finding(where, best_key, best.metric, metrics.get(best_key))
-    if tags.get(TAG_BEST_TRIAL) != best.trial_id:
-        yield Finding(where, TAG_BEST_TRIAL, best.trial_id, tags.get(TAG_BEST_TRIAL))
-    # Only a best trial of this experiment has a number here (an inherited one has its own run).
-    number = tags.get(TAG_BEST_TRIAL_NUMBER)
-    if number is not None and number != str(best.number):
-        yield Finding(where, TAG_BEST_TRIAL_NUMBER, best.number, number)
-
-
-def _sent_exploits(results: ExperimentResults, client: Any, parent_id: str) -> Iterator[Finding]:
-    """The parent run's copy of exploits.csv is the file (sent when the search ended)."""
-    from tunekit.results.mlflow import artifact_text
-
-    written = results.experiment_dir / EXPLOITS_FILE
-    if not written.is_file():
-        return
-    try:
-        sent = artifact_text(client, parent_id, EXPLOITS_FILE)
-    except Exception as error:  # MLflow raises its own and OS errors alike
-        yield Finding("files vs mlflow parent", EXPLOITS_FILE, "attached", f"{type(error).__name__}")
-        return
-    rows, sent_rows = written.read_text().splitlines(), sent.splitlines()
-    for line, (row, sent_row) in enumerate(itertools.zip_longest(rows, sent_rows), start=1):
-        if row != sent_row:  # the first line that differs, both sides
-            yield Finding("files vs mlflow parent", f"{EXPLOITS_FILE} line {line}", row, sent_row)
-            return
-
-
 # ------------------------------------------------------------------ helpers
-
-
-def _finding(disagreement: tuple[str, str, Any, Any]) -> Finding:
-    return Finding(*disagreement)
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return None if text is None else float(text)
-    except ValueError:
-        return None
 
 
 def _within(at: float, start: float, end: float | None) -> bool:
     return start - TIME_SLACK_S <= at <= (math.inf if end is None else end + TIME_SLACK_S)
-
-
-def _same(a: float | None, b: float | None, *, absolute: float = 1e-9) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=RELATIVE_SLACK, abs_tol=absolute)
 
 
 def _same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -613,7 +414,7 @@ def _same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
     for key, value in a.items():
         other = b[key]
         if isinstance(value, float) or isinstance(other, float):
-            if not _same(finite(value), finite(other)):
+            if not same(finite(value), finite(other)):
                 return False
         elif str(value) != str(other):
             return False

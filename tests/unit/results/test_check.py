@@ -220,7 +220,7 @@ def test_a_driver_that_died_leaves_the_study_ahead_of_the_tables_as_a_note(tmp_p
 
 def test_a_parent_that_names_a_best_the_summary_has_not_is_a_finding() -> None:
     """A user pass: a select rule chose no trial, yet MLflow's parent named the running best and check said ok."""
-    from tunekit.results.check import _parent_best
+    from tunekit.results.check_mlflow import _parent_best
 
     named = {"tunekit.best_trial_id": "de87d1bb", "tunekit.best_trial_number": "0"}
     findings = list(_parent_best(None, "val_accuracy", named, {"best_val_accuracy": 1.0}))

@@ -1,0 +1,159 @@
+"""``tunekit check``'s MLflow part: the runs MLflow holds against the experiment's files and summary."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from tunekit.layout import EXPLOITS_FILE, TRIALS_FILE, TrialStatus, finite
+from tunekit.results.best import NO_BEST, BestTrial
+from tunekit.results.check_pareto import mlflow_findings
+from tunekit.results.findings import (
+    TIME_SLACK_S,
+    CheckReport,
+    Finding,
+    finding_of,
+    number_or_none,
+    same,
+    table_rows_of,
+    trial_label,
+)
+from tunekit.results.load import ExperimentResults
+from tunekit.results.summary import Summary
+from tunekit.tracking.tags import (
+    PARENT_RUN_TAG,
+    TAG_BEST_TRIAL,
+    TAG_BEST_TRIAL_NUMBER,
+    TAG_STATUS,
+    TAG_TRIAL_ID,
+    TAG_WALL_SECONDS,
+)
+from tunekit.tracking.values import metric_key
+
+
+def check_mlflow(
+    report: CheckReport, results: ExperimentResults, summary: Summary, record: dict[str, Any], uri: str | None
+) -> None:
+    """MLflow's runs against the files, when its store answers; a server that does not is a
+    note (nothing could be compared), known in seconds: MLflow's own retries take minutes."""
+    from tunekit.tracking.writer import answers, quick_http_retries
+
+    uri = uri or record.get("tracking_uri")
+    silent = answers(str(uri)) if uri else None
+    if silent is not None:
+        report.notes.append(
+            f"MLflow was not compared: {silent}; run the check again once it answers, or with "
+            "`--tracking-uri` where its runs are now (`--no-mlflow` leaves it out)"
+        )
+        return
+    report.checked.append("mlflow")
+    with quick_http_retries():
+        found = list(_mlflow(results, summary, record, uri))
+    report.findings.extend(found)
+    if found:
+        report.notes.append(
+            f"MLflow disagrees with the files: `tunekit sync {results.experiment_dir}` sends it what they hold "
+            "(runs, epochs, the parent's figures)"
+        )
+
+
+def _mlflow(
+    results: ExperimentResults, summary: Summary, record: dict[str, Any], tracking_uri: str | None
+) -> Iterator[Finding]:
+    from mlflow.tracking import MlflowClient
+
+    from tunekit.tracking.client import search_all_runs
+
+    where = "files vs mlflow"
+    uri = tracking_uri or record.get("tracking_uri")
+    parent_id = str(record.get("parent_run_id"))
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        parent = client.get_run(parent_id)
+    except Exception as error:  # MLflow raises its own and HTTP errors alike
+        yield Finding(where, f"parent run {parent_id} at {uri}", "reachable", f"{type(error).__name__}: {error}")
+        return
+    children = list(search_all_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'"))
+    runs: dict[str, list[Any]] = {}
+    for run in children:
+        runs.setdefault(str(run.data.tags.get(TAG_TRIAL_ID)), []).append(run)
+    rows = {str(r["trial_id"]): r for r in table_rows_of(results.trials)}
+    for trial_id in sorted(set(runs) - set(rows)):
+        yield Finding(where, f"child run of trial {trial_id}", f"a row in {TRIALS_FILE}", "none")
+    metric = metric_key(results.metric)
+    epochs: dict[str, set[int]] = {}
+    for row in table_rows_of(results.epochs):
+        if finite(row.get(results.metric)) is not None:
+            epochs.setdefault(str(row["trial_id"]), set()).add(int(row["epoch"]))
+    for trial_id, row in rows.items():
+        label, found = trial_label(row), runs.get(trial_id, [])
+        if len(found) != 1:
+            yield Finding(where, f"{label} child runs", 1, len(found))
+            continue
+        run = found[0]
+        if run.data.tags.get(TAG_STATUS) != str(row["status"]):
+            yield Finding(where, f"{label} status", str(row["status"]), run.data.tags.get(TAG_STATUS))
+        tagged, wall = finite(number_or_none(run.data.tags.get(TAG_WALL_SECONDS))), finite(row.get("wall_seconds"))
+        if TrialStatus(str(row["status"])).is_finished() and not same(wall, tagged, absolute=TIME_SLACK_S):
+            yield Finding(where, f"{label} {TAG_WALL_SECONDS}", wall, tagged)
+        history = client.get_metric_history(run.info.run_id, metric)
+        steps = {int(point.step) for point in history}
+        if steps != epochs.get(trial_id, set()):
+            yield Finding(where, f"{label} {metric} steps", sorted(epochs.get(trial_id, set())), sorted(steps))
+        last = max(history, key=lambda p: (p.step, p.timestamp), default=None)
+        final = finite(row.get("final_metric"))
+        if last is not None and not same(final, last.value):
+            yield Finding(where, f"{label} final {metric}", final, last.value)
+    if any(str(r["status"]) == TrialStatus.RUNNING for r in rows.values()):
+        return  # an interrupted search: the parent's final figures come when it ends
+    yield from map(finding_of, mlflow_findings(summary, runs))
+    if results.spec.scheduler.type == "pbt":  # load_from_mlflow's final configurations come from it
+        yield from _sent_exploits(results, client, parent_id)
+    parent_metrics = parent.data.metrics
+    for key, value in summary.flat_metrics().items():
+        if key.startswith(("ledger_", "predicted_", "actual_")) or key == "downtime_seconds":
+            continue  # the ledger's figures travel as ledger.json, compared above
+        if not same(finite(parent_metrics.get(key)), value, absolute=TIME_SLACK_S):
+            yield Finding("summary vs mlflow parent", key, value, parent_metrics.get(key))
+    yield from _parent_best(summary.best, results.metric, parent.data.tags, parent_metrics)
+
+
+def _parent_best(
+    best: BestTrial | None, metric: str, tags: Mapping[str, str], metrics: Mapping[str, float]
+) -> Iterator[Finding]:
+    """The parent run's best (tags and metric) against the summary's: none when it has none."""
+    where = "summary vs mlflow parent"
+    if best is None:  # the running best the parent named mid-search must not stand
+        for tag in (TAG_BEST_TRIAL, TAG_BEST_TRIAL_NUMBER):
+            if tags.get(tag, NO_BEST) != NO_BEST:
+                yield Finding(where, tag, NO_BEST, tags.get(tag))
+        return
+    best_key = metric_key(f"best_{metric}")
+    if not same(finite(metrics.get(best_key)), best.metric):
+        yield Finding(where, best_key, best.metric, metrics.get(best_key))
+    if tags.get(TAG_BEST_TRIAL) != best.trial_id:
+        yield Finding(where, TAG_BEST_TRIAL, best.trial_id, tags.get(TAG_BEST_TRIAL))
+    # Only a best trial of this experiment has a number here (an inherited one has its own run).
+    number = tags.get(TAG_BEST_TRIAL_NUMBER)
+    if number is not None and number != str(best.number):
+        yield Finding(where, TAG_BEST_TRIAL_NUMBER, best.number, number)
+
+
+def _sent_exploits(results: ExperimentResults, client: Any, parent_id: str) -> Iterator[Finding]:
+    """The parent run's copy of exploits.csv is the file (sent when the search ended)."""
+    from tunekit.results.mlflow import artifact_text
+
+    written = results.experiment_dir / EXPLOITS_FILE
+    if not written.is_file():
+        return
+    try:
+        sent = artifact_text(client, parent_id, EXPLOITS_FILE)
+    except Exception as error:  # MLflow raises its own and OS errors alike
+        yield Finding("files vs mlflow parent", EXPLOITS_FILE, "attached", f"{type(error).__name__}")
+        return
+    rows, sent_rows = written.read_text().splitlines(), sent.splitlines()
+    for line, (row, sent_row) in enumerate(itertools.zip_longest(rows, sent_rows), start=1):
+        if row != sent_row:  # the first line that differs, both sides
+            yield Finding("files vs mlflow parent", f"{EXPLOITS_FILE} line {line}", row, sent_row)
+            return
