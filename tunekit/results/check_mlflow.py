@@ -37,6 +37,7 @@ def check_mlflow(
 ) -> None:
     """MLflow's runs against the files, when its store answers; a server that does not is a
     note (nothing could be compared), known in seconds: MLflow's own retries take minutes."""
+    from tunekit.tracking.client import absent_platforms_skipped
     from tunekit.tracking.writer import answers, quick_http_retries
 
     uri = uri or record.get("tracking_uri")
@@ -48,7 +49,9 @@ def check_mlflow(
         )
         return
     report.checked.append("mlflow")
-    with quick_http_retries():
+    # A check reads every trial's metric history: the writer's settings spare each request
+    # MLflow's retries and its searches for Databricks and Spark.
+    with quick_http_retries(), absent_platforms_skipped():
         found = list(_mlflow(results, summary, record, uri))
     report.findings.extend(found)
     if found:
