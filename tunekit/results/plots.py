@@ -296,36 +296,25 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
     rows = [(t, v) for t, v in rows if all(n in v for n in names)]
     best = results.best.trial_id if results.best else None
 
-    def kind(trial_id: str) -> str:
-        """What a mark stands for, as the legend says it."""
+    def mark(trial_id: str) -> tuple[str, dict[str, Any]]:
+        """What a trial's mark stands for, as the legend says it, and how it is drawn."""
         if trial_id == best:
-            return "the selected best"
+            return "the selected best", {"color": BEST_COLOR, "marker": "*", "s": 160, "zorder": 4}
         if front.ranks.get(trial_id) == 1:
-            return "on the front"
-        if front.unranked.get(trial_id) == INFEASIBLE:
-            return "infeasible (breaks a constraint)"
-        if trial_id in front.unranked:
-            return f"{front.unranked[trial_id]} (not ranked)"
-        return "behind the front"
-
-    def style(trial_id: str) -> dict[str, Any]:
-        if trial_id == best:
-            return {"color": BEST_COLOR, "marker": "*", "s": 160, "zorder": 4}
-        if front.ranks.get(trial_id) == 1:
-            return {"color": BEST_COLOR, "marker": "o", "s": 50, "zorder": 3}
-        if front.unranked.get(trial_id) == INFEASIBLE:
-            return {"color": STATUS_COLORS[TrialStatus.FAILED], "marker": "x", "s": 40, "zorder": 2}
-        return {
-            "color": STATUS_COLORS.get(front.unranked.get(trial_id, TrialStatus.COMPLETED), "#7f7f7f"),
-            "marker": "o",
-            "s": 25,
-            "alpha": 0.5 if trial_id in front.unranked else 0.9,
-            "zorder": 2,
-        }
+            return "on the front", {"color": BEST_COLOR, "marker": "o", "s": 50, "zorder": 3}
+        status = front.unranked.get(trial_id)
+        if status == INFEASIBLE:
+            failed = STATUS_COLORS[TrialStatus.FAILED]
+            return "infeasible (breaks a constraint)", {"color": failed, "marker": "x", "s": 40, "zorder": 2}
+        if status is not None:
+            look = {"color": STATUS_COLORS.get(status, "#7f7f7f"), "marker": "o", "s": 25, "alpha": 0.5, "zorder": 2}
+            return f"{status} (not ranked)", look
+        completed = STATUS_COLORS[TrialStatus.COMPLETED]
+        return "behind the front", {"color": completed, "marker": "o", "s": 25, "alpha": 0.9, "zorder": 2}
 
     if len(names) == 2:
         for trial_id, values in rows:
-            ax.scatter(values[names[0]], values[names[1]], **style(trial_id))
+            ax.scatter(values[names[0]], values[names[1]], **mark(trial_id)[1])
         edge = sorted((t.values[names[0]], t.values[names[1]]) for t in front.front)
         ax.step([x for x, _ in edge], [y for _, y in edge], where="post", color=BEST_COLOR, linewidth=1.0)
         ax.set_xlabel(front.objectives[0])
@@ -338,7 +327,7 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
                 low, high = min(columns[objective.name]), max(columns[objective.name])
                 share = 0.5 if high == low else (values[objective.name] - low) / (high - low)
                 ys.append(share if objective.mode == "max" else 1 - share)
-            look = style(trial_id)
+            _, look = mark(trial_id)
             ax.plot(
                 range(len(names)),
                 ys,
@@ -351,7 +340,7 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
             )
         ax.set_xticks(range(len(names)), front.objectives, fontsize=8)
         ax.set_yticks([])
-    shown = {kind(trial_id): style(trial_id) for trial_id, _ in rows}
+    shown = dict(mark(trial_id) for trial_id, _ in rows)
     if len(names) == 2:
         ax.legend(handles=_legend_marks(shown, lines=False), fontsize=8, loc="best")
     else:  # lines cross the whole plot: the legend goes under it
