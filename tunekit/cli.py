@@ -403,15 +403,10 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
 
 def _mlflow_link(experiment_dir: Path) -> str | None:
     """The MLflow UI page of the experiment's runs, when tracking went to a server."""
-    import json
+    from tunekit.tracking.record import TrackingRecord
 
-    from tunekit.layout import TRACKING_FILE
-
-    record = experiment_dir / TRACKING_FILE
-    if not record.is_file():
-        return None
-    link = json.loads(record.read_text()).get("ui_url")
-    return str(link) if link else None
+    record = TrackingRecord.read(experiment_dir)
+    return record.ui_url if record is not None else None
 
 
 def _table(results: ExperimentResults) -> str:

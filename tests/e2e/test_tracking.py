@@ -7,6 +7,7 @@ digits spec on a real Ray runtime (slow).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -26,7 +27,8 @@ from ray.tune.schedulers import FIFOScheduler
 
 import tunekit
 from tunekit.cli import main as cli_main
-from tunekit.clock import SearchClock
+from tunekit.clock import SearchClock, ended_by_its_driver
+from tunekit.compat.ray_tune import finished_trials, saved_trials
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.environment import redact_uri
@@ -37,6 +39,7 @@ from tunekit.results.mlflow import ambiguity_message, load_from_mlflow
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking import sync
 from tunekit.tracking.preflight import TrackingIncomplete, check_complete
+from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
     TAG_EXPERIMENT_DIR,
@@ -640,18 +643,16 @@ def test_unreachable_tracking_uri_warns_once_and_the_search_completes_naming_syn
     assert warnings[1].endswith(f"`tunekit sync {results.experiment_dir}` sends the rest")
 
 
-def _ended_trials(trials_csv: Path) -> int:
-    import csv
-
-    if not trials_csv.exists():
-        return 0
-    with trials_csv.open() as handle:
-        return sum(row["status"] != "running" for row in csv.DictReader(handle))
+def _ray_saved_an_ended_trial(experiment_dir: Path) -> bool:
+    try:
+        return bool(finished_trials(saved_trials(experiment_dir)))
+    except (OSError, ValueError):  # not written yet, or read while Ray writes it
+        return False
 
 
 @pytest.mark.slow
 def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_epoch(
-    server: MlflowServer, ray_session: None, tmp_path: Path
+    server: MlflowServer, ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     storage, name, experiment = tmp_path / "results", "killed", "tunekit-killed"
     overrides = [
@@ -685,16 +686,20 @@ def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_ep
     directory = storage / name
     deadline = time.monotonic() + 300
     try:
-        while _ended_trials(directory / "trials.csv") < 2:
+        # Killed as soon as Ray's saved state knows an ended trial, so most of the search is
+        # left: a fixed wait after two endings let CI's machine finish the search first.
+        while not _ray_saved_an_ended_trial(directory):
             assert driver.poll() is None, "the search ended before it could be interrupted"
-            assert time.monotonic() < deadline, "no two trials ended in time"
-            time.sleep(0.2)
-        time.sleep(1.5)  # let Ray save an experiment checkpoint that knows these trials
+            assert time.monotonic() < deadline, "Ray saved no ended trial in time"
+            time.sleep(0.1)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
+    assert not ended_by_its_driver(directory), "the search ended before the kill: this test would test nothing"
 
-    results = tunekit.resume(directory, progress=False)
+    with caplog.at_level(logging.INFO, logger="tunekit.tracking.tracker"):
+        results = tunekit.resume(directory, progress=False)
+    said = tracking_warnings(caplog)
 
     mlflow_client = client(server.uri)
     parent, children = runs_of(server.uri, experiment, directory)
@@ -706,7 +711,7 @@ def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_ep
         steps = [p.step for p in mlflow_client.get_metric_history(child.info.run_id, "val_accuracy")]
         # One point per epoch. MLflow lists them as they arrived: a resumed trial's new epoch
         # can arrive before the epochs the dead driver's writer never sent ([4, 1, 2, 3] in CI).
-        assert sorted(steps) == list(range(1, row.epochs + 1)), (row.trial_id, steps)
+        assert sorted(steps) == list(range(1, row.epochs + 1)), (row.trial_id, steps, said)
         assert child.data.tags[TAG_STATUS] == row.status
         # MLflow agrees with the table. (A trial running at the kill can end "stopped" when Ray's
         # last saved state does not let it continue: a known race of the kill, seen once in five runs.)
@@ -873,3 +878,42 @@ def test_sync_of_a_tracked_search_adds_nothing(tracked: tunekit.ExperimentResult
     parent, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     assert synced.parent_run_id == parent.info.run_id and len(children) == 5
     assert len(client(server.uri).search_model_versions(f"name = '{REGISTERED_MODEL}'")) == 1
+
+
+@pytest.mark.slow
+def test_resume_of_a_finished_search_sends_what_its_killed_driver_had_not(
+    tracked: tunekit.ExperimentResults, server: MlflowServer
+) -> None:
+    # What a driver killed during the search's final flush leaves: every file written, the last
+    # trial's run and the parent still running in MLflow, and tracking.json saying MLflow lacks some.
+    directory = tracked.experiment_dir
+    assert TrackingRecord.read(directory).holds_everything  # type: ignore[union-attr]  # the search's own end
+    mlflow_client = client(server.uri)
+    parent, children = runs_of(server.uri, EXPERIMENT, directory)
+    before = histories(server.uri, EXPERIMENT, directory)
+    last = max(children, key=lambda run: int(run.data.tags[TAG_TRIAL_NUMBER]))
+    for run in (last, parent):
+        mlflow_client.update_run(run.info.run_id, status="RUNNING")
+    mlflow_client.set_tag(last.info.run_id, TAG_STATUS, "running")
+    record = TrackingRecord.read(directory)
+    assert record is not None
+    dataclasses.replace(record, holds_everything=False).write(directory)
+
+    shown = io.StringIO()
+    tunekit.resume(directory, progress=shown)
+    assert shown.getvalue().splitlines()[1:] == [
+        f"MLflow lacked some of this search's records: sent them to {server.uri}"
+    ]
+    assert TrackingRecord.read(directory).holds_everything  # type: ignore[union-attr]
+    parent, children = runs_of(server.uri, EXPERIMENT, directory)
+    assert parent.info.status == "FINISHED" and len(children) == 5
+    for run in children:
+        assert run.info.status == "FINISHED" and run.data.tags[TAG_STATUS] != "running"
+    assert histories(server.uri, EXPERIMENT, directory) == before  # no point sent twice
+    assert check_experiment(directory).ok
+
+    # Once MLflow holds it all, a resume sends nothing at all.
+    shown = io.StringIO()
+    tunekit.resume(directory, progress=shown)
+    assert len(shown.getvalue().splitlines()) == 1
+    assert histories(server.uri, EXPERIMENT, directory) == before

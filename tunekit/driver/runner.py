@@ -62,7 +62,7 @@ from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, SPEC_FILE, TRIALS_FILE, 
 from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
-from tunekit.tracking.preflight import check_complete, check_reachable
+from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
 
 
 def run(
@@ -213,6 +213,8 @@ def resume(
                 f"the search is complete: nothing to resume (`tunekit resume {directory} "
                 "--set budget.num_samples=N` grows it)\n"
             )
+        if (done := complete_record(spec, directory)) is not None and stream is not None:
+            stream.write(done + "\n")
         return load(directory)
     check_reachable(spec)
     target = resume_target(directory, address, local=local)

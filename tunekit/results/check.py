@@ -56,6 +56,7 @@ from tunekit.search.attrs import (
     RAY_TRIAL_ATTR,
 )
 from tunekit.search.forecast import slot_units
+from tunekit.tracking.record import TrackingRecord
 
 if TYPE_CHECKING:
     pass
@@ -107,9 +108,9 @@ def check_experiment(
     running = int(summary.counts.get(TrialStatus.RUNNING, 0))
     if running:
         report.notes.append(f"{running} trials were running when the search stopped; `tunekit resume` finishes them")
-    tracked = results.experiment_dir / TRACKING_FILE
-    if mlflow and tracked.is_file():
-        check_mlflow(report, results, summary, json.loads(tracked.read_text()), tracking_uri)
+    tracked = TrackingRecord.read(results.experiment_dir)
+    if mlflow and tracked is not None:
+        check_mlflow(report, results, summary, tracked, tracking_uri)
     elif mlflow:
         report.notes.append(f"not tracked in MLflow (no {TRACKING_FILE})")
     return report

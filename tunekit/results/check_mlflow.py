@@ -21,6 +21,7 @@ from tunekit.results.findings import (
 )
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary
+from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
     TAG_BEST_TRIAL,
@@ -33,15 +34,15 @@ from tunekit.tracking.values import metric_key
 
 
 def check_mlflow(
-    report: CheckReport, results: ExperimentResults, summary: Summary, record: dict[str, Any], uri: str | None
+    report: CheckReport, results: ExperimentResults, summary: Summary, record: TrackingRecord, uri: str | None
 ) -> None:
     """MLflow's runs against the files, when its store answers; a server that does not is a
     note (nothing could be compared), known in seconds: MLflow's own retries take minutes."""
     from tunekit.tracking.client import absent_platforms_skipped
     from tunekit.tracking.writer import answers, quick_http_retries
 
-    uri = uri or record.get("tracking_uri")
-    silent = answers(str(uri)) if uri else None
+    uri = uri or record.tracking_uri
+    silent = answers(uri)
     if silent is not None:
         report.notes.append(
             f"MLflow was not compared: {silent}; run the check again once it answers, or with "
@@ -62,15 +63,15 @@ def check_mlflow(
 
 
 def _mlflow(
-    results: ExperimentResults, summary: Summary, record: dict[str, Any], tracking_uri: str | None
+    results: ExperimentResults, summary: Summary, record: TrackingRecord, tracking_uri: str
 ) -> Iterator[Finding]:
     from mlflow.tracking import MlflowClient
 
     from tunekit.tracking.client import search_all_runs
 
     where = "files vs mlflow"
-    uri = tracking_uri or record.get("tracking_uri")
-    parent_id = str(record.get("parent_run_id"))
+    uri = tracking_uri
+    parent_id = record.parent_run_id
     client = MlflowClient(tracking_uri=uri)
     try:
         parent = client.get_run(parent_id)

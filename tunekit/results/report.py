@@ -11,17 +11,17 @@ import base64
 import datetime as dt
 import html
 import io
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import duration
-from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TRACKING_FILE, TrialStatus
+from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TrialStatus
 from tunekit.results.best import INHERITED, BestTrial, describe_lineage, no_best_reason
 from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
+from tunekit.tracking.record import TrackingRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -226,19 +226,14 @@ def _summary(results: ExperimentResults, summary: Summary) -> str:
 
 
 def _tracking(results: ExperimentResults) -> str:
-    record_path = results.experiment_dir / TRACKING_FILE
-    if not record_path.is_file():
+    record = TrackingRecord.read(results.experiment_dir)
+    if record is None:
         return ""
-    try:
-        record = json.loads(record_path.read_text())
-    except (OSError, ValueError):
-        return ""
-    link = record.get("ui_url")
-    opens = f' (<a href="{_e(link)}">open its runs in the MLflow UI</a>)' if link else ""
+    opens = f' (<a href="{_e(record.ui_url)}">open its runs in the MLflow UI</a>)' if record.ui_url else ""
     return (
-        f"<p>MLflow: experiment <code>{_e(record.get('experiment_name'))}</code> at "
-        f"<code>{_e(record.get('tracking_uri'))}</code>, parent run "
-        f"<code>{_e(record.get('parent_run_id'))}</code>{opens}</p>"
+        f"<p>MLflow: experiment <code>{_e(record.experiment_name)}</code> at "
+        f"<code>{_e(record.tracking_uri)}</code>, parent run "
+        f"<code>{_e(record.parent_run_id)}</code>{opens}</p>"
     )
 
 

@@ -87,3 +87,39 @@ def check_complete(spec: ExperimentSpec, experiment_dir: Path, listeners: Sequen
             if spec.tracking.required:
                 raise TrackingIncomplete(f"tracking.required: {message}", experiment_dir)
             logger.warning("tunekit: MLflow lacks some of this search's records: %s", message)
+
+
+def complete_record(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
+    """``tunekit resume`` of a finished search: sends MLflow what its last session's writer did not.
+
+    A driver killed during the search's final flush leaves every file written and MLflow
+    short of the last records (``tracking.json`` says so: ``TrackingRecord.holds_everything``).
+    The resume has nothing to run, so it sends them, as ``tunekit sync`` does.
+
+    Returns:
+        What was sent, in one line; None when MLflow held everything (nothing is sent), tracking
+        is off, or MLflow did not take them (a warning says so, with the ``tunekit sync`` command).
+
+    Raises:
+        TrackingIncomplete: ``tracking.required`` is set and MLflow did not take them.
+    """
+    from tunekit.tracking.backfill import sync
+    from tunekit.tracking.record import TrackingRecord
+
+    if not spec.tracking.enabled:
+        return None
+    record = TrackingRecord.read(experiment_dir)
+    if record is not None and record.holds_everything:
+        return None
+    # Where the search sent its runs: the spec's URI (with any credentials), else the default
+    # MLflow resolved then, which tracking.json recorded (not the current directory's default).
+    uri = spec.tracking.uri or (record.tracking_uri if record is not None else None)
+    try:
+        result = sync(experiment_dir, tracking_uri=uri)
+    except TunekitError as error:
+        message = f"{error}; `tunekit sync {experiment_dir}` sends the rest"
+        if spec.tracking.required:
+            raise TrackingIncomplete(f"tracking.required: {message}", experiment_dir) from None
+        logger.warning("tunekit: MLflow lacks some of this search's records: %s", message)
+        return None
+    return f"MLflow lacked some of this search's records: sent them to {result.tracking_uri}"

@@ -46,6 +46,7 @@ from tunekit.tracking.events import (
     TrialEndEvent,
     TrialEvent,
 )
+from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -155,6 +156,8 @@ class RunBook:
         self._last_best_ms = 0  # the timestamp of the parent's last best point
         self._fill_only = fill_only
         self._parent_found = False  # the parent existed before this session: its metrics may too
+        self._record: TrackingRecord | None = None  # tracking.json, once the parent is open
+        self._parent_ended = False  # this session's end of the parent run went through
 
     def forget_trials(self) -> None:
         """Tracking is off for this search: nothing of the trials is sent any more."""
@@ -390,17 +393,18 @@ class RunBook:
         return experiment.experiment_id
 
     def _write_tracking_file(self, name: str, uri: str, experiment_id: str, parent_id: str) -> None:
-        record = {
-            "tracking_uri": uri,
-            "experiment_name": name,
-            "experiment_id": experiment_id,
-            "parent_run_id": parent_id,
-        }
-        link = ui_url(uri, experiment_id)
-        if link:
-            record["ui_url"] = link
+        # Until this session's last sync goes through, MLflow may lack some of the files' records.
+        self._record = TrackingRecord(uri, name, experiment_id, parent_id, ui_url(uri, experiment_id))
+        self._save_record(self._record)
+
+    def record_holds_everything(self) -> None:
+        """After the last sync went through: ``tracking.json`` says MLflow holds the whole search."""
+        if self._record is not None and self._parent_ended and not self._changed:
+            self._save_record(self._record.completed())
+
+    def _save_record(self, record: TrackingRecord) -> None:
         try:
-            (self.experiment_dir / TRACKING_FILE).write_text(json.dumps(record, indent=2) + "\n")
+            record.write(self.experiment_dir)
         except OSError as error:  # a convenience for `tunekit report` and the CLI: the runs are in MLflow anyway
             logger.info("tunekit: could not write %s: %s", TRACKING_FILE, brief(error))
 
@@ -459,6 +463,7 @@ class RunBook:
             status, end_ms = pending.status
             sender.client.set_terminated(parent_id, status, end_ms)
             pending.status = None
+            self._parent_ended = True
 
     def _drop_held_points(self, run_id: str, metrics: list[MetricPoint]) -> None:
         """Removes the points at steps MLflow already holds for their key (``fill_only``)."""

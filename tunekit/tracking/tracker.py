@@ -19,8 +19,9 @@ What lands where:
 
 * Experiment: tagged ``mlflow.experimentKind=custom_model_development`` when tunekit
   creates it or first uses it untagged, so MLflow 3's UI treats it as model training.
-  ``tracking.json`` in the experiment directory records where the runs are and, for a
-  tracking server, a UI link that opens on the runs table.
+  ``tracking.json`` in the experiment directory (``tunekit.tracking.record``) records where
+  the runs are, for a tracking server a UI link that opens on the runs table, and whether
+  MLflow took the whole search.
 * Parent run (named after the experiment directory, tag ``tunekit.experiment_dir``):
   the resolved ``spec.yaml`` as an artifact; metric, search, scheduler, budget,
   resources, training and space settings as params; the best value so far after every
@@ -39,7 +40,8 @@ What lands where:
 Resuming adds no duplicate runs: the parent is found again by its experiment-directory
 tag and children by their Ray trial id, and epochs MLflow already holds are not sent
 again. On resume the tracker also sends whatever an interrupted session had not sent
-yet, so ``tunekit resume`` of a finished experiment completes its record.
+yet; ``tunekit resume`` of a finished experiment, which runs no search, sends what MLflow
+lacks through ``tunekit sync`` when ``tracking.json`` says it lacks some.
 
 An unreachable tracking server costs one warning and the search goes on untracked; a
 server that goes away mid-search costs one warning, the tracker keeps what it has not

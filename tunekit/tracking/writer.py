@@ -162,6 +162,8 @@ class MlflowWriter:
                 _release(waiters)
             if stop_at is not None and not failures:
                 break
+        if not self.disabled and not failures:
+            self._runs.record_holds_everything()
         if not self.disabled and failures:
             left = self._runs.unsent_metrics()
             self.problem = f"MLflow at {self.uri} stayed unreachable; {left} metric values were not logged"

@@ -189,7 +189,8 @@ def test_an_mlflow_server_that_does_not_answer_is_a_note_known_in_seconds(tmp_pa
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     uri = f"http://127.0.0.1:{port}"
-    (root / TRACKING_FILE).write_text(json.dumps({"tracking_uri": uri, "parent_run_id": "0" * 32}))
+    record = {"tracking_uri": uri, "experiment_name": "gone", "experiment_id": "1", "parent_run_id": "0" * 32}
+    (root / TRACKING_FILE).write_text(json.dumps(record))
     started = time.monotonic()
     report = check_experiment(root)
     assert time.monotonic() - started < 10

@@ -317,6 +317,7 @@ def test_report_links_the_mlflow_runs_when_a_server_holds_them(tmp_path: Path) -
     record = {
         "tracking_uri": "sqlite:///m.db",
         "experiment_name": "made-up",
+        "experiment_id": "3",
         "parent_run_id": "p1",
     }
     (tmp_path / TRACKING_FILE).write_text(json.dumps(record))

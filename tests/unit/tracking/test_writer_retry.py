@@ -31,6 +31,7 @@ from tunekit.tracking.events import (
     TrialEndEvent,
     TrialEvent,
 )
+from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.writer import RETRY_BACKOFF_S, MlflowWriter
 
 REPO = Path(__file__).resolve().parents[3]
@@ -176,6 +177,11 @@ def run_writer(
     return writer, clock
 
 
+def holds_everything(experiment_dir: Path) -> bool | None:
+    record = TrackingRecord.read(experiment_dir)
+    return None if record is None else record.holds_everything
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
 
@@ -210,6 +216,7 @@ def test_transient_failures_back_off_then_everything_arrives_once(
     assert len(messages) == 1 and "training goes on" in messages[0], messages
     assert any("reachable again" in r.getMessage() for r in caplog.records if r.name == LOGGER)
     assert not writer.disabled
+    assert holds_everything(tmp_path) is True  # tracking.json: `tunekit resume` has nothing to send
 
 
 def test_a_failure_after_some_chunks_were_taken_resends_only_the_rest(spec: ExperimentSpec, tmp_path: Path) -> None:
@@ -268,6 +275,18 @@ def test_a_server_that_never_comes_back_is_given_up_at_the_flush_timeout(
     assert clock.waits == [1.0, 2.0, 5.0, 10.0]
     assert client.sent == []
     assert len(warnings_of(caplog)) == 1
+    assert holds_everything(tmp_path) is False  # `tunekit resume` of the finished search sends the rest
+
+
+def test_a_writer_stopped_before_the_search_s_end_leaves_the_record_incomplete(
+    spec: ExperimentSpec, tmp_path: Path
+) -> None:
+    # Everything sent, but the parent never ended (no final progress): MLflow lacks the search's end.
+    client = FakeClient()
+    run_writer(spec, tmp_path, client, trial_events()[:-1])
+
+    assert client.terminated == {"run1": "FINISHED"}
+    assert holds_everything(tmp_path) is False
 
 
 def test_a_flush_is_answered_once_what_came_before_it_was_sent(spec: ExperimentSpec, tmp_path: Path) -> None:
