@@ -306,15 +306,23 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
         if status == INFEASIBLE:
             failed = STATUS_COLORS[TrialStatus.FAILED]
             return "infeasible (breaks a constraint)", {"color": failed, "marker": "x", "s": 40, "zorder": 2}
-        if status is not None:
-            look = {"color": STATUS_COLORS.get(status, "#7f7f7f"), "marker": "o", "s": 25, "alpha": 0.5, "zorder": 2}
+        if status is not None:  # faint, in a solid colour: overlapping marks blend into none the legend lacks
+            look = {"color": _faded(STATUS_COLORS.get(status, "#7f7f7f")), "marker": "o", "s": 25, "zorder": 1}
             return f"{status} (not ranked)", look
         completed = STATUS_COLORS[TrialStatus.COMPLETED]
-        return "behind the front", {"color": completed, "marker": "o", "s": 25, "alpha": 0.9, "zorder": 2}
+        return "behind the front", {"color": completed, "marker": "o", "s": 25, "zorder": 2}
 
     if len(names) == 2:
+        # Trials with the same scores share one mark (the most telling on top), counted beside it.
+        at: dict[tuple[float, float], list[str]] = {}
         for trial_id, values in rows:
-            ax.scatter(values[names[0]], values[names[1]], **mark(trial_id)[1])
+            at.setdefault((values[names[0]], values[names[1]]), []).append(trial_id)
+        for (x, y), trial_ids in at.items():
+            look = max((mark(t)[1] for t in trial_ids), key=lambda look: look["zorder"])
+            edge = {"edgecolors": "white", "linewidths": 0.6} if look["marker"] != "x" else {}  # an x is all edge
+            ax.scatter(x, y, **look, **edge)
+            if len(trial_ids) > 1:
+                ax.annotate(f"×{len(trial_ids)}", (x, y), fontsize=7, xytext=(5, 3), textcoords="offset points")
         edge = sorted((t.values[names[0]], t.values[names[1]]) for t in front.front)
         ax.step([x for x, _ in edge], [y for _, y in edge], where="post", color=BEST_COLOR, linewidth=1.0)
         ax.set_xlabel(front.objectives[0])
@@ -333,7 +341,6 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
                 ys,
                 color=look["color"],
                 linewidth=2.0 if look["zorder"] > 2 else 0.8,
-                alpha=look.get("alpha", 1.0),
                 zorder=look["zorder"],
                 marker="*" if trial_id == best else None,  # as in the two-objective scatter
                 markersize=12,
@@ -360,7 +367,7 @@ def _legend_marks(shown: dict[str, dict[str, Any]], *, lines: bool) -> list[Any]
     marks = []
     for label in labels:
         look = shown[label]
-        mark = Line2D([], [], color=look["color"], alpha=look.get("alpha", 1.0), label=label)
+        mark = Line2D([], [], color=look["color"], label=label)
         if lines:
             mark.set_linewidth(2.0 if look["zorder"] > 2 else 0.8)
             if look["marker"] == "*":
@@ -502,6 +509,13 @@ def _trial_colors(trial_ids: list[str]) -> dict[str, str]:
 
     cmap = colormaps["tab10" if len(trial_ids) <= 10 else "tab20"]
     return {trial_id: _hex(cmap(i % cmap.N)) for i, trial_id in enumerate(trial_ids)}
+
+
+def _faded(color: str, share: float = 0.5) -> str:
+    """``color`` mixed with white: what a half-transparent mark looks like on white, as a solid colour."""
+    from matplotlib.colors import to_rgb
+
+    return _hex([c + (1 - c) * share for c in to_rgb(color)])
 
 
 def _hex(rgba: Any) -> str:

@@ -153,6 +153,21 @@ def test_the_pareto_figure_and_the_html_page() -> None:
     assert "<th>pareto rank</th>" in page.replace(' class=""', "")
 
 
+def test_trials_with_the_same_scores_share_one_solid_mark_counted_beside_it() -> None:
+    from tunekit import plots
+
+    the_spec = spec()
+    trials = pd.concat([table(), table().iloc[[0]].assign(trial_id="h", number=7)], ignore_index=True)
+    best = best_trial(trials, pd.DataFrame(), "max", the_spec)
+    ax = plots.pareto(ExperimentResults(Path("/nowhere"), the_spec, trials, pd.DataFrame(), best)).axes[0]
+    # h scored as a did: one mark for both, "×2" beside it; g reported nothing, so 6 marks for 7 rows.
+    assert [(text.get_text(), text.xy) for text in ax.texts] == [("×2", (0.90, 5000.0))]
+    points = [tuple(collection.get_offsets()[0]) for collection in ax.collections]
+    assert len(points) == len(set(points)) == 6
+    # No translucent marks: where two overlap, no colour appears that the legend lacks.
+    assert all(collection.get_alpha() is None for collection in ax.collections)
+
+
 def test_check_holds_a_front_against_its_definition_and_the_feasible_column() -> None:
     import dataclasses
 
