@@ -319,8 +319,8 @@ def pareto(results: ExperimentResults, *, path: str | Path | None = None) -> Fig
             at.setdefault((values[names[0]], values[names[1]]), []).append(trial_id)
         for (x, y), trial_ids in at.items():
             look = max((mark(t)[1] for t in trial_ids), key=lambda look: look["zorder"])
-            edge = {"edgecolors": "white", "linewidths": 0.6} if look["marker"] != "x" else {}  # an x is all edge
-            ax.scatter(x, y, **look, **edge)
+            outline: dict[str, Any] = {"edgecolors": "white", "linewidths": 0.6} if look["marker"] != "x" else {}
+            ax.scatter(x, y, **look, **outline)  # white outlines part touching marks; an x is all outline
             if len(trial_ids) > 1:
                 ax.annotate(f"×{len(trial_ids)}", (x, y), fontsize=7, xytext=(5, 3), textcoords="offset points")
         edge = sorted((t.values[names[0]], t.values[names[1]]) for t in front.front)
