@@ -196,7 +196,7 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
         if len(files) != len(RAY_STATE_FILES):
             continue
         stamps = [path.stat().st_mtime_ns for path in files]
-        if stamps[-1] < stamps[0]:  # a save is under way: the callbacks' state comes last
+        if stamps[0] < max(stamps):  # an upload is under way: experiment_state, its index, comes last
             continue
         try:
             trials = [json.loads(t) for t, _ in json.loads(files[0].read_text())["trial_data"]]

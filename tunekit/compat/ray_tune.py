@@ -4,7 +4,11 @@ PBT (see ``tunekit.compat``)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import filecmp
+import fnmatch
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +40,63 @@ def bound_experiment_state_saves(every_s: float, at_most_s: float, share: float 
         self._checkpoint_period = min(at_most_s, max(every_s, time_taken / share))
 
     _ExperimentCheckpointManager._update_auto_checkpoint_time = update  # type: ignore[method-assign]
+
+
+def whole_file_state_uploads() -> None:
+    """Ray's uploads of its experiment state to a local experiment folder copy whole files, and
+    only files its staging folder changed.
+
+    Why: Ray saves its experiment state (``experiment_state``, ``search_gen_state``,
+    ``callback-states``...) in a staging folder and copies that folder into the experiment
+    folder with pyarrow's ``copy_files``, which writes each file in place:
+
+    * a driver killed during a copy left a 0-byte ``search_gen_state``, and ``Tuner.restore``
+      then logged an error and started a new search over the old one's tables;
+    * on restore Ray downloads every ``.json`` and ``.pkl`` of the experiment folder into its
+      staging folder, tunekit's own files among them (``started.json``, ``tracking.json``,
+      ``ledger.json``), and then copied those restore-time copies back over tunekit's newer
+      ones at every save of the resumed session.
+
+    Each file is now copied to a ``.partial`` name and renamed, so a kill leaves the previous
+    whole file, and only when the staging copy is newer than the experiment folder's and
+    differs from it. Remote storage keeps Ray's copy. Checked against Ray 2.60:
+    ``ray.train._internal.storage._FilesystemSyncer._sync_up_command``,
+    ``ray.tune.execution.experiment_state._ExperimentCheckpointManager.sync_down_experiment_state``.
+    """
+    import pyarrow.fs
+    from ray.train._internal.storage import _FilesystemSyncer
+
+    ray_s = _FilesystemSyncer._sync_up_command
+    if getattr(ray_s, "whole_files", False):
+        return
+
+    def sync_up_command(self: Any, local_path: str, uri: str, exclude: list[str] | None = None) -> Any:
+        if isinstance(self.storage_filesystem, pyarrow.fs.LocalFileSystem) and Path(local_path).is_dir():
+            return copy_changed_files, {"source": Path(local_path), "destination": Path(uri), "exclude": exclude or []}
+        return ray_s(self, local_path, uri, exclude)
+
+    sync_up_command.whole_files = True  # type: ignore[attr-defined]
+    _FilesystemSyncer._sync_up_command = sync_up_command  # type: ignore[method-assign]
+
+
+def copy_changed_files(source: Path, destination: Path, exclude: Sequence[str] = ()) -> None:
+    """Copies each file under ``source`` that is newer than, and differs from, its copy under
+    ``destination`` (or has none): to a ``.partial`` name first, then renamed over the old
+    one. ``experiment_state-*.json``, the index of a save that restore looks for, comes last,
+    after the files it goes with. ``exclude``: glob patterns of relative paths, as Ray's."""
+    for path in sorted(source.rglob("*"), key=lambda p: (p.name.startswith("experiment_state-"), p)):
+        relative = path.relative_to(source).as_posix()
+        if not path.is_file() or any(fnmatch.fnmatch(relative, pattern) for pattern in exclude):
+            continue
+        target = destination / relative
+        if target.is_file() and (
+            target.stat().st_mtime_ns >= path.stat().st_mtime_ns or filecmp.cmp(path, target, shallow=False)
+        ):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.partial")
+        shutil.copyfile(path, partial)
+        os.replace(partial, target)
 
 
 @contextlib.contextmanager
@@ -262,6 +323,30 @@ def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
         return {}
     trials = [json.loads(trial_json) for trial_json, _ in saved[1].get("trial_data", [])]
     return {str(trial["trial_id"]): trial for trial in trials}
+
+
+# The files of a save that Tuner.restore reads, each the newest by name (Ray 2.60: the
+# controller's CKPT_FILE_TMPL, SearchGenerator's and the callbacks' restore_from_dir).
+SAVED_STATE_PATTERNS = ("experiment_state-*.json", "search_gen_state-*.json", "callback-states-*.pkl")
+
+
+def damaged_saved_state(experiment_dir: Path) -> str | None:
+    """Which newest saved-state file ``Tuner.restore`` would fail to read (empty, or JSON cut
+    short), or None. Ray logs such a failure and starts a new search over the old one's files."""
+    import json
+
+    for pattern in SAVED_STATE_PATTERNS:
+        newest = max(experiment_dir.glob(pattern), default=None)
+        if newest is None:
+            continue
+        if newest.stat().st_size == 0:
+            return f"{newest.name} is empty"
+        if newest.suffix == ".json":
+            try:
+                json.loads(newest.read_text())
+            except ValueError:
+                return f"{newest.name} is cut short"
+    return None
 
 
 def finished_trials(saved: Mapping[str, Mapping[str, Any]]) -> set[str]:

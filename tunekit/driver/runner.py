@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
+    damaged_saved_state,
     end_saved_trials,
     finished_trials,
     forget_saved_run_limits,
@@ -28,6 +29,7 @@ from tunekit.compat.ray_tune import (
     restored_run_config,
     restored_tune_config,
     saved_trials,
+    whole_file_state_uploads,
 )
 from tunekit.config.growth import resumed_spec
 from tunekit.config.spec import ExperimentSpec, load_spec
@@ -216,6 +218,12 @@ def resume(
         if (done := complete_record(spec, directory)) is not None and stream is not None:
             stream.write(done + "\n")
         return load(directory)
+    if damage := damaged_saved_state(directory):  # before Ray starts: Ray would start the search over
+        raise StorageError(
+            f"cannot resume {directory}: Ray's saved state is damaged ({damage}: its driver was killed "
+            "while Ray wrote it); a resume would start a new search over this one's records. Its "
+            "results stay readable (`tunekit report`); `tunekit run` starts the search again elsewhere"
+        )
     check_reachable(spec)
     target = resume_target(directory, address, local=local)
     joined = _join(spec, target, connect_timeout, directory)
@@ -363,6 +371,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     from tunekit.driver.recorder import Recorder
 
     bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S)
+    whole_file_state_uploads()
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)

@@ -1,0 +1,118 @@
+"""Ray's experiment-state uploads to a local folder: whole files, and only those its staging folder changed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow.fs
+import pytest
+from ray.train._internal.storage import _FilesystemSyncer
+
+from tunekit.compat import ray_tune
+from tunekit.compat.ray_tune import copy_changed_files, damaged_saved_state, whole_file_state_uploads
+
+
+def _write(path: Path, text: str, mtime_ns: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    """Ray's staging folder after a restore and a save, and the experiment folder."""
+    staging, experiment = tmp_path / "staging", tmp_path / "experiment"
+    second = 1_000_000_000
+    # Ray saved its state again in staging after the last upload.
+    _write(experiment / "experiment_state-1.json", "old state", 10 * second)
+    _write(staging / "experiment_state-1.json", "new state", 20 * second)
+    # Downloaded at restore (newer than the folder's copy), and since rewritten by tunekit.
+    _write(staging / "started.json", "restore-time sessions", 20 * second)
+    _write(experiment / "started.json", "this session too", 30 * second)
+    # Downloaded at restore and never changed: the same bytes, an older file in the folder.
+    _write(staging / "ledger.json", "the ledger", 20 * second)
+    _write(experiment / "ledger.json", "the ledger", 5 * second)
+    _write(staging / "trial" / "result.json", "new", 20 * second)
+    _write(staging / "skipped.tmp", "excluded", 20 * second)
+    return staging, experiment
+
+
+def test_only_what_staging_changed_is_copied_and_tunekit_s_newer_files_stay(folders: tuple[Path, Path]) -> None:
+    staging, experiment = folders
+    copy_changed_files(staging, experiment, exclude=["*.tmp"])
+
+    assert (experiment / "experiment_state-1.json").read_text() == "new state"
+    assert (experiment / "trial" / "result.json").read_text() == "new"
+    assert (experiment / "started.json").read_text() == "this session too"  # reverted before
+    assert (experiment / "ledger.json").stat().st_mtime_ns == 5 * 1_000_000_000  # not touched
+    assert not (experiment / "skipped.tmp").exists()
+    assert not list(experiment.rglob("*.partial"))
+    # The save's index last, after the files it goes with: a kill between them leaves the older index.
+    times = {path.name: path.stat().st_mtime_ns for path in experiment.rglob("*.json")}
+    assert times["experiment_state-1.json"] >= times["result.json"]
+
+
+def test_a_copy_cut_short_leaves_the_previous_whole_file(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staging, experiment = folders
+
+    def killed_midway(source: Path, target: Path) -> None:
+        Path(target).write_text("new st")  # what a kill during the copy leaves behind
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfile", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        copy_changed_files(staging, experiment)
+    assert (experiment / "experiment_state-1.json").read_text() == "old state"
+
+
+def test_a_local_experiment_folder_gets_the_whole_file_copy_and_remote_storage_ray_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_FilesystemSyncer, "_sync_up_command", _FilesystemSyncer._sync_up_command)
+    whole_file_state_uploads()
+    whole_file_state_uploads()  # a second search in the process: patched once
+    local = _FilesystemSyncer(storage_filesystem=pyarrow.fs.LocalFileSystem())
+    command, kwargs = local._sync_up_command(str(tmp_path), str(tmp_path / "experiment"))
+    assert command is ray_tune.copy_changed_files
+    assert kwargs == {"source": tmp_path, "destination": tmp_path / "experiment", "exclude": []}
+    remote = _FilesystemSyncer(storage_filesystem=pyarrow.fs.SubTreeFileSystem("/", pyarrow.fs.LocalFileSystem()))
+    command, _ = remote._sync_up_command(str(tmp_path), "experiment")
+    assert command is not ray_tune.copy_changed_files
+
+
+def test_a_damaged_newest_save_is_named(tmp_path: Path) -> None:
+    (tmp_path / "experiment_state-1.json").write_text('{"trial_data": []}')
+    (tmp_path / "search_gen_state-1.json").write_text("")  # an older save: restore reads the newest
+    (tmp_path / "search_gen_state-2.json").write_text("{}")
+    assert damaged_saved_state(tmp_path) is None
+    (tmp_path / "callback-states-2.pkl").write_bytes(b"")
+    assert damaged_saved_state(tmp_path) == "callback-states-2.pkl is empty"
+    (tmp_path / "callback-states-2.pkl").write_bytes(b"\x80\x05")
+    (tmp_path / "experiment_state-2.json").write_text('{"trial_data": [')
+    assert damaged_saved_state(tmp_path) == "experiment_state-2.json is cut short"
+
+
+def test_resume_over_a_damaged_save_refuses_before_ray_starts(tmp_path: Path) -> None:
+    # Ray would log the failed read and start a new search over this one's tables.
+    import sys
+
+    import tunekit
+    from tunekit.config.spec import load_spec
+    from tunekit.errors import StorageError
+
+    repo = Path(__file__).resolve().parents[3]
+    (tmp_path / "spec.yaml").write_text(load_spec(repo / "search_spaces" / "digits_mlp.yaml").to_yaml())
+    (tmp_path / "experiment_state-1.json").write_text('{"trial_data": []}')
+    (tmp_path / "search_gen_state-1.json").write_text("")
+    with pytest.raises(StorageError) as refused:
+        tunekit.resume(tmp_path, progress=False)
+    assert str(refused.value) == (
+        f"cannot resume {tmp_path}: Ray's saved state is damaged (search_gen_state-1.json is empty: its "
+        "driver was killed while Ray wrote it); a resume would start a new search over this one's records. "
+        "Its results stay readable (`tunekit report`); `tunekit run` starts the search again elsewhere"
+    )
+    assert "ray" not in sys.modules or not __import__("ray").is_initialized()
