@@ -262,10 +262,10 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     exploited: dict[str, list[int]] = {}
     for step in table_rows_of(results.exploits):
         exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))
-    epochs: dict[str, set[int]] = {}
+    epochs: dict[str, dict[int, float]] = {}  # trial id -> {epoch: the metric in epochs.csv}
     for row in table_rows_of(results.epochs):
-        if finite(row.get(results.metric)) is not None:
-            epochs.setdefault(str(row["trial_id"]), set()).add(int(row["epoch"]))
+        if (value := finite(row.get(results.metric))) is not None:
+            epochs.setdefault(str(row["trial_id"]), {})[int(row["epoch"])] = value
     for trial_id, row in rows.items():
         trial, label = ours.get(trial_id), trial_label(row)
         if trial is None:
@@ -281,9 +281,10 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
             yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
         steps = set(trial.intermediate_values)
         # Optuna keeps no intermediate values for several objectives; epochs.csv holds them.
-        reported = set() if multi else epochs.get(trial_id, set())
-        if steps != reported:
-            yield Finding(where, f"{label} epochs reported", sorted(reported), sorted(steps))
+        values = {} if multi else epochs.get(trial_id, {})
+        if steps != set(values):
+            yield Finding(where, f"{label} epochs reported", sorted(values), sorted(steps))
+        yield from _epochs_trained_twice(label, row, values, trial.intermediate_values, results.metric)
         final = trial.user_attrs.get(FINAL_RESULT_ATTR)  # several objectives (none before it was kept)
         trained = finite(row.get("epochs"))
         if isinstance(final, dict) and trained is not None and int(trained) != final.get("epoch"):
@@ -292,6 +293,30 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         if kept != exploited.get(trial_id, []):
             yield Finding(f"{EXPLOITS_FILE} vs study", f"{label} exploit epochs", exploited.get(trial_id, []), kept)
     yield from map(finding_of, study_findings(results, summary, study, ours))
+
+
+def _epochs_trained_twice(
+    label: str, row: dict[str, Any], tables: dict[int, float], study: dict[int, float], metric: str
+) -> Iterator[Finding | str]:
+    """Epochs whose metric differs between ``epochs.csv`` and the study: a note for a trial that
+    ran more than once, a finding otherwise.
+
+    A trial that a resume or a lost worker restarted from a checkpoint older than its last
+    reported epoch trains those epochs again: the tables (and the saved model) hold the new
+    values, the study and MLflow keep the first, as Optuna and MLflow keep a step's first value.
+    """
+    differ = [epoch for epoch in sorted(tables.keys() & study.keys()) if not same(tables[epoch], study[epoch])]
+    if not differ:
+        return
+    if int(finite(row.get("attempts")) or 1) > 1:
+        pairs = "; ".join(f"epoch {e}: {tables[e]:.4g} in {EPOCHS_FILE}, {study[e]:.4g} in the study" for e in differ)
+        yield (
+            f"{label} trained epochs again after a restart, so its {metric} has two values ({pairs}); "
+            f"{EPOCHS_FILE} and the saved model hold the last attempt's, the study and MLflow the first's"
+        )
+        return
+    for epoch in differ:
+        yield Finding(f"{EPOCHS_FILE} vs study", f"{label} {metric} at epoch {epoch}", tables[epoch], study[epoch])
 
 
 def _study_states(status: str, final: float | None, held: bool) -> tuple[str, ...]:

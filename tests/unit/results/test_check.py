@@ -232,3 +232,26 @@ def test_a_parent_that_names_a_best_the_summary_has_not_is_a_finding() -> None:
     cleared = {"tunekit.best_trial_id": "none", "tunekit.best_trial_number": "none"}
     assert list(_parent_best(None, "val_accuracy", cleared, {"best_val_accuracy": 1.0})) == []
     assert list(_parent_best(None, "val_accuracy", {}, {})) == []
+
+
+def test_an_epoch_trained_again_after_a_restart_names_both_values_and_otherwise_is_a_disagreement(
+    tmp_path: Path,
+) -> None:
+    # Trial a ran twice (attempts 2) and its second attempt trained epoch 3 again: epochs.csv
+    # holds the new value, the study its first (Optuna keeps a step's first report).
+    root = consistent(tmp_path)
+    epochs = root / EPOCHS_FILE
+    epochs.write_text(epochs.read_text().replace("a,3,2,2,40,0.8", "a,3,2,2,40,0.85"))
+    report = check_experiment(root, mlflow=False)
+    assert report.ok, report.describe()
+    assert (
+        "trial 0 (a) trained epochs again after a restart, so its val_accuracy has two values (epoch 3: 0.85 in "
+        "epochs.csv, 0.8 in the study); epochs.csv and the saved model hold the last attempt's, the study and "
+        "MLflow the first's"
+    ) in report.notes
+    # Trial b ran once: the same difference is a disagreement.
+    epochs.write_text(epochs.read_text().replace("b,1,1,0,8,0.6", "b,1,1,0,8,0.65"))
+    report = check_experiment(root, mlflow=False)
+    assert [str(f) for f in report.findings if "epoch 1" in str(f)] == [
+        "epochs.csv vs study: trial 1 (b) val_accuracy at epoch 1: 0.65 vs 0.6"
+    ]
