@@ -153,6 +153,12 @@ def session_running(experiment_dir: Path) -> bool | None:
     return value
 
 
+def died_mid_session(experiment_dir: Path) -> bool:
+    """The last session's driver died without ending it (SIGKILL, a second signal's forced
+    exit) and no driver runs it now, as far as this host can tell."""
+    return session_running(experiment_dir) is False and not ended_by_its_driver(experiment_dir)
+
+
 def _started_record(experiment_dir: Path) -> dict[str, Any]:
     try:
         record = json.loads((experiment_dir / STARTED_FILE).read_text())

@@ -696,6 +696,9 @@ def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_ep
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     assert not ended_by_its_driver(directory), "the search ended before the kill: this test would test nothing"
+    # What the dead driver left, MLflow included, is its lag (notes), not disagreements.
+    killed = check_experiment(directory)
+    assert killed.ok and "mlflow" in killed.checked, killed.describe()
 
     with caplog.at_level(logging.INFO, logger="tunekit.tracking.tracker"):
         results = tunekit.resume(directory, progress=False)

@@ -341,7 +341,7 @@ def damaged_saved_state(experiment_dir: Path) -> str | None:
             continue
         if newest.stat().st_size == 0:
             return f"{newest.name} is empty"
-        if newest.suffix == ".json":
+        if newest.name.startswith("experiment_state-"):  # JSON (search_gen_state, despite its name, is a pickle)
             try:
                 json.loads(newest.read_text())
             except ValueError:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock, ended_by_its_driver, session_running
+from tunekit.clock import SearchClock, died_mid_session
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
@@ -39,6 +39,7 @@ from tunekit.results.findings import (
     TIME_SLACK_S,
     CheckReport,
     Finding,
+    dead_driver_lag,
     finding_of,
     same,
     table_rows_of,
@@ -62,6 +63,11 @@ if TYPE_CHECKING:
     pass
 
 
+# Where a driver that died mid-session leaves one record ahead of another, and how that reads.
+STUDY_LAG = (f"{TRIALS_FILE} vs study", "the study ran up to a table write ahead of the tables")
+CHECKPOINTS_LAG = ("best vs checkpoints", "the trials' checkpoints ran up to a table write ahead of the tables")
+
+
 def check_experiment(
     experiment_dir: str | Path, *, mlflow: bool = True, tracking_uri: str | None = None
 ) -> CheckReport:
@@ -76,12 +82,13 @@ def check_experiment(
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
     clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age
+    directory = results.experiment_dir
     sections: list[tuple[str, Callable[[], Iterator[Finding | str]]]] = [
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
         (SPANS_FILE, lambda: _spans(results, clock)),
-        ("study", lambda: _as_a_dead_driver_s_lag(results.experiment_dir, _study(results, summary))),
-        ("checkpoints", lambda: _checkpoints(results)),
+        ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary), *STUDY_LAG)),
+        ("checkpoints", lambda: _as_a_dead_driver_s_lag(directory, _checkpoints(results), *CHECKPOINTS_LAG)),
         ("summary", lambda: _figures(results, summary)),
     ]
     if summary.pareto is not None:
@@ -116,19 +123,21 @@ def check_experiment(
     return report
 
 
-def _as_a_dead_driver_s_lag(experiment_dir: Path, items: Iterator[Finding | str]) -> Iterator[Finding | str]:
-    """The study section's differences from the tables, as one note when the last session's
-    driver died without ending it (SIGKILL, or a second Ctrl-C's forced exit).
+def _as_a_dead_driver_s_lag(
+    experiment_dir: Path, items: Iterator[Finding | str], where: str, ran_ahead: str
+) -> Iterator[Finding | str]:
+    """A section's findings at ``where``, as one note when the last session's driver died
+    without ending it (SIGKILL, or a second Ctrl-C's forced exit).
 
-    Such a driver leaves the study up to a table write (2 s) ahead of ``trials.csv`` and
-    ``epochs.csv``: a trial asked but not yet in the tables, epochs not yet written. That is
-    the state ``tunekit resume`` starts from and reconciles, not a disagreement; a check after
-    the resume holds them to the letter again. A driver on another host, or a tunekit that did
+    Such a driver wrote its records at different paces: the study and the checkpoints as
+    things happened, the tables every 2 s, MLflow up to a second late. So the study and a
+    trial's checkpoints can be ahead of ``trials.csv`` and ``epochs.csv``. That is the state
+    ``tunekit resume`` starts from and reconciles, not a disagreement; a check after the
+    resume holds them to the letter again. A driver on another host, or a tunekit that did
     not record its session's end, is held to the letter now."""
-    if session_running(experiment_dir) is not False or ended_by_its_driver(experiment_dir):
+    if not died_mid_session(experiment_dir):
         yield from items
         return
-    where = f"{TRIALS_FILE} vs study"
     lagging: list[Finding] = []
     for item in items:
         if isinstance(item, Finding) and item.where == where:
@@ -136,12 +145,7 @@ def _as_a_dead_driver_s_lag(experiment_dir: Path, items: Iterator[Finding | str]
         else:
             yield item
     if lagging:
-        shown = "; ".join(f"{finding.what}: {finding.expected!r} vs {finding.actual!r}" for finding in lagging[:3])
-        more = f" and {len(lagging) - 3} more" if len(lagging) > 3 else ""
-        yield (
-            "the last session's driver died without ending it (killed, or a second signal): the study ran up to "
-            f"a table write ahead of the tables, which `tunekit resume` reconciles ({where}: {shown}{more})"
-        )
+        yield dead_driver_lag(where, ran_ahead, lagging)
 
 
 # ---------------------------------------------------------------- the tables
@@ -235,7 +239,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
 
     from tunekit.search.plan import study_storage
 
-    where = f"{TRIALS_FILE} vs study"
+    where = STUDY_LAG[0]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
@@ -351,7 +355,7 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     best = results.best
     if best is None:
         return
-    where, label = "best vs checkpoints", f"trial {best.number} ({best.trial_id})"
+    where, label = CHECKPOINTS_LAG[0], f"trial {best.number} ({best.trial_id})"
     state = _last_checkpoint_state(directory / best.trial_id)
     if state is None:
         yield Finding(where, f"{label} last checkpoint", "present", "none")

@@ -84,3 +84,14 @@ def trial_label(row: dict[str, Any]) -> str:
     """How a finding names a trial: ``trial 3 (abc12)``."""
     number = finite(row.get("number"))
     return f"trial {int(number) if number is not None else '?'} ({row['trial_id']})"
+
+
+def dead_driver_lag(where: str, ran_ahead: str, lagging: list[Finding]) -> str:
+    """One note for the differences a driver that died mid-session leaves between two records it
+    wrote at different paces (``ran_ahead`` says which, and by what): ``tunekit resume`` reconciles them."""
+    shown = "; ".join(f"{finding.what}: {finding.expected!r} vs {finding.actual!r}" for finding in lagging[:3])
+    more = f" and {len(lagging) - 3} more" if len(lagging) > 3 else ""
+    return (
+        f"the last session's driver died without ending it (killed, or a second signal): {ran_ahead}, "
+        f"which `tunekit resume` reconciles ({where}: {shown}{more})"
+    )

@@ -87,7 +87,7 @@ def test_a_local_experiment_folder_gets_the_whole_file_copy_and_remote_storage_r
 def test_a_damaged_newest_save_is_named(tmp_path: Path) -> None:
     (tmp_path / "experiment_state-1.json").write_text('{"trial_data": []}')
     (tmp_path / "search_gen_state-1.json").write_text("")  # an older save: restore reads the newest
-    (tmp_path / "search_gen_state-2.json").write_text("{}")
+    (tmp_path / "search_gen_state-2.json").write_bytes(b"\x80\x05}\x94.")  # a pickle, as Ray writes it
     assert damaged_saved_state(tmp_path) is None
     (tmp_path / "callback-states-2.pkl").write_bytes(b"")
     assert damaged_saved_state(tmp_path) == "callback-states-2.pkl is empty"
