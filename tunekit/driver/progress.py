@@ -202,8 +202,11 @@ class ConsoleProgress:
             best_text = self._front_text(done)
         else:
             best = self._recorder.best()
+            # Until a trial completes, the best is the leading other trial: its status is said, as
+            # a running one's latest value can still fall.
+            status = "" if best is None or best.status == TrialStatus.COMPLETED else f", {best.status}"
             best_text = f"best {self._metric} " + (
-                "-" if best is None else f"{best.final_metric:.4f} (trial {best.number})"
+                "-" if best is None else f"{best.final_metric:.4f} (trial {best.number}{status})"
             )
         # Stopped trials (a signal, a time budget) count as done: named when there are any.
         stopped = f", stopped {counts[TrialStatus.STOPPED]}" if counts[TrialStatus.STOPPED] else ""

@@ -335,6 +335,11 @@ def test_a_long_epoch_shows_its_step_and_a_quiet_log_gets_a_status_line(
     assert log.getvalue() == "[00:00] done 0/2: completed 0, pruned 0, failed 0; running 1; best val_accuracy -\n"
     running.status = "stopped"  # a signal stopped it: done, and named as such
     assert "done 1/2: completed 0, pruned 0, stopped 1, failed 0; running 0" in console.status_line()
+    # No trial completed yet: the leading trial's status is said (a running one's value can still fall).
+    running.status, running.final_metric = "running", 0.75
+    assert console.status_line().endswith("; running 1; best val_accuracy 0.7500 (trial 0, running)")
+    running.status = "completed"
+    assert console.status_line().endswith("; running 0; best val_accuracy 0.7500 (trial 0)")
 
 
 def test_the_heartbeat_is_written_at_most_every_period_and_goes_stale(
