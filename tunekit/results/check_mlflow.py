@@ -34,6 +34,8 @@ from tunekit.tracking.tags import (
 )
 from tunekit.tracking.values import metric_key
 
+WHERE = "files vs mlflow"  # how each finding of the per-trial comparison is headed
+
 
 def check_mlflow(
     report: CheckReport, results: ExperimentResults, summary: Summary, record: TrackingRecord, uri: str | None
@@ -60,7 +62,7 @@ def check_mlflow(
         # Its writer sent up to a second behind the search, its tables up to 2 s behind: MLflow
         # can be behind or ahead of the files, and `tunekit sync` cannot fix what is ahead.
         ran_ahead = "MLflow and the tables stopped at different points of the search"
-        report.notes.append(dead_driver_lag("files vs mlflow", ran_ahead, found))
+        report.notes.append(dead_driver_lag(WHERE, ran_ahead, found))
         return
     report.findings.extend(found)
     if found:
@@ -70,15 +72,12 @@ def check_mlflow(
         )
 
 
-def _mlflow(
-    results: ExperimentResults, summary: Summary, record: TrackingRecord, tracking_uri: str
-) -> Iterator[Finding]:
+def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord, uri: str) -> Iterator[Finding]:
     from mlflow.tracking import MlflowClient
 
     from tunekit.tracking.client import search_all_runs
 
-    where = "files vs mlflow"
-    uri = tracking_uri
+    where = WHERE
     parent_id = record.parent_run_id
     client = MlflowClient(tracking_uri=uri)
     try:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
 from tunekit.errors import TunekitError
+from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tracker import MlflowTracker
 from tunekit.tracking.values import brief, logger
 from tunekit.tracking.writer import probe, quick_http_retries
@@ -104,7 +105,6 @@ def complete_record(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
         TrackingIncomplete: ``tracking.required`` is set and MLflow did not take them.
     """
     from tunekit.tracking.backfill import sync
-    from tunekit.tracking.record import TrackingRecord
 
     if not spec.tracking.enabled:
         return None
