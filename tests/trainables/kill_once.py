@@ -3,7 +3,8 @@
 The first trial to start claims a marker file; after the epoch given by
 ``data.kill_after_epoch`` has been reported and checkpointed, its worker process is
 killed with SIGKILL, as an out-of-memory killer or a lost node would. Ray must then
-retry the trial from that checkpoint.
+retry the trial from that checkpoint. (tunekit's report of an epoch is in flight while the
+next epoch trains; the killer waits for it, or the retry would train that epoch again.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import keras
 from trainables.digits_mlp import build_data as build_digits_data
 from trainables.digits_mlp import build_model as build_digits_model
 from tunekit.contract import TrialContext
+from tunekit.worker.reporter import EpochReporter
 
 
 def build_data(config: dict[str, Any], ctx: TrialContext) -> tuple[Any, Any]:
@@ -35,12 +37,14 @@ def build_model(config: dict[str, Any], ctx: TrialContext) -> keras.Model:
 
 
 class _Killer(keras.callbacks.Callback):
-    def __init__(self, epoch: int) -> None:
+    def __init__(self, epoch: int, reporter: EpochReporter) -> None:
         super().__init__()
         self._epoch = epoch
+        self._reporter = reporter
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if epoch + 1 == self._epoch:
+            self._reporter.finish_reporting()  # the driver has the epoch and its checkpoint
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -52,4 +56,6 @@ class KillAfterEpoch(keras.Model):
         self._kill_after_epoch = kill_after_epoch
 
     def fit(self, *args: Any, callbacks: list[Any] | None = None, **kwargs: Any) -> Any:
-        return super().fit(*args, callbacks=[*(callbacks or []), _Killer(self._kill_after_epoch)], **kwargs)
+        callbacks = list(callbacks or [])
+        reporter = next(callback for callback in callbacks if isinstance(callback, EpochReporter))
+        return super().fit(*args, callbacks=[*callbacks, _Killer(self._kill_after_epoch, reporter)], **kwargs)

@@ -9,7 +9,9 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,16 @@ from tunekit.worker.profile import TrialProfile
 
 
 class EpochReporter(keras.callbacks.Callback):
-    """Checks the epoch's metrics, checkpoints where ``CheckpointPolicy`` says, and reports;
-    ``tune.report`` blocks until the driver has seen the result, and raises ``SystemExit``
-    when ASHA stops the trial.
+    """Checks the epoch's metrics, checkpoints where ``CheckpointPolicy`` says, and reports.
+
+    ``tune.report`` blocks until the driver has processed the result (Ray's round trip, 6-8 ms
+    on 2 cores), and raises ``SystemExit`` there when the scheduler stops the trial. An epoch's
+    report therefore goes out on a ``ReportInFlight`` thread while the next epoch trains: the
+    training thread waits for it only at the next epoch's end (one report at a time, in
+    order), and stops at its next batch once the report raised (``stop_if_stopped``). A
+    stopped trial trains on for at most that round trip, which it spent waiting before. The
+    last report, and a failure's (``finish_reporting`` first), are sent from the training
+    thread: the trial ends once the driver has them.
 
     It runs after the trainable's own callbacks (it is last in the list), so a learning
     rate that ReduceLROnPlateau lowered is in the checkpoint, and a ``stop_training`` that
@@ -75,6 +84,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._epoch_ended = 0.0  # when the last epoch's report returned: the gap to the next is Keras's
         self._checkpoints = CheckpointPolicy.for_spec(spec)
         self._checkpointed_at = time.perf_counter()  # the trial's start counts as its restored checkpoint
+        self._in_flight: ReportInFlight | None = None
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         _reset_peak_rss()
@@ -88,11 +98,14 @@ class EpochReporter(keras.callbacks.Callback):
         self._epoch = epoch + 1
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        # Batch-begin hooks take no logs, so this costs Keras no sync.
+        # Batch-begin hooks take no logs, so this costs Keras no sync; Keras calls them on the
+        # training thread, where the SystemExit of a stopped trial must be raised.
+        self.stop_if_stopped()
         if self._heartbeat is not None:
             self._heartbeat.batch_began(self._epoch, "train", batch + 1, self._steps)
 
     def on_test_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.stop_if_stopped()
         if self._heartbeat is not None:
             self._heartbeat.batch_began(self._epoch, "validate", batch + 1, None)
 
@@ -173,9 +186,24 @@ class EpochReporter(keras.callbacks.Callback):
             not np.array_equal(a, b) for a, b in zip(now, self._last_weights, strict=True)
         )
 
+    def stop_if_stopped(self) -> None:
+        """Raises, on the training thread, what the report in flight raised: ``SystemExit`` when
+        the scheduler stopped the trial, so the epoch after it ends at its next batch."""
+        if self._in_flight is not None and self._in_flight.raised_already():
+            self.finish_reporting()
+
+    def finish_reporting(self) -> None:
+        """Waits for the report in flight, and raises what it raised."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.wait()
+
     def _report(self, completed: int, metrics: dict[str, float], bookkeeping: dict[str, Any], *, final: bool) -> None:
-        """Reports, with a checkpoint when due; ``tune.report`` raises ``SystemExit`` when ASHA stops the trial."""
+        """Checkpoints when due, then reports: in flight while the next epoch trains, or, the last
+        epoch's, here."""
         started = time.perf_counter()
+        self.finish_reporting()  # the driver has the previous epoch before this one
+        waited = time.perf_counter() - started
         checkpoint_dir = None
         if final or self._checkpoints.due(completed, started - self._checkpointed_at):
             checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
@@ -190,18 +218,53 @@ class EpochReporter(keras.callbacks.Callback):
             if note:
                 print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
                 bookkeeping[EXPORT_NOTE] = note
-        # With a checkpoint, the report copies it into the trial's storage, then waits for the driver.
-        report_started = time.perf_counter()
+        result = {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping}
+        handed_over = time.perf_counter()
         try:
-            tune.report(
-                {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping},
-                checkpoint=None if checkpoint_dir is None else tune.Checkpoint.from_directory(checkpoint_dir),
-            )
+            if final:
+                _send_report(result, checkpoint_dir)
+            else:
+                self._in_flight = ReportInFlight(lambda: _send_report(result, checkpoint_dir))
         finally:
-            self._profile.add("epoch.report", time.perf_counter() - report_started)
+            # epoch.report: what the training thread spent on reports, waiting for the previous
+            # one included; the round trip itself overlaps the next epoch's training.
+            self._profile.add("epoch.report", waited + time.perf_counter() - handed_over)
             self._epoch_ended = time.perf_counter()
-            if checkpoint_dir is not None:  # Ray copied it into the trial's storage before blocking
-                shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+
+def _send_report(result: dict[str, Any], checkpoint_dir: Path | None) -> None:
+    """``tune.report``: copies the checkpoint into the trial's storage, then waits for the driver."""
+    checkpoint = None if checkpoint_dir is None else tune.Checkpoint.from_directory(checkpoint_dir)
+    try:
+        tune.report(result, checkpoint=checkpoint)
+    finally:
+        if checkpoint_dir is not None:  # Ray copied it into the trial's storage before blocking
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+
+class ReportInFlight:
+    """One report sent on its own thread; ``wait`` re-raises on the caller's thread what it raised."""
+
+    def __init__(self, send: Callable[[], None]) -> None:
+        self._raised: BaseException | None = None
+        self._send = send
+        # A daemon: a worker process that Ray ends never waits for a report the driver will not answer.
+        self._thread = threading.Thread(target=self._run, name="tunekit-report", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._send()
+        except BaseException as error:  # SystemExit above all: the scheduler stopped the trial
+            self._raised = error
+
+    def raised_already(self) -> bool:
+        return not self._thread.is_alive() and self._raised is not None
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._raised is not None:
+            raise self._raised
 
 
 # ------------------------------------------------------------------ peak memory

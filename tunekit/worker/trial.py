@@ -173,15 +173,20 @@ def _train(
         model.steps_per_execution = per_call
     print(f"tunekit: steps_per_execution {model.steps_per_execution} ({why})")  # into the trial's output.log
     reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, measures, profile)
-    model.fit(
-        train_ds,
-        validation_data=val_ds,
-        epochs=spec.budget.max_epochs,
-        initial_epoch=progress.epoch,
-        verbose=0,
-        # The datasets shuffle themselves; Keras would only warn that it ignores shuffle=True.
-        **{"shuffle": False, **options, "callbacks": [*options.get("callbacks", []), reporter]},
-    )
+    try:
+        model.fit(
+            train_ds,
+            validation_data=val_ds,
+            epochs=spec.budget.max_epochs,
+            initial_epoch=progress.epoch,
+            verbose=0,
+            # The datasets shuffle themselves; Keras would only warn that it ignores shuffle=True.
+            **{"shuffle": False, **options, "callbacks": [*options.get("callbacks", []), reporter]},
+        )
+    finally:
+        # An epoch that failed after its predecessor's report went out: the driver gets that
+        # report first, and a trial it stopped meanwhile ends stopped (SystemExit), not failed.
+        reporter.finish_reporting()
 
 
 def _worker_devices(spec: ExperimentSpec) -> WorkerDevices:
