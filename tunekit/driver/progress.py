@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
-from tunekit.driver.records import epochs_text
+from tunekit.driver.records import epochs_text, reason_beside_epochs
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus
 from tunekit.worker.heartbeat import read_heartbeat
 
@@ -145,7 +145,8 @@ class ConsoleProgress:
         if self._live and record.status != TrialStatus.FAILED:
             self._draw(force=True)
             return
-        detail = f" ({record.reason})" if record.reason else ""
+        reason = reason_beside_epochs(record)
+        detail = f" ({reason})" if reason else ""
         value = "" if record.final_metric is None else f" {self._metric}={record.final_metric:.4f}"
         where = ""
         if record.status == TrialStatus.FAILED and self._experiment_dir is not None:

@@ -169,6 +169,22 @@ def epochs_text(count: int) -> str:
     return f"{count} epoch" if count == 1 else f"{count} epochs"
 
 
+def reason_beside_epochs(record: TrialRecord) -> str:
+    """What a trial's reason adds to a line that already says "<status> after N epochs".
+
+    "pruned by ASHA at rung 1 (epoch 4)" becomes "by ASHA at rung 1", "trained all 20 epochs"
+    nothing, "the search was stopped after 0 epochs" "the search was stopped"; a failure's
+    reason (its error) is kept whole.
+    """
+    if record.status == TrialStatus.FAILED:
+        return record.reason
+    epochs = epochs_text(record.epochs)
+    reason = record.reason.removeprefix(f"trained all {epochs}").removeprefix("; ")
+    for said in (f" after {epochs}", f" (epoch {record.epochs})", f" at epoch {record.epochs}"):
+        reason = reason.replace(said, "")
+    return reason.removeprefix(f"{record.status} ")
+
+
 def _restored(record: TrialRecord) -> str:
     # The final metrics were measured on the restored weights, the model that was saved.
     return "; the model restored its best weights" if record.restored_weights else ""

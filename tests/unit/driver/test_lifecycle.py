@@ -170,7 +170,7 @@ def test_console_plain_lines_show_start_up_reasons_and_the_error_file(
     assert lines[3] == "[00:00] first trial started (trial 0); its worker is importing TensorFlow"
     assert lines[4] == "[00:00] first epoch reported (trial 0); training"
     assert lines[5] == (
-        "[00:00] trial 0 completed after 7 epochs val_accuracy=0.9000 (stopped by the model at epoch 7) | "
+        "[00:00] trial 0 completed after 7 epochs val_accuracy=0.9000 (stopped by the model) | "
         "done 1/2: completed 1, pruned 0, failed 0; running 0; best val_accuracy 0.9000 (trial 0)"
     )
     assert lines[6].startswith("[00:00] trial 1 failed after 0 epochs (ValueError: xxx")

@@ -15,6 +15,7 @@ from tunekit.driver.records import (
     TrialRecord,
     TrialsTable,
     apply_epoch,
+    reason_beside_epochs,
     settle_ended,
     settle_errored,
 )
@@ -130,3 +131,23 @@ def test_a_running_trials_open_span_counts_up_to_now() -> None:
     assert trial.active_seconds(now=7.5) == 5.5
     trial.begin_span(10.0)  # a new span closes the open one where it starts
     assert trial.spans == [[2.0, 10.0], [10.0, None]]
+
+
+@pytest.mark.parametrize(
+    ("epochs", "fields", "settle", "beside"),
+    [
+        (9, {}, {"pruned": False, "elapsed": 1.0}, ""),  # "trained all 9 epochs"
+        (9, {"restored_weights": True}, {"pruned": False, "elapsed": 1.0}, "the model restored its best weights"),
+        (4, {}, {"pruned": True, "elapsed": 1.0}, "by ASHA at rung 1"),
+        (1, {"stopped_by_model": 1}, {"pruned": False, "elapsed": 1.0}, "stopped by the model"),
+        (0, {}, {"pruned": False, "elapsed": 1.0}, "the search was stopped"),
+        (1, {}, {"pruned": False, "elapsed": 1.0}, "the search was stopped"),
+        (3, {"reason": "ValueError: at epoch 3 (epoch 3)"}, {"pruned": False, "elapsed": 1.0}, None),
+    ],
+)
+def test_the_console_line_gives_what_a_reason_adds_to_the_status_and_the_epoch_count(
+    epochs: int, fields: dict[str, Any], settle: dict[str, Any], beside: str | None
+) -> None:
+    trial = record(epochs, **fields)
+    settle_ended(trial, spec(), **settle)
+    assert reason_beside_epochs(trial) == (trial.reason if beside is None else beside), trial.reason
