@@ -25,6 +25,7 @@ from tunekit.compat.ray_tune import (
     end_saved_trials,
     finished_trials,
     forget_saved_run_limits,
+    no_trailing_averages,
     one_registry_read_per_trainable,
     restored_run_config,
     restored_tune_config,
@@ -49,6 +50,7 @@ from tunekit.driver.late_endings import late_endings
 from tunekit.driver.session import (
     SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
+    SAVE_STATE_SHARE,
     check_cluster_fits,
     check_storage_shared,
     driver_env,
@@ -370,8 +372,9 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
 
     from tunekit.driver.recorder import Recorder
 
-    bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S)
+    bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
     whole_file_state_uploads()
+    no_trailing_averages()
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)

@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 SAVE_STATE_EVERY_S = 1
 SAVE_STATE_AT_MOST_EVERY_S = 30
+SAVE_STATE_SHARE = 0.02  # of the driver's time, at most, between those two bounds
 
 # Settings of the driver's Ray Tune, and why:
 _DRIVER_ENV = {
@@ -38,8 +39,8 @@ _DRIVER_ENV = {
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
     # Save Ray's experiment state (trials, searcher and recorder state) every second,
     # so a killed driver loses at most a second of bookkeeping, unless saves take more
-    # than 5% of that (thousands of trials), when it saves less often, at least every
-    # SAVE_STATE_AT_MOST_EVERY_S (see compat.bound_experiment_state_saves).
+    # than SAVE_STATE_SHARE of that (thousands of trials), when it saves less often, at least
+    # every SAVE_STATE_AT_MOST_EVERY_S (see compat.bound_experiment_state_saves).
     "TUNE_GLOBAL_CHECKPOINT_S": str(SAVE_STATE_EVERY_S),
     # verbose=0 alone still prints the new output engine's banner; tunekit shows its own progress.
     "RAY_AIR_NEW_OUTPUT": "0",

@@ -116,3 +116,22 @@ def test_resume_over_a_damaged_save_refuses_before_ray_starts(tmp_path: Path) ->
         "Its results stay readable (`tunekit report`); `tunekit run` starts the search again elsewhere"
     )
     assert "ray" not in sys.modules or not __import__("ray").is_initialized()
+
+
+def test_a_trials_saved_state_keeps_no_trailing_averages_of_its_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.tune.experiment import Trial
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    def saved_metadata() -> tuple[int, dict[str, float]]:
+        trial = Trial("trainable", stub=True, trial_id="t1")
+        for epoch in range(1, 21):
+            trial.update_last_result({"training_iteration": epoch, "epoch": epoch, "loss": 1.0 / epoch})
+        return len(trial.get_json_state()[1]), trial.run_metadata.metric_analysis["loss"]
+
+    monkeypatch.setattr(_TrainingRunMetadata.__init__, "__defaults__", _TrainingRunMetadata.__init__.__defaults__)
+    ray_size, ray_loss = saved_metadata()
+    ray_tune.no_trailing_averages()
+    size, loss = saved_metadata()
+    assert set(ray_loss) - set(loss) == {"last-5-avg", "last-10-avg"}
+    assert loss == {"max": 1.0, "min": 0.05, "avg": pytest.approx(sum(1 / e for e in range(1, 21)) / 20), "last": 0.05}
+    assert size < ray_size / 2, (size, ray_size)
