@@ -38,7 +38,7 @@ class EpochReporter(keras.callbacks.Callback):
     report therefore goes out on a ``ReportInFlight`` thread while the next epoch trains: the
     training thread waits for it only at the next epoch's end (one report at a time, in
     order), and stops at its next batch once the report raised (``stop_if_stopped``). A
-    stopped trial trains on for at most that round trip, which it spent waiting before. The
+    stopped trial trains on for about that round trip and a batch: the time it used to wait. The
     last report, and a failure's (``finish_reporting`` first), are sent from the training
     thread: the trial ends once the driver has them.
 
@@ -81,7 +81,7 @@ class EpochReporter(keras.callbacks.Callback):
         self._heartbeat = HeartbeatWriter(Path(ctx.trial_dir), node_id()) if ctx.trial_dir else None
         self._profile = profile or TrialProfile()
         self._validation_started = 0.0
-        self._epoch_ended = 0.0  # when the last epoch's report returned: the gap to the next is Keras's
+        self._epoch_ended = 0.0  # when the last epoch's report was handed over: the gap to the next is Keras's
         self._checkpoints = CheckpointPolicy.for_spec(spec)
         self._checkpointed_at = time.perf_counter()  # the trial's start counts as its restored checkpoint
         self._in_flight: ReportInFlight | None = None
