@@ -172,7 +172,7 @@ class EpochReporter(keras.callbacks.Callback):
         if self._weights_changed():
             # EarlyStopping(restore_best_weights=True) put back an earlier epoch's weights: the
             # model that is saved and ranked is that one, so its validation metrics are the
-            # trial's final ones (the epoch's own are in the rows before).
+            # trial's final ones and replace this epoch's own in its row (the docs say so).
             measured = self.model.evaluate(self._validation, verbose=0, return_dict=True)
             metrics.update({f"val_{k}": float(v) for k, v in measured.items() if f"val_{k}" in metrics})
             bookkeeping[RESTORED_WEIGHTS] = True
@@ -182,8 +182,9 @@ class EpochReporter(keras.callbacks.Callback):
         import numpy as np
 
         now = self.model.get_weights()
+        # equal_nan: weights that went NaN and stayed NaN were not put back by anyone.
         return len(now) != len(self._last_weights) or any(
-            not np.array_equal(a, b) for a, b in zip(now, self._last_weights, strict=True)
+            not np.array_equal(a, b, equal_nan=True) for a, b in zip(now, self._last_weights, strict=True)
         )
 
     def stop_if_stopped(self) -> None:

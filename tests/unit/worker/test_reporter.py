@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tunekit.config.spec import parse_spec
 from tunekit.contract import TrialContext
-from tunekit.layout import EPOCH_KEY
+from tunekit.layout import EPOCH_KEY, INFO_KEY, RESTORED_WEIGHTS
 from tunekit.worker import reporter as reporter_module
 from tunekit.worker.checkpoints import TrialProgress
 from tunekit.worker.devices import WorkerDevices
@@ -41,12 +41,14 @@ class DriverStandIn:
         self.answers = answers
         self.delay_s = delay_s
         self.reports: list[tuple[int, str, bool]] = []  # epoch, thread name, with a checkpoint
+        self.results: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def report(self, result: dict[str, Any], checkpoint: Any = None) -> None:
         epoch = int(result[EPOCH_KEY])
         with self._lock:
             self.reports.append((epoch, threading.current_thread().name, checkpoint is not None))
+            self.results.append(result)
         threading.Event().wait(self.delay_s)  # the driver's round trip
         if self.answers.get(epoch) == "stop":
             raise SystemExit(0)
@@ -82,7 +84,11 @@ def spec() -> Any:
 
 
 def fit(
-    tmp_path: Path, driver: DriverStandIn, monkeypatch: pytest.MonkeyPatch, slow: SlowBatches | None = None
+    tmp_path: Path,
+    driver: DriverStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+    slow: SlowBatches | None = None,
+    more: tuple[keras.callbacks.Callback, ...] = (),
 ) -> None:
     monkeypatch.setattr(reporter_module, "tune", driver)
     monkeypatch.setattr(reporter_module, "trial_info", lambda ctx, devices: {})
@@ -91,7 +97,7 @@ def fit(
     train = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     validation = tf.data.Dataset.from_tensor_slices((x[:16], y[:16])).batch(8)
     inputs = keras.Input((4,))
-    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(Unused(name="unused")(inputs)))
     model.compile("sgd", "sparse_categorical_crossentropy", metrics=["accuracy"])
     ctx = TrialContext(
         batch_size=8, per_replica_batch_size=8, replicas=1, precision="float32", seed=0,
@@ -103,7 +109,7 @@ def fit(
     try:
         model.fit(
             train, validation_data=validation, epochs=MAX_EPOCHS, verbose=0, shuffle=False,
-            callbacks=[slow, reporter],
+            callbacks=[slow, *more, reporter],
         )  # fmt: skip
     finally:
         reporter.finish_reporting()  # as tunekit.worker.trial does
@@ -157,3 +163,31 @@ def test_a_report_in_flight_raises_what_its_thread_raised_on_the_waiting_thread(
     quiet = ReportInFlight(lambda: None)
     quiet.wait()
     assert not quiet.raised_already()
+
+
+class Unused(keras.layers.Layer):
+    """Passes its inputs on; its one weight changes no output, so a NaN there leaves the loss finite."""
+
+    def build(self, input_shape: Any) -> None:
+        self.unused = self.add_weight(shape=(1,), initializer="zeros", trainable=False)
+
+    def call(self, inputs: Any) -> Any:
+        return inputs
+
+
+class WeightsGoNaN(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if epoch + 1 == 2:
+            self.model.get_layer("unused").unused.assign([np.nan])
+
+
+def test_weights_that_went_nan_are_not_taken_for_weights_a_callback_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NaN != NaN: the last epoch's weights compared unequal to themselves, so the trial was
+    # re-evaluated and said "the model restored its best weights" (a user pass saw it).
+    driver = DriverStandIn({})
+    fit(tmp_path, driver, monkeypatch, more=(WeightsGoNaN(),))
+    last = driver.results[-1]
+    assert last[EPOCH_KEY] == MAX_EPOCHS
+    assert RESTORED_WEIGHTS not in last[INFO_KEY]
