@@ -61,6 +61,18 @@ def no_trailing_averages() -> None:
     _TrainingRunMetadata.__init__.__defaults__ = ((),)
 
 
+def checkpoint_epoch(trial: Any, epoch_key: str) -> int:
+    """The epoch of the checkpoint Ray starts ``trial`` from, 0 when it has none.
+
+    After a killed driver this is the checkpoint Ray's saved state names, which can be older
+    than the last one the dead driver was told of. Checked against Ray 2.60:
+    ``Trial.latest_checkpoint_result`` (a ``_TrainingResult`` with the reported metrics).
+    """
+    latest = getattr(trial, "latest_checkpoint_result", None)
+    metrics = getattr(latest, "metrics", None) or {}
+    return int(metrics.get(epoch_key) or 0)
+
+
 def whole_file_state_uploads() -> None:
     """Ray's uploads of its experiment state to a local experiment folder copy whole files, and
     only files its staging folder changed.

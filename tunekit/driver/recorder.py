@@ -22,7 +22,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tunekit.clock import SearchClock
-from tunekit.compat.ray_tune import saved_stop_decisions
+from tunekit.compat.ray_tune import checkpoint_epoch, saved_stop_decisions
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import LateEnding
 from tunekit.driver.records import (
@@ -126,6 +126,9 @@ class Recorder(Callback):
         else:  # restarted after a worker died, or resumed, or after PBT paused it
             if not (isinstance(self.scheduler, RecordingPBT) and self.scheduler.restarted_after_pause(trial.trial_id)):
                 record.attempts += 1
+                # Where Ray starts it: after a killed driver, the checkpoint Ray's saved state
+                # names, which may be older than the last one the dead driver heard of.
+                record.checkpoint_epoch = checkpoint_epoch(trial, EPOCH_KEY)
             record.status = TrialStatus.RUNNING
         record.begin_span(self.clock.now())
         self._changed_record(record)  # `tunekit status` sees it running within _LIVE_WRITE_EVERY_S

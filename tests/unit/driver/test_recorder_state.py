@@ -220,3 +220,23 @@ def test_a_trial_still_running_when_the_session_ends_is_stopped_and_the_console_
     assert record.spans[-1][1] is not None and ended == ["t1"]
     assert rec.counts()[TrialStatus.RUNNING] == 0
     assert ",stopped,the search was stopped after 2 epochs," in (tmp_path / "trials.csv").read_text()
+
+
+def test_a_restarted_trial_starts_from_the_checkpoint_ray_names_not_the_last_one_its_driver_heard_of(
+    tmp_path: Path,
+) -> None:
+    from tunekit.layout import CHECKPOINTED
+
+    rec = recorder(tmp_path)
+    trial: Any = SimpleNamespace(trial_id="t1", config={"lr": 0.1}, latest_checkpoint_result=None)
+    rec.on_trial_start(0, [], trial)
+    for epoch in range(1, 8):  # checkpoints at 4 and 7; the driver then died before Ray saved epoch 7's
+        bookkeeping = {"metrics": ["acc"], **({CHECKPOINTED: True} if epoch in (4, 7) else {})}
+        rec.on_trial_result(0, [], trial, {EPOCH_KEY: epoch, "acc": 0.5, INFO_KEY: bookkeeping})
+    assert rec.trials["t1"].checkpoint_epoch == 7
+    trial.latest_checkpoint_result = SimpleNamespace(metrics={EPOCH_KEY: 4, "acc": 0.5})
+    rec.on_trial_start(0, [], trial)  # the resume: Ray restores the checkpoint its saved state names
+    assert (rec.trials["t1"].attempts, rec.trials["t1"].checkpoint_epoch) == (2, 4)
+    trial.latest_checkpoint_result = None  # a worker that died before any checkpoint Ray knew of
+    rec.on_trial_start(0, [], trial)
+    assert (rec.trials["t1"].attempts, rec.trials["t1"].checkpoint_epoch) == (3, 0)
