@@ -128,7 +128,8 @@ def test_a_trials_saved_state_keeps_no_trailing_averages_of_its_results(monkeypa
             trial.update_last_result({"training_iteration": epoch, "epoch": epoch, "loss": 1.0 / epoch})
         return len(trial.get_json_state()[1]), trial.run_metadata.metric_analysis["loss"]
 
-    monkeypatch.setattr(_TrainingRunMetadata.__init__, "__defaults__", _TrainingRunMetadata.__init__.__defaults__)
+    # Ray 2.60's own default, whatever an earlier search in this process set (restored after the test).
+    monkeypatch.setattr(_TrainingRunMetadata.__init__, "__defaults__", ((5, 10),))
     ray_size, ray_loss = saved_metadata()
     ray_tune.no_trailing_averages()
     size, loss = saved_metadata()
