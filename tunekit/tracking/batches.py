@@ -10,9 +10,15 @@ for its content is dropped with a warning (sending it again cannot succeed); any
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
 from tunekit.tracking.values import brief, logger
+
+T = TypeVar("T")
 
 # MLflow's limits per log_batch request.
 MAX_METRICS_PER_BATCH = 1000
@@ -37,7 +43,7 @@ class Disabled(Exception):
 
 
 class BatchSender:
-    """Sends pending values of one run at a time in batches; only the writer thread calls it.
+    """Sends one run's pending values in batches; the writer thread and its lanes call it, each for its own runs.
 
     Args:
         client: where to send.
@@ -93,3 +99,42 @@ class BatchSender:
                 return
             # Sending it again cannot succeed (e.g. a param changed value on resume): drop it.
             logger.warning("tunekit: MLflow rejected values for run %s: %s", run_id, brief(error))
+
+
+def side_by_side(send: Callable[[T], None], items: Sequence[T], lanes: int) -> list[BaseException]:
+    """Calls ``send`` on each item, ``lanes`` at a time (the calling thread is one lane), and
+    returns the errors the calls raised.
+
+    A lane stops at its first error and the others stop taking new items, so a server that
+    went away costs one failed request per lane, not one per item. Extra lanes are
+    daemon threads, like the writer's own: a request that hangs does not hold up the
+    driver's exit.
+    """
+    waiting: queue.SimpleQueue[T] = queue.SimpleQueue()
+    for item in items:
+        waiting.put(item)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def lane() -> None:
+        while not stop.is_set():
+            try:
+                item = waiting.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                send(item)
+            except BaseException as error:  # handed to the caller, which sorts the errors
+                errors.append(error)  # list.append is atomic
+                stop.set()
+
+    helpers = [
+        threading.Thread(target=lane, name="tunekit-mlflow-lane", daemon=True)
+        for _ in range(min(lanes, len(items)) - 1)
+    ]
+    for helper in helpers:
+        helper.start()
+    lane()
+    for helper in helpers:
+        helper.join()
+    return errors

@@ -61,7 +61,8 @@ class RunRef:
 
 
 class RunClient(Protocol):
-    """What tracking asks of MLflow. Called from the writer thread only."""
+    """What tracking asks of MLflow. Called from the writer thread and its lanes
+    (``batches.side_by_side``: several trials' runs at once, each run from one lane)."""
 
     def get_experiment(self, name: str) -> ExperimentRef | None: ...
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tunekit.layout import SQLITE_STUDY_FILE, STUDY_FILE, study_file
 from tunekit.search.plan import study_storage
@@ -82,3 +84,18 @@ def test_an_ask_looks_for_enqueued_trials_among_the_new_trials_only(tmp_path: Pa
     # The scale benchmark's guard without a clock: Optuna's journal tested every trial for
     # WAITING on every ask (3.7 ms per ask at 10,000 trials).
     assert trial_reads_of_three_asks(tmp_path / "small", 60) == trial_reads_of_three_asks(tmp_path / "large", 600)
+
+
+def test_the_journal_hands_each_write_to_the_os_without_forcing_it_to_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    add_trials(study_storage(tmp_path), [0.2, 0.7])
+    assert synced == []  # Optuna's own backend syncs after every line
+    # Every line is in the file at once: another process (a reader, a resumed driver) sees it.
+    assert [t.value for t in optuna.load_study(study_name="s", storage=study_storage(tmp_path)).trials] == [0.2, 0.7]
+    # A machine that lost power mid-write leaves a torn last line: the study reads up to it.
+    with (tmp_path / STUDY_FILE).open("a") as journal:
+        journal.write('{"op_code": 5, "worker_id"')
+    assert [t.value for t in optuna.load_study(study_name="s", storage=study_storage(tmp_path)).trials] == [0.2, 0.7]

@@ -32,6 +32,7 @@ from tunekit.tracking.events import (
     TrialEvent,
 )
 from tunekit.tracking.record import TrackingRecord
+from tunekit.tracking.runs import SEND_LANES
 from tunekit.tracking.writer import RETRY_BACKOFF_S, MlflowWriter
 
 REPO = Path(__file__).resolve().parents[3]
@@ -355,3 +356,64 @@ def test_a_trial_s_values_go_in_one_request_and_a_sync_visits_only_trials_with_n
         run_id = f"run{number + 1}"  # run0 is the parent
         assert len([b for b in client.sent if b.run_id == run_id]) == 1
         assert len(client.metric_points(run_id)) == 2 and client.terminated[run_id] == "FINISHED"
+
+
+@dataclass
+class SharedClient(FakeClient):
+    """A ``FakeClient`` the writer's lanes may call at once: its first ``meet`` trial runs are
+    created only once another lane creates one too (a barrier that breaks after 5 s)."""
+
+    meet: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    barrier: threading.Barrier = field(default_factory=lambda: threading.Barrier(2, timeout=5))
+
+    def create_run(self, experiment_id: str, *, start_ms: int, name: str, tags: Mapping[str, str]) -> str:
+        with self.lock:
+            run_id = super().create_run(experiment_id, start_ms=start_ms, name=name, tags=tags)
+            waits = tags.get("tunekit.role") == "trial" and len(self.runs) <= 1 + self.meet
+        if waits:
+            self.barrier.wait()
+        return run_id
+
+    def log_batch(self, run_id: str, **values: Sequence[object]) -> None:
+        with self.lock:
+            super().log_batch(run_id, **values)  # type: ignore[arg-type]
+
+
+def short_trials(count: int) -> list[TrackerEvent]:
+    """``count`` two-epoch trials that all end before the writer's first sync, then the search's end."""
+    events: list[TrackerEvent] = []
+    for number in range(count):
+        trial_id = f"t{number}"
+        events.append(TrialEvent(trial_id, number, {"learning_rate": 0.01, "units": 64}, 1.0, 1, True))
+        events += [EpochEvent(trial_id, epoch, {"val_accuracy": 0.5}, 2000 + epoch) for epoch in (1, 2)]
+        events.append(TrialEndEvent(trial_id, TrialStatus.COMPLETED, "", None, 2, 1, 3.0, 2.5))
+    counts: dict[str, int] = {TrialStatus.COMPLETED: count}
+    return [*events, ProgressEvent(count, 0.5, "t0", counts, 2 * count, 2.0, final=True, interrupted=False)]
+
+
+def test_trials_runs_are_sent_over_several_connections_at_once(spec: ExperimentSpec, tmp_path: Path) -> None:
+    client = SharedClient(meet=4)  # a writer that sent one run at a time would break the barrier
+    run_writer(spec, tmp_path, client, short_trials(20))
+
+    assert not client.barrier.broken
+    trials = [run_id for run_id, tags in client.runs.items() if tags.get("tunekit.role") == "trial"]
+    assert len(trials) == 20 and all(client.terminated[run_id] == "FINISHED" for run_id in trials)
+    assert all(len(client.metric_points(run_id)) == 2 for run_id in trials)
+    assert holds_everything(tmp_path) is True
+
+
+def test_a_server_that_goes_away_mid_sync_costs_a_request_per_lane_and_loses_nothing(
+    spec: ExperimentSpec, tmp_path: Path
+) -> None:
+    client = SharedClient(fail=4, fail_from=5)  # five trials' batches go through, then four fail
+    _, clock = run_writer(spec, tmp_path, client, short_trials(20))
+
+    # Each failed sync stops its lanes at their first failure: at most one failure per lane,
+    # so the four failures took at least two syncs (lanes that went on would fail all at once).
+    assert len(clock.waits) >= 4 // SEND_LANES
+    trials = [run_id for run_id, tags in client.runs.items() if tags.get("tunekit.role") == "trial"]
+    assert len(trials) == 20 and all(client.terminated[run_id] == "FINISHED" for run_id in trials)
+    assert all(len(client.metric_points(run_id)) == 2 for run_id in trials)
+    assert_nothing_sent_twice(client)
+    assert holds_everything(tmp_path) is True
