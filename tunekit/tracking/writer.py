@@ -3,8 +3,9 @@
 Runs in one daemon thread of the Ray driver (see ``tunekit.tracking.tracker`` for the design).
 This module is the thread's loop: connect, take bursts of events, hand them to the run
 bookkeeping (``tunekit.tracking.runs``), sync (trials' runs over ``runs.SEND_LANES``
-connections at once), and on failure retry on a backoff schedule while training goes on. What is sent and how lives in ``runs``, ``batches`` (request
-batching and error sorting), ``artifacts`` and ``client`` (the only door to MLflow).
+connections at once), and on failure retry on a backoff schedule while training goes on.
+What is sent and how lives in ``runs``, ``batches`` (request batching, the lanes and error
+sorting), ``artifacts`` and ``client`` (the only door to MLflow).
 """
 
 from __future__ import annotations
