@@ -62,7 +62,7 @@ class Status:
                 f"search: {self._state()} (session {self.sessions}, driver last heard {self.heard_s_ago:.0f} s ago); "
                 f"active {duration(self.active_s)}"
             )
-        counts = ", ".join(f"{count} {status}" for status, count in self.counts.items() if count)
+        counts = ", ".join(self._count(status, count) for status, count in self.counts.items() if count)
         planned = f" of {self.planned} planned" if self.planned else ""
         lines.append(f"trials: {counts or 'none yet'}{planned}")
         if self.running:
@@ -85,6 +85,12 @@ class Status:
                 for row in self.ended
             ]
         return "\n".join(lines)
+
+    def _count(self, status: str, count: int) -> str:
+        if status == TrialStatus.RUNNING and not self.alive:
+            # trials.csv still says running: their driver was killed before it could say otherwise.
+            return f"{count} interrupted (running when their driver died; `tunekit resume` trains them on)"
+        return f"{count} {status}"
 
     def _state(self) -> str:
         if self.complete:

@@ -45,6 +45,11 @@ def test_a_session_its_driver_ended_is_not_running_however_recent(tmp_path: Path
     # A killed driver leaves "running": true behind; silence tells.
     killed = read_status(experiment(tmp_path / "killed", running=True, heard_s_ago=60.0))
     assert not killed.alive
+    # Its trials.csv still says running: status says what that means now, not "1 running".
+    assert "trials: 1 interrupted (running when their driver died; `tunekit resume` trains them on)" in (
+        killed.describe()
+    )
+    assert "trials: 1 running" in read_status(experiment(tmp_path / "alive", running=True, heard_s_ago=1.0)).describe()
     # started.json from a tunekit that kept no such flag: silence alone, as before.
     older = read_status(experiment(tmp_path / "older", running=None, heard_s_ago=1.0))
     assert older.alive
