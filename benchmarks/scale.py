@@ -3,7 +3,7 @@
 The trial is a function of its configuration, not a model: it sleeps ``EPOCH_S`` per epoch
 and reports a learning curve computed from ``learning_rate``, ``units`` and ``dropout`` (no
 TensorFlow). It runs through ``tunekit.driver.runner.synthetic_trials_for_benchmarks``, the
-seam that swaps the trial function, so the searcher and its SQLite study, ASHA, the
+seam that swaps the trial function, so the searcher and its study (Optuna's journal), ASHA, the
 recorder and its files, the failure guard, the progress line (to a file), the MLflow tracker
 against a real ``mlflow server`` (PostgreSQL on 127.0.0.1 when ``initdb`` and ``pg_ctl`` are
 here, else SQLite, said in the notes) and Ray's experiment checkpointing all run as in a real

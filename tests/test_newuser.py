@@ -244,3 +244,35 @@ def test_time_left_prices_each_trial_to_come_at_its_fixed_cost() -> None:
     left = console.time_left()
     assert left is not None and left >= 20 * 1.0 / 2  # 20 trials to come, their fixed seconds alone, 2 slots
     assert left <= 20 * (1.0 + 0.05 * 20) / 2  # and no trial to come trains more than 20 epochs
+
+
+def test_time_left_is_at_least_the_trials_to_come_at_the_pace_new_trials_start() -> None:
+    # A 10,000-trial search of 10-ms epochs said "about 51 s left" with 156 s to go: its
+    # driver started a trial every 50 ms while each trial took its slot for 30 ms.
+    from tunekit.driver.progress import START_PACE_TRIALS
+    from tunekit.driver.records import EpochRow
+
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC, ["budget.num_samples=1000"]), io.StringIO())
+    recorder: Any = _Recorder([], epochs=0)
+    console.experiment_started(recorder)
+    lefts = []
+    for number in range(100):
+        at = 0.1 * number  # one new trial every 0.1 s; each runs 2 epochs of 0.01 s
+        record = TrialRecord(str(number), number, {}, status=TrialStatus.RUNNING)
+        record.spans, record.span_workers = [[at, None]], [{"attempt": 1, "node_id": "n", "pid": 1}]
+        recorder.trials[record.trial_id] = record
+        console.trial_started(record)
+        for epoch in (1, 2):
+            row = EpochRow(record.trial_id, epoch, {"val_accuracy": 0.9}, 1, 0, at + 0.01 * epoch)
+            record.epochs = epoch
+            recorder.epochs.append(row)
+            console.epoch_reported(record, row)
+        if console._first_epoch_at is None:
+            console._first_epoch_at = time.monotonic()
+        record.status, record.spans[-1][1] = TrialStatus.PRUNED, at + 0.03
+        console.trial_ended(record)
+        lefts.append(console.time_left())
+    # Before START_PACE_TRIALS new trials, the slots' work alone: 0.03 s a trial on 2 slots.
+    assert lefts[START_PACE_TRIALS - 2] is not None and lefts[START_PACE_TRIALS - 2] < 0.05 * 937
+    # Then the pace of starts: 900 trials to come, one every 0.1 s.
+    assert lefts[-1] == pytest.approx(900 * 0.1, rel=0.01)

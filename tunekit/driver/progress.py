@@ -36,6 +36,12 @@ ESTIMATE_EVERY_S = 1.0
 # the first trials to end are the ones ASHA cut at its first rung, so their mean alone made
 # the first estimates far too low (4 s left of a 70-s search).
 EXPECTED_WEIGHS_AS_TRIALS = 4
+# A search of many short trials can be bound by how fast its driver starts them, not by its
+# slots' work: the trials to come then start at the pace of the last this-many new trials,
+# and the time left is at least that (once that many started, so a small search's first,
+# bunched starts never set it). A 10,000-trial search of 10-ms epochs said "about 51 s left"
+# with 156 s to go: its slots were idle between trials, waiting for the driver.
+START_PACE_TRIALS = 64
 T = TypeVar("T")
 _STEPS_SHOWN = 2  # running trials whose step the status line names, at most
 
@@ -103,6 +109,7 @@ class ConsoleProgress:
     def trial_started(self, record: TrialRecord) -> None:
         if self._recorder is not None:  # the slots the time left shares the work among
             self._costs.slots = max(self._costs.slots, len(self._recorder.running()))
+        self._costs.started(record)
         if not self._first_trial_seen:
             self._first_trial_seen = True
             continues = f", continuing after epoch {record.checkpoint_epoch}" if record.checkpoint_epoch else ""
@@ -264,7 +271,9 @@ class ConsoleProgress:
         (``EXPECTED_WEIGHS_AS_TRIALS``); a running trial, what the simulated trials that
         got as far trained beyond it. Each trial to come costs a trial's fixed seconds and
         its epochs at a later epoch's pace (``TrialCosts``), shared by the slots the search
-        has filled at once; until both are measured, the wall time per epoch so far.
+        has filled at once; until both are measured, the wall time per epoch so far. The
+        trials to come cannot start faster than new trials started lately
+        (``START_PACE_TRIALS``): a search bound by its driver is priced at that pace.
         """
         if self._recorder is None or self._first_epoch_at is None or self._stopping:
             return None
@@ -278,13 +287,15 @@ class ConsoleProgress:
         per_trial = (ended_epochs + expected) / (ended + EXPECTED_WEIGHS_AS_TRIALS)
         waiting = max(0, self._num_samples - recorded)
         running_epochs = [self._trial_epochs.left_after(r.epochs) for r in running]
+        start_pace = self._costs.start_pace_s()
+        starting = waiting * start_pace if start_pace is not None else 0.0  # the driver's floor
         epoch_s, fixed_s = self._costs.epoch_s(), self._costs.fixed_s()
         if epoch_s is None or fixed_s is None:
             pace = (time.monotonic() - self._first_epoch_at) / trained
-            return max(0.0, (waiting * per_trial + sum(running_epochs)) * pace)
+            return max(0.0, (waiting * per_trial + sum(running_epochs)) * pace, starting)
         work = waiting * (fixed_s + epoch_s * per_trial) + epoch_s * sum(running_epochs)
         # The slots share the work; the longest running trial is a floor the sharing cannot beat.
-        return max(work / max(1, self._costs.slots), epoch_s * max(running_epochs, default=0.0))
+        return max(work / max(1, self._costs.slots), epoch_s * max(running_epochs, default=0.0), starting)
 
     def _counting_down(self) -> float | None:
         """``time_left``, estimated at most every ``ESTIMATE_EVERY_S`` and counted down in between."""
@@ -318,8 +329,9 @@ class ConsoleProgress:
 
 class TrialCosts:
     """What a trial of this search costs so far, in active seconds, from its recent trials: a
-    later epoch (the median gap between a trial's consecutive reports) and a trial's fixed
-    part (its slot time less its epochs at that pace: building, tracing, the end, the gap).
+    later epoch (the median gap between a trial's consecutive reports), a trial's fixed
+    part (its slot time less its epochs at that pace: building, tracing, the end) and the
+    pace at which new trials start.
 
     A worker's first trial also imports TensorFlow: it counts only until a reused worker's
     trial ended. The README's search said "about 7 s left" with 24 s to go: its epochs took 50
@@ -334,6 +346,18 @@ class TrialCosts:
         self._pids: set[object] = set()
         self._epochs: deque[float] = deque(maxlen=256)
         self._records: dict[bool, deque[tuple[float, int]]] = {True: deque(maxlen=64), False: deque(maxlen=64)}
+        self._starts: deque[float] = deque(maxlen=START_PACE_TRIALS)  # the latest new trials' starts
+
+    def started(self, record: TrialRecord) -> None:
+        # A new trial: its first span of its first attempt (not a retry, a resume or PBT's unpause).
+        if record.attempts == 1 and len(record.spans) == 1 and record.spans[0][0] is not None:
+            self._starts.append(record.spans[0][0])
+
+    def start_pace_s(self) -> float | None:
+        """Seconds between new trials' starts, over the last ``START_PACE_TRIALS``; None until that many started."""
+        if len(self._starts) < START_PACE_TRIALS:
+            return None
+        return (self._starts[-1] - self._starts[0]) / (len(self._starts) - 1)
 
     def epoch(self, record: TrialRecord, row: EpochRow) -> None:
         last = self._last.get(record.trial_id)
