@@ -273,6 +273,7 @@ def test_time_left_is_at_least_the_trials_to_come_at_the_pace_new_trials_start()
         console.trial_ended(record)
         lefts.append(console.time_left())
     # Before START_PACE_TRIALS new trials, the slots' work alone: 0.03 s a trial on 2 slots.
-    assert lefts[START_PACE_TRIALS - 2] is not None and lefts[START_PACE_TRIALS - 2] < 0.05 * 937
+    before_pace = lefts[START_PACE_TRIALS - 2]
+    assert before_pace is not None and before_pace < 0.05 * 937
     # Then the pace of starts: 900 trials to come, one every 0.1 s.
     assert lefts[-1] == pytest.approx(900 * 0.1, rel=0.01)
