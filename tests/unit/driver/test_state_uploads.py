@@ -136,3 +136,17 @@ def test_a_trials_saved_state_keeps_no_trailing_averages_of_its_results(monkeypa
     assert set(ray_loss) - set(loss) == {"last-5-avg", "last-10-avg"}
     assert loss == {"max": 1.0, "min": 0.05, "avg": pytest.approx(sum(1 / e for e in range(1, 21)) / 20), "last": 0.05}
     assert size < ray_size / 2, (size, ray_size)
+
+
+def test_a_trials_saved_state_names_tunekit_s_folder_function_instead_of_pickling_it() -> None:
+    from ray.tune.experiment import Trial
+
+    from tunekit.driver.runner import trial_dir_name
+
+    def saved_state(creator: object) -> str:
+        trial = Trial("trainable", stub=True, trial_id="t1", trial_dirname_creator=creator)
+        return trial.get_json_state()[0]
+
+    assert trial_dir_name(Trial("trainable", stub=True, trial_id="t1")) == "t1"
+    # Every save writes every trial's state: a lambda there is its whole code, in hex.
+    assert len(saved_state(trial_dir_name)) < len(saved_state(lambda trial: trial.trial_id)) - 900
