@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import os
 import shutil
 from pathlib import Path
@@ -143,7 +145,7 @@ def test_a_trials_saved_state_names_tunekit_s_folder_function_instead_of_picklin
 
     from tunekit.driver.runner import trial_dir_name
 
-    def saved_state(creator: object) -> str:
+    def saved_state(creator: Callable[[Trial], str]) -> str:
         trial = Trial("trainable", stub=True, trial_id="t1", trial_dirname_creator=creator)
         return trial.get_json_state()[0]
 
