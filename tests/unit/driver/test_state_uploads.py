@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.fs
