@@ -53,7 +53,9 @@ MODES: dict[str, list[int]] = {"smoke": [60], "quick": [1000], "full": [1000, 50
 FLUSH_TIMEOUT_S = 1800  # the tunekit side's wait for MLflow to take every record at the end
 TENTHS = 10  # a size's growth: its last tenth of trials against its first
 SIZES_EVERY = 1000  # the experiment directory and study are measured every this many trials (a walk of every file)
-PEERS = ("ray_floor", "ray_optuna", "optuna_floor", "optuna_history")
+# tunekit_untracked: tunekit's side again with tracking off, so the figures say what the MLflow
+# server, PostgreSQL and the writer cost the search when they share its cores.
+PEERS = ("tunekit_untracked", "ray_floor", "ray_optuna", "optuna_floor", "optuna_history")
 # search.tpe_history measured against TPE's whole history: Optuna alone, the same trials
 # (--tpe-history sets it, and the tunekit side's search.tpe_history).
 TPE_HISTORY = 1000
@@ -310,14 +312,16 @@ def _size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
 
-def _spec(trials: int, tracking_uri: str, tpe_history: int | None = None) -> dict[str, Any]:
+def _spec(trials: int, tracking_uri: str | None, tpe_history: int | None = None) -> dict[str, Any]:
+    """The search both tunekit sides run; ``tracking_uri`` None: tracking off."""
+    tracking = {"enabled": False} if tracking_uri is None else {"enabled": True, "uri": tracking_uri}
     return common.digits_spec(
         name=f"scale-{trials}",
         budget={"num_samples": trials, "max_epochs": MAX_EPOCHS, "max_concurrent": SLOTS},
         search={"algorithm": "tpe", "seed": 0, "n_startup_trials": 10, "tpe_history": tpe_history},
         scheduler={"type": "asha", "grace_period": GRACE, "reduction_factor": REDUCTION},
         resources={"cpu": 1, "gpu": 0},
-        tracking={"enabled": True, "uri": tracking_uri, "experiment": f"scale-{trials}"},
+        tracking={**tracking, "experiment": f"scale-{trials}"},
     )
 
 
@@ -361,6 +365,25 @@ def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | Non
         "tpe_history": tpe_history,
         "mlflow": counted,
         **timings,
+    }
+
+
+def _run_tunekit_untracked(trials: int, window: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
+    """The tunekit side with tracking off: no MLflow server, PostgreSQL or writer beside the search."""
+    import tunekit
+    from tunekit.driver.runner import synthetic_trials_for_benchmarks
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    windows = Windows(window, trials)
+    spec = tunekit.load_spec(_spec(trials, None, tpe_history))
+    started = time.monotonic()
+    with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
+        tunekit.run(spec, storage=workdir, name="tunekit", progress=console)
+    return {
+        "side": "tunekit_untracked",
+        "trials": trials,
+        "wall_s": time.monotonic() - started,
+        "windows": windows.rows,
     }
 
 
@@ -637,6 +660,10 @@ def analyse(sides: dict[str, dict[str, Any]], sizes: list[int]) -> tuple[list[di
                 note=f"{at_size['backlog_now']} queued when trial {trials:,} ended",
             ),
         ]
+        if "tunekit_untracked" in sides:
+            figures.append(
+                _untracked_figure(trials, _wall_at(sides["tunekit_untracked"], trials, whole), tk_wall, floor)
+            )
         if _sampler_at(sides["optuna_floor"], trials) is not None:  # whole history: up to the next-largest size
             figures.append(_history_figure(trials, sides["optuna_floor"], sides["optuna_history"]))
         if whole:
@@ -659,6 +686,19 @@ def analyse(sides: dict[str, dict[str, Any]], sizes: list[int]) -> tuple[list[di
             f"{optuna_text}; the sampler alone {sampler_s:.1f} s"
         )
     return figures, ratios
+
+
+def _untracked_figure(
+    trials: int, untracked: float | None, tracked: float | None, floor: float | None
+) -> dict[str, Any]:
+    """tunekit with tracking off against the floors: what is left once MLflow's work is gone."""
+    note = f"{_text(untracked)} against {_text(tracked)} with MLflow tracking on"
+    return common.figure(
+        f"{trials} trials: tunekit with tracking off, wall / (Ray's floor + the sampler's floor)",
+        common.ratio(untracked, floor),
+        "x",
+        note=note,
+    )
 
 
 def _tenth_figures(trials: int, tenths: list[dict[str, Any]], ray_tenths: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -791,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
         trials, window = args.trials, args.window
         runs = {
             "tunekit": lambda: _run_tunekit(trials, window, args.workdir, args.tpe_history or None),
+            "tunekit_untracked": lambda: _run_tunekit_untracked(trials, window, args.workdir, args.tpe_history or None),
             "ray_floor": lambda: _run_ray(trials, window, args.workdir, False, args.stop_after_s),
             "ray_optuna": lambda: _run_ray(trials, window, args.workdir, True, args.stop_after_s),
             "optuna_floor": lambda: _run_optuna(trials, window),

@@ -113,6 +113,10 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     optuna_rows = [{**row, "elapsed_s": 12.0 * row["ended"] / 100} for row in ray_rows[:15]]
     sides: dict[str, dict[str, Any]] = {
         "tunekit": tunekit_side,
+        "tunekit_untracked": {
+            "wall_s": 150.0,
+            "windows": [{**row, "elapsed_s": 7.0 * n} for n, row in enumerate(rows, 1)],
+        },
         "ray_floor": {"wall_s": 162.0, "windows": ray_rows},
         "ray_optuna": {"wall_s": 206.0, "windows": optuna_rows, "stopped_after_s": 205.0, "ended": 1500},
         "optuna_floor": {"sampler_at": sampler_at, "finals": [[5, 0.90], [899, 0.95]], "history": None},
@@ -140,6 +144,11 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     assert named["2000 trials: wall / (Ray's floor + the sampler's floor)"]["value"] == pytest.approx(
         205 / (162 + 10.0)
     )
+    untracked = named["2000 trials: tunekit with tracking off, wall / (Ray's floor + the sampler's floor)"]
+    assert untracked["value"] == pytest.approx(150 / (162 + 10.0))
+    assert untracked["note"] == "150 s against 205 s with MLflow tracking on"
+    early_untracked = named["1000 trials: tunekit with tracking off, wall / (Ray's floor + the sampler's floor)"]
+    assert early_untracked["value"] == pytest.approx(70 / (80 + 5.0))
     stopped = named["2000 trials: Ray Tune + OptunaSearch wall / tunekit's"]
     assert stopped["met"] is True and stopped["note"].startswith("at least: stopped after 205 s")
     assert named["2000 trials: MLflow lost nothing (postgresql)"]["met"] is True
