@@ -176,7 +176,18 @@ def _alive(pid: object) -> bool:
         return False
     except PermissionError:  # another user's process: it exists
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that died and that its parent has not reaped yet (a driver killed with
+    ``kill -9`` stays one for a second or two): ``os.kill(pid, 0)`` still finds it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS), or gone since
+        return False
+    # "pid (command) state ...": the command may hold spaces and parentheses.
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def duration(seconds: float | None) -> str:

@@ -83,6 +83,19 @@ def test_a_killed_driver_on_this_host_is_not_running_at_once(tmp_path: Path) -> 
         json.dumps({**clock, "driver": {"host": socket.gethostname(), "pid": os.getpid()}})
     )
     assert read_status(root).alive  # this process is alive: the driver's word stands
+    # A driver killed with kill -9 stays a zombie until its parent reaps it: dead all the same.
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{killed.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        (root / STARTED_FILE).write_text(
+            json.dumps({**clock, "driver": {"host": socket.gethostname(), "pid": killed.pid}})
+        )
+        assert not read_status(root).alive
+    finally:
+        killed.wait()
 
 
 def test_a_search_whose_space_ran_out_is_finished_as_resume_judges_it(tmp_path: Path) -> None:
