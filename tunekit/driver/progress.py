@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 from tunekit.driver.records import epochs_text, reason_beside_epochs
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus
-from tunekit.worker.heartbeat import read_heartbeat
+from tunekit.worker import heartbeat
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -75,6 +75,7 @@ class ConsoleProgress:
         self._first_epoch_at: float | None = None
         self._stopping = False  # a signal is stopping the search: no time is left to estimate
         self._costs = TrialCosts()
+        self._epoch_began: dict[str, float] = {}  # trial id -> when its current epoch began (monotonic)
         # Each reads every running trial (_read_steps opens their heartbeat files); in a log every
         # ended trial's line carries a status line, so they are computed at most every second.
         # Looked up at each call (a replaced time_left is the one used).
@@ -110,6 +111,7 @@ class ConsoleProgress:
         if self._recorder is not None:  # the slots the time left shares the work among
             self._costs.slots = max(self._costs.slots, len(self._recorder.running()))
         self._costs.started(record)
+        self._epoch_began[record.trial_id] = time.monotonic()
         if not self._first_trial_seen:
             self._first_trial_seen = True
             continues = f", continuing after epoch {record.checkpoint_epoch}" if record.checkpoint_epoch else ""
@@ -133,6 +135,7 @@ class ConsoleProgress:
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         self._costs.epoch(record, row)
+        self._epoch_began[record.trial_id] = time.monotonic()
         if self._first_epoch_at is None:
             self._first_epoch_at = time.monotonic()
         if not self._first_epoch_seen:
@@ -147,6 +150,7 @@ class ConsoleProgress:
 
     def trial_ended(self, record: TrialRecord) -> None:
         self._costs.ended(record)
+        self._epoch_began.pop(record.trial_id, None)
         if self._recorder is None:
             return
         if self._live and record.status != TrialStatus.FAILED:
@@ -250,12 +254,20 @@ class ConsoleProgress:
         return "; " + ", ".join(shown) if shown else ""
 
     def _read_steps(self) -> list[tuple[str, str]]:
-        """Where running trials are inside an epoch longer than the heartbeat's period: (trial id, text)."""
+        """Where running trials are inside an epoch longer than the heartbeat's period: (trial id, text).
+
+        A worker writes its heartbeat at most every ``heartbeat.WRITE_EVERY_S`` whatever its
+        epochs' length, so a trial whose epoch began more recently is not shown: its beat may
+        be the next short epoch's first batch ("epoch 2 step 1/4" flickered by 0.1-s epochs).
+        """
         if self._recorder is None or self._experiment_dir is None:
             return []
         shown = []
+        now = time.monotonic()
         for record in self._recorder.running():
-            beat = read_heartbeat(self._experiment_dir / record.trial_id)
+            if now - self._epoch_began.get(record.trial_id, 0.0) < heartbeat.WRITE_EVERY_S:
+                continue
+            beat = heartbeat.read_heartbeat(self._experiment_dir / record.trial_id)
             if beat is not None and beat.epoch > record.epochs:  # not an epoch already reported
                 shown.append((record.trial_id, f"trial {_name(record)} {beat.describe()}"))
             if len(shown) == _STEPS_SHOWN:

@@ -322,6 +322,13 @@ def test_a_long_epoch_shows_its_step_and_a_quiet_log_gets_a_status_line(
     assert not console.status_line().endswith("step 5/400")
     writer.batch_began(3, "validate", 7, None)
     assert console.status_line().endswith("; trial 0 epoch 3 validation step 7")
+    # An epoch that began less than a heartbeat's period ago is not shown: with short epochs
+    # the beat is any epoch's first batch ("epoch 2 step 1/4" flickered by 0.1-s epochs).
+    monkeypatch.setattr(heartbeat, "WRITE_EVERY_S", 5.0)
+    console.epoch_reported(running, EpochRow("t0", 2, {"val_accuracy": 0.9}, 1, None, 1.0))
+    assert "step" not in console.status_line()
+    monkeypatch.setattr(heartbeat, "WRITE_EVERY_S", -1.0)  # as if the epoch had run longer than that
+    assert console.status_line().endswith("; trial 0 epoch 3 validation step 7")
     writer.remove()
     assert console.status_line().endswith("running 1; best val_accuracy -")
 
