@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
-from tunekit.driver.records import EpochRow
+from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, table_rows
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
@@ -120,6 +120,33 @@ def late_endings(
             tuple(trial.user_attrs.get(PBT_STEPS_ATTR, [])),
         )
     return endings
+
+
+def interrupted_runs(experiment_dir: Path, known: set[str], session_end: float) -> dict[str, TrialRecord]:
+    """Runs the killed driver's ``trials.csv`` still calls running, of trials the restored
+    records do not know: Ray's saved state has them waiting (they started after its save),
+    so the resume starts them afresh, as a new attempt. Their run in the dead session held
+    a slot all the same: each comes back with its attempts and its spans from ``spans.csv``,
+    the open one closed at ``session_end`` (the dead session's end, in active seconds).
+    """
+    running = {
+        cells["trial_id"]: cells
+        for cells in table_rows(experiment_dir / TRIALS_FILE)
+        if cells.get("status") == "running" and cells.get("trial_id") and cells["trial_id"] not in known
+    }
+    if not running:
+        return {}
+    spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), set(running))
+    runs = {}
+    for trial_id, cells in running.items():
+        record = TrialRecord(trial_id, _integer(cells.get("number")), {}, attempts=_integer(cells.get("attempts")) or 1)
+        record.started_at = float(cells.get("started_at") or record.started_at)
+        for start, end, worker in map(_span, spans.get(trial_id, [])):
+            record.spans.append([start, end])
+            record.span_workers.append(worker)
+        record.close_span(session_end)
+        runs[trial_id] = record
+    return runs
 
 
 def _study_steps(trial: optuna.trial.FrozenTrial, metric: str) -> dict[int, dict[str, float]]:

@@ -24,7 +24,7 @@ from ray.tune.stopper import Stopper
 from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import checkpoint_epoch, saved_stop_decisions
 from tunekit.config.spec import ExperimentSpec
-from tunekit.driver.late_endings import LateEnding
+from tunekit.driver.late_endings import LateEnding, interrupted_runs
 from tunekit.driver.records import (
     EpochRow,
     EpochsTable,
@@ -115,11 +115,15 @@ class Recorder(Callback):
         # When this process's session began (the runner sets it before Ray starts, so the
         # active clock and the console's elapsed time agree); setup's time when unset.
         self.session_began: float | None = None
+        self._interrupted: dict[str, TrialRecord] = {}  # see late_endings.interrupted_runs
 
     # ----------------------------------------------------------------- Ray callbacks
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self.trials.get(trial.trial_id)
+        if record is None and trial.trial_id in self._interrupted:  # its run in a killed driver's session
+            record = self.trials[trial.trial_id] = self._interrupted.pop(trial.trial_id)
+            record.number, record.params = self.searcher.trial_number(trial.trial_id), params_of(trial.config)
         if record is None:
             record = TrialRecord(trial.trial_id, self.searcher.trial_number(trial.trial_id), params_of(trial.config))
             self.trials[trial.trial_id] = record
@@ -446,6 +450,7 @@ class Recorder(Callback):
         stopped_at = self.clock.active_seconds
         for record in self.trials.values():
             record.close_span(stopped_at)
+        self._interrupted = interrupted_runs(self.experiment_dir, set(self.trials), stopped_at)
         pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
         pruned |= saved_stop_decisions(self.experiment_dir)  # ASHA's, waiting on a checkpoint when Ray saved
         if isinstance(self.scheduler, RecordingASHA):
@@ -558,6 +563,7 @@ class Recorder(Callback):
         state["listeners"] = []
         state.pop("_tables", None)
         state.pop("_late_endings", None)
+        state.pop("_interrupted", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -565,6 +571,7 @@ class Recorder(Callback):
         # A recorder pickled by an earlier tunekit (an experiment's tuner.pkl) lacks these.
         self.__dict__.setdefault("_changed", set(self.trials))
         self.__dict__.setdefault("_replaced_rows", set())
+        self.__dict__.setdefault("_interrupted", {})
         if not isinstance(self.__dict__.get("_tally"), TrialTally):  # an earlier tunekit's dict, or none
             for stale in ("_tallied", "_running", "_ended_epochs", "_ended_epoch_total"):
                 self.__dict__.pop(stale, None)

@@ -240,3 +240,29 @@ def test_a_restarted_trial_starts_from_the_checkpoint_ray_names_not_the_last_one
     trial.latest_checkpoint_result = None  # a worker that died before any checkpoint Ray knew of
     rec.on_trial_start(0, [], trial)
     assert (rec.trials["t1"].attempts, rec.trials["t1"].checkpoint_epoch) == (3, 0)
+
+
+def test_a_run_a_killed_driver_started_after_ray_s_save_keeps_its_slot_time_as_an_earlier_attempt(
+    tmp_path: Path,
+) -> None:
+    # Ray saved while t2 waited to start; t2 then ran an epoch, without a checkpoint, and the
+    # driver died. The resume starts t2 afresh: its first run was dropped from every table.
+    first = recorder(tmp_path)
+    t1: Any = SimpleNamespace(trial_id="t1", config={"lr": 0.1}, latest_checkpoint_result=None)
+    first.on_trial_start(0, [], t1)
+    saved = pickle.loads(pickle.dumps(first.get_state()))  # Ray's last save
+    t2: Any = SimpleNamespace(trial_id="t2", config={"lr": 0.2}, latest_checkpoint_result=None)
+    first.on_trial_start(0, [], t2)
+    first.on_trial_result(0, [], t2, {EPOCH_KEY: 1, "acc": 0.5, INFO_KEY: {"metrics": ["acc"]}, "pid": 7})
+    first.write_tables()  # what the dead driver left on disk
+    dead_span = first.trials["t2"].spans[0][0]
+
+    resumed = recorder(tmp_path)
+    resumed.set_state(saved)
+    resumed.on_trial_start(0, [], t2)
+    record = resumed.trials["t2"]
+    assert (record.attempts, record.number, record.params) == (2, 2, {"lr": 0.2})
+    assert [span[0] for span in record.spans] == [dead_span, record.spans[1][0]]
+    assert record.spans[0][1] is not None and record.span_workers[0]["attempt"] == 1
+    resumed.on_trial_start(0, [], t1)  # saved before the kill: its own record, as ever
+    assert resumed.trials["t1"].attempts == 2 and len(resumed.trials["t1"].spans) == 2
