@@ -108,6 +108,27 @@ def test_import_error_in_the_trainable_is_fatal_at_once(tmp_path: Path) -> None:
     assert len(trials) <= 3  # the trials already running when the first one failed
 
 
+def test_workers_that_die_before_reporting_stop_the_search_at_the_third_trial(tmp_path: Path) -> None:
+    # No failure result reaches the stopper: Ray ends each trial with an error. The search
+    # went on trial after trial (368 in 34 minutes) before the guard heard of these.
+    with pytest.raises(tunekit.SearchAborted, match=r"3 trials failed with the same error") as raised:
+        tunekit.run(
+            DEFAULT_SPEC,
+            overrides=[
+                f"trainable={TEST_TRAINABLES / 'worker_dies.py'}",
+                "budget.num_samples=12",
+                "training.max_failures=0",
+                *QUIET,
+            ],
+            storage=tmp_path,
+            name="dying",
+            progress=False,
+        )
+    trials = tunekit.load(tmp_path / "dying").trials
+    assert (trials["status"] == "failed").sum() == 3, (trials[["status", "reason"]], str(raised.value))
+    assert len(trials) <= 4  # the third failure stops the search at Ray's next step
+
+
 def _ended_trials(trials_csv: Path) -> list[dict[str, str]]:
     if not trials_csv.exists():
         return []

@@ -48,6 +48,13 @@ class FailureRules:
             self.abort_reason = self._abort_reason(trial_id, str(reason), str(result.get(FAILURE_KIND_KEY)))
         return True
 
+    def worker_failed(self, trial_id: str, reason: str) -> None:
+        """A trial whose worker failed without reporting it (it could not start, import the
+        trainable or report: Ray's trial error, its retries spent): it counts as a failed
+        result does. Ray asks ``stop_all`` at every step, so the search stops at the next."""
+        if self.abort_reason is None:
+            self.abort_reason = self._abort_reason(trial_id, reason, "")
+
     def abort_message(self, number_of: Callable[[str], int | None]) -> str | None:
         """Why the search stopped, naming the trial as the console does: by number, then id."""
         if self.abort_reason is None or self.abort_trial is None:

@@ -371,6 +371,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     from ray import tune
 
     from tunekit.driver.recorder import Recorder
+    from tunekit.driver.stopper import FailureGuard
 
     bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
     whole_file_state_uploads()
@@ -385,7 +386,7 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     # (console, tracker) are per process and are attached again here.
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
-    recorder.listeners = listeners
+    recorder.listeners = [*listeners, *([run_config.stop] if isinstance(run_config.stop, FailureGuard) else [])]
     saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
     endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
     ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}
@@ -502,8 +503,8 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
     searcher = OptunaStudySearcher(spec, experiment_dir)
     searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
     scheduler = build_scheduler(spec, experiment_dir)
-    recorder = Recorder(spec, experiment_dir, searcher, scheduler, listeners)
     guard = FailureGuard()
+    recorder = Recorder(spec, experiment_dir, searcher, scheduler, [*listeners, guard])
     tuner = tune.Tuner(
         _trainable(spec, experiment_dir),
         tune_config=tune.TuneConfig(

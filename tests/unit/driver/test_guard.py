@@ -109,3 +109,26 @@ def test_the_first_abort_reason_is_kept() -> None:
 
 def test_the_rules_import_no_ray(imported_after: Callable[[str], list[str]]) -> None:
     assert imported_after("import tunekit.driver.guard, tunekit.driver.records") == []
+
+
+def test_trials_whose_worker_failed_without_a_result_count_as_failed_results_do() -> None:
+    # A worker that cannot import the trainable's module never reports: Ray ends the trial
+    # with an error, and the recorder hears it. The search went on through 368 such trials.
+    from tunekit.driver.records import TrialRecord
+    from tunekit.driver.stopper import FailureGuard
+    from tunekit.layout import TrialStatus
+
+    guard = FailureGuard()
+    reason = "RuntimeError: The actor with name ImplicitFunc failed to import on the worker"
+    for number in range(REPEATED_FAILURE_LIMIT):
+        assert guard.stop_all() is False
+        guard.trial_ended(TrialRecord(f"t{number}", number, {}, status=TrialStatus.FAILED, reason=reason))
+    assert guard.stop_all() is True
+    assert guard.abort_reason is not None and guard.abort_reason.endswith(f"not the configs: {reason}")
+    # A trial that reported an epoch first: the configs' fault, as with results.
+    guard = FailureGuard()
+    guard("t0", ok())
+    for number in range(1, 5):
+        guard.trial_ended(TrialRecord(f"t{number}", number, {}, status=TrialStatus.FAILED, reason=reason))
+    guard.trial_ended(TrialRecord("t9", 9, {}, status=TrialStatus.PRUNED, reason="pruned by ASHA"))
+    assert guard.stop_all() is False
