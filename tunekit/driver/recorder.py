@@ -65,15 +65,31 @@ _LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` wh
 
 
 class Listener(Protocol):
-    """Receives the record as it changes. Listeners never see Ray objects."""
+    """Receives the record as it changes. Listeners never see Ray objects.
 
-    def experiment_started(self, recorder: Recorder) -> None: ...
-    def trial_started(self, record: TrialRecord) -> None: ...
-    def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None: ...
-    def trial_ended(self, record: TrialRecord) -> None: ...
-    def tick(self, recorder: Recorder) -> None: ...
-    def experiment_ended(self, recorder: Recorder) -> None: ...
-    def warning(self, message: str) -> None: ...
+    A class that names it as a base hears only what it overrides: the other hooks do nothing.
+    """
+
+    def experiment_started(self, recorder: Recorder) -> None:
+        return None
+
+    def trial_started(self, record: TrialRecord) -> None:
+        return None
+
+    def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
+        return None
+
+    def trial_ended(self, record: TrialRecord) -> None:
+        return None
+
+    def tick(self, recorder: Recorder) -> None:
+        return None
+
+    def experiment_ended(self, recorder: Recorder) -> None:
+        return None
+
+    def warning(self, message: str) -> None:
+        return None
 
 
 class Recorder(Callback):

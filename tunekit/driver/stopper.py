@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ray.tune.stopper import Stopper
 
 from tunekit.driver.guard import FailureRules
+from tunekit.driver.recorder import Listener, TrialRecord
 from tunekit.layout import TrialStatus
 
-if TYPE_CHECKING:
-    from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 
-
-class FailureGuard(FailureRules, Stopper):
+class FailureGuard(FailureRules, Stopper, Listener):
     """Stops the whole search on a fatal trial error, or on one error repeated before any trial succeeded.
 
-    As Ray's stopper it reads every result; as a recorder listener it hears of trials whose
-    worker failed without a result (the recorder's ``on_trial_error``). Without that, a
-    worker that cannot import the trainable's module failed every trial of the search, one
-    after the other (368 trials in 34 minutes, in a benchmark run from the wrong folder).
+    As Ray's stopper it reads every result; as a recorder listener (the protocol's other
+    hooks do nothing) it hears of trials whose worker failed without a result (the
+    recorder's ``on_trial_error``). Without that, a worker that cannot import the
+    trainable's module failed every trial of the search, one after the other (368 trials in
+    34 minutes, in a benchmark run from the wrong folder).
     """
 
     def trial_ended(self, record: TrialRecord) -> None:
         if record.status == TrialStatus.FAILED and record.reason:
             self.worker_failed(record.trial_id, record.reason)
-
-    def experiment_started(self, recorder: Recorder) -> None: ...
-    def trial_started(self, record: TrialRecord) -> None: ...
-    def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None: ...
-    def tick(self, recorder: Recorder) -> None: ...
-    def experiment_ended(self, recorder: Recorder) -> None: ...
-    def warning(self, message: str) -> None: ...
