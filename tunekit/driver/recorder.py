@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -37,6 +37,7 @@ from tunekit.driver.records import (
     settle_ended,
     settle_errored,
 )
+from tunekit.driver.saved_records import SavedRecords, records_of, revived
 from tunekit.layout import (
     CHECKPOINTED,
     EPOCH_KEY,
@@ -58,7 +59,6 @@ from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
 
 logger = logging.getLogger("tunekit")
-T = TypeVar("T")
 
 _TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
 _LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` while trials report
@@ -122,7 +122,8 @@ class Recorder(Callback):
         self.clock = SearchClock.new()
         self.export_notes: set[str] = set()
         self.exploits: list[ExploitStep] = []  # PBT's exploit steps, in order (exploits.csv)
-        self._row_index: dict[tuple[str, int], int] = {}  # (trial id, epoch) -> its row in self.epochs
+        self._row_index: dict[str, dict[int, int]] = {}  # {trial id: {epoch: its row in self.epochs}}
+        self._saved = SavedRecords()  # ended trials as Ray saves them, pickled once
         # What changed since the tables were last written: trial ids, and epoch rows replaced.
         self._changed: set[str] = set()
         self._replaced_rows: set[int] = set()
@@ -229,12 +230,13 @@ class Recorder(Callback):
 
     def _add_row(self, row: EpochRow) -> bool:
         """One row per trial per epoch: an epoch trained again after a restore replaces its row (True)."""
-        index = self._row_index.get((row.trial_id, row.epoch))
+        places = self._row_index.setdefault(row.trial_id, {})
+        index = places.get(row.epoch)
         if index is not None:
             self.epochs[index] = row
             self._replaced_rows.add(index)
             return True
-        self._row_index[(row.trial_id, row.epoch)] = len(self.epochs)
+        places[row.epoch] = len(self.epochs)
         self.epochs.append(row)
         return False
 
@@ -243,7 +245,7 @@ class Recorder(Callback):
         values = [
             value
             for epoch in range(1, record.epochs + 1)
-            if (index := self._row_index.get((record.trial_id, epoch))) is not None
+            if (index := self._row_index.get(record.trial_id, {}).get(epoch)) is not None
             and (value := finite(self.epochs[index].metrics.get(self.spec.metric.name))) is not None
         ]
         record.best_metric = (max if self.spec.metric.mode == "max" else min)(values) if values else None
@@ -409,6 +411,7 @@ class Recorder(Callback):
     def _changed_record(self, record: TrialRecord) -> None:
         """Every change to a record ends here: the tables and the status tally follow it."""
         self._changed.add(record.trial_id)
+        self._saved.changed(record.trial_id)
         self._unwritten = True
         self._tally.count(record)
 
@@ -433,23 +436,18 @@ class Recorder(Callback):
             params = self.scheduler.params
             write_exploits_csv(self.experiment_dir / EXPLOITS_FILE, self.exploits, numbers, params, self.clock)
 
-    # Ray saves this with every experiment checkpoint (every second) and hands it back on
-    # restore. It pickles the state at once, in this thread, so the records go as they are:
-    # copying thousands of them into dicts (dataclasses.asdict) cost more than the pickle.
+    # Ray saves this with every save of its experiment state and hands it back on restore.
     def get_state(self) -> dict[str, Any]:
-        return {
-            "trials": list(self.trials.values()),
-            "epochs": self.epochs,
-            "clock": self.clock,
-            "exploits": self.exploits,
-        }
+        records = self._saved.state(self.trials, self._row_index, self.epochs)
+        return {"records": records, "clock": self.clock, "exploits": self.exploits}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.trials = {r.trial_id: r for r in map(_revived(TrialRecord), state["trials"])}
-        self.epochs = list(map(_revived(EpochRow), state["epochs"]))
+        self.trials, self.epochs = records_of(state.get("records", state))
         self._tables = None
         self._tally = TrialTally(self.trials.values())
-        self._row_index = {(row.trial_id, row.epoch): i for i, row in enumerate(self.epochs)}
+        self._row_index = {}
+        for index, row in enumerate(self.epochs):
+            self._row_index.setdefault(row.trial_id, {})[row.epoch] = index
         self.clock = self._restored_clock(state)
         endings: dict[str, LateEnding] = self.__dict__.pop("_late_endings", {})
         for ending in endings.values():
@@ -473,7 +471,7 @@ class Recorder(Callback):
             self.scheduler.replay(self._metric_by_epoch(), pruned)
         if isinstance(self.scheduler, RecordingMOASHA):
             self.scheduler.replay(self._metrics_by_epoch(), pruned)
-        self.exploits = list(map(_revived(ExploitStep), state.get("exploits", [])))
+        self.exploits = list(map(revived(ExploitStep), state.get("exploits", [])))
         if isinstance(self.scheduler, RecordingPBT):
             self.exploits += self._late_exploits(endings.values())
             self.scheduler.replay(self._metric_by_epoch(), self.exploits)
@@ -580,6 +578,7 @@ class Recorder(Callback):
         state.pop("_tables", None)
         state.pop("_late_endings", None)
         state.pop("_interrupted", None)
+        state.pop("_saved", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -588,12 +587,8 @@ class Recorder(Callback):
         self.__dict__.setdefault("_changed", set(self.trials))
         self.__dict__.setdefault("_replaced_rows", set())
         self.__dict__.setdefault("_interrupted", {})
+        self.__dict__["_saved"] = SavedRecords()
         if not isinstance(self.__dict__.get("_tally"), TrialTally):  # an earlier tunekit's dict, or none
             for stale in ("_tallied", "_running", "_ended_epochs", "_ended_epoch_total"):
                 self.__dict__.pop(stale, None)
             self._tally = TrialTally(self.trials.values())
-
-
-def _revived(kind: Callable[..., T]) -> Callable[[Any], T]:
-    """Ray's saved state holds the records themselves; an earlier tunekit saved them as dicts."""
-    return lambda item: kind(**item) if isinstance(item, dict) else item

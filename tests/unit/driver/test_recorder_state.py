@@ -12,6 +12,7 @@ import pytest
 from ray.tune.schedulers import FIFOScheduler
 
 from tunekit.driver.recorder import Recorder
+from tunekit.driver.saved_records import records_of
 from tunekit.layout import ENDED_STATUSES, EPOCH_KEY, INFO_KEY, TrialStatus
 from tunekit.search.plan import pick_best
 
@@ -42,7 +43,7 @@ def table_texts(directory: Path) -> list[str]:
     return [(directory / name).read_text() for name in ("trials.csv", "epochs.csv", "spans.csv")]
 
 
-def test_the_saved_state_restores_the_same_tables_and_an_earlier_tunekit_s_dict_state_too(tmp_path: Path) -> None:
+def test_the_saved_state_restores_the_same_tables_and_so_do_earlier_tunekits_states(tmp_path: Path) -> None:
     first = recorder(tmp_path / "a")
     (tmp_path / "a").mkdir()
     for number, values in enumerate([[0.2] * 9, [0.5, 0.6], [0.3] * 9]):
@@ -55,7 +56,8 @@ def test_the_saved_state_restores_the_same_tables_and_an_earlier_tunekit_s_dict_
         "clock": asdict(first.clock),
         "exploits": [],
     }
-    for name, state in (("b", saved), ("c", as_dicts)):
+    as_records = {"trials": list(first.trials.values()), "epochs": first.epochs, "clock": first.clock}
+    for name, state in (("b", saved), ("c", as_dicts), ("d", as_records)):
         (tmp_path / name).mkdir()
         restored = recorder(tmp_path / name)
         restored.set_state(state)
@@ -63,6 +65,38 @@ def test_the_saved_state_restores_the_same_tables_and_an_earlier_tunekit_s_dict_
         assert restored.trials == first.trials and restored.epochs == first.epochs, name
         assert table_texts(tmp_path / name) == table_texts(tmp_path / "a"), name
         assert restored.best() is restored.trials["t2"], name  # completed and higher than t0
+
+
+def test_each_ended_trial_is_pickled_once_and_a_restore_keeps_every_row_in_its_place(tmp_path: Path) -> None:
+    # The regression guard for the saves' cost (benchmarks/scale.py): a save re-pickled every
+    # record and row, so the driver's CPU per trial grew with the search.
+    first = recorder(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    running: Any = SimpleNamespace(trial_id="t9", config={"lr": 0.9})
+    first.on_trial_start(0, [], running)
+    run_trial(first, 0, [0.2] * 3)
+    first.on_trial_result(0, [], running, {EPOCH_KEY: 1, "acc": 0.4, INFO_KEY: {"metrics": ["acc"]}})
+    run_trial(first, 1, [0.5, 0.6])
+    before = first.get_state()["records"]
+    run_trial(first, 2, [0.7, 0.8])
+    first.on_trial_result(0, [], running, {EPOCH_KEY: 2, "acc": 0.5, INFO_KEY: {"metrics": ["acc"]}})
+    after = first.get_state()
+    assert len(after["records"]["ended"]) == 3
+    assert all(old is new for old, new in zip(before["ended"], after["records"]["ended"], strict=False))
+    assert [record.trial_id for record, _ in after["records"]["running"]] == ["t9"]
+
+    restored = recorder(tmp_path / "b")
+    (tmp_path / "b").mkdir()
+    restored.set_state(pickle.loads(pickle.dumps(after)))
+    assert list(restored.trials) == list(first.trials)
+    assert all(restored.trials[key] == first.trials[key] for key in ("t0", "t1", "t2"))
+    assert restored.trials["t9"].epochs == 2 and restored.trials["t9"].spans == [[0.0, 0.0]]  # closed at the restore
+    assert restored.epochs == first.epochs  # t9's first row between t0's and t1's, as reported
+
+    first.trials["t0"].reason = "changed after it ended"  # then the next save pickles it again
+    first._saved.changed("t0")
+    trials, _ = records_of(first.get_state()["records"])
+    assert trials["t0"].reason == "changed after it ended" and len(trials) == 4
 
 
 def test_the_best_kept_as_trials_end_equals_a_scan_of_every_record(tmp_path: Path) -> None:
