@@ -402,11 +402,16 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
 
 
 def _mlflow_link(experiment_dir: Path) -> str | None:
-    """The MLflow UI page of the experiment's runs, when tracking went to a server."""
+    """The MLflow UI page of the experiment's runs, when tracking went to a server, and
+    whether MLflow lacks records of it (a server that went away and did not come back)."""
     from tunekit.tracking.record import TrackingRecord
 
     record = TrackingRecord.read(experiment_dir)
-    return record.ui_url if record is not None else None
+    if record is None or record.ui_url is None:
+        return None
+    if record.holds_everything:
+        return record.ui_url
+    return f"{record.ui_url} (incomplete: `tunekit sync {experiment_dir}` sends what MLflow lacks)"
 
 
 def _table(results: ExperimentResults) -> str:

@@ -77,13 +77,17 @@ def tag_value(value: object) -> str:
     return str(value)[:MAX_TAG_LENGTH]
 
 
+BRIEF_CHARS = 300  # a warning's error text: urllib3's retry errors repeat the whole URL and cause
+
+
 def brief(error: BaseException) -> str:
     """The error's type and first line, for a one-line warning (MLflow's own type for an ``MlflowError``)."""
     if isinstance(error, MlflowError) and error.__cause__ is not None:
         error = error.__cause__
     text = str(error).strip().splitlines()
     first = text[0] if text else ""
-    return (f"{type(error).__name__}: {first}" if first else type(error).__name__)[:300]
+    line = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return line if len(line) <= BRIEF_CHARS else line[:BRIEF_CHARS].rsplit(" ", 1)[0] + " ..."
 
 
 def spec_params(spec: ExperimentSpec) -> dict[str, str]:

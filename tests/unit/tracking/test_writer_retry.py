@@ -417,3 +417,16 @@ def test_a_server_that_goes_away_mid_sync_costs_a_request_per_lane_and_loses_not
     assert all(len(client.metric_points(run_id)) == 2 for run_id in trials)
     assert_nothing_sent_twice(client)
     assert holds_everything(tmp_path) is True
+
+
+def test_a_long_error_in_a_warning_is_cut_after_a_whole_word() -> None:
+    from tunekit.tracking.values import BRIEF_CHARS, brief
+
+    url = "/api/2.0/mlflow/runs/log-batch"
+    error = ConnectionError(
+        f"HTTPConnectionPool(host='127.0.0.1', port=5999): Max retries exceeded with url: {url} " * 9
+    )
+    text = brief(error)
+    assert text.startswith("ConnectionError: HTTPConnectionPool") and text.endswith(" ...")
+    assert len(text) <= BRIEF_CHARS + 4 and str(error).startswith(text[len("ConnectionError: ") : -4] + " ")
+    assert brief(ConnectionError("refused")) == "ConnectionError: refused"
