@@ -27,6 +27,7 @@ it has not finished by then, tunekit was faster, and its ratio is a lower bound.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import shutil
@@ -79,6 +80,8 @@ DEFINITIONS = {
     "innermost Python frame (a builtin's time by its caller's); 'other threads' is the process's CPU outside "
     "the main thread (the MLflow writer, Ray's threads); 'profiler' (not in the driver's CPU) is the sampling "
     "thread's own CPU, which grows with the window's wall, not with its trials",
+    "garbage collection": "the CPU of Python's cyclic collector in any thread of the driver (inside the driver's "
+    "CPU, across the split), per trial, and its full collections in the window",
     "trials per minute": "trials ended in the window / the window's wall minutes",
     "backlog": "the tracker's queued events, sampled on every controller step; the window's maximum",
 }
@@ -198,6 +201,23 @@ def _bucket_of_stack(frame: Any) -> str:
     return next((name for name, parts in BUCKETS.items() if any(part in innermost for part in parts)), "rest")
 
 
+class GcClock:
+    """The CPU Python's cyclic garbage collector spends, in whichever thread it runs, and its full collections."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._began: dict[int, float] = {}
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        thread = threading.get_ident()
+        if phase == "start":
+            self._began[thread] = time.thread_time()
+            return
+        self.seconds += time.thread_time() - self._began.pop(thread, time.thread_time())
+        self.full += info["generation"] == 2
+
+
 class Windows:
     """A recorder listener: per ``window`` ended trials, the driver's costs (see DEFINITIONS)."""
 
@@ -220,6 +240,8 @@ class Windows:
         # (wall, process CPU less the profiler's, sampled total, sampled per bucket) when the last window closed
         self._last: tuple[float, float, float, dict[str, float]] = (time.monotonic(), time.process_time(), 0.0, {})
         self._profiler_then = 0.0  # the profiler's own CPU when the last window closed
+        self.gc = GcClock()
+        self._gc_then = (0.0, 0)  # its seconds and full collections when the last window closed
 
     def experiment_started(self, recorder: Any) -> None:
         from tunekit.tracking.tracker import MlflowTracker
@@ -229,6 +251,7 @@ class Windows:
         self._last = (time.monotonic(), time.process_time(), 0.0, {})
         self.cpu = CpuSampler(threading.get_ident())
         self.cpu.start()
+        gc.callbacks.append(self.gc)
 
     def trial_started(self, record: Any) -> None: ...
     def epoch_reported(self, record: Any, row: Any) -> None: ...
@@ -250,6 +273,8 @@ class Windows:
             self._close_window()
         if self.cpu is not None:
             self.cpu.stop()
+        if self.gc in gc.callbacks:
+            gc.callbacks.remove(self.gc)
 
     def top_functions(self) -> list[dict[str, Any]]:
         """The main thread's most costly code over the whole run, by the CPU sampled in it."""
@@ -296,6 +321,8 @@ class Windows:
                 "driver_cpu_per_trial_ms": 1000 * spent_cpu / trials,
                 "split_ms": {name: 1000 * value for name, value in split.items()},
                 "profiler_ms": 1000 * profiler_per_trial,
+                "gc_ms": 1000 * (self.gc.seconds - self._gc_then[0]) / trials,
+                "gc_full_collections": self.gc.full - self._gc_then[1],
                 "trials_per_minute": 60 * trials / (wall - then_wall),
                 "backlog_max": self._max_backlog,
                 "backlog_now": self._backlog,
@@ -305,6 +332,7 @@ class Windows:
             }
         )
         self._max_backlog = self._backlog
+        self._gc_then = (self.gc.seconds, self.gc.full)
         # Measuring the sizes walks every trial's files: its cost counts in neither window.
         self._profiler_then = self.cpu.own_s
         self._last = (
