@@ -55,6 +55,7 @@ from tunekit.search.attrs import (
     LOST_ATTR,
     PBT_STEPS_ATTR,
     RAY_TRIAL_ATTR,
+    epoch_results,
 )
 from tunekit.search.forecast import slot_units
 from tunekit.tracking.record import TrackingRecord
@@ -64,8 +65,12 @@ if TYPE_CHECKING:
 
 
 # Where a driver that died mid-session leaves one record ahead of another, and how that reads.
-STUDY_LAG = (f"{TRIALS_FILE} vs study", "the study ran up to a table write ahead of the tables")
-CHECKPOINTS_LAG = ("best vs checkpoints", "the trials' checkpoints ran up to a table write ahead of the tables")
+# Several objectives: the study's front then holds trials the tables have not ended yet.
+STUDY_LAG = (
+    (f"{TRIALS_FILE} vs study", "summary vs study.best_trials"),
+    "the study ran up to a table write ahead of the tables",
+)
+CHECKPOINTS_LAG = (("best vs checkpoints",), "the trials' checkpoints ran up to a table write ahead of the tables")
 
 
 def check_experiment(
@@ -124,9 +129,9 @@ def check_experiment(
 
 
 def _as_a_dead_driver_s_lag(
-    experiment_dir: Path, items: Iterator[Finding | str], where: str, ran_ahead: str
+    experiment_dir: Path, items: Iterator[Finding | str], wheres: tuple[str, ...], ran_ahead: str
 ) -> Iterator[Finding | str]:
-    """A section's findings at ``where``, as one note when the last session's driver died
+    """A section's findings at each of ``wheres``, as one note each when the last session's driver died
     without ending it (SIGKILL, or a second Ctrl-C's forced exit).
 
     Such a driver wrote its records at different paces: the study and the checkpoints as
@@ -138,14 +143,14 @@ def _as_a_dead_driver_s_lag(
     if not died_mid_session(experiment_dir):
         yield from items
         return
-    lagging: list[Finding] = []
+    lagging: dict[str, list[Finding]] = {}
     for item in items:
-        if isinstance(item, Finding) and item.where == where:
-            lagging.append(item)
+        if isinstance(item, Finding) and item.where in wheres:
+            lagging.setdefault(item.where, []).append(item)
         else:
             yield item
-    if lagging:
-        yield dead_driver_lag(where, ran_ahead, lagging)
+    for where, findings in lagging.items():
+        yield dead_driver_lag(where, ran_ahead, findings)
 
 
 # ---------------------------------------------------------------- the tables
@@ -239,7 +244,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
 
     from tunekit.search.plan import study_storage
 
-    where = STUDY_LAG[0]
+    where = STUDY_LAG[0][0]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
@@ -283,12 +288,15 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         multi = results.spec.multi_objective  # its values: check_pareto.study_findings
         if trial.state.name == "COMPLETE" and not multi and not same(finite(row.get("final_metric")), trial.value):
             yield Finding(where, f"{label} value", finite(row.get("final_metric")), trial.value)
-        steps = set(trial.intermediate_values)
-        # Optuna keeps no intermediate values for several objectives; epochs.csv holds them.
-        values = {} if multi else epochs.get(trial_id, {})
-        if steps != set(values):
-            yield Finding(where, f"{label} epochs reported", sorted(values), sorted(steps))
-        yield from _epochs_trained_twice(label, row, values, trial.intermediate_values, results.metric)
+        kept_steps: dict[int, float] = dict(trial.intermediate_values)
+        if multi:  # Optuna keeps no intermediate values for them: each epoch's metrics are user attributes
+            by_epoch = epoch_results(trial.user_attrs)
+            kept_steps = {epoch: m[results.metric] for epoch, m in by_epoch.items() if results.metric in m}
+        # A study kept by a tunekit before the epochs' attributes has none: nothing to compare.
+        values = {} if multi and not kept_steps else epochs.get(trial_id, {})
+        if set(kept_steps) != set(values):
+            yield Finding(where, f"{label} epochs reported", sorted(values), sorted(kept_steps))
+        yield from _epochs_trained_twice(label, row, values, kept_steps, results.metric)
         final = trial.user_attrs.get(FINAL_RESULT_ATTR)  # several objectives (none before it was kept)
         trained = finite(row.get("epochs"))
         if isinstance(final, dict) and trained is not None and int(trained) != final.get("epoch"):
@@ -355,7 +363,7 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     best = results.best
     if best is None:
         return
-    where, label = CHECKPOINTS_LAG[0], f"trial {best.number} ({best.trial_id})"
+    where, label = CHECKPOINTS_LAG[0][0], f"trial {best.number} ({best.trial_id})"
     state = _last_checkpoint_state(directory / best.trial_id)
     if state is None:
         yield Finding(where, f"{label} last checkpoint", "present", "none")
@@ -393,10 +401,10 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
     statuses = [str(s) for s in trials["status"]] if not trials.empty else []
     for status in TrialStatus:
         if summary.counts.get(status, 0) != statuses.count(status):
-            yield Finding(where, f"{status} trials", statuses.count(status), summary.counts.get(status, 0))
+            yield Finding(where, f"{status} trials", summary.counts.get(status, 0), statuses.count(status))
     spent = int(trials["epochs"].sum()) if not trials.empty else 0
     if summary.epochs_spent != spent:
-        yield Finding(where, "epochs spent", spent, summary.epochs_spent)
+        yield Finding(where, "epochs spent", summary.epochs_spent, spent)
     wall = sum(finite(w) or 0.0 for w in trials["wall_seconds"]) if not trials.empty else 0.0
     per_slot = slot_units(results.spec)[0] / 3600
     # A trial running when the driver died has its wall_seconds as of the last table write,

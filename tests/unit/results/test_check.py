@@ -255,3 +255,41 @@ def test_an_epoch_trained_again_after_a_restart_names_both_values_and_otherwise_
     assert [str(f) for f in report.findings if "epoch 1" in str(f)] == [
         "epochs.csv vs study: trial 1 (b) val_accuracy at epoch 1: 0.65 vs 0.6"
     ]
+
+
+def test_a_summary_figure_against_a_table_reads_in_the_order_its_place_names(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    table = (root / TRIALS_FILE).read_text()
+    (root / TRIALS_FILE).write_text(
+        table.replace("a,0,completed,trained all 4 epochs,4,", "a,0,completed,trained all 4 epochs,5,")
+    )
+    findings = [str(f) for f in check_experiment(root).findings]
+    spent = [f for f in findings if f.startswith("summary vs trials.csv: epochs spent")]
+    assert spent == ["summary vs trials.csv: epochs spent: 5 vs 6"], findings
+
+
+def test_a_dead_driver_s_study_ahead_of_the_tables_is_a_note_for_its_front_too(tmp_path: Path) -> None:
+    # Several objectives: a trial the study completed just before the kill is on
+    # study.best_trials while the tables still have it running.
+    import socket
+    import subprocess
+    import sys
+
+    from tunekit.results.check import STUDY_LAG, _as_a_dead_driver_s_lag
+    from tunekit.results.findings import Finding
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    clock = {"started_at": 0.0, "sessions": [[0.0, 5.0]], "running": True}
+    (tmp_path / STARTED_FILE).write_text(
+        json.dumps({**clock, "driver": {"host": socket.gethostname(), "pid": int(gone.stdout)}})
+    )
+    findings = [
+        Finding("trials.csv vs study", "trial 6 (f) state", "running", "COMPLETE"),
+        Finding("summary vs study.best_trials", "pareto front", [], ["f"]),
+        Finding("trials.csv vs epochs.csv", "trial 6 (f) epochs", 3, 2),
+    ]
+    items = list(_as_a_dead_driver_s_lag(tmp_path, iter(findings), *STUDY_LAG))
+    assert items[0] == findings[2]  # another place's finding stands
+    notes = [item for item in items[1:] if isinstance(item, str)]
+    assert len(items) == 3 and len(notes) == 2
+    assert "(summary vs study.best_trials: pareto front: [] vs ['f'])" in notes[1]
