@@ -27,6 +27,7 @@ from tunekit.search.attrs import (
     LOST_ATTR,
     PBT_STEPS_ATTR,
     RAY_TRIAL_ATTR,
+    epoch_results,
 )
 
 if TYPE_CHECKING:
@@ -150,9 +151,10 @@ def interrupted_runs(experiment_dir: Path, known: set[str], session_end: float) 
 
 
 def _study_steps(trial: optuna.trial.FrozenTrial, metric: str) -> dict[int, dict[str, float]]:
-    """{epoch: metrics} from the study: its intermediate values, else the final result it kept."""
-
+    """{epoch: metrics} from the study: its intermediate values (several objectives: each
+    epoch's tracked metrics), and the final result it kept."""
     steps = {int(step): {metric: float(value)} for step, value in trial.intermediate_values.items()}
+    steps.update((epoch, metrics) for epoch, metrics in epoch_results(trial.user_attrs).items() if metrics)
     final = trial.user_attrs.get(FINAL_RESULT_ATTR)
     if isinstance(final, dict) and final.get("metrics"):
         steps[int(final["epoch"])] = {str(k): float(v) for k, v in final["metrics"].items()}

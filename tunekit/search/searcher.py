@@ -34,6 +34,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
+    EPOCH_RESULT_ATTR_PREFIX,
     EXHAUSTED_ATTR,
     FINAL_RESULT_ATTR,
     GRID_POINT_ATTR,
@@ -345,15 +346,17 @@ class OptunaStudySearcher(Searcher):
 
     def _report(self, trial: optuna.Trial, result: dict[str, Any]) -> None:
         value = finite(result.get(self._spec.metric.name))
-        # Optuna keeps no intermediate values for several objectives (trial.report raises):
-        # epochs.csv holds every epoch's, and MO-ASHA prunes from the reports themselves.
-        if value is None or EPOCH_KEY not in result or self._spec.multi_objective:
+        if value is None or EPOCH_KEY not in result:
             return
         step = int(result[EPOCH_KEY])
         # on_trial_complete repeats the last result when the trial was not stopped early.
-        if self._reported.get(trial.number, 0) < step:
+        if self._reported.get(trial.number, 0) >= step:
+            return
+        if self._spec.multi_objective:  # Optuna keeps no intermediate values for them (trial.report raises)
+            trial.set_user_attr(f"{EPOCH_RESULT_ATTR_PREFIX}{step}", final_result(self._spec, result)["metrics"])
+        else:
             trial.report(value, step=step)
-            self._reported[trial.number] = step
+        self._reported[trial.number] = step
 
     def hold_endings(self) -> None:
         """A signal is stopping the search: the trials Ray stops now are a resume's to continue.

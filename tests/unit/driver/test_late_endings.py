@@ -181,9 +181,10 @@ def test_nothing_is_adopted_when_ray_saved_every_ending(tmp_path: Path) -> None:
 def test_several_objectives_ended_after_ray_s_save_without_written_rows_keep_the_study_s_values(
     tmp_path: Path,
 ) -> None:
-    """Optuna keeps no intermediate values for several objectives: the searcher keeps the last
-    epoch's tracked metrics on the study trial, and the resume rebuilds the trial's last row
-    from them (before, the trial kept Ray's saved epoch and none of the study's values)."""
+    """Optuna keeps no intermediate values for several objectives: the searcher keeps each
+    epoch's tracked metrics on the study trial, and the resume rebuilds the rows the tables
+    lacked from them (before, only the last epoch's: trials.csv then counted an epoch that
+    epochs.csv lacked, and `tunekit check` failed after the resume)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     objectives = parse_spec(
         {
@@ -218,14 +219,15 @@ def test_several_objectives_ended_after_ray_s_save_without_written_rows_keep_the
     assert (told.state.name, told.values) == ("COMPLETE", [0.9, 800.0])
 
     endings = late_endings(searcher.study, saved_trials(tmp_path), tmp_path, objectives.space, objectives.metric.name)
-    assert endings["m1"].steps == {3: {"acc": 0.9, "params": 800.0}}
+    assert endings["m1"].steps == {2: {"acc": 0.7, "params": 800.0}, 3: {"acc": 0.9, "params": 800.0}}
     resumed = Recorder(objectives, tmp_path, searcher=searcher, scheduler=FIFOScheduler())
     resumed.adopt_late_endings(endings)
     resumed.set_state(saved)
     record = resumed.trials["m1"]
     assert (record.status, record.epochs, record.stopped_by_model) == (TrialStatus.COMPLETED, 3, None)
     assert (record.finals, record.feasible) == ({"acc": 0.9, "params": 800.0}, True)
-    assert [(row.epoch, row.metrics) for row in resumed.epochs] == [(1, metrics), (3, {"acc": 0.9, "params": 800.0})]
+    rebuilt = [(2, {"acc": 0.7, "params": 800.0}), (3, {"acc": 0.9, "params": 800.0})]
+    assert [(row.epoch, row.metrics) for row in resumed.epochs] == [(1, metrics), *rebuilt]  # every epoch trained
 
 
 def test_pbt_steps_after_ray_s_save_are_undone_for_running_trials_and_kept_for_ended_ones(tmp_path: Path) -> None:
