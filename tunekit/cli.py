@@ -323,6 +323,8 @@ def _report(args: argparse.Namespace) -> int:
         print()
         print("\n".join(_summary_lines(results, summary)))
         print(describe(summary.ledger, summary.predicted_vs_actual))
+        if link := _mlflow_link(results.experiment_dir):
+            print(f"mlflow: {link}")
     if args.html:
         from tunekit.results.report import write_html
 
@@ -365,8 +367,7 @@ def _print_summary(results: ExperimentResults) -> None:
 
     print(f"experiment: {results.experiment_dir}")
     print("\n".join(_summary_lines(results, summarize(results))))
-    link = _mlflow_link(results.experiment_dir)
-    if link:
+    if link := _mlflow_link(results.experiment_dir):
         print(f"mlflow: {link}")
 
 

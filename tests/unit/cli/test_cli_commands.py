@@ -52,6 +52,20 @@ def test_report_table_has_a_truncated_reason_column(tmp_path: Path) -> None:
     assert failed.rstrip().endswith("ValueError: " + "y" * 45 + "...")
 
 
+def test_report_ends_with_the_mlflow_link_and_says_when_mlflow_lacks_records(tmp_path: Path) -> None:
+    from tunekit.tracking.record import TrackingRecord
+
+    directory = _fake_experiment(tmp_path)
+    assert "mlflow:" not in run_tunekit("report", str(directory)).stdout  # never tracked
+    ui = "http://127.0.0.1:5000/#/experiments/1"
+    TrackingRecord("http://127.0.0.1:5000", "digits", "1", "abc", ui_url=ui).write(directory)
+    done = run_tunekit("report", str(directory))
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout.splitlines()[-1] == f"mlflow: {ui} (incomplete: `tunekit sync {directory}` sends what MLflow lacks)"
+    )
+
+
 def test_report_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     directory = _fake_experiment(tmp_path)
     done = subprocess.run(
