@@ -44,6 +44,18 @@ def resumed_spec(
     overrides = list(overrides)
     for assignment in overrides:
         apply_override(raw, assignment)
+    asked = (raw.get("budget") or {}).get("num_samples")
+    if before.scheduler.type == "pbt" and asked != before.budget.num_samples:
+        # Before the spec's rules: PBT's own (max_concurrent equal to num_samples) would
+        # otherwise answer first, as if setting both could grow it.
+        # Ray's synchronous PBT ranks the population at the same epoch: trials added later
+        # start at epoch 0 and rank only among themselves, with nothing of the population's.
+        raise SpecError(
+            "--set budget.num_samples",
+            "cannot grow a PBT search: its population trains together from the first epoch; "
+            "start a new search instead (search.warm_start_from takes this one's trials that never stepped)",
+            asked,
+        )
     after = before
     if overrides:
         grown = parse_spec(raw, experiment_dir, trainable)
@@ -57,15 +69,6 @@ def resumed_spec(
                 f"cannot change when resuming; only {', '.join(GROWABLE)} can",
                 value,
             )
-    if after.scheduler.type == "pbt" and after.budget.num_samples != before.budget.num_samples:
-        # Ray's synchronous PBT ranks the population at the same epoch: trials added later
-        # start at epoch 0 and rank only among themselves, with nothing of the population's.
-        raise SpecError(
-            "--set budget.num_samples",
-            "cannot grow a PBT search: its population trains together from the first epoch; "
-            "start a new search instead (search.warm_start_from takes this one's trials that never stepped)",
-            after.budget.num_samples,
-        )
     ran = trials_run(experiment_dir)
     if after.budget.num_samples < ran:
         raise SpecError(

@@ -92,10 +92,14 @@ def test_a_pbt_population_is_not_grown(tmp_path: Path) -> None:
     # ranked only against each other, never stepped, and one ended at 0.24.
     spec = load_spec(REPO / "search_spaces" / "digits_mlp_pbt.yaml")
     (tmp_path / SPEC_FILE).write_text(spec.to_yaml())
-    with pytest.raises(SpecError) as refused:
-        resumed_spec(tmp_path, ["budget.num_samples=6", "budget.max_concurrent=6"])
-    assert str(refused.value) == (
+    refusal = (
         "--set budget.num_samples: cannot grow a PBT search: its population trains together from the first "
         "epoch; start a new search instead (search.warm_start_from takes this one's trials that never stepped), "
         "got 6"
     )
+    # With num_samples alone, PBT's rule that max_concurrent equal it answered first, as if
+    # setting both would grow the search.
+    for overrides in (["budget.num_samples=6"], ["budget.num_samples=6", "budget.max_concurrent=6"]):
+        with pytest.raises(SpecError) as refused:
+            resumed_spec(tmp_path, overrides)
+        assert str(refused.value) == refusal, overrides
