@@ -168,6 +168,7 @@ class OptunaStudySearcher(Searcher):
             trial trained, told to the study without training (user attr ``DUPLICATE_ATTR``).
         exhausted_reason: set when the search ended before ``num_samples`` trials because
             every configuration of the space had run; None otherwise.
+        lost_numbers: study trials a resume closed as lost (see ``lost_note``).
     """
 
     def __init__(
@@ -189,6 +190,7 @@ class OptunaStudySearcher(Searcher):
         self._holding = False  # a signal is stopping the search: see hold_endings
         self.skipped_repeats = 0
         self.exhausted_reason: str | None = None
+        self.lost_numbers: list[int] = []
 
     def grow(self, spec: ExperimentSpec) -> None:
         """Takes a resumed search's grown spec: only its budget differs (``tunekit.config.growth``)."""
@@ -509,11 +511,24 @@ class OptunaStudySearcher(Searcher):
         A grid point such a trial held goes to the next trial Ray asks for.
         """
         known = set(self._numbers.values())
+        self.lost_numbers = []
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if frozen.number not in known:
                 # Marked, so tunekit check knows why trials.csv has no row for it.
                 reopen_trial(self.study, frozen).set_user_attr(LOST_ATTR, True)
                 self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
+                self.lost_numbers.append(frozen.number)
+
+    def lost_note(self) -> str | None:
+        """What the console says of the trials ``restore`` closed as lost; None when none were."""
+        if not self.lost_numbers:
+            return None
+        *first, last = map(str, self.lost_numbers)
+        numbers = f"{', '.join(first)} and {last}" if first else last
+        return (
+            f"study trial{'s' if first else ''} {numbers}: asked for just before the last driver died and "
+            f"never run; closed as failed (user attr {LOST_ATTR}), so trial numbers skip {numbers}"
+        )
 
 
 def objective_values(spec: ExperimentSpec, result: Mapping[str, Any]) -> list[float] | None:

@@ -142,6 +142,10 @@ def test_resumed_grid_neither_reruns_nor_skips_a_point(tmp_path: Path) -> None:
     resumed: OptunaStudySearcher = pickle.loads(pickled)
     resumed.restore(str(tmp_path / "searcher-state.json"))
     assert resumed.study.trials[lost_number].state == TrialState.FAIL  # type: ignore[index]
+    assert resumed.lost_note() == (
+        f"study trial {lost_number}: asked for just before the last driver died and never run; closed as "
+        f"failed (user attr tunekit_lost), so trial numbers skip {lost_number}"
+    )  # the console shows it as the resumed search starts
     train(resumed, "t1", [0.4, 0.45])  # trials Ray restores report as before
     rest: list[dict[str, Any] | None] = []
     while (config := resumed.suggest(f"r{len(rest)}")) != Searcher.FINISHED:
