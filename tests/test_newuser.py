@@ -246,6 +246,40 @@ def test_time_left_prices_each_trial_to_come_at_its_fixed_cost() -> None:
     assert left <= 20 * (1.0 + 0.05 * 20) / 2  # and no trial to come trains more than 20 epochs
 
 
+def test_time_left_waits_for_a_second_epoch_of_each_slot_before_pricing_the_pace() -> None:
+    # A search of several objectives printed "about 1 s left" of 60: both slots' first epochs
+    # came in at once, and one trial was cut there, so the wall time per epoch looked like 0.
+    from tunekit.driver.records import EpochRow
+
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO())  # 24 trials, 2 at a time
+    recorder: Any = _Recorder([], epochs=0)
+    console.experiment_started(recorder)
+    records = []
+    for number in range(2):
+        record = TrialRecord(f"t{number}", number, {}, status=TrialStatus.RUNNING)
+        record.spans, record.span_workers = [[0.0, None]], [{"attempt": 1, "node_id": "n", "pid": number}]
+        recorder.trials[record.trial_id] = record
+        console.trial_started(record)
+        records.append(record)
+
+    def report(record: TrialRecord, epoch: int, at: float) -> None:
+        row = EpochRow(record.trial_id, epoch, {"val_accuracy": 0.5}, 1, 0, at)
+        record.epochs = epoch
+        recorder.epochs.append(row)
+        console.epoch_reported(record, row)
+
+    report(records[0], 1, 5.0)
+    report(records[1], 1, 5.01)
+    records[1].status, records[1].spans[-1][1] = TrialStatus.PRUNED, 5.01
+    console.trial_ended(records[1])
+    assert console.time_left() is None  # one epoch in 10 ms says nothing of an epoch's cost
+    records[1].status = TrialStatus.RUNNING
+    report(records[0], 2, 6.0)
+    report(records[1], 2, 6.0)
+    report(records[0], 3, 7.0)
+    assert console.time_left() is not None
+
+
 def test_time_left_is_at_least_the_trials_to_come_at_the_pace_new_trials_start() -> None:
     # A 10,000-trial search of 10-ms epochs said "about 51 s left" with 156 s to go: its
     # driver started a trial every 50 ms while each trial took its slot for 30 ms.

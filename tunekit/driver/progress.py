@@ -303,6 +303,11 @@ class ConsoleProgress:
         starting = waiting * start_pace if start_pace is not None else 0.0  # the driver's floor
         epoch_s, fixed_s = self._costs.epoch_s(), self._costs.fixed_s()
         if epoch_s is None or fixed_s is None:
+            # The wall time per epoch so far: the slots' first epochs come in together, so it
+            # means something only once each slot has reported a second (a search of several
+            # objectives printed "about 1 s left" of 60 as its second epoch came in).
+            if trained < 2 * max(1, self._costs.slots):
+                return None
             pace = (time.monotonic() - self._first_epoch_at) / trained
             return max(0.0, (waiting * per_trial + sum(running_epochs)) * pace, starting)
         work = waiting * (fixed_s + epoch_s * per_trial) + epoch_s * sum(running_epochs)
