@@ -522,10 +522,10 @@ class Recorder(Callback):
             record.span_workers = [dict(worker) for _, _, worker in ending.spans]
         later = {row.epoch: row for row in ending.rows if row.epoch > record.epochs}
         # Epochs only the study heard of were reported after everything written down, and the
-        # clock file may lag the tables: they count at the latest moment either knows of.
-        last_known = max(
-            [session_end, *(row.at for row in later.values()), *(m for span in record.spans for m in span if m)]
-        )
+        # clock file may lag the tables: they count at the latest moment any of them knows of.
+        restored = (self.epochs[index].at for index in self._row_index.get(record.trial_id, {}).values())
+        spans = (moment for span in record.spans for moment in span if moment)
+        last_known = max([session_end, *restored, *(row.at for row in later.values()), *spans])
         for step, metrics in ending.steps.items():
             if step > record.epochs and step not in later:
                 later[step] = EpochRow(record.trial_id, step, dict(metrics), record.attempts, None, last_known)

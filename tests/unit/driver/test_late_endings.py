@@ -9,6 +9,7 @@ SQLite, the recorder and ASHA as Ray drives them, Ray's state file as Ray 2.60 w
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import pickle
 import time
@@ -210,6 +211,8 @@ def test_several_objectives_ended_after_ray_s_save_without_written_rows_keep_the
     metrics = {"acc": 0.5, "params": 800.0, "loss": 0.5}
     first.on_trial_result(0, [], trial, {EPOCH_KEY: 1, **metrics, INFO_KEY: {"metrics": sorted(metrics)}})
     first.write_tables()
+    # Ray saved epoch 1 after the clock file was last touched (it is touched every 5 s).
+    first.epochs[0] = dataclasses.replace(first.epochs[0], at=99.0)
     saved = pickle.loads(pickle.dumps(first.get_state()))
     save_ray_state(tmp_path, {"m1": "RUNNING"}, {})
     # Epochs 2 and 3 reach the study, and the driver dies before the tables hear of them.
@@ -228,6 +231,7 @@ def test_several_objectives_ended_after_ray_s_save_without_written_rows_keep_the
     assert (record.finals, record.feasible) == ({"acc": 0.9, "params": 800.0}, True)
     rebuilt = [(2, {"acc": 0.7, "params": 800.0}), (3, {"acc": 0.9, "params": 800.0})]
     assert [(row.epoch, row.metrics) for row in resumed.epochs] == [(1, metrics), *rebuilt]  # every epoch trained
+    assert [row.at for row in resumed.epochs[1:]] == [99.0, 99.0]  # not before the epoch that came first
 
 
 def test_pbt_steps_after_ray_s_save_are_undone_for_running_trials_and_kept_for_ended_ones(tmp_path: Path) -> None:
