@@ -44,6 +44,7 @@ from tunekit.search.attrs import (
     RAY_TRIAL_ATTR,
     REPEAT_ATTR,
     UNSEEN_PICK_ATTR,
+    epoch_results,
 )
 from tunekit.search.history import add_history
 from tunekit.search.plan import study_storage
@@ -452,9 +453,9 @@ class OptunaStudySearcher(Searcher):
         trial = reopen_trial(self.study, frozen)
         # Reopened after a resume: epochs the study already holds are not reported again
         # (Optuna would warn for each), even when Ray's pickled state predates them.
-        if frozen.intermediate_values:
-            last = max(frozen.intermediate_values)
-            self._reported[number] = max(self._reported.get(number, 0), last)
+        held = [*frozen.intermediate_values, *epoch_results(frozen.user_attrs)]
+        if held:
+            self._reported[number] = max(self._reported.get(number, 0), max(held))
         self._live[trial_id] = trial
         return trial
 
