@@ -227,7 +227,8 @@ class MlflowWriter:
 
 
 def _log_warning(message: str) -> None:
-    logger.warning("tunekit: %s", message)
+    # Worded as the console's own warnings, so one search's warnings read and grep alike.
+    logger.warning("tunekit: warning: %s", message)
 
 
 def _release(waiters: list[threading.Event]) -> None:

@@ -215,6 +215,7 @@ def test_transient_failures_back_off_then_everything_arrives_once(
     assert client.terminated == {trial: "FINISHED", parent: "FINISHED"}
     messages = warnings_of(caplog)
     assert len(messages) == 1 and "training goes on" in messages[0], messages
+    assert messages[0].startswith("tunekit: warning: logging to MLflow at ")  # as the console's warnings read
     assert any("reachable again" in r.getMessage() for r in caplog.records if r.name == LOGGER)
     assert not writer.disabled
     assert holds_everything(tmp_path) is True  # tracking.json: `tunekit resume` has nothing to send
