@@ -183,3 +183,8 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     assert Path(sent).read_text() == (experiment_dir / EXPLOITS_FILE).read_text()
     if best.lineage:
         assert best.config == best.lineage[-1].config != best.initial_config
+    # Resumed once more, the complete population has nothing to do, and no hint to grow it:
+    # a PBT search cannot grow (tunekit.config.growth).
+    again = io.StringIO()
+    tunekit.resume(experiment_dir, progress=again)
+    assert again.getvalue().splitlines()[0] == "the search is complete: nothing to resume", again.getvalue()

@@ -213,10 +213,13 @@ def resume(
         directory, spec.name, spec.budget.num_samples, table_rows(directory / TRIALS_FILE)
     ):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
-            stream.write(
-                f"the search is complete: nothing to resume (`tunekit resume {directory} "
-                "--set budget.num_samples=N` grows it)\n"
+            # A PBT population cannot grow (tunekit.config.growth): no hint that it can.
+            grow = (
+                ""
+                if spec.scheduler.type == "pbt"
+                else f" (`tunekit resume {directory} --set budget.num_samples=N` grows it)"
             )
+            stream.write(f"the search is complete: nothing to resume{grow}\n")
         if (done := complete_record(spec, directory)) is not None and stream is not None:
             stream.write(done + "\n")
         return load(directory)

@@ -103,3 +103,7 @@ def test_a_pbt_population_is_not_grown(tmp_path: Path) -> None:
         with pytest.raises(SpecError) as refused:
             resumed_spec(tmp_path, overrides)
         assert str(refused.value) == refusal, overrides
+    (tmp_path / TRIALS_FILE).write_text("trial_id,number\n" + "".join(f"t{n},{n}\n" for n in range(4)))
+    with pytest.raises(SpecError) as fewer:  # fewer than ran: that rule, not PBT's
+        resumed_spec(tmp_path, ["budget.num_samples=2"])
+    assert str(fewer.value) == "--set budget.num_samples: must be at least the 4 trials this search already ran, got 2"
