@@ -44,12 +44,13 @@ def resumed_spec(
     overrides = list(overrides)
     for assignment in overrides:
         apply_override(raw, assignment)
+    # The budget's rules about the search so far come before the spec's: PBT's own rule
+    # (max_concurrent equal to num_samples) would otherwise answer first, as if setting both
+    # could grow a PBT search. A count below 1 is the spec's rule to refuse.
     asked = (raw.get("budget") or {}).get("num_samples")
     ran = trials_run(experiment_dir)
-    # For PBT before the spec's rules: its own (max_concurrent equal to num_samples) would
-    # otherwise answer first, as if setting both could grow it.
-    if before.scheduler.type == "pbt" and isinstance(asked, int) and 1 <= asked < ran:
-        raise _fewer_than_ran(asked, ran)
+    if isinstance(asked, int) and 1 <= asked < ran:
+        raise SpecError("--set budget.num_samples", f"must be at least the {ran} trials this search already ran", asked)
     if before.scheduler.type == "pbt" and isinstance(asked, int) and asked > before.budget.num_samples:
         # Ray's synchronous PBT ranks the population at the same epoch: trials added later
         # start at epoch 0 and rank only among themselves, with nothing of the population's.
@@ -72,13 +73,7 @@ def resumed_spec(
                 f"cannot change when resuming; only {', '.join(GROWABLE)} can",
                 value,
             )
-    if after.budget.num_samples < ran:
-        raise _fewer_than_ran(after.budget.num_samples, ran)
     return after, bool(changed)
-
-
-def _fewer_than_ran(asked: int, ran: int) -> SpecError:
-    return SpecError("--set budget.num_samples", f"must be at least the {ran} trials this search already ran", asked)
 
 
 def _with_origin(spec: ExperimentSpec, text: str) -> ExperimentSpec:

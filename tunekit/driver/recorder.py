@@ -276,7 +276,7 @@ class Recorder(Callback):
         self._touch_clock()
         for listener in self.listeners:
             listener.experiment_started(self)
-        if note := getattr(self.searcher, "lost_note", lambda: None)():  # a resume's lost trials
+        if note := self.searcher.lost_note():  # a resume's lost trials
             self._warn(note)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:

@@ -34,7 +34,7 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.results.check_mlflow import check_mlflow
-from tunekit.results.check_pareto import front_findings, study_findings
+from tunekit.results.check_pareto import FRONT_VS_STUDY, front_findings, study_findings
 from tunekit.results.findings import (
     TIME_SLACK_S,
     CheckReport,
@@ -64,13 +64,12 @@ if TYPE_CHECKING:
     pass
 
 
+TABLES_VS_STUDY = f"{TRIALS_FILE} vs study"
+BEST_VS_CHECKPOINTS = "best vs checkpoints"
 # Where a driver that died mid-session leaves one record ahead of another, and how that reads.
 # Several objectives: the study's front then holds trials the tables have not ended yet.
-STUDY_LAG = (
-    (f"{TRIALS_FILE} vs study", "summary vs study.best_trials"),
-    "the study ran up to a table write ahead of the tables",
-)
-CHECKPOINTS_LAG = (("best vs checkpoints",), "the trials' checkpoints ran up to a table write ahead of the tables")
+STUDY_LAG = ((TABLES_VS_STUDY, FRONT_VS_STUDY), "the study ran up to a table write ahead of the tables")
+CHECKPOINTS_LAG = ((BEST_VS_CHECKPOINTS,), "the trials' checkpoints ran up to a table write ahead of the tables")
 
 
 def check_experiment(
@@ -244,7 +243,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
 
     from tunekit.search.plan import study_storage
 
-    where = STUDY_LAG[0][0]
+    where = TABLES_VS_STUDY
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
@@ -363,7 +362,7 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     best = results.best
     if best is None:
         return
-    where, label = CHECKPOINTS_LAG[0][0], f"trial {best.number} ({best.trial_id})"
+    where, label = BEST_VS_CHECKPOINTS, f"trial {best.number} ({best.trial_id})"
     state = _last_checkpoint_state(directory / best.trial_id)
     if state is None:
         yield Finding(where, f"{label} last checkpoint", "present", "none")

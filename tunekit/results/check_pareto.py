@@ -27,6 +27,7 @@ from tunekit.search.pareto import dominates, is_feasible, to_minimize
 # (where, what, expected, actual): check.py makes each a Finding (this module does not
 # import check.py, which imports it).
 Disagreement = tuple[str, str, Any, Any]
+FRONT_VS_STUDY = "summary vs study.best_trials"  # where the summary's front meets the study's
 
 
 def front_findings(results: ExperimentResults, summary: Summary) -> Iterator[Disagreement]:
@@ -91,7 +92,7 @@ def study_findings(
     best = {ray_ids.get(t.number, f"study trial {t.number}") for t in study.best_trials}
     front = {t.trial_id for t in pareto.front}
     if best != front:
-        yield ("summary vs study.best_trials", "pareto front", sorted(front), sorted(best))
+        yield (FRONT_VS_STUDY, "pareto front", sorted(front), sorted(best))
 
 
 def mlflow_findings(summary: Summary, runs: Mapping[str, list[Any]]) -> Iterator[Disagreement]:

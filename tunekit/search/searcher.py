@@ -172,6 +172,9 @@ class OptunaStudySearcher(Searcher):
         lost_numbers: study trials a resume closed as lost (see ``lost_note``).
     """
 
+    # A class default: a searcher pickled before it existed (an experiment's tuner.pkl) has it too.
+    lost_numbers: tuple[int, ...] = ()
+
     def __init__(
         self, spec: ExperimentSpec, experiment_dir: Path, storage: optuna.storages.BaseStorage | None = None
     ) -> None:
@@ -191,7 +194,6 @@ class OptunaStudySearcher(Searcher):
         self._holding = False  # a signal is stopping the search: see hold_endings
         self.skipped_repeats = 0
         self.exhausted_reason: str | None = None
-        self.lost_numbers: list[int] = []
 
     def grow(self, spec: ExperimentSpec) -> None:
         """Takes a resumed search's grown spec: only its budget differs (``tunekit.config.growth``)."""
@@ -512,13 +514,12 @@ class OptunaStudySearcher(Searcher):
         A grid point such a trial held goes to the next trial Ray asks for.
         """
         known = set(self._numbers.values())
-        self.lost_numbers = []
-        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if frozen.number not in known:
-                # Marked, so tunekit check knows why trials.csv has no row for it.
-                reopen_trial(self.study, frozen).set_user_attr(LOST_ATTR, True)
-                self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
-                self.lost_numbers.append(frozen.number)
+        lost = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in known]
+        for frozen in lost:
+            # Marked, so tunekit check knows why trials.csv has no row for it.
+            reopen_trial(self.study, frozen).set_user_attr(LOST_ATTR, True)
+            self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
+        self.lost_numbers = tuple(frozen.number for frozen in lost)
 
     def lost_note(self) -> str | None:
         """What the console says of the trials ``restore`` closed as lost; None when none were."""

@@ -25,6 +25,9 @@ class Numbers:
     def trial_number(self, trial_id: str) -> int:
         return int(trial_id[1:])
 
+    def lost_note(self) -> str | None:
+        return None
+
 
 def recorder(tmp: Path) -> Recorder:
     return Recorder(spec(), tmp, searcher=Numbers(), scheduler=FIFOScheduler())
