@@ -2,7 +2,8 @@
 
 One Ray session (2 CPUs): the population's 4 trials take turns on 2 slots, which is what
 synchronous PBT is for. One search covers it all (3 epochs, ranked every epoch, a killed
-worker, an interruption and a resume) so the module stays within its share of CI's time.
+worker, an interruption while half the population waits at a meeting, and a resume) so the
+module stays within its share of CI's time.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ PBT_SPEC = REPO / "search_spaces" / "digits_mlp_pbt.yaml"
 KILL_ONCE = REPO / "tests" / "trainables" / "kill_once.py"
 EVERY_EPOCH = ["scheduler.perturbation_interval=1"]
 STOPPED_S = 3.0  # between the interruption and the resume
+HOLD_S = 60.0  # the trials after the first two hold epoch 2 this long, until the interruption
+# kill_once's marker files (its REACHED_PREFIX, RESUMED_FILE; importing it would import Keras here)
+REACHED_PREFIX, RESUMED_FILE = "reached_", "resumed"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,14 +66,18 @@ def _final_checkpoint(experiment_dir: Path, trial_id: str) -> tuple[dict[str, fl
     return config, scalars
 
 
-def _interrupt_after_first_exploit(experiment_dir: Path) -> threading.Thread:
-    """SIGINT to this process (as Ctrl-C) once exploits.csv has a row, so a resume has steps to keep."""
+def _interrupt_mid_meeting(experiment_dir: Path, markers: Path) -> threading.Thread:
+    """SIGINT to this process (as Ctrl-C) once exploits.csv has a row (a resume has steps to
+    keep) and two trials finished epoch 2, so they wait at the meeting there while the others
+    hold that epoch (kill_once's ``hold_epoch``)."""
 
     def watch() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             table = experiment_dir / EXPLOITS_FILE
-            if table.is_file() and len(table.read_text().splitlines()) > 1:
+            stepped = table.is_file() and len(table.read_text().splitlines()) > 1
+            if stepped and len(list(markers.glob(f"{REACHED_PREFIX}*"))) >= 2:
+                time.sleep(2.5)  # their epoch-2 reports reach the driver (sent as the next step starts)
                 os.kill(os.getpid(), signal.SIGINT)
                 return
             time.sleep(0.05)
@@ -82,18 +90,22 @@ def _interrupt_after_first_exploit(experiment_dir: Path) -> threading.Thread:
 def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_each_exploit(tmp_path: Path) -> None:
     # One population, as CI's time allows: the default digits trainable (through kill_once,
     # whose first trial's worker dies after epoch 1), ranked at every epoch but the last,
-    # interrupted by Ctrl-C after its first exploit step, then resumed to the end.
+    # interrupted by Ctrl-C after its first exploit step while two trials wait at the
+    # meeting at epoch 2 and two have not reached it, then resumed to the end.
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     overrides = [f"trainable={KILL_ONCE}", "budget.max_epochs=3", *EVERY_EPOCH, f"tracking.uri={uri}"]
-    data = {"marker_dir": str(tmp_path), "kill_after_epoch": 1}
+    data = {"marker_dir": str(tmp_path), "kill_after_epoch": 1, "hold_epoch": 2, "hold_s": HOLD_S}
     experiment_dir = tmp_path / "population"
-    watcher = _interrupt_after_first_exploit(experiment_dir)
+    watcher = _interrupt_mid_meeting(experiment_dir, tmp_path)
     with pytest.raises(tunekit.SearchInterrupted):
         tunekit.run(PBT_SPEC, overrides=overrides, data=data, storage=tmp_path, name="population", progress=False)
     watcher.join()
     with (experiment_dir / EXPLOITS_FILE).open() as handle:
         before = list(csv.DictReader(handle))
     assert before
+    epochs_before = tunekit.load(experiment_dir).epochs.groupby("trial_id")["epoch"].max()
+    assert sorted(epochs_before) == [1, 1, 2, 2], epochs_before  # mid-meeting
+    (tmp_path / RESUMED_FILE).touch()
     time.sleep(STOPPED_S)  # the search stands still: no figure may count this
 
     console = io.StringIO()
@@ -118,6 +130,11 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     # (1 trial) copies a trial of the top quarter each time, and went on after the resume.
     assert list(steps["epoch"]) == [1, 2] and list(steps["source_epoch"]) == [1, 2]
     assert all(steps["trial_id"] != steps["source_trial_id"])
+    # The resumed population met at epoch 2 where it had stopped: the two that waited there
+    # waited again, so no trial trained on before the meeting ranked all four at epoch 2.
+    for step in steps.itertuples():
+        later = results.epochs[results.epochs["epoch"] > step.epoch]
+        assert (later["time"] >= step.time).all(), (step, later)
     assert steps[NEW_PREFIX + "learning_rate"].between(1e-4, 1e-2).all()
     assert steps[NEW_PREFIX + "dropout"].between(0.0, 0.5).all()
 

@@ -546,6 +546,11 @@ def set_trial_restore_checkpoint(trial: Any, checkpoint: Any) -> None:
     trial.run_metadata.invalidate_cache()
 
 
+def pbt_next_sync(scheduler: Any) -> int:
+    """The epoch at which synchronous PBT next ranks the whole population (see ``pbt_set_next_sync``)."""
+    return int(scheduler._next_perturbation_sync)
+
+
 def pbt_set_next_sync(scheduler: Any, epoch: int) -> None:
     """Sets the epoch at which synchronous PBT next ranks the whole population.
 

@@ -40,6 +40,7 @@ from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import (
     pbt_add_trial_beside_searcher,
+    pbt_next_sync,
     pbt_set_next_sync,
     pbt_trial_state,
     set_trial_restore_checkpoint,
@@ -161,19 +162,31 @@ class RecordingPBT(PopulationBasedTraining):
         self.max_epochs = spec.budget.max_epochs
         self.experiment_dir = Path(experiment_dir)
         self._sign = 1.0 if spec.metric.mode == "max" else -1.0  # how PBT signs its scores
+        self._metric_name = spec.metric.name
         self.params = spec.space.names  # the columns of exploits.csv
         self.exploits: list[ExploitStep] = []
         self.paused: set[str] = set()  # trial ids paused by PBT and not yet restarted
         self._epochs: dict[str, int] = {}  # trial id -> the epoch of its result being decided
-        self._replayed: dict[str, tuple[float, int]] = {}  # trial id -> (signed last score, perturbation epoch)
+        self._replayed: dict[str, tuple[float, int]] = {}  # trial id -> (last value, perturbation epoch)
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         pbt_add_trial_beside_searcher(self, tune_controller, trial)
         replayed = self._replayed.pop(trial.trial_id, None)
         state = pbt_trial_state(self, trial)
-        if replayed is not None and state is not None:
-            state.last_score, state.last_perturbation_time = replayed
-            state.last_train_time = replayed[1]
+        if replayed is None or state is None:
+            return
+        value, epoch = replayed
+        state.last_score, state.last_perturbation_time, state.last_train_time = self._sign * value, epoch, epoch
+        # What an exploit of this trial reads as its source's epoch (Ray keeps it from the
+        # trial's result at the last meeting).
+        state.last_result = {EPOCH_KEY: epoch, self._metric_name: value}
+        if trial.status == Trial.PENDING and epoch >= pbt_next_sync(self):
+            # The driver died while this trial waited for the others at the next meeting: it
+            # waits there again. Ray starts every PENDING trial whatever the scheduler would
+            # choose (TuneController._maybe_add_actors), so as PENDING it would train past the
+            # meeting and be ranked there with a later epoch than the others'. PAUSED, it runs
+            # when PBT chooses it (choose_trial_to_run), after the meeting.
+            trial.set_status(Trial.PAUSED)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._epochs[trial.trial_id] = int(result.get(EPOCH_KEY, 0))
@@ -232,7 +245,7 @@ class RecordingPBT(PopulationBasedTraining):
             last = max(by_epoch)
             perturbed = (last // interval) * interval
             scored = max((e for e in by_epoch if e <= perturbed), default=last)
-            self._replayed[trial_id] = (self._sign * by_epoch[scored], perturbed)
+            self._replayed[trial_id] = (by_epoch[scored], perturbed)
             reached.append(perturbed)
         if reached:
             # The next epoch at which the whole population meets, as it was before the resume.

@@ -274,7 +274,54 @@ def test_replay_restores_scores_perturbation_times_and_the_next_meeting(tmp_path
     assert (first.last_score, first.last_perturbation_time) == (0.6, 2)
     assert (second.last_score, second.last_perturbation_time) == (0.55, 4)
     assert scheduler._next_perturbation_sync == 4  # t0 runs on to epoch 4 to meet t1
+    assert (trials[0].status, trials[1].status) == (Trial.PENDING, Trial.PAUSED)  # t1 waits there for it
+    assert second.last_result == {EPOCH_KEY: 4, METRIC: 0.55}
     assert scheduler.exploits == steps
+
+
+def chosen_by(scheduler: RecordingPBT, controller: Controller) -> str | None:
+    """The id of the trial PBT would start next."""
+    trial = scheduler.choose_trial_to_run(controller)  # type: ignore[arg-type]
+    return None if trial is None else trial.trial_id
+
+
+def test_a_population_resumed_mid_meeting_meets_where_it_stopped(tmp_path: Path) -> None:
+    # The driver died while t0 and t2 waited at epoch 4 and t1 and t3 were at 2 (interval 2).
+    scheduler = build_scheduler(spec_with(resample_probability=0.0), tmp_path)
+    assert isinstance(scheduler, RecordingPBT)
+    config = {"learning_rate": 1e-3, "dropout": 0.1, "units": 32}
+    trials = [Trial("__fake", config=dict(config), trial_id=f"t{i}", stub=True) for i in range(4)]
+    reached = {"t0": 4, "t1": 2, "t2": 4, "t3": 2}
+    scores = {"t0": 0.9, "t1": 0.3, "t2": 0.6, "t3": 0.5}
+    for trial in trials:  # Ray restores each from its last checkpoint, as PENDING
+        folder = tmp_path / trial.trial_id / f"checkpoint_{reached[trial.trial_id]:06d}"
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text(json.dumps({"epoch": reached[trial.trial_id], "config": trial.config}))
+        set_trial_restore_checkpoint(trial, tune.Checkpoint.from_directory(str(folder)))
+    scheduler.replay({t: {e: scores[t] for e in range(1, reached[t] + 1)} for t in reached}, [])
+    controller = Controller(trials)
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+    # The two waiting at the meeting wait again; Ray starts only the other two.
+    assert [t.status for t in trials] == [Trial.PAUSED, Trial.PENDING, Trial.PAUSED, Trial.PENDING]
+    assert chosen_by(scheduler, controller) in ("t1", "t3")  # never a waiting one
+    for trial in (trials[1], trials[3]):
+        trial.set_status(Trial.RUNNING)
+        assert scheduler.on_trial_result(controller, trial, {EPOCH_KEY: 3, METRIC: scores[trial.trial_id]}) == (
+            TrialScheduler.CONTINUE
+        )
+    for trial in (trials[1], trials[3]):
+        pbt_trial_state(scheduler, trial).last_checkpoint = trial.checkpoint
+        assert scheduler.on_trial_result(controller, trial, {EPOCH_KEY: 4, METRIC: scores[trial.trial_id]}) == (
+            TrialScheduler.PAUSE
+        )
+        trial.set_status(Trial.PAUSED)
+    # Ranked once, at epoch 4, all four at epoch 4: the weakest copied the strongest's epoch-4 checkpoint.
+    [step] = scheduler.exploits
+    assert (step.trial_id, step.epoch, step.source_trial_id, step.source_epoch) == ("t1", 4, "t0", 4)
+    restart = trials[1].checkpoint
+    assert restart is not None and json.loads((Path(restart.path) / "state.json").read_text())["epoch"] == 4
+    assert chosen_by(scheduler, controller) is not None  # on to the meeting at epoch 6
 
 
 def test_mutations_resample_within_the_space_and_checkpoints_outlive_an_interval() -> None:
