@@ -170,6 +170,19 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     assert not any(name.startswith("2000 trials: TPE modelling") for name in names)
 
 
+def test_the_mlflow_writer_s_cost_follows_the_events_a_window_queued_not_when_it_sent_them() -> None:
+    windows = scale.Windows(window=100, planned=200)
+    spent = iter([1.0, 3.0])
+    windows.writer.seconds = lambda: next(spent)  # type: ignore[method-assign]
+    # Window 1 took 100 events in 1 s and left 50 queued; window 2 took 200 (those 50 too) in 2 s.
+    windows.writer.taken, windows._backlog = 100, 50
+    assert windows._writer_cost(100) == (1.0, pytest.approx(1.5))
+    windows.writer.taken, windows._backlog = 300, 0
+    assert windows._writer_cost(100) == (2.0, pytest.approx(1.5))
+    row = {"driver_cpu_per_trial_ms": 20.0, "driver_cpu_own_ms": 25.0, "split_ms": {"sampler": 5.0}}
+    assert (scale._without_sampler(row), scale._without_sampler(row, own=False)) == (20.0, 15.0)
+
+
 def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu() -> None:
     import threading
     import time
