@@ -39,6 +39,7 @@ from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 
 from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import (
+    checkpoint_epoch,
     pbt_add_trial_beside_searcher,
     pbt_next_sync,
     pbt_set_next_sync,
@@ -167,26 +168,35 @@ class RecordingPBT(PopulationBasedTraining):
         self.exploits: list[ExploitStep] = []
         self.paused: set[str] = set()  # trial ids paused by PBT and not yet restarted
         self._epochs: dict[str, int] = {}  # trial id -> the epoch of its result being decided
-        self._replayed: dict[str, tuple[float, int]] = {}  # trial id -> (last value, perturbation epoch)
+        self._replayed: dict[str, Mapping[int, float]] = {}  # trial id -> {epoch: metric} recorded before a resume
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         pbt_add_trial_beside_searcher(self, tune_controller, trial)
-        replayed = self._replayed.pop(trial.trial_id, None)
+        by_epoch = self._replayed.pop(trial.trial_id, None)
         state = pbt_trial_state(self, trial)
-        if replayed is None or state is None:
+        if not by_epoch or state is None:
             return
-        value, epoch = replayed
-        state.last_score, state.last_perturbation_time, state.last_train_time = self._sign * value, epoch, epoch
-        # What an exploit of this trial reads as its source's epoch (Ray keeps it from the
-        # trial's result at the last meeting).
-        state.last_result = {EPOCH_KEY: epoch, self._metric_name: value}
-        if trial.status == Trial.PENDING and epoch >= pbt_next_sync(self):
+        # Ray restarts the trial from the checkpoint its saved state names, which can be older
+        # than the last epoch recorded: its state is the one of that checkpoint's epoch.
+        met = self._meeting_at_or_before(min(max(by_epoch), checkpoint_epoch(trial, EPOCH_KEY)))
+        scored = max((epoch for epoch in by_epoch if epoch <= met), default=None)
+        state.last_perturbation_time = state.last_train_time = met
+        if scored is not None:
+            state.last_score = self._sign * by_epoch[scored]
+            # What an exploit of this trial reads as its source's epoch (Ray keeps the result
+            # of the trial's last meeting).
+            state.last_result = {EPOCH_KEY: met, self._metric_name: by_epoch[scored]}
+        if trial.status == Trial.PENDING and met >= pbt_next_sync(self):
             # The driver died while this trial waited for the others at the next meeting: it
             # waits there again. Ray starts every PENDING trial whatever the scheduler would
             # choose (TuneController._maybe_add_actors), so as PENDING it would train past the
             # meeting and be ranked there with a later epoch than the others'. PAUSED, it runs
             # when PBT chooses it (choose_trial_to_run), after the meeting.
             trial.set_status(Trial.PAUSED)
+
+    def _meeting_at_or_before(self, epoch: int) -> int:
+        interval = int(self._perturbation_interval)
+        return (epoch // interval) * interval
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._epochs[trial.trial_id] = int(result.get(EPOCH_KEY, 0))
@@ -234,22 +244,14 @@ class RecordingPBT(PopulationBasedTraining):
         self.exploits.append(step)
 
     def replay(self, values: Mapping[str, Mapping[int, float]], exploits: Sequence[ExploitStep]) -> None:
-        """Refills PBT's state after a resume: each trial's last score at its last
-        perturbation epoch (a multiple of the interval), and the steps taken so far."""
+        """Refills PBT's state after a resume (each trial's, as Ray adds it: ``on_trial_add``):
+        its last score at its last meeting, and the steps taken so far. The population meets
+        next where it was heading before: one interval after the earliest last meeting."""
         self.exploits = list(exploits)
-        interval = int(self._perturbation_interval)
-        reached = []
-        for trial_id, by_epoch in values.items():
-            if not by_epoch:
-                continue
-            last = max(by_epoch)
-            perturbed = (last // interval) * interval
-            scored = max((e for e in by_epoch if e <= perturbed), default=last)
-            self._replayed[trial_id] = (by_epoch[scored], perturbed)
-            reached.append(perturbed)
+        self._replayed = {trial_id: by_epoch for trial_id, by_epoch in values.items() if by_epoch}
+        reached = [self._meeting_at_or_before(max(by_epoch)) for by_epoch in self._replayed.values()]
         if reached:
-            # The next epoch at which the whole population meets, as it was before the resume.
-            pbt_set_next_sync(self, min(reached) + interval)
+            pbt_set_next_sync(self, min(reached) + int(self._perturbation_interval))
 
 
 def write_exploits_csv(

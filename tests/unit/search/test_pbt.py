@@ -259,23 +259,47 @@ def test_an_exploit_of_a_checkpoint_gone_from_disk_is_skipped(tmp_path: Path) ->
     assert scheduler.exploits == [] and controller.paused == [] and trials[0].config == config
 
 
+def restored_from_checkpoint(trial: Trial, folder: Path, epoch: int) -> None:
+    """The trial as Ray restores it: its last checkpoint (a real folder) was of ``epoch``."""
+    from ray.train._internal.session import _TrainingResult
+
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text(json.dumps({"epoch": epoch, "config": trial.config}))
+    checkpoint = tune.Checkpoint.from_directory(str(folder))
+    manager = trial.run_metadata.checkpoint_manager
+    assert manager is not None
+    manager.register_checkpoint(_TrainingResult(checkpoint, {EPOCH_KEY: epoch}))
+
+
 def test_replay_restores_scores_perturbation_times_and_the_next_meeting(tmp_path: Path) -> None:
     spec = spec_with()
     config = {"learning_rate": 1e-3, "dropout": 0.1}
-    trials = [Trial("__fake", config=dict(config), trial_id=f"t{i}", stub=True) for i in range(2)]
+    trials = [Trial("__fake", config=dict(config), trial_id=f"t{i}", stub=True) for i in range(4)]
     scheduler = build_scheduler(spec, tmp_path)
     assert isinstance(scheduler, RecordingPBT)
     steps = [ExploitStep("t1", 2, "t0", 2, {"learning_rate": 1e-3}, {"learning_rate": 8e-4})]
-    scheduler.replay({"t0": {1: 0.5, 2: 0.6, 3: 0.7}, "t1": {1: 0.4, 2: 0.45, 3: 0.5, 4: 0.55}}, steps)
+    recorded = {
+        "t0": {1: 0.5, 2: 0.6, 3: 0.7},
+        "t1": {1: 0.4, 2: 0.45, 3: 0.5, 4: 0.55},
+        "t2": {1: 0.3, 2: 0.35, 3: 0.4, 4: 0.45},  # recorded to 4, but Ray saved its checkpoint of 3
+        "t3": {1: 0.2},  # recorded to 1, and no checkpoint Ray knew of
+    }
+    for trial, epoch in zip(trials, (3, 4, 3), strict=False):
+        restored_from_checkpoint(trial, tmp_path / trial.trial_id / f"checkpoint_{epoch:06d}", epoch)
+    scheduler.replay(recorded, steps)
     controller = Controller(trials)
     for trial in trials:
         scheduler.on_trial_add(controller, trial)
-    first, second = (pbt_trial_state(scheduler, t) for t in trials)
-    assert (first.last_score, first.last_perturbation_time) == (0.6, 2)
-    assert (second.last_score, second.last_perturbation_time) == (0.55, 4)
-    assert scheduler._next_perturbation_sync == 4  # t0 runs on to epoch 4 to meet t1
-    assert (trials[0].status, trials[1].status) == (Trial.PENDING, Trial.PAUSED)  # t1 waits there for it
-    assert second.last_result == {EPOCH_KEY: 4, METRIC: 0.55}
+    states = [pbt_trial_state(scheduler, t) for t in trials]
+    assert [(s.last_score, s.last_perturbation_time, s.last_train_time) for s in states] == [
+        (0.6, 2, 2),
+        (0.55, 4, 4),
+        (0.35, 2, 2),  # its checkpoint's state: it trains epochs 3 and 4 again
+        (None, 0, 0),  # from scratch
+    ]
+    assert scheduler._next_perturbation_sync == 2  # t3's next meeting is the population's
+    assert states[1].last_result == {EPOCH_KEY: 4, METRIC: 0.55}
+    assert [t.status for t in trials] == [Trial.PAUSED, Trial.PAUSED, Trial.PAUSED, Trial.PENDING]
     assert scheduler.exploits == steps
 
 
@@ -294,10 +318,8 @@ def test_a_population_resumed_mid_meeting_meets_where_it_stopped(tmp_path: Path)
     reached = {"t0": 4, "t1": 2, "t2": 4, "t3": 2}
     scores = {"t0": 0.9, "t1": 0.3, "t2": 0.6, "t3": 0.5}
     for trial in trials:  # Ray restores each from its last checkpoint, as PENDING
-        folder = tmp_path / trial.trial_id / f"checkpoint_{reached[trial.trial_id]:06d}"
-        folder.mkdir(parents=True)
-        (folder / "state.json").write_text(json.dumps({"epoch": reached[trial.trial_id], "config": trial.config}))
-        set_trial_restore_checkpoint(trial, tune.Checkpoint.from_directory(str(folder)))
+        epoch = reached[trial.trial_id]
+        restored_from_checkpoint(trial, tmp_path / trial.trial_id / f"checkpoint_{epoch:06d}", epoch)
     scheduler.replay({t: {e: scores[t] for e in range(1, reached[t] + 1)} for t in reached}, [])
     controller = Controller(trials)
     for trial in trials:
