@@ -868,8 +868,9 @@ def _tenth_figures(trials: int, tenths: list[dict[str, Any]], ray_tenths: list[d
                 f"{trials} trials, tenth {number} (to trial {row['ended']}): driver CPU per trial",
                 row["driver_cpu_per_trial_ms"],
                 "ms",
-                note=f"{split}; {row['trials_per_minute']:.0f} trials/min; backlog max {row['backlog_max']}; "
-                f"RSS {row['rss_mb']:.0f} MB{sizes}",
+                note=f"{split}; {row['trials_per_minute']:.0f} trials/min; without the sampler "
+                f"{_without_sampler(row) * row['trials_per_minute'] / 60:.0f} ms of CPU per second; "
+                f"backlog max {row['backlog_max']}; RSS {row['rss_mb']:.0f} MB{sizes}",
             )
         )
     for number, row in enumerate(ray_tenths, 1):
