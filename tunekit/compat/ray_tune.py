@@ -73,6 +73,13 @@ def checkpoint_epoch(trial: Any, epoch_key: str) -> int:
     return int(metrics.get(epoch_key) or 0)
 
 
+def checkpoint_path(trial: Any) -> Path | None:
+    """The folder of the checkpoint Ray starts ``trial`` from, None when it has none (see ``checkpoint_epoch``)."""
+    latest = getattr(trial, "latest_checkpoint_result", None)
+    checkpoint = getattr(latest, "checkpoint", None)
+    return Path(checkpoint.path) if checkpoint is not None else None
+
+
 def whole_file_state_uploads() -> None:
     """Ray's uploads of its experiment state to a local experiment folder copy whole files, and
     only files its staging folder changed.

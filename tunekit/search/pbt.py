@@ -40,6 +40,7 @@ from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import (
     checkpoint_epoch,
+    checkpoint_path,
     pbt_add_trial_beside_searcher,
     pbt_next_sync,
     pbt_set_next_sync,
@@ -176,9 +177,13 @@ class RecordingPBT(PopulationBasedTraining):
         state = pbt_trial_state(self, trial)
         if not by_epoch or state is None:
             return
-        # Ray restarts the trial from the checkpoint its saved state names, which can be older
-        # than the last epoch recorded: its state is the one of that checkpoint's epoch.
-        met = self._meeting_at_or_before(min(max(by_epoch), checkpoint_epoch(trial, EPOCH_KEY)))
+        step = self._step_to_take_again(trial)
+        if step is not None:
+            met = step.epoch
+        else:
+            # Ray restarts the trial from the checkpoint its saved state names, which can be older
+            # than the last epoch recorded: its state is the one of that checkpoint's epoch.
+            met = self._meeting_at_or_before(min(max(by_epoch), checkpoint_epoch(trial, EPOCH_KEY)))
         scored = max((epoch for epoch in by_epoch if epoch <= met), default=None)
         state.last_perturbation_time = state.last_train_time = met
         if scored is not None:
@@ -193,6 +198,33 @@ class RecordingPBT(PopulationBasedTraining):
             # meeting and be ranked there with a later epoch than the others'. PAUSED, it runs
             # when PBT chooses it (choose_trial_to_run), after the meeting.
             trial.set_status(Trial.PAUSED)
+
+    def _step_to_take_again(self, trial: Trial) -> ExploitStep | None:
+        """A restored trial's last exploit step, taken again when Ray's saved state is from before it.
+
+        The step is recorded (``exploits.csv``, the study, MLflow) as it is taken, and Ray's
+        state at its next save: a driver killed between the two leaves a trial that Ray
+        restarts from its own checkpoint under its old configuration, while every record says
+        it copied the source. The step's copy of the source checkpoint is in the trial's
+        folder, so the trial restarts from it with the step's configuration, as it would have.
+        Ray's state is from before the step when the trial's checkpoint is neither that copy
+        nor of a later epoch (trained on after the step).
+        """
+        steps = [step for step in self.exploits if step.trial_id == trial.trial_id]
+        copies = sorted((self.experiment_dir / trial.trial_id).glob(f"{EXPLOITED_CHECKPOINT_PREFIX}*"))
+        if not steps or not copies:
+            return None
+        step, copy = steps[-1], copies[-1]
+        if checkpoint_path(trial) == copy or checkpoint_epoch(trial, EPOCH_KEY) > step.epoch:
+            return None
+        trial.set_config(dict(step.new))
+        set_trial_restore_checkpoint(trial, tune.Checkpoint.from_directory(str(copy)))
+        logger.info(
+            "tunekit: PBT: trial %s restarts from its exploit at epoch %d (the driver stopped before it took effect)",
+            trial.trial_id,
+            step.epoch,
+        )
+        return step
 
     def _meeting_at_or_before(self, epoch: int) -> int:
         interval = int(self._perturbation_interval)
@@ -246,12 +278,14 @@ class RecordingPBT(PopulationBasedTraining):
     def replay(self, values: Mapping[str, Mapping[int, float]], exploits: Sequence[ExploitStep]) -> None:
         """Refills PBT's state after a resume (each trial's, as Ray adds it: ``on_trial_add``):
         its last score at its last meeting, and the steps taken so far. The population meets
-        next where it was heading before: one interval after the earliest last meeting."""
+        next where it was heading before: one interval after the earliest last meeting, or
+        after the last meeting a step was recorded at."""
         self.exploits = list(exploits)
         self._replayed = {trial_id: by_epoch for trial_id, by_epoch in values.items() if by_epoch}
         reached = [self._meeting_at_or_before(max(by_epoch)) for by_epoch in self._replayed.values()]
+        held = max((step.epoch for step in exploits), default=0)  # held, even where the tables lag it
         if reached:
-            pbt_set_next_sync(self, min(reached) + int(self._perturbation_interval))
+            pbt_set_next_sync(self, max(min(reached), held) + int(self._perturbation_interval))
 
 
 def write_exploits_csv(

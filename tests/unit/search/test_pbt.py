@@ -18,7 +18,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from tunekit.clock import SearchClock
-from tunekit.compat.ray_tune import pbt_trial_state, set_trial_restore_checkpoint
+from tunekit.compat.ray_tune import checkpoint_path, pbt_trial_state, set_trial_restore_checkpoint
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
 from tunekit.layout import EPOCH_KEY, EXPLOITED_CHECKPOINT_PREFIX
@@ -297,10 +297,40 @@ def test_replay_restores_scores_perturbation_times_and_the_next_meeting(tmp_path
         (0.35, 2, 2),  # its checkpoint's state: it trains epochs 3 and 4 again
         (None, 0, 0),  # from scratch
     ]
-    assert scheduler._next_perturbation_sync == 2  # t3's next meeting is the population's
+    # t3's next meeting would be at 2, but a step at 2 is recorded: that meeting was held.
+    assert scheduler._next_perturbation_sync == 4
     assert states[1].last_result == {EPOCH_KEY: 4, METRIC: 0.55}
-    assert [t.status for t in trials] == [Trial.PAUSED, Trial.PAUSED, Trial.PAUSED, Trial.PENDING]
+    assert [t.status for t in trials] == [Trial.PENDING, Trial.PAUSED, Trial.PENDING, Trial.PENDING]
     assert scheduler.exploits == steps
+    scheduler.replay(recorded, [])
+    assert scheduler._next_perturbation_sync == 2  # without it, t3's next meeting is the population's
+
+
+def test_a_step_ray_s_saved_state_missed_is_taken_again_on_resume(tmp_path: Path) -> None:
+    # The driver died after recording t1's step at the meeting at epoch 2 and before Ray saved
+    # its state again: Ray restores t1 from its own epoch-2 checkpoint under its old configuration.
+    scheduler = build_scheduler(spec_with(), tmp_path)
+    assert isinstance(scheduler, RecordingPBT)
+    old, new = {"learning_rate": 1e-3, "dropout": 0.1}, {"learning_rate": 2e-3, "dropout": 0.2}
+    trials = [Trial("__fake", config=dict(old), trial_id=f"t{i}", stub=True) for i in range(3)]
+    for trial in trials:
+        restored_from_checkpoint(trial, tmp_path / trial.trial_id / "checkpoint_000001", 2)
+    copies = []
+    for number, trial in enumerate(trials):
+        copies.append(tmp_path / trial.trial_id / f"{EXPLOITED_CHECKPOINT_PREFIX}{number:06d}")
+        copies[-1].mkdir()
+    set_trial_restore_checkpoint(trials[1], tune.Checkpoint.from_directory(str(copies[1])))  # t1: Ray saved it
+    restored_from_checkpoint(trials[2], tmp_path / "t2" / "checkpoint_000002", 3)  # t2: trained on after it
+    steps = [ExploitStep(t.trial_id, 2, "t9", 2, dict(old), dict(new)) for t in trials]
+    scheduler.replay({t.trial_id: {1: 0.5, 2: 0.6} for t in trials}, steps)
+    controller = Controller(trials)
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+    restarts = [checkpoint_path(trial) for trial in trials]
+    assert trials[0].config == new and restarts[0] == copies[0]
+    assert pbt_trial_state(scheduler, trials[0]).last_perturbation_time == 2
+    assert trials[1].config == old and restarts[1] == copies[1]  # as Ray saved it
+    assert trials[2].config == old and restarts[2] == tmp_path / "t2" / "checkpoint_000002"
 
 
 def chosen_by(scheduler: RecordingPBT, controller: Controller) -> str | None:
