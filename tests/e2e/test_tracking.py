@@ -802,6 +802,11 @@ def test_sync_completes_a_search_whose_server_went_away_halfway(
         back.port, back.uri = own.port, own.uri
         back.start()
         try:
+            # As if an earlier session had ended (stopped, then resumed): MLflow holds its summary
+            # at the same step with another value, older; sync sends the search's own, later.
+            parent_id = TrackingRecord.read(experiment_dir).parent_run_id  # type: ignore[union-attr]
+            older_ms = int((time.time() - 3600) * 1000)
+            client(back.uri).log_metric(parent_id, "trials_completed", 0.0, timestamp=older_ms, step=0)
             first = sync(experiment_dir, tracking_uri=back.uri)
             after_one = histories(back.uri, "half", experiment_dir)
             second = sync(experiment_dir, tracking_uri=back.uri)

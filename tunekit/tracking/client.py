@@ -76,7 +76,7 @@ class RunClient(Protocol):
 
     def set_running(self, run_id: str) -> None: ...
 
-    def metric_steps(self, run_id: str, key: str) -> set[int]: ...
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]: ...
 
     def log_batch(
         self,
@@ -185,9 +185,9 @@ class MlflowRunClient:
         with _mlflow_errors():
             self._client.update_run(run_id, status="RUNNING")
 
-    def metric_steps(self, run_id: str, key: str) -> set[int]:
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         with _mlflow_errors():
-            return {point.step for point in self._client.get_metric_history(run_id, key)}
+            return [(point.step, point.value) for point in self._client.get_metric_history(run_id, key)]
 
     def log_batch(
         self,

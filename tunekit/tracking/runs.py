@@ -439,7 +439,9 @@ class RunBook:
         steps: set[int] = set()
         if pending.metrics:
             if trial.steps is None:  # reattached on resume: which epochs does MLflow hold?
-                trial.steps = client.metric_steps(trial.run_id, metric_key(self.spec.metric.name))
+                trial.steps = {
+                    step for step, _ in client.metric_history(trial.run_id, metric_key(self.spec.metric.name))
+                }
             pending.metrics[:] = [m for m in pending.metrics if m.step not in trial.steps]
             steps = {m.step for m in pending.metrics}
         sender.send(trial.run_id, pending.params, pending.tags, pending.metrics)
@@ -476,10 +478,15 @@ class RunBook:
             self._parent_ended = True
 
     def _drop_held_points(self, run_id: str, metrics: list[MetricPoint]) -> None:
-        """Removes the points at steps MLflow already holds for their key (``fill_only``)."""
+        """Removes the points MLflow already holds, step and value, for their key (``fill_only``).
+
+        A point at a held step with another value stays: a search stopped and resumed logs
+        its summary at step 0 and its running best at each count of ended trials again, and
+        the resumed session's values, later, are the ones MLflow must show as latest.
+        """
         client = self._sender().client
-        held = {key: client.metric_steps(run_id, key) for key in {m.key for m in metrics}}
-        metrics[:] = [m for m in metrics if m.step not in held[m.key]]
+        held = {key: set(client.metric_history(run_id, key)) for key in {m.key for m in metrics}}
+        metrics[:] = [m for m in metrics if (m.step, m.value) not in held[m.key]]
 
     def _log_best_model(self, trial_id: str) -> None:
         trial = self.trials.get(trial_id)

@@ -98,8 +98,8 @@ class FakeClient:
 
     def set_running(self, run_id: str) -> None: ...
 
-    def metric_steps(self, run_id: str, key: str) -> set[int]:
-        return set()
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        return [(m.step, m.value) for m in self.metric_points(run_id) if m.key == key]
 
     def set_terminated(self, run_id: str, status: str, end_ms: int | None = None) -> None:
         self.terminated[run_id] = status
