@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import math
 import numbers
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,16 @@ INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resu
 # In INFO_KEY: set on the last epoch's report when the model's own callbacks ended
 # training (EarlyStopping, anything setting ``model.stop_training``).
 STOPPED_BY_MODEL = "stopped_by_model"
+
+
+def stopped_by_model(result: Mapping[str, Any]) -> bool:
+    """Whether a trial's result is its last because its model stopped training. Schedulers and
+    searchers get Ray's flattened results (``tunekit/stopped_by_model``); callbacks nested ones."""
+    info = result.get(INFO_KEY)
+    nested = isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
+    return nested or bool(result.get(f"{INFO_KEY}/{STOPPED_BY_MODEL}"))
+
+
 # In INFO_KEY: the model's callbacks restored earlier weights at the end (EarlyStopping's
 # restore_best_weights); the last report's validation metrics were measured on them.
 RESTORED_WEIGHTS = "restored_weights"

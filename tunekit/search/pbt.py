@@ -55,6 +55,7 @@ from tunekit.layout import (
     EXPLOITED_CHECKPOINT_PREFIX,
     NEW_PREFIX,
     OLD_PREFIX,
+    stopped_by_model,
 )
 
 logger = logging.getLogger("tunekit")
@@ -232,9 +233,10 @@ class RecordingPBT(PopulationBasedTraining):
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         self._epochs[trial.trial_id] = int(result.get(EPOCH_KEY, 0))
-        if self._epochs[trial.trial_id] >= self.max_epochs:
-            # The trial's last epoch: a copy now would replace its finished model with the
-            # source's, trained no further. It ends as it is.
+        if self._epochs[trial.trial_id] >= self.max_epochs or stopped_by_model(result):
+            # The trial's last epoch (by the budget, or its model's EarlyStopping): a copy now
+            # would replace its finished model with the source's, trained no further, and a
+            # pause would restart a model that stopped itself. It ends as it is.
             return str(TrialScheduler.CONTINUE)
         decision = super().on_trial_result(tune_controller, trial, result)
         if decision == TrialScheduler.PAUSE or trial.status == Trial.PAUSED:

@@ -31,7 +31,7 @@ from tunekit.compat.optuna_study import recent_trials_study, reopen_trial
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, finite, study_file
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, finite, stopped_by_model, study_file
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     EPOCH_RESULT_ATTR_PREFIX,
@@ -391,13 +391,9 @@ class OptunaStudySearcher(Searcher):
         # so that last epoch reaches the study here.
         self._report(trial, result)
         value = finite(result.get(self._spec.metric.name))
-        info = result.get(INFO_KEY)
         # EarlyStopping (or any callback setting model.stop_training) ended it: the model
-        # is finished as its author meant it, not cut short by the search. Ray hands
-        # searchers flattened results ("tunekit/stopped_by_model"); tests pass nested ones.
-        stopped_by_model = bool(result.get(f"{INFO_KEY}/{STOPPED_BY_MODEL}")) or (
-            isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
-        )
+        # is finished as its author meant it, not cut short by the search.
+        by_model = stopped_by_model(result)
         values = objective_values(self._spec, result)
         if error or result.get(FAILURE_KEY) or value is None or values is None:
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
@@ -405,7 +401,7 @@ class OptunaStudySearcher(Searcher):
         set_constraints(trial, self._spec, result)
         if self._spec.multi_objective:
             trial.set_user_attr(FINAL_RESULT_ATTR, final_result(self._spec, result))
-        if stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
+        if by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs:
             self.study.tell(trial, values if self._spec.multi_objective else value, skip_if_finished=True)
         else:
             # Stopped before the end: Optuna keeps the last intermediate value as the
@@ -414,11 +410,7 @@ class OptunaStudySearcher(Searcher):
 
     def _finished(self, result: Mapping[str, Any]) -> bool:
         """The result is a trial's last by its own account: all epochs, or its model stopped it."""
-        info = result.get(INFO_KEY)
-        stopped_by_model = bool(result.get(f"{INFO_KEY}/{STOPPED_BY_MODEL}")) or (
-            isinstance(info, Mapping) and bool(info.get(STOPPED_BY_MODEL))
-        )
-        return stopped_by_model or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs
+        return stopped_by_model(result) or int(result.get(EPOCH_KEY, 0)) >= self._spec.budget.max_epochs
 
     def trial_number(self, trial_id: str) -> int | None:
         return self._numbers.get(trial_id)

@@ -21,7 +21,7 @@ from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import checkpoint_path, pbt_trial_state, set_trial_restore_checkpoint
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
-from tunekit.layout import EPOCH_KEY, EXPLOITED_CHECKPOINT_PREFIX
+from tunekit.layout import EPOCH_KEY, EXPLOITED_CHECKPOINT_PREFIX, INFO_KEY, STOPPED_BY_MODEL
 from tunekit.search.pbt import ExploitStep, RecordingPBT, mutations, write_exploits_csv
 from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
 
@@ -248,6 +248,17 @@ def test_the_last_epoch_is_never_exploited(tmp_path: Path) -> None:
     assert len(scheduler.exploits) == 5  # the weakest copies the strongest at every epoch
     assert report_epoch(scheduler, controller, trials, 6, tmp_path) == [TrialScheduler.CONTINUE] * 4
     assert len(scheduler.exploits) == 5
+
+
+def test_a_model_that_stops_itself_ends_its_trial_even_at_a_meeting(tmp_path: Path) -> None:
+    scheduler, controller, trials = population(tmp_path, spec_with(resample_probability=0.0))
+    report_epoch(scheduler, controller, trials, 1, tmp_path)
+    # At the meeting at epoch 2, t0 (the weakest) reports its last epoch: its EarlyStopping fired.
+    result = {EPOCH_KEY: 2, METRIC: 0.4, f"{INFO_KEY}/{STOPPED_BY_MODEL}": 2}
+    assert scheduler.on_trial_result(controller, trials[0], result) == TrialScheduler.CONTINUE
+    trials[0].set_status(Trial.TERMINATED)  # Ray ends it: its trainable returned
+    report_epoch(scheduler, controller, trials[1:], 2, tmp_path)
+    assert [(step.trial_id, step.source_trial_id) for step in scheduler.exploits] == [("t1", "t3")]
 
 
 def test_an_exploit_of_a_checkpoint_gone_from_disk_is_skipped(tmp_path: Path) -> None:
