@@ -49,7 +49,8 @@ class Status:
     complete: bool  # as ``tunekit resume`` judges it: nothing left to run
     metric: str
     counts: dict[str, int]
-    running: list[RunningTrial]
+    running: list[RunningTrial]  # on a worker now: its last span is open
+    waiting: list[str]  # running trials off their worker (PBT's pause): their numbers
     ended: list[dict[str, str]]
 
     def describe(self) -> str:
@@ -73,6 +74,10 @@ class Status:
                 f"  {r.epoch:>5}  {r.in_epoch_s:.1f} s"
                 for r in self.running
             ]
+        if self.waiting:
+            lines.append(
+                f"paused (off their worker until PBT's next meeting or a free slot): trials {', '.join(self.waiting)}"
+            )
         if self.ended:
             lines.append(f"last ended (newest first, at most {ENDED_SHOWN}):")
             lines.append(
@@ -133,16 +138,19 @@ def read_status(experiment_dir: str | Path) -> Status:
         isinstance(planned, int) and search_complete(directory, str(spec.get("name")), planned, trials),
         first_metric(spec.get("metric")),
         counts,
-        _running(directory, running, active),
+        *_on_workers(directory, running, active),
         ended[:ENDED_SHOWN],
     )
 
 
-def _running(directory: Path, rows: list[dict[str, str]], active_now: float) -> list[RunningTrial]:
-    """Each running trial's node, worker, attempt and epoch, from its open span and last epoch."""
+def _on_workers(directory: Path, rows: list[dict[str, str]], active_now: float) -> tuple[list[RunningTrial], list[str]]:
+    """Each running trial's node, worker, attempt and epoch, from its open span and last epoch;
+    and the running trials whose last span is closed: PBT paused them, and they hold no worker."""
     spans: dict[str, dict[str, str]] = {}
     for span in table_rows(directory / SPANS_FILE):
         spans[span["trial_id"]] = span  # rows are in span order: the last one is the current
+    paused = [row for row in rows if spans.get(row["trial_id"], {}).get("end")]
+    rows = [row for row in rows if row not in paused]
     last_epoch: dict[str, tuple[int, float]] = {}
     for epoch in table_rows(directory / EPOCHS_FILE):
         number, at = int(epoch["epoch"]), _float(epoch.get("time")) or 0.0
@@ -169,7 +177,7 @@ def _running(directory: Path, rows: list[dict[str, str]], active_now: float) -> 
                 in_epoch_s=max(0.0, active_now - since),
             )
         )
-    return found
+    return found, [row.get("number") or row["trial_id"] for row in paused]
 
 
 def _float(text: str | None) -> float | None:

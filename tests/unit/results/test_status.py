@@ -128,3 +128,18 @@ def test_active_time_is_rounded_as_the_report_rounds_it(tmp_path: Path) -> None:
     (root / STARTED_FILE).write_text(json.dumps({**clock, "sessions": [[end - 46.99, end]]}))
     assert "active 0m 47s" in read_status(root).describe()
     assert duration(46.99) == "0m 47s" and duration(3725) == "1h 02m" and duration(None) == "-"
+
+
+def test_a_trial_pbt_paused_is_listed_off_its_worker_not_as_running_on_it(tmp_path: Path) -> None:
+    root = experiment(tmp_path / "e", running=True, heard_s_ago=1.0)
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt1,0,running,,2\nt2,1,running,,2\n")
+    # t1 trains its third epoch in its second span; t2 reported its second and waits for PBT's meeting.
+    (root / "spans.csv").write_text(
+        "trial_id,span,start,end,attempt,node_id,pid\n"
+        "t1,1,1.0,5.0,1,abcdef1234,77\nt1,2,9.0,,1,abcdef1234,77\nt2,1,1.0,8.0,1,abcdef1234,78\n"
+    )
+    (root / "epochs.csv").write_text("trial_id,epoch,time\nt1,1,3.0\nt1,2,5.0\nt2,1,4.0\nt2,2,8.0\n")
+    status = read_status(root)
+    assert [(r.number, r.pid, r.epoch) for r in status.running] == [("0", "77", 3)]
+    assert status.waiting == ["1"]
+    assert "paused (off their worker until PBT's next meeting or a free slot): trials 1" in status.describe()
