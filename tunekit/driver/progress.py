@@ -119,7 +119,17 @@ class ConsoleProgress:
         workers = record.span_workers
         if len(workers) >= 2 and workers[-2].get("attempt") != record.attempts:
             # A retry after its worker or node died (or a resume): say which trial, where it was, which attempt.
-            before = workers[-2]
+            attempt_before = workers[-2].get("attempt")
+            # Its last span that reported: PBT's pauses split an attempt into spans, and the last
+            # one may have ended before its first report.
+            before = next(
+                (
+                    w
+                    for w in reversed(workers[:-1])
+                    if w.get("attempt") == attempt_before and (w.get("node_id") or w.get("pid"))
+                ),
+                workers[-2],
+            )
             where = (
                 f"node {_node(before.get('node_id'))}, worker pid {before.get('pid') or '?'}"
                 if before.get("node_id") or before.get("pid")
@@ -131,7 +141,7 @@ class ConsoleProgress:
                 else "trains again from its first epoch (it had no checkpoint yet)"
             )
             attempt = f"trial {_name(record)}: attempt {record.attempts}"
-            self._notice(f"{attempt} {starts}; attempt {before.get('attempt')} ran on {where}")
+            self._notice(f"{attempt} {starts}; attempt {attempt_before} ran on {where}")
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         self._costs.epoch(record, row)

@@ -240,12 +240,20 @@ def test_console_names_a_retried_trial_its_nodes_and_attempts() -> None:
     young.attempts = 2
     young.begin_span(6.0)
     console.trial_started(young)
+    paused = TrialRecord("t3", 5, {}, epochs=4)  # PBT paused it; its restart had not reported when its driver died
+    paused.begin_span(0.0)
+    paused.note_worker("cccccccc3333", 99)
+    paused.begin_span(3.0)
+    paused.checkpoint_epoch, paused.attempts = 4, 2
+    paused.begin_span(6.0)
+    console.trial_started(paused)
     lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "attempt" in line]
     assert lines == [
         "trial 3: attempt 2 starts from its last checkpoint (epoch 2); attempt 1 ran on node aaaaaaaa, worker pid 4242",
         "trial 3: attempt 2 runs on node bbbbbbbb (worker pid 5151), resumed from epoch 2",
         "trial 4: attempt 2 trains again from its first epoch (it had no checkpoint yet); "
         "attempt 1 ran on node aaaaaaaa, worker pid 4243",
+        "trial 5: attempt 2 starts from its last checkpoint (epoch 4); attempt 1 ran on node cccccccc, worker pid 99",
     ]
 
 
