@@ -169,12 +169,14 @@ class RecordingPBT(PopulationBasedTraining):
         self.params = spec.space.names  # the columns of exploits.csv
         self.exploits: list[ExploitStep] = []
         self.paused: set[str] = set()  # trial ids paused by PBT and not yet restarted
-        self._epochs: dict[str, int] = {}  # trial id -> the epoch of its result being decided
+        self._not_started: set[str] = set()  # restored by a resume and not started since
         self._replayed: dict[str, Mapping[int, float]] = {}  # trial id -> {epoch: metric} recorded before a resume
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         pbt_add_trial_beside_searcher(self, tune_controller, trial)
         by_epoch = self._replayed.pop(trial.trial_id, None)
+        if by_epoch is not None:
+            self._not_started.add(trial.trial_id)
         state = pbt_trial_state(self, trial)
         if not by_epoch or state is None:
             return
@@ -232,8 +234,7 @@ class RecordingPBT(PopulationBasedTraining):
         return (epoch // interval) * interval
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
-        self._epochs[trial.trial_id] = int(result.get(EPOCH_KEY, 0))
-        if self._epochs[trial.trial_id] >= self.max_epochs or stopped_by_model(result):
+        if int(result.get(EPOCH_KEY, 0)) >= self.max_epochs or stopped_by_model(result):
             # The trial's last epoch (by the budget, or its model's EarlyStopping): a copy now
             # would replace its finished model with the source's, trained no further, and a
             # pause would restart a model that stopped itself. It ends as it is.
@@ -244,7 +245,14 @@ class RecordingPBT(PopulationBasedTraining):
         return str(decision)
 
     def restarted_after_pause(self, trial_id: str) -> bool:
-        """Whether this start of the trial follows PBT's own pause (not a retry or a resume)."""
+        """Whether this start of the trial follows PBT's own pause (not a retry or a resume).
+
+        A trial's first start after a resume is the resume's, though PBT paused it at a meeting
+        or copied another into it before it ran again."""
+        if trial_id in self._not_started:
+            self._not_started.discard(trial_id)
+            self.paused.discard(trial_id)
+            return False
         if trial_id in self.paused:
             self.paused.discard(trial_id)
             return True
@@ -260,6 +268,9 @@ class RecordingPBT(PopulationBasedTraining):
             return
         old = dict(trial.config)
         source_epoch = int((source_state.last_result or {}).get(EPOCH_KEY, 0))
+        # The meeting's epoch, which PBT has just set as every ranked trial's perturbation time:
+        # a trial waiting there since a resume has reported nothing in this session.
+        meeting = int(pbt_trial_state(self, trial).last_perturbation_time)
         super()._exploit(tune_controller, trial, trial_to_clone)
         copy_dir = self.experiment_dir / trial.trial_id / f"{EXPLOITED_CHECKPOINT_PREFIX}{len(self.exploits):06d}"
         shutil.copytree(source_dir, copy_dir, dirs_exist_ok=True)
@@ -267,9 +278,7 @@ class RecordingPBT(PopulationBasedTraining):
         self.paused.add(trial.trial_id)
         step = ExploitStep(
             trial.trial_id,
-            # A trial whose result came before a resume (a paused trial the resumed PBT ranks)
-            # is at the epoch Ray restored with it.
-            self._epochs.get(trial.trial_id) or int((trial.last_result or {}).get(EPOCH_KEY, 0)),
+            meeting,
             trial_to_clone.trial_id,
             source_epoch,
             old,

@@ -357,7 +357,7 @@ def test_a_population_resumed_mid_meeting_meets_where_it_stopped(tmp_path: Path)
     config = {"learning_rate": 1e-3, "dropout": 0.1, "units": 32}
     trials = [Trial("__fake", config=dict(config), trial_id=f"t{i}", stub=True) for i in range(4)]
     reached = {"t0": 4, "t1": 2, "t2": 4, "t3": 2}
-    scores = {"t0": 0.9, "t1": 0.3, "t2": 0.6, "t3": 0.5}
+    scores = {"t0": 0.9, "t1": 0.3, "t2": 0.2, "t3": 0.5}
     for trial in trials:  # Ray restores each from its last checkpoint, as PENDING
         epoch = reached[trial.trial_id]
         restored_from_checkpoint(trial, tmp_path / trial.trial_id / f"checkpoint_{epoch:06d}", epoch)
@@ -370,6 +370,7 @@ def test_a_population_resumed_mid_meeting_meets_where_it_stopped(tmp_path: Path)
     assert chosen_by(scheduler, controller) in ("t1", "t3")  # never a waiting one
     for trial in (trials[1], trials[3]):
         trial.set_status(Trial.RUNNING)
+        assert not scheduler.restarted_after_pause(trial.trial_id)  # the resume's start: an attempt
         assert scheduler.on_trial_result(controller, trial, {EPOCH_KEY: 3, METRIC: scores[trial.trial_id]}) == (
             TrialScheduler.CONTINUE
         )
@@ -381,10 +382,15 @@ def test_a_population_resumed_mid_meeting_meets_where_it_stopped(tmp_path: Path)
         trial.set_status(Trial.PAUSED)
     # Ranked once, at epoch 4, all four at epoch 4: the weakest copied the strongest's epoch-4 checkpoint.
     [step] = scheduler.exploits
-    assert (step.trial_id, step.epoch, step.source_trial_id, step.source_epoch) == ("t1", 4, "t0", 4)
-    restart = trials[1].checkpoint
+    assert (step.trial_id, step.epoch, step.source_trial_id, step.source_epoch) == ("t2", 4, "t0", 4)
+    restart = trials[2].checkpoint
     assert restart is not None and json.loads((Path(restart.path) / "state.json").read_text())["epoch"] == 4
     assert chosen_by(scheduler, controller) is not None  # on to the meeting at epoch 6
+    # t2 waited at the meeting and copied t0 there: its first start since the resume is an
+    # attempt (the resume's), its next start after a PBT pause is not.
+    assert not scheduler.restarted_after_pause("t2")
+    scheduler.paused.add("t2")
+    assert scheduler.restarted_after_pause("t2")
 
 
 def test_mutations_resample_within_the_space_and_checkpoints_outlive_an_interval() -> None:
