@@ -95,7 +95,7 @@ class ExploitStep:
         who = f"trial {source}" if source is not None else self.source_trial_id
         changed = {name: value for name, value in self.new.items() if self.old.get(name) != value}
         changes = ", ".join(f"{name} {_short(self.old.get(name))} -> {_short(v)}" for name, v in changed.items())
-        return f"epoch {self.epoch}: copied {who} (epoch {self.source_epoch}); {changes}"
+        return f"epoch {self.epoch}: copied {who} (epoch {self.source_epoch}); {changes or 'same configuration'}"
 
 
 def _short(value: Any) -> str:

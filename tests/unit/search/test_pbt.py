@@ -420,3 +420,5 @@ def test_the_exploit_table_has_every_parameter_before_and_after(tmp_path: Path) 
         step.describe({"t0": 0}.get)
         == "epoch 2: copied trial 0 (epoch 2); learning_rate 0.001 -> 0.0008, units 32 -> 64"
     )
+    unchanged = ExploitStep("t1", 4, "t0", 4, {"learning_rate": 1e-3}, {"learning_rate": 1e-3})
+    assert unchanged.describe({"t0": 0}.get) == "epoch 4: copied trial 0 (epoch 4); same configuration"
