@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -475,29 +475,33 @@ class Recorder(Callback):
             self.scheduler.replay(self._metrics_by_epoch(), pruned)
         self.exploits = list(map(revived(ExploitStep), state.get("exploits", [])))
         if isinstance(self.scheduler, RecordingPBT):
-            self.exploits += self._late_exploits(endings.values())
-            self.scheduler.replay(self._metric_by_epoch(), self.exploits)
+            self.exploits += self._steps_only_the_study_has()
+            goes_on = [
+                r.trial_id for r in self.trials.values() if r.status in (TrialStatus.RUNNING, TrialStatus.STOPPED)
+            ]
+            started_all = len(self.trials) >= self.spec.budget.num_samples
+            self.scheduler.replay(self._metric_by_epoch(), self.exploits, goes_on, started_all)
             numbers = {r.trial_id: r.number for r in self.trials.values()}
             steps: dict[str, list[dict[str, Any]]] = {}
             for step in self.exploits:
                 steps.setdefault(step.trial_id, []).append(step.for_study(numbers.get))
             self.searcher.keep_exploit_steps(steps)
 
-    def _late_exploits(self, endings: Iterable[LateEnding]) -> list[ExploitStep]:
-        """PBT's steps of trials that ended after Ray's last save, as the study lists them
-        beyond those Ray saved: they stand, as the endings that followed them do."""
+    def _steps_only_the_study_has(self) -> list[ExploitStep]:
+        """PBT's steps the study lists beyond those Ray saved (taken after its last save): they
+        stand, and the scheduler takes one again where Ray's state of its trial predates it."""
         ids = {r.number: r.trial_id for r in self.trials.values()}
-        late = []
-        for ending in endings:
-            saved = sum(step.trial_id == ending.trial_id for step in self.exploits)
-            for step in ending.exploits[saved:]:
+        last_heard = self.clock.sessions[-1][1] if self.clock.sessions else time.time()
+        later = []
+        for trial_id, listed in self.searcher.exploit_steps().items():
+            saved = sum(step.trial_id == trial_id for step in self.exploits)
+            for step in listed[saved:]:
                 source = ids.get(step.get("source"), str(step.get("source")))
                 old, new = dict(step.get("old", {})), dict(step.get("new", {}))
                 epoch, source_epoch = int(step["epoch"]), int(step.get("source_epoch", 0))
-                late.append(
-                    ExploitStep(ending.trial_id, epoch, source, source_epoch, old, new, ending.ended_at or time.time())
-                )
-        return late
+                at = float(step.get("time") or last_heard)  # a study written before steps kept their time
+                later.append(ExploitStep(trial_id, epoch, source, source_epoch, old, new, at))
+        return sorted(later, key=lambda step: step.wall_time)
 
     def adopt_late_endings(self, endings: Mapping[str, LateEnding]) -> None:
         """Trials the killed driver ended after Ray's last save; ``set_state`` ends their records

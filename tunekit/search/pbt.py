@@ -28,7 +28,7 @@ import csv
 import logging
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,7 @@ class ExploitStep:
             "source_epoch": self.source_epoch,
             "old": dict(self.old),
             "new": dict(self.new),
+            "time": self.wall_time,
         }
 
     def describe(self, number_of: Callable[[str], int | None]) -> str:
@@ -286,15 +287,26 @@ class RecordingPBT(PopulationBasedTraining):
         )
         self.exploits.append(step)
 
-    def replay(self, values: Mapping[str, Mapping[int, float]], exploits: Sequence[ExploitStep]) -> None:
+    def replay(
+        self,
+        values: Mapping[str, Mapping[int, float]],
+        exploits: Sequence[ExploitStep],
+        ongoing: Collection[str],
+        all_started: bool,
+    ) -> None:
         """Refills PBT's state after a resume (each trial's, as Ray adds it: ``on_trial_add``):
-        its last score at its last meeting, and the steps taken so far. The population meets
-        next where it was heading before: one interval after the earliest last meeting, or
-        after the last meeting a step was recorded at."""
+        its last score at its last meeting, and the steps taken so far.
+
+        The population meets next where it was heading before: one interval after the
+        earliest last meeting of the trials that go on (``ongoing``; one that never reported,
+        or never started when not ``all_started``, is at 0), or after the last meeting a step
+        was recorded at, which was held even where the tables lag it.
+        """
         self.exploits = list(exploits)
         self._replayed = {trial_id: by_epoch for trial_id, by_epoch in values.items() if by_epoch}
-        reached = [self._meeting_at_or_before(max(by_epoch)) for by_epoch in self._replayed.values()]
-        held = max((step.epoch for step in exploits), default=0)  # held, even where the tables lag it
+        reached = [self._meeting_at_or_before(max(values.get(trial_id) or {0: 0.0})) for trial_id in ongoing]
+        reached += [] if all_started else [0]
+        held = max((step.epoch for step in exploits), default=0)
         if reached:
             pbt_set_next_sync(self, max(min(reached), held) + int(self._perturbation_interval))
 

@@ -422,13 +422,18 @@ class OptunaStudySearcher(Searcher):
         if trial is not None:
             trial.set_user_attr(PBT_STEPS_ATTR, [*trial.user_attrs.get(PBT_STEPS_ATTR, []), dict(step)])
 
-    def keep_exploit_steps(self, steps: Mapping[str, list[dict[str, Any]]]) -> None:
-        """A resume under PBT: each unfinished trial's steps in the study become ``steps``.
+    def exploit_steps(self) -> dict[str, list[dict[str, Any]]]:
+        """PBT's steps of each trial as the study lists them (``note_exploit``), by Ray trial id."""
+        steps: dict[str, list[dict[str, Any]]] = {}
+        for trial in self.study.get_trials(deepcopy=False):
+            trial_id = trial.user_attrs.get(RAY_TRIAL_ATTR)
+            if trial_id is not None and trial.user_attrs.get(PBT_STEPS_ATTR):
+                steps[str(trial_id)] = list(trial.user_attrs[PBT_STEPS_ATTR])
+        return steps
 
-        Ray restores a trial as its last save left it; a step the killed driver took after
-        that save is undone (the trial trains on from before it, and PBT decides again), so
-        the study must not keep it. Ended trials keep theirs (see ``Recorder.set_state``).
-        """
+    def keep_exploit_steps(self, steps: Mapping[str, list[dict[str, Any]]]) -> None:
+        """A resume under PBT: each unfinished trial's steps in the study become ``steps``,
+        the steps the resumed search goes on from (``Recorder.set_state``)."""
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             trial_id = trial.user_attrs.get(RAY_TRIAL_ATTR)
             kept = trial.user_attrs.get(PBT_STEPS_ATTR, [])

@@ -297,7 +297,7 @@ def test_replay_restores_scores_perturbation_times_and_the_next_meeting(tmp_path
     }
     for trial, epoch in zip(trials, (3, 4, 3), strict=False):
         restored_from_checkpoint(trial, tmp_path / trial.trial_id / f"checkpoint_{epoch:06d}", epoch)
-    scheduler.replay(recorded, steps)
+    scheduler.replay(recorded, steps, list(recorded), all_started=True)
     controller = Controller(trials)
     for trial in trials:
         scheduler.on_trial_add(controller, trial)
@@ -313,7 +313,7 @@ def test_replay_restores_scores_perturbation_times_and_the_next_meeting(tmp_path
     assert states[1].last_result == {EPOCH_KEY: 4, METRIC: 0.55}
     assert [t.status for t in trials] == [Trial.PENDING, Trial.PAUSED, Trial.PENDING, Trial.PENDING]
     assert scheduler.exploits == steps
-    scheduler.replay(recorded, [])
+    scheduler.replay(recorded, [], list(recorded), all_started=True)
     assert scheduler._next_perturbation_sync == 2  # without it, t3's next meeting is the population's
 
 
@@ -333,7 +333,7 @@ def test_a_step_ray_s_saved_state_missed_is_taken_again_on_resume(tmp_path: Path
     set_trial_restore_checkpoint(trials[1], tune.Checkpoint.from_directory(str(copies[1])))  # t1: Ray saved it
     restored_from_checkpoint(trials[2], tmp_path / "t2" / "checkpoint_000002", 3)  # t2: trained on after it
     steps = [ExploitStep(t.trial_id, 2, "t9", 2, dict(old), dict(new)) for t in trials]
-    scheduler.replay({t.trial_id: {1: 0.5, 2: 0.6} for t in trials}, steps)
+    scheduler.replay({t.trial_id: {1: 0.5, 2: 0.6} for t in trials}, steps, [t.trial_id for t in trials], True)
     controller = Controller(trials)
     for trial in trials:
         scheduler.on_trial_add(controller, trial)
@@ -342,6 +342,20 @@ def test_a_step_ray_s_saved_state_missed_is_taken_again_on_resume(tmp_path: Path
     assert pbt_trial_state(scheduler, trials[0]).last_perturbation_time == 2
     assert trials[1].config == old and restarts[1] == copies[1]  # as Ray saved it
     assert trials[2].config == old and restarts[2] == tmp_path / "t2" / "checkpoint_000002"
+
+
+def test_the_next_meeting_counts_trials_that_go_on_without_a_reported_epoch(tmp_path: Path) -> None:
+    # Killed with t0 and t1 waiting at the meeting at epoch 2, t2 started and not yet reported,
+    # and t3 done (its model stopped it at epoch 1): the population meets at 2, not at 4.
+    scheduler = build_scheduler(spec_with(), tmp_path)
+    assert isinstance(scheduler, RecordingPBT)
+    recorded = {"t0": {1: 0.5, 2: 0.6}, "t1": {1: 0.4, 2: 0.5}, "t3": {1: 0.1}}
+    scheduler.replay(recorded, [], ["t0", "t1", "t2"], all_started=True)
+    assert scheduler._next_perturbation_sync == 2
+    scheduler.replay(recorded, [], ["t0", "t1"], all_started=True)
+    assert scheduler._next_perturbation_sync == 4  # t3 ended: it does not hold the others back
+    scheduler.replay(recorded, [], ["t0", "t1"], all_started=False)  # a trial Ray had not started yet
+    assert scheduler._next_perturbation_sync == 2
 
 
 def chosen_by(scheduler: RecordingPBT, controller: Controller) -> str | None:
@@ -361,7 +375,7 @@ def test_a_population_resumed_mid_meeting_meets_where_it_stopped(tmp_path: Path)
     for trial in trials:  # Ray restores each from its last checkpoint, as PENDING
         epoch = reached[trial.trial_id]
         restored_from_checkpoint(trial, tmp_path / trial.trial_id / f"checkpoint_{epoch:06d}", epoch)
-    scheduler.replay({t: {e: scores[t] for e in range(1, reached[t] + 1)} for t in reached}, [])
+    scheduler.replay({t: {e: scores[t] for e in range(1, reached[t] + 1)} for t in reached}, [], list(reached), True)
     controller = Controller(trials)
     for trial in trials:
         scheduler.on_trial_add(controller, trial)
