@@ -180,7 +180,9 @@ def _progress_events(
     epochs_spent = sum(_integer(row["epochs"]) or 0 for row in trials)
     end = max((_number(row["ended_at"]) or started for row in ended), default=started)
     for index in range(1, len(ended) + 1):
-        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in ended[:index]], spec.metric.mode)
+        # Ties go to the lower trial number, as the recorder and the summary break them.
+        so_far = sorted(ended[:index], key=lambda r: (_integer(r["number"]) is None, _integer(r["number"]) or 0))
+        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in so_far], spec.metric.mode)
         final = index == len(ended)
         yield ProgressEvent(
             ended=index,
