@@ -95,6 +95,8 @@ class Status:
         if status == TrialStatus.RUNNING and not self.alive:
             # trials.csv still says running: their driver was killed before it could say otherwise.
             return f"{count} interrupted (running when their driver died; `tunekit resume` trains them on)"
+        if status == TrialStatus.RUNNING and self.waiting:
+            return f"{count} running ({len(self.waiting)} of them paused)"
         return f"{count} {status}"
 
     def _state(self) -> str:

@@ -143,3 +143,4 @@ def test_a_trial_pbt_paused_is_listed_off_its_worker_not_as_running_on_it(tmp_pa
     assert [(r.number, r.pid, r.epoch) for r in status.running] == [("0", "77", 3)]
     assert status.waiting == ["1"]
     assert "paused (off their worker until PBT's next meeting or a free slot): trials 1" in status.describe()
+    assert "trials: 2 running (1 of them paused) of 4 planned" in status.describe()
