@@ -25,7 +25,6 @@ from tunekit.search.attrs import (
     FINAL_RESULT_ATTR,
     HISTORY_ATTR,
     LOST_ATTR,
-    PBT_STEPS_ATTR,
     RAY_TRIAL_ATTR,
     epoch_results,
 )
@@ -56,7 +55,6 @@ class LateEnding:
         rows: the trial's rows in the ``epochs.csv`` the dead driver last wrote.
         spans: its rows in that ``spans.csv``: (start, end, {"attempt", "node_id", "pid"}).
         written: its row in that ``trials.csv`` (cells as text), or {}.
-        exploits: PBT's steps the study lists for it (``ExploitStep.for_study``'s form).
     """
 
     trial_id: str
@@ -69,7 +67,6 @@ class LateEnding:
     rows: tuple[EpochRow, ...] = ()
     spans: tuple[tuple[float, float | None, dict[str, Any]], ...] = ()
     written: dict[str, str] = field(default_factory=dict)
-    exploits: tuple[dict[str, Any], ...] = ()
 
 
 def late_endings(
@@ -118,7 +115,6 @@ def late_endings(
             tuple(map(_epoch_row, rows.get(trial_id, []))),
             tuple(map(_span, spans.get(trial_id, []))),
             written.get(trial_id, [{}])[-1],
-            tuple(trial.user_attrs.get(PBT_STEPS_ATTR, [])),
         )
     return endings
 

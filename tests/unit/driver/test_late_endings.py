@@ -269,7 +269,7 @@ def test_pbt_steps_after_ray_s_save_stand_for_running_and_ended_trials_alike(tmp
     searcher.on_trial_complete("p2", {EPOCH_KEY: 4, "val_accuracy": 0.9})
 
     endings = late_endings(searcher.study, saved_trials(tmp_path), tmp_path, population.space, "val_accuracy")
-    assert set(endings) == {"p2"} and [s["epoch"] for s in endings["p2"].exploits] == [2]
+    assert set(endings) == {"p2"}
     restored: Any = pickle.loads(pickle.dumps(searcher))  # as Ray unpickles it from tuner.pkl
     resumed = Recorder(population, tmp_path, searcher=restored, scheduler=RecordingPBT(population, tmp_path))
     resumed.adopt_late_endings(endings)
