@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,6 +63,7 @@ logger = logging.getLogger("tunekit")
 
 _TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
 _LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` while trials report
+_GOES_ON = (TrialStatus.RUNNING, TrialStatus.STOPPED)  # a resume trains these on
 
 
 class Listener(Protocol):
@@ -476,9 +478,7 @@ class Recorder(Callback):
         self.exploits = list(map(revived(ExploitStep), state.get("exploits", [])))
         if isinstance(self.scheduler, RecordingPBT):
             self.exploits += self._steps_only_the_study_has()
-            goes_on = [
-                r.trial_id for r in self.trials.values() if r.status in (TrialStatus.RUNNING, TrialStatus.STOPPED)
-            ]
+            goes_on = [r.trial_id for r in self.trials.values() if r.status in _GOES_ON]
             started_all = len(self.trials) >= self.spec.budget.num_samples
             self.scheduler.replay(self._metric_by_epoch(), self.exploits, goes_on, started_all)
             numbers = {r.trial_id: r.number for r in self.trials.values()}
@@ -493,9 +493,9 @@ class Recorder(Callback):
         ids = {r.number: r.trial_id for r in self.trials.values()}
         last_heard = self.clock.sessions[-1][1] if self.clock.sessions else time.time()
         later = []
+        saved = Counter(step.trial_id for step in self.exploits)
         for trial_id, listed in self.searcher.exploit_steps().items():
-            saved = sum(step.trial_id == trial_id for step in self.exploits)
-            for step in listed[saved:]:
+            for step in listed[saved[trial_id] :]:
                 source = ids.get(step.get("source"), str(step.get("source")))
                 old, new = dict(step.get("old", {})), dict(step.get("new", {}))
                 epoch, source_epoch = int(step["epoch"]), int(step.get("source_epoch", 0))

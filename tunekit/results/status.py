@@ -151,15 +151,17 @@ def _on_workers(directory: Path, rows: list[dict[str, str]], active_now: float) 
     spans: dict[str, dict[str, str]] = {}
     for span in table_rows(directory / SPANS_FILE):
         spans[span["trial_id"]] = span  # rows are in span order: the last one is the current
-    paused = [row for row in rows if spans.get(row["trial_id"], {}).get("end")]
-    rows = [row for row in rows if row not in paused]
+    paused: list[dict[str, str]] = []
+    on_workers: list[dict[str, str]] = []
+    for row in rows:
+        (paused if spans.get(row["trial_id"], {}).get("end") else on_workers).append(row)
     last_epoch: dict[str, tuple[int, float]] = {}
     for epoch in table_rows(directory / EPOCHS_FILE):
         number, at = int(epoch["epoch"]), _float(epoch.get("time")) or 0.0
         if number >= last_epoch.get(epoch["trial_id"], (0, 0.0))[0]:
             last_epoch[epoch["trial_id"]] = (number, at)
     found = []
-    for row in rows:
+    for row in on_workers:
         span = dict(spans.get(row["trial_id"], {}))
         if not span.get("node_id"):  # before its first report: the worker's heartbeat says where
             beat = read_heartbeat(directory / row["trial_id"])

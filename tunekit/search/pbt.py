@@ -181,7 +181,7 @@ class RecordingPBT(PopulationBasedTraining):
         state = pbt_trial_state(self, trial)
         if not by_epoch or state is None:
             return
-        step = self._step_to_take_again(trial)
+        step = self._take_last_step_again(trial)
         if step is not None:
             met = step.epoch
         else:
@@ -203,7 +203,7 @@ class RecordingPBT(PopulationBasedTraining):
             # when PBT chooses it (choose_trial_to_run), after the meeting.
             trial.set_status(Trial.PAUSED)
 
-    def _step_to_take_again(self, trial: Trial) -> ExploitStep | None:
+    def _take_last_step_again(self, trial: Trial) -> ExploitStep | None:
         """A restored trial's last exploit step, taken again when Ray's saved state is from before it.
 
         The step is recorded (``exploits.csv``, the study, MLflow) as it is taken, and Ray's

@@ -179,10 +179,15 @@ def _progress_events(
     counts: Counter[str] = Counter(TrialStatus(row["status"]) for row in trials)
     epochs_spent = sum(_integer(row["epochs"]) or 0 for row in trials)
     end = max((_number(row["ended_at"]) or started for row in ended), default=started)
-    for index in range(1, len(ended) + 1):
-        # Ties go to the lower trial number, as the recorder and the summary break them.
-        so_far = sorted(ended[:index], key=lambda r: (_integer(r["number"]) is None, _integer(r["number"]) or 0))
-        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in so_far], spec.metric.mode)
+    best: Row | None = None
+    for index, row in enumerate(ended, 1):
+        # The running best against the trial that ended, as the recorder keeps it (one pass, not
+        # a scan of every ended trial per trial); ties go to the lower trial number.
+        pair = sorted(
+            (r for r in (best, row) if r is not None),
+            key=lambda r: (_integer(r["number"]) is None, _integer(r["number"]) or 0),
+        )
+        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in pair], spec.metric.mode)
         final = index == len(ended)
         yield ProgressEvent(
             ended=index,
@@ -193,7 +198,7 @@ def _progress_events(
             wall_seconds=end - started if active is None else active,
             final=final,
             interrupted=counts[TrialStatus.RUNNING] > 0,
-            at=end if final else _number(ended[index - 1]["ended_at"]),
+            at=end if final else _number(row["ended_at"]),
             sessions=tuple((start, stop) for start, stop in clock.sessions) if final else (),
         )
     if not ended:  # no trial ended: the parent still ends, as a search that ran none does
