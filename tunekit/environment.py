@@ -6,6 +6,8 @@ One home for three things the doctor, the tracker, the driver and the benchmarks
   metadata (TensorFlow is never imported to learn its version).
 - ``redact_uri()``: a URI without its user, password and token-like query parameters,
   the only form in which a URI is printed, logged or recorded.
+- ``sqlite_database()``: the database file of a ``sqlite:///`` tracking URI (the doctor checks
+  it; the tracker keeps its artifacts beside it).
 - ``storage_shared_by_nodes()``: whether every node of a Ray cluster can write a
   directory and sees the files the others write there.
 
@@ -19,9 +21,11 @@ import contextlib
 import os
 import platform
 import re
+import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 # The packages whose versions tunekit reports, by name, each with the distributions that
@@ -124,6 +128,20 @@ def _redact_param(param: str) -> str:
 
 
 # --------------------------------------------------------------------------- storage
+
+
+def sqlite_database(uri: str) -> Path | None:
+    """The absolute path of the database file of a SQLite URI (SQLAlchemy's form:
+    ``sqlite:///relative.db`` from the working directory, ``sqlite:////absolute.db``); None
+    for another scheme or an in-memory database (``sqlite://``, ``sqlite:///:memory:``)."""
+    text = uri.split("?", 1)[0]
+    if not text.lower().startswith("sqlite:///"):
+        return None
+    path_text = text[len("sqlite:///") :]
+    if path_text in ("", ":memory:"):
+        return None
+    path = Path(urllib.parse.unquote(path_text)).expanduser()
+    return (path if path.is_absolute() else Path.cwd() / path).resolve()
 
 
 def storage_shared_by_nodes(

@@ -32,6 +32,7 @@ from tunekit.results import plots, summarize
 from tunekit.results.mlflow import load_from_mlflow
 from tunekit.search.attrs import PBT_STEPS_ATTR
 from tunekit.search.plan import study_storage
+from tunekit.tracking.client import ARTIFACTS_FOLDER
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
 
 pytestmark = pytest.mark.slow
@@ -198,6 +199,8 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
     parent = client.get_run(json.loads((experiment_dir / TRACKING_FILE).read_text())["parent_run_id"])
     sent = client.download_artifacts(parent.info.run_id, EXPLOITS_FILE, str(tmp_path))
     assert Path(sent).read_text() == (experiment_dir / EXPLOITS_FILE).read_text()
+    # A SQLite store's artifacts lie beside its database, not in the working directory.
+    assert parent.info.artifact_uri.startswith((tmp_path / ARTIFACTS_FOLDER).as_uri() + "/"), parent.info.artifact_uri
     if best.lineage:
         assert best.config == best.lineage[-1].config != best.initial_config
     # Resumed once more, the complete population has nothing to do, and no hint to grow it:

@@ -10,10 +10,11 @@ import platform
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
-from tunekit.environment import PACKAGES, STACK, installed, installed_versions, redact_uri
+from tunekit.environment import PACKAGES, STACK, installed, installed_versions, redact_uri, sqlite_database
 
 
 @pytest.mark.parametrize(
@@ -67,6 +68,17 @@ from tunekit.environment import PACKAGES, STACK, installed, installed_versions, 
 def test_redact_uri_hides_user_password_and_token_like_params(uri: str, shown: str) -> None:
     assert redact_uri(uri) == shown
     assert redact_uri(shown) == shown  # redacting twice changes nothing
+
+
+def test_a_sqlite_uri_names_its_database_file_absolute_and_others_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert sqlite_database("sqlite:///mlflow.db") == tmp_path / "mlflow.db"  # from the working directory
+    assert sqlite_database("sqlite:////data/runs/mlflow.db?timeout=20") == Path("/data/runs/mlflow.db")
+    assert sqlite_database("sqlite:///sub/my%20runs.db") == tmp_path / "sub" / "my runs.db"
+    for other in ("sqlite://", "sqlite:///:memory:", "postgresql://db/mlflow", "http://127.0.0.1:5000", "mlruns"):
+        assert sqlite_database(other) is None, other
 
 
 def test_installed_versions_read_package_metadata() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tunekit.doctor.network import connect, reason
 from tunekit.doctor.report import Check, ok, problem, skip
 from tunekit.doctor.storage import probe_directory, writable_check
-from tunekit.environment import redact_uri
+from tunekit.environment import redact_uri, sqlite_database
 
 logger = logging.getLogger(__name__)
 
@@ -99,17 +99,13 @@ def _http_get(url: str) -> bytes:
 
 
 def _check_sqlite(name: str, uri: str) -> Check:
-    # SQLAlchemy's form: sqlite:///relative.db, sqlite:////absolute.db, sqlite:// is in memory.
-    text = uri.split("?", 1)[0]
-    path_text = text[len("sqlite:///") :] if text.lower().startswith("sqlite:///") else ""
-    if path_text in ("", ":memory:"):
+    path = sqlite_database(uri)
+    if path is None:
         return problem(
             name,
             "an in-memory database loses every run when the process ends",
             "use a file, e.g. --tracking-uri sqlite:////absolute/path/mlflow.db",
         )
-    path = Path(urllib.parse.unquote(path_text)).expanduser()
-    path = (path if path.is_absolute() else Path.cwd() / path).resolve()
     fix = "choose a writable --tracking-uri path or fix its permissions"
     if path.is_dir():
         return problem(name, f"{path} is a directory, not a database file", fix)

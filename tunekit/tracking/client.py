@@ -17,11 +17,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from tunekit.environment import sqlite_database
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import Run
 
 SEARCH_PAGE_SIZE = 1000
+ARTIFACTS_FOLDER = "mlruns"  # a SQLite store's artifacts: this folder beside the database file
 # MLflow's REST client looks for a Databricks runtime and for Spark around every request by
 # importing their modules (MLflow 3.17: databricks_utils' REPL-context short cut and
 # _get_active_spark_session), 8 imports per request. Where they are not installed each
@@ -153,6 +156,10 @@ class MlflowRunClient:
         from mlflow import MlflowClient
 
         self._client = MlflowClient(tracking_uri=tracking_uri)
+        database = sqlite_database(tracking_uri)
+        # MLflow puts a SQLite store's artifacts in ./mlruns of whichever directory the
+        # experiment was first created from; beside the database they stay with the runs.
+        self._artifact_location = (database.parent / ARTIFACTS_FOLDER).as_uri() if database else None
 
     def get_experiment(self, name: str) -> ExperimentRef | None:
         with _mlflow_errors():
@@ -163,7 +170,7 @@ class MlflowRunClient:
 
     def create_experiment(self, name: str, tags: Mapping[str, str]) -> str:
         with _mlflow_errors():
-            return self._client.create_experiment(name, tags=dict(tags))
+            return self._client.create_experiment(name, artifact_location=self._artifact_location, tags=dict(tags))
 
     def set_experiment_tag(self, experiment_id: str, key: str, value: str) -> None:
         with _mlflow_errors():
