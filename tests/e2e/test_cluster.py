@@ -114,6 +114,10 @@ def cluster() -> Iterator[Cluster]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     env["RAY_raylet_start_wait_time_s"] = "120"  # Ray's own hint when a loaded machine registers a node late
+    # The GCS declares a killed node dead after 5 failed health checks a second apart (a dead
+    # raylet refuses at once; a slow one has Ray's 10 s to answer), not Ray's 15-30 s, so the
+    # search's console can say the node left before the search ends.
+    env.update({"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"})
     head_args = ["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false"]
     address = f"{NODE_IP}:{port}"
     head = worker = None
@@ -363,6 +367,10 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node_and_resume_rejoins(
     assert f"trial {number}: attempt 2 starts from its last checkpoint" in out, out
     assert f"attempt 1 ran on node {lost_id[:8]}, worker pid {victim.pid}" in out, out
     assert f"trial {number}: attempt 2 runs on node {head_id[:8]}" in out, out
+    assert (
+        f"tunekit: warning: node {lost_id[:8]} ({NODE_IP}) left the cluster; trial {number} was running there: "
+        "Ray retries it from its last checkpoint"
+    ) in out, out
     # Ray's own lines (its C++ core's "[2026-... W 123 456] ..." or its logger's) stay off the console.
     ray_lines = [line for line in (out + err).splitlines() if re.match(r"^\[\d{4}-\d\d-\d\d |^\(raylet|^\x1b\[", line)]
     assert ray_lines == [], ray_lines

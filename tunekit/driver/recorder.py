@@ -219,12 +219,12 @@ class Recorder(Callback):
         first = not self.export_notes
         self.export_notes.add(note)
         if first:
-            self._warn(
+            self.warn(
                 f"trial {record.number}: {note}; rebuild such a model with build_model "
                 f"and model.load_weights (shown once; see output.log of each trial)"
             )
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
         """A warning for the person watching: the console prints it above its status line."""
         logger.info("warning: %s", message)  # for logs; the console shows it to the user
         for listener in self.listeners:
@@ -279,7 +279,7 @@ class Recorder(Callback):
         for listener in self.listeners:
             listener.experiment_started(self)
         if note := self.searcher.lost_note():  # a resume's lost trials
-            self._warn(note)
+            self.warn(note)
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self._reconcile(trials)

@@ -483,11 +483,13 @@ def synthetic_trials_for_benchmarks(trial_function: Callable[..., None], *listen
 
 
 def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
-    """Who hears about the search as it goes: the console and, when enabled, MLflow."""
+    """Who hears about the search as it goes: the console, the cluster's nodes and, when enabled, MLflow."""
+    from tunekit.driver.nodes import NodeWatch
     from tunekit.results.summary import LedgerFile
 
     # The ledger file first: the MLflow tracker logs it to the parent run at the search's end.
     listeners: list[Any] = [*([console] if console else []), LedgerFile(experiment_dir)]
+    listeners.append(NodeWatch())
     if spec.tracking.enabled:
         from tunekit.tracking.tracker import MlflowTracker
 
