@@ -106,8 +106,8 @@ def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
     """The study's sampler for ``search.algorithm``, seeded, wrapped so points can be pinned.
 
     ``history`` is the number of trials the study already holds: a reopened study (a
-    resume) seeds its sampler past them, or the seed's first proposals would come again
-    and be spent as repeats.
+    resume) or one warm-started from earlier trials seeds its sampler past them, or the
+    seed's first proposals would come again and be spent as repeats.
     """
     search = spec.search
     seed = search.seed + history
@@ -152,6 +152,10 @@ def open_study(
     if not existed:
         if spec.search.warm_start_from:
             add_history(study, spec, experiment_dir if storage is None else None)
+            # Seeded past the history, as a resumed study is: with fewer earlier trials than
+            # n_startup_trials TPE samples at random from its seed, and the earlier search's
+            # seed would propose the earlier search's first points again.
+            study.sampler = build_sampler(spec, len(study.trials))
         for point in spec.search.warm_start:
             study.enqueue_trial(spec.space.check_point(point, "search.warm_start"))
     return study

@@ -19,7 +19,7 @@ from tunekit.config.objectives import Constraint, MetricSpec
 from tunekit.config.space import SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
-from tunekit.layout import SPEC_FILE, STUDY_FILE
+from tunekit.layout import EPOCH_KEY, SPEC_FILE, STUDY_FILE
 from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR, PBT_STEPS_ATTR
 from tunekit.search.history import (
     HistorySummary,
@@ -29,6 +29,7 @@ from tunekit.search.history import (
     optuna_distribution,
     ran_configuration,
 )
+from tunekit.search.searcher import OptunaStudySearcher
 
 SPACE: dict[str, Any] = {
     "optimizer": {"type": "choice", "values": ["adam", "sgd"]},
@@ -152,7 +153,7 @@ def spec_with(tmp_path: Path, warm_start_from: Any, **search: Any) -> Experiment
                 "trainable": "trainables.digits_mlp",
                 "metric": {"name": "val_accuracy", "mode": "max"},
                 "budget": {"num_samples": 4, "max_epochs": 2},
-                "search": {"warm_start_from": warm_start_from, **search},
+                "search": {**({"warm_start_from": warm_start_from} if warm_start_from else {}), **search},
                 "space": {**SPACE, "dropout": {"type": "uniform", "low": 0.0, "high": 0.5}},
             },
             sort_keys=False,
@@ -266,3 +267,39 @@ def test_a_multi_objective_warm_start_needs_the_same_objectives_in_any_order(tmp
         "search.warm_start_from[0]: metric must match: the earlier experiment maximises val_accuracy, "
         f"this one maximises val_accuracy and minimises model_params, got '{single}'"
     )
+
+
+# --------------------------------------------------------------------------- proposals
+
+
+def test_a_warm_started_search_with_the_earlier_seed_does_not_propose_the_earlier_first_points(
+    tmp_path: Path,
+) -> None:
+    # With fewer earlier trials than search.n_startup_trials, TPE still samples at random,
+    # from the seed: the earlier search's seed gave its first points, and would give them again.
+    earlier = tmp_path / "runs" / "earlier"
+    earlier_spec = spec_with(tmp_path, None)
+    earlier.mkdir(parents=True)
+    (earlier / SPEC_FILE).write_text(yaml.safe_dump({**earlier_spec.raw, "name": "earlier"}, sort_keys=False))
+    earlier_points = ask_and_finish(load_spec(earlier / SPEC_FILE), earlier, 3)
+
+    later = tmp_path / "runs" / "later"
+    later.mkdir()
+    later_points = ask_and_finish(spec_with(tmp_path, [str(earlier)]), later, 3)
+    assert not [point for point in later_points if point in earlier_points], (earlier_points, later_points)
+    # Asked again from the same files, the warm-started search proposes the same points: still seeded.
+    again = tmp_path / "runs" / "again"
+    again.mkdir()
+    assert ask_and_finish(spec_with(tmp_path, [str(earlier)]), again, 3) == later_points
+
+
+def ask_and_finish(spec: ExperimentSpec, experiment_dir: Path, trials: int) -> list[dict[str, Any]]:
+    """The configurations the searcher proposes for ``trials`` trials, each told complete."""
+    searcher = OptunaStudySearcher(spec, experiment_dir)
+    points = []
+    for index in range(trials):
+        config = searcher.suggest(f"t{index}")
+        assert config is not None
+        points.append({name: config[name] for name in SPACE if name in config})
+        searcher.on_trial_complete(f"t{index}", {"val_accuracy": 0.5 + index / 100, EPOCH_KEY: spec.budget.max_epochs})
+    return points
