@@ -215,6 +215,7 @@ def test_a_ray_the_caller_started_is_used_and_never_shut_down(warm_ray: None, tm
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[str]:
+    # In a process group of its own, as `timeout` or a shell's job runs it: _stop can signal the group.
     return subprocess.Popen(
         [TUNEKIT, *args],
         cwd=REPO,
@@ -222,6 +223,7 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[str]:
         stdout=log.open("w"),
         stderr=subprocess.PIPE,
         text=True,
+        process_group=0,
     )
 
 
@@ -233,9 +235,13 @@ def _wait_for(log: Path, text: str, process: subprocess.Popen[str], timeout: flo
         time.sleep(0.1)
 
 
-def _stop(process: subprocess.Popen[str], number: int) -> tuple[int, float, str]:
+def _stop(process: subprocess.Popen[str], number: int, *, group: bool = False) -> tuple[int, float, str]:
+    """Signals the process (or its whole process group), and waits up to 10 s for its end."""
     sent = time.monotonic()
-    process.send_signal(number)
+    if group:
+        os.killpg(process.pid, number)
+    else:
+        process.send_signal(number)
     try:
         _, stderr = process.communicate(timeout=10)
     except subprocess.TimeoutExpired:
@@ -284,7 +290,10 @@ def test_sigterm_in_start_up_and_in_training_stops_in_seconds_and_resume_finishe
     log = tmp_path / "again.log"
     process = _start(run, log)
     _wait_for(log, "first epoch reported", process)
-    code, took, stderr = _stop(process, signal.SIGTERM)
+    # To the whole process group, as `timeout` sends it: the local Ray's processes are in a
+    # group of their own and keep running while the driver stops the search (before, they
+    # died under it, and Ray's client aborted the driver after 60 s without its GCS).
+    code, took, stderr = _stop(process, signal.SIGTERM, group=True)
     assert (code, took < 10) == (143, True), (code, took, stderr)
     assert stderr.splitlines() == [
         "",

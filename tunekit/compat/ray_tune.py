@@ -8,6 +8,7 @@ import filecmp
 import fnmatch
 import os
 import shutil
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -223,6 +224,43 @@ def ray_leaves_sigterm_alone() -> Iterator[None]:
         yield
     finally:
         ray_utils.set_sigterm_handler = original
+
+
+@contextlib.contextmanager
+def ray_processes_in_their_own_group() -> Iterator[None]:
+    """While it is open, the processes of a local Ray that ``ray.init`` starts (its GCS,
+    raylet, and the workers and agents the raylet starts) leave the driver's process group.
+
+    Why: a signal sent to the driver's whole process group (``timeout`` sends its SIGTERM
+    to the group it runs in, as does ``kill -TERM -PGID``) reached the local Ray's
+    processes too. They died under the driver, which was stopping the search: Ray's client
+    waited 60 s for its GCS, then aborted the process, and ``timeout 14 tunekit run ...``
+    ended after 75 s with Ray's "Failed to connect to GCS within 60 seconds" and no saved
+    stop. In their own group, only the driver gets the signal, stops the search as for any
+    SIGTERM and shuts its Ray down. They still end with the driver when it is killed
+    (Ray's kernel fate-sharing: each is told to die with its parent), which is why this is
+    only done where Ray has it (Linux); Ray itself does the same on Windows. Checked
+    against Ray 2.60 (``ray._private.services.start_ray_process`` creates every process
+    through the module's ``ConsolePopen``; ``utils.detect_fate_sharing_support``).
+    """
+    import ray._private.services as services
+    import ray._private.utils as ray_utils
+
+    if sys.platform == "win32" or not ray_utils.detect_fate_sharing_support():
+        yield
+        return
+    original = services.ConsolePopen
+
+    class OwnGroupPopen(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("process_group", 0)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        services.ConsolePopen = original  # type: ignore[misc]
 
 
 def send_ray_cluster_messages(log: Path | None) -> None:

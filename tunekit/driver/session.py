@@ -17,7 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat.ray_tune import ray_leaves_sigterm_alone, send_ray_cluster_messages
+from tunekit.compat.ray_tune import (
+    ray_leaves_sigterm_alone,
+    ray_processes_in_their_own_group,
+    send_ray_cluster_messages,
+)
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children
@@ -226,7 +230,7 @@ def ray_session(
     if console:
         console.phase(f"starting Ray ({'joining ' + address if address else 'local'})")
     try:
-        with ray_leaves_sigterm_alone(), _stderr_to(ray_log):
+        with ray_leaves_sigterm_alone(), ray_processes_in_their_own_group(), _stderr_to(ray_log):
             # "local": without an address, a new local Ray, never a cluster that happens to run here.
             _init(ray, address, options)
         if signals is not None:
