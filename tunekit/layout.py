@@ -145,6 +145,16 @@ class TrialStatus(StrEnum):
         return self is not TrialStatus.RUNNING
 
 
+# How a trial the search's time budget stopped begins its reason (tunekit.driver.records.settle_ended).
+TIME_BUDGET_REASON = "the search's time budget of "
+
+
+def stopped_by_time_budget(status: str | None, reason: str | None) -> bool:
+    """Whether a trial's status and reason (a record's, or trials.csv's cells) say the search's
+    time budget stopped it: it stays stopped on resume, and its search counts as complete."""
+    return status == TrialStatus.STOPPED and (reason or "").startswith(TIME_BUDGET_REASON)
+
+
 # The statuses a search ends trials with, in the order reports list them.
 ENDED_STATUSES = (TrialStatus.COMPLETED, TrialStatus.PRUNED, TrialStatus.STOPPED, TrialStatus.FAILED)
 # The statuses the driver counts while a search runs.

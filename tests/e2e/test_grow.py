@@ -1,14 +1,17 @@
 """A finished search grown on resume, and a new search warm-started from it, on a real Ray.
 
-One Ray for the module; three short searches of the digits MLP (2 epochs): 6 trials, the
-same grown to 10 (one at a time, with a time budget), and 2 trials warm-started from those
-10. MLflow on SQLite.
+One Ray for the module; short searches of the digits MLP (2 epochs): 6 trials, the same
+grown to 10 (one at a time, with a time budget), 2 trials warm-started from those 10, and
+one its time budget ends, copied and resumed with a new one. MLflow on SQLite.
 The rules without Ray: tests/unit/config/test_grow.py, tests/unit/search/test_warm_start.py.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,3 +212,44 @@ def test_a_warm_started_study_holds_the_history_before_its_own_trials(
     first_guess = unseeded.ask()
     results.spec.space.sample(first_guess)
     assert own[0].params != first_guess.params
+
+
+def test_a_search_its_time_budget_ended_is_complete_and_a_copy_resumed_with_a_new_budget_runs_the_rest(
+    tmp_path: Path,
+) -> None:
+    # 12 trials of two 1-s epochs on 2 slots, and 14 s from the search's start: the budget runs
+    # out with trials running and others never started. The experiment is then copied (as from
+    # a cluster's storage) and the copy resumed in its new place.
+    search = {**spec("budget", "", 12), "tracking": {"enabled": False}, "data": {"epoch_seconds": 1}}
+    search["trainable"] = str(REPO / "tests" / "trainables" / "slow_digits.py")
+    search["budget"]["time_budget_s"] = 14
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        first = tunekit.run(search, storage=tmp_path / "ran", name="budget", progress=False)
+    rows = first.trials
+    by_budget = rows[rows["reason"].str.startswith("the search's time budget of 14 s ran out")]
+    assert 0 < len(rows) < 12 and len(by_budget) >= 1, rows[["status", "reason"]]
+    assert set(by_budget["status"]) == {"stopped"}
+
+    console = io.StringIO()
+    tunekit.resume(first.experiment_dir, progress=console)  # the budget is spent: nothing runs
+    assert console.getvalue().startswith(
+        f"the search is complete: its time budget of 14 s ran out (`tunekit resume {first.experiment_dir} "
+        "--set budget.time_budget_s=N` runs the rest for up to N seconds)"
+    ), console.getvalue()
+
+    original = {name: (first.experiment_dir / name).read_bytes() for name in ("trials.csv", "study.journal")}
+    copy = tmp_path / "copied" / "budget"
+    shutil.copytree(first.experiment_dir, copy, symlinks=True)
+    console = io.StringIO()
+    resumed = tunekit.resume(copy, overrides=["budget.time_budget_s=600"], progress=console)
+    assert {name: (first.experiment_dir / name).read_bytes() for name in original} == original  # left alone
+
+    after = resumed.trials.set_index("trial_id")
+    assert resumed.experiment_dir == copy and len(after) == 12
+    # The trials the first budget stopped stay stopped, in its words; the rest ran.
+    assert list(after.loc[by_budget["trial_id"], "reason"]) == list(by_budget["reason"])
+    assert set(after.drop(index=by_budget["trial_id"])["status"]) <= {"completed", "pruned"}
+    running = [int(n) for n in re.findall(r"running (\d+)", console.getvalue())]
+    assert running and max(running) <= 2, console.getvalue()
+    assert len(own_trials(study_of(copy, "budget"))) == 12

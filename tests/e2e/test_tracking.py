@@ -28,7 +28,7 @@ from ray.tune.schedulers import FIFOScheduler
 import tunekit
 from tunekit.cli import main as cli_main
 from tunekit.clock import SearchClock, ended_by_its_driver
-from tunekit.compat.ray_tune import finished_trials, saved_trials
+from tunekit.compat.ray_saved_state import finished_trials, saved_trials
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
 from tunekit.environment import redact_uri

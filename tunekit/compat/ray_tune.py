@@ -9,7 +9,7 @@ import fnmatch
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -380,104 +380,21 @@ def set_search_generator_budget(generator: SearchGenerator, total_samples: int) 
     generator._finished = False
 
 
-def _newest_saved_state(experiment_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    """Ray's newest saved experiment state: its file and its JSON (Ray 2.60: ``save_to_dir``
-    writes ``experiment_state-<session>.json``, with ``runner_data``, the controller's
-    attributes, and ``trial_data``, pairs of JSON strings whose first holds ``trial_id`` and
-    ``status``)."""
-    import json
+def new_trials_in(generator: SearchGenerator, experiment_dir: Path) -> None:
+    """A restored ``SearchGenerator`` creates its new trials in ``experiment_dir``.
 
-    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
-
-    newest = _find_newest_experiment_checkpoint(str(experiment_dir))
-    if newest is None:
-        return None
-    return Path(newest), json.loads(Path(newest).read_text())
-
-
-def _write_saved_state(path: Path, state: dict[str, Any]) -> None:
-    import json
-
-    partial = path.with_name(f"{path.name}.partial")
-    partial.write_text(json.dumps(state))
-    partial.replace(path)
-
-
-def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
-    """Each trial in Ray's newest saved experiment state, as saved: ``status`` (RUNNING,
-    PENDING, TERMINATED, ...), ``config`` (the trial's configuration, plain JSON), ..."""
-    import json
-
-    saved = _newest_saved_state(experiment_dir)
-    if saved is None:
-        return {}
-    trials = [json.loads(trial_json) for trial_json, _ in saved[1].get("trial_data", [])]
-    return {str(trial["trial_id"]): trial for trial in trials}
-
-
-# The files of a save that Tuner.restore reads, each the newest by name (Ray 2.60: the
-# controller's CKPT_FILE_TMPL, SearchGenerator's and the callbacks' restore_from_dir).
-SAVED_STATE_PATTERNS = ("experiment_state-*.json", "search_gen_state-*.json", "callback-states-*.pkl")
-
-
-def damaged_saved_state(experiment_dir: Path) -> str | None:
-    """Which newest saved-state file ``Tuner.restore`` would fail to read (empty, or JSON cut
-    short), or None. Ray logs such a failure and starts a new search over the old one's files."""
-    import json
-
-    for pattern in SAVED_STATE_PATTERNS:
-        newest = max(experiment_dir.glob(pattern), default=None)
-        if newest is None:
-            continue
-        if newest.stat().st_size == 0:
-            return f"{newest.name} is empty"
-        if newest.name.startswith("experiment_state-"):  # JSON (search_gen_state, despite its name, is a pickle)
-            try:
-                json.loads(newest.read_text())
-            except ValueError:
-                return f"{newest.name} is cut short"
-    return None
-
-
-def finished_trials(saved: Mapping[str, Mapping[str, Any]]) -> set[str]:
-    """The trials of Ray's saved state (``saved_trials``) held as TERMINATED: a resume runs them no more.
-
-    Why: a search that its time budget ended saves its ``ConcurrencyLimiter`` with the
-    trials it stopped still live (``live_trials``). Resumed with a larger budget, Ray does
-    not run those trials again, so nothing removes them, and the limiter, full, proposes
-    no new trial: the search waited forever.
+    Why: the generator's saved state holds the experiment it creates trials from, with the
+    storage of the directory the search first ran in. Ray points its restored trials at the
+    directory it is resumed from (``TuneController._restore_trials``), but not that: in an
+    experiment copied or moved since, every trial the resume added wrote its checkpoints
+    and final model into the old directory. Checked against Ray 2.60
+    (``SearchGenerator._experiment``, ``Experiment.storage``, ``StorageContext.storage_fs_path``
+    and ``experiment_dir_name``; a ``Trial`` copies its creator's storage).
     """
-    return {trial_id for trial_id, trial in saved.items() if trial.get("status") == "TERMINATED"}
-
-
-def end_saved_trials(experiment_dir: Path, trial_ids: set[str]) -> None:
-    """Marks trials TERMINATED in Ray's newest saved experiment state, without decisions pending.
-
-    Why: a driver killed after a trial ended but before Ray saved that leaves the trial
-    running in the saved state; ``Tuner.restore`` would train it again (see
-    ``tunekit.driver.late_endings``). A TERMINATED trial is skipped (Ray 2.60:
-    ``_requeue_restored_trials`` with ``resume_config.finished`` SKIP, ``Trial.__setstate__``
-    reading ``status``), and a STOP saved for it (``_cached_trial_decisions``) goes too.
-    """
-    import json
-
-    saved = _newest_saved_state(experiment_dir)
-    if saved is None or not trial_ids:
-        return
-    path, state = saved
-    pairs = []
-    for trial_json, metadata_json in state.get("trial_data", []):
-        trial = json.loads(trial_json)
-        if trial.get("trial_id") in trial_ids:
-            trial["status"] = "TERMINATED"
-            trial_json = json.dumps(trial)
-        pairs.append([trial_json, metadata_json])
-    state["trial_data"] = pairs
-    runner = state.get("runner_data", {})
-    for key in ("_cached_trial_decisions", "_queued_trial_decisions"):
-        for trial_id in trial_ids:
-            runner.get(key, {}).pop(trial_id, None)
-    _write_saved_state(path, state)
+    storage = getattr(getattr(generator, "_experiment", None), "storage", None)
+    if storage is not None:
+        storage.storage_fs_path = Path(experiment_dir).parent.as_posix()
+        storage.experiment_dir_name = Path(experiment_dir).name
 
 
 def forget_live_trials(limiter: ConcurrencyLimiter, trial_ids: set[str]) -> None:
@@ -488,61 +405,6 @@ def forget_live_trials(limiter: ConcurrencyLimiter, trial_ids: set[str]) -> None
     """
     limiter.live_trials -= trial_ids
     limiter.num_unfinished_live_trials = len(limiter.live_trials)
-
-
-def forget_saved_run_limits(experiment_dir: Path) -> None:
-    """Removes the stopper and the pending-trial limit from Ray's newest saved experiment state.
-
-    Why: ``TuneController.resume`` sets every attribute it saved over the ones this run
-    built, among them ``_stopper`` (the time budget, with the seconds the first run left)
-    and ``_max_pending_trials`` (the first run's concurrency). Without them in the file the
-    controller keeps this run's: a grown search's time budget counts from the resume, its
-    new concurrency holds, and the failure guard Ray calls is the one tunekit reads.
-    Checked against Ray 2.60 (``TuneController.save_to_dir``, ``resume``,
-    ``__setstate__``; ``experiment_state-<session>.json``, plain JSON with a
-    ``runner_data`` mapping).
-    """
-    saved = _newest_saved_state(experiment_dir)
-    if saved is None:
-        return
-    path, state = saved
-    for key in ("_stopper", "_max_pending_trials"):
-        state["runner_data"].pop(key, None)
-    _write_saved_state(path, state)
-
-
-def saved_stop_decisions(experiment_dir: Path) -> set[str]:
-    """Trials that Ray's newest saved experiment state holds a scheduler STOP decision for.
-
-    Why: ASHA's STOP for a trial whose report came with a checkpoint waits in the
-    controller until the checkpoint is stored (``_cached_trial_decisions``), and Ray saves
-    it with the experiment. A driver killed in that moment leaves the trial running in
-    every saved record; the resumed controller carries the decision out on the restored
-    trial, which then ends without another report. The recorder counts such a trial as
-    pruned, as the dead driver's ASHA (and the study) did. A trial whose last saved result
-    carries a failure was stopped by the failure guard, not by the scheduler, and is left
-    out. Checked against Ray 2.60 (``TuneController._cached_trial_decisions``,
-    ``_queued_trial_decisions``, ``save_to_dir``: ``trial_data`` pairs of JSON strings).
-    """
-    import json
-
-    from tunekit.layout import FAILURE_KEY
-
-    saved = _newest_saved_state(experiment_dir)
-    if saved is None:
-        return set()
-    state = saved[1]
-    runner = state.get("runner_data", {})
-    decisions = {**runner.get("_queued_trial_decisions", {}), **runner.get("_cached_trial_decisions", {})}
-    stopped = {trial_id for trial_id, decision in decisions.items() if decision == "STOP"}
-    for trial_json, metadata_json in state.get("trial_data", []):
-        trial_id = json.loads(trial_json).get("trial_id")
-        if trial_id in stopped and FAILURE_KEY in (json.loads(metadata_json).get("last_result") or {}):
-            stopped.discard(trial_id)
-    return stopped
-
-
-# ------------------------------------------------------------------------- Ray: PBT
 
 
 class _ControllerWithoutSearcher:

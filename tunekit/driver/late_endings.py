@@ -9,6 +9,10 @@ ending while the tables and MLflow took the second. Instead, the dead driver's d
 stands. The resume marks the trial ended in Ray's state (``compat.end_saved_trials``),
 and the recorder takes its ending from the study and its epochs from ``epochs.csv``
 where the dead driver wrote them, else from the study's intermediate values.
+
+The same path takes the trials a search's time budget stopped: Ray saved them ended and
+its copy of the recorder running (``_stopped_by_the_time_budget``), so a resume given a new
+budget takes their ending from the tables.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, table_rows
+from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, stopped_by_time_budget, table_rows
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     FINAL_RESULT_ATTR,
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
 
 # The study's states of an ended trial, as tunekit.search.searcher tells them.
 STUDY_ENDINGS = ("COMPLETE", "PRUNED", "FAIL")
+# A LateEnding's state when the tables, not the study, say how the trial ended (stopped).
+TABLES_STOPPED = "STOPPED"
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,9 @@ class LateEnding:
 
     Attributes:
         trial_id: Ray's trial id.
-        state: the study's state: COMPLETE, PRUNED or FAIL.
+        state: the study's state: COMPLETE, PRUNED or FAIL; or ``TABLES_STOPPED``, a trial
+            the search's time budget stopped, as ``trials.csv`` says (the study holds it
+            PRUNED or FAIL, as told when Ray stopped it).
         steps: the epochs' metrics the study holds, {epoch: {name: value}}: its intermediate
             values of the spec's metric; with several objectives (Optuna keeps no
             intermediate values) the last epoch's tracked metrics, as the searcher kept them.
@@ -91,12 +99,13 @@ def late_endings(
         status = saved.get(str(trial_id), {}).get("status")
         if status not in ("TERMINATED", "ERROR"):
             ended[str(trial_id)] = trial
+    tables = table_rows(experiment_dir / TRIALS_FILE)
+    written = _by_trial(tables, set(ended))
+    endings = _stopped_by_the_time_budget(tables, saved, experiment_dir, set(ended))
     if not ended:
-        return {}
+        return endings
     rows = _by_trial(table_rows(experiment_dir / EPOCHS_FILE), set(ended))
     spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), set(ended))
-    written = _by_trial(table_rows(experiment_dir / TRIALS_FILE), set(ended))
-    endings = {}
     for trial_id, trial in ended.items():
         if trial_id in saved:
             config = dict(saved[trial_id].get("config") or {})
@@ -117,6 +126,46 @@ def late_endings(
             written.get(trial_id, [{}])[-1],
         )
     return endings
+
+
+def _stopped_by_the_time_budget(
+    tables: list[dict[str, str]], saved: dict[str, dict[str, Any]], experiment_dir: Path, taken: set[str]
+) -> dict[str, LateEnding]:
+    """The trials the search's time budget stopped, as ``trials.csv`` says, which Ray's
+    saved state holds as ended (``state`` STOPPED).
+
+    Why: Ray stops the running trials when the budget runs out without telling the
+    callbacks, saves its state for the last time, and only then ends the experiment, where
+    the recorder settles them and writes its tables. Ray's saved copy of the recorder still
+    has them running: resumed with a new budget, they were counted as running (3 running of
+    2 slots), never ran, and ended again as "the search was stopped".
+    """
+    stopped = {
+        cells["trial_id"]: cells
+        for cells in tables
+        if stopped_by_time_budget(cells.get("status"), cells.get("reason"))
+        and saved.get(cells.get("trial_id", ""), {}).get("status") == "TERMINATED"
+        and cells["trial_id"] not in taken
+    }
+    if not stopped:
+        return {}
+    rows = _by_trial(table_rows(experiment_dir / EPOCHS_FILE), set(stopped))
+    spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), set(stopped))
+    return {
+        trial_id: LateEnding(
+            trial_id,
+            TABLES_STOPPED,
+            {},
+            float(cells["ended_at"]) if cells.get("ended_at") else None,
+            _integer(cells.get("number")) or 0,
+            False,
+            dict(saved[trial_id].get("config") or {}),
+            tuple(map(_epoch_row, rows.get(trial_id, []))),
+            tuple(map(_span, spans.get(trial_id, []))),
+            cells,
+        )
+        for trial_id, cells in stopped.items()
+    }
 
 
 def interrupted_runs(experiment_dir: Path, known: set[str], session_end: float) -> dict[str, TrialRecord]:

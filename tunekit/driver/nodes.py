@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tunekit.driver.recorder import Listener
+from tunekit.driver.listener import Listener
 from tunekit.results.status import NODE_ID_SHOWN
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -23,9 +23,11 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
 from tunekit.clock import SearchClock
-from tunekit.compat.ray_tune import checkpoint_epoch, saved_stop_decisions
+from tunekit.compat.ray_saved_state import saved_stop_decisions
+from tunekit.compat.ray_tune import checkpoint_epoch
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import LateEnding, interrupted_runs
+from tunekit.driver.listener import Listener
 from tunekit.driver.records import (
     EpochRow,
     EpochsTable,
@@ -64,34 +66,6 @@ logger = logging.getLogger("tunekit")
 _TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
 _LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` while trials report
 _GOES_ON = (TrialStatus.RUNNING, TrialStatus.STOPPED)  # a resume trains these on
-
-
-class Listener(Protocol):
-    """Receives the record as it changes. Listeners never see Ray objects.
-
-    A class that names it as a base hears only what it overrides: the other hooks do nothing.
-    """
-
-    def experiment_started(self, recorder: Recorder) -> None:
-        return None
-
-    def trial_started(self, record: TrialRecord) -> None:
-        return None
-
-    def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
-        return None
-
-    def trial_ended(self, record: TrialRecord) -> None:
-        return None
-
-    def tick(self, recorder: Recorder) -> None:
-        return None
-
-    def experiment_ended(self, recorder: Recorder) -> None:
-        return None
-
-    def warning(self, message: str) -> None:
-        return None
 
 
 class Recorder(Callback):

@@ -27,6 +27,7 @@ from tunekit.layout import (
     PARAM_PREFIX,
     SEARCH_STATUSES,
     SPAN_COLUMNS,
+    TIME_BUDGET_REASON,
     TRIAL_COLUMNS,
     TrialStatus,
     finite,
@@ -160,7 +161,7 @@ def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, ela
         record.status = TrialStatus.STOPPED
         budget = spec.budget.time_budget_s
         if budget is not None and elapsed >= budget:
-            record.reason = f"the search's time budget of {budget:g} s ran out after {epochs_text(record.epochs)}"
+            record.reason = f"{TIME_BUDGET_REASON}{budget:g} s ran out after {epochs_text(record.epochs)}"
         else:
             record.reason = f"the search was stopped after {epochs_text(record.epochs)}"
 

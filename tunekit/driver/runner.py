@@ -19,17 +19,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from tunekit.compat.ray_saved_state import (
+    damaged_saved_state,
+)
 from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
-    damaged_saved_state,
-    end_saved_trials,
-    finished_trials,
-    forget_saved_run_limits,
     no_trailing_averages,
     one_registry_read_per_trainable,
-    restored_run_config,
-    restored_tune_config,
-    saved_trials,
     whole_file_state_uploads,
 )
 from tunekit.config.growth import resumed_spec
@@ -46,7 +42,7 @@ from tunekit.driver.connect import (
     resume_target,
     run_target,
 )
-from tunekit.driver.late_endings import late_endings
+from tunekit.driver.restore import restored_tuner
 from tunekit.driver.session import (
     SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
@@ -62,7 +58,15 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
-from tunekit.layout import DRIVER_LOG_FILE, ERROR_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.layout import (
+    DRIVER_LOG_FILE,
+    ERROR_FILE,
+    SPEC_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    stopped_by_time_budget,
+    table_rows,
+)
 from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
@@ -209,9 +213,8 @@ def resume(
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     spec, grown = resumed_spec(directory, overrides, python_trainable)
     stream = sys.stdout if progress is True else (progress or None)
-    if not grown and search_complete(
-        directory, spec.name, spec.budget.num_samples, table_rows(directory / TRIALS_FILE)
-    ):
+    rows = table_rows(directory / TRIALS_FILE)
+    if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
             # A PBT population cannot grow (tunekit.config.growth): no hint that it can.
             grow = (
@@ -219,7 +222,13 @@ def resume(
                 if spec.scheduler.type == "pbt"
                 else f" (`tunekit resume {directory} --set budget.num_samples=N` grows it)"
             )
-            stream.write(f"the search is complete: nothing to resume{grow}\n")
+            said = f"nothing to resume{grow}"
+            if any(stopped_by_time_budget(row.get("status"), row.get("reason")) for row in rows):
+                said = (
+                    f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume {directory} "
+                    "--set budget.time_budget_s=N` runs the rest for up to N seconds)"
+                )
+            stream.write(f"the search is complete: {said}\n")
         if (done := complete_record(spec, directory)) is not None and stream is not None:
             stream.write(done + "\n")
         return load(directory)
@@ -367,70 +376,15 @@ def _fit(
 def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:
     """A new Tuner, or the experiment's restored one with this process's listeners attached.
 
-    A restored Tuner whose pickled spec has another budget than ``spec`` (a grown search,
-    also when an earlier resume that grew it was stopped before Ray saved anything) runs
-    with ``spec``'s (``_grow``).
+    See ``tunekit.driver.restore`` for what a restore mends before ``fit``.
     """
-    from ray import tune
-
-    from tunekit.driver.recorder import Recorder
-    from tunekit.driver.stopper import FailureGuard
-
     bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
     whole_file_state_uploads()
     no_trailing_averages()
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)
-    tuner = tune.Tuner.restore(
-        str(experiment_dir), trainable=_trainable(spec, experiment_dir), resume_unfinished=True, resume_errored=True
-    )
-    # Ray restores searcher, scheduler and callbacks from its pickle; listeners
-    # (console, tracker) are per process and are attached again here.
-    run_config = restored_run_config(tuner)
-    recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
-    recorder.listeners = [*listeners, *([run_config.stop] if isinstance(run_config.stop, FailureGuard) else [])]
-    saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
-    endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
-    ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}
-    if endings:  # the driver died after these ended and before Ray saved that: they stay ended
-        end_saved_trials(experiment_dir, ended_in_ray)
-        recorder.searcher.count_unsaved_trials({e.trial_id: e.number for e in endings.values() if e.unsaved})
-        recorder.adopt_late_endings(endings)
-    finished = finished_trials(saved) | ended_in_ray
-    if recorder.spec.budget != spec.budget:
-        _grow(tuner, recorder, spec, experiment_dir, finished)
-    elif endings:
-        _limit_restored_search(tuner, recorder.searcher, spec, finished)
-    return tuner, recorder, run_config.stop
-
-
-def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path, finished: set[str]) -> None:
-    """Gives a restored Tuner ``spec``'s budget; the searcher, study, rungs and runs stay.
-
-    Ray restores the first run's ``num_samples``, concurrency and time budget from its
-    saved state; each is replaced here before ``fit`` (see ``tunekit.search.growth``).
-    """
-    searcher = recorder.searcher  # the same object as config.search_alg: one pickle
-    searcher.grow(spec)
-    recorder.spec = spec  # its tables and the console's progress count to the new total
-    _limit_restored_search(tuner, searcher, spec, finished)
-    restored_tune_config(tuner).time_budget_s = spec.budget.time_budget_s
-    forget_saved_run_limits(experiment_dir)
-
-
-def _limit_restored_search(tuner: Any, searcher: Any, spec: ExperimentSpec, finished: set[str]) -> None:
-    """The restored search proposes up to ``spec``'s budget and counts only trials that can still end.
-
-    Ray restores its ``ConcurrencyLimiter`` with the trials it saved as live; one that Ray's
-    state holds as ended (``finished``) never ends again, and would hold its slot for good.
-    """
-    from tunekit.search.growth import GrowingSearch
-
-    config = restored_tune_config(tuner)
-    config.search_alg = GrowingSearch(searcher, spec.budget.num_samples, spec.budget.max_concurrent, finished)
-    config.max_concurrent_trials = None  # the limit is inside GrowingSearch; Ray would warn twice
-    config.num_samples = spec.budget.num_samples
+    return restored_tuner(spec, experiment_dir, listeners, _trainable(spec, experiment_dir))
 
 
 def _has_tune_state(experiment_dir: Path) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ray.tune.stopper import Stopper
 
 from tunekit.driver.guard import FailureRules
-from tunekit.driver.recorder import Listener, TrialRecord
+from tunekit.driver.listener import Listener
+from tunekit.driver.recorder import TrialRecord
 from tunekit.layout import TrialStatus
 
 

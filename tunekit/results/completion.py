@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tunekit.clock import ended_by_its_driver
-from tunekit.layout import LEDGER_FILE, TrialStatus
+from tunekit.layout import LEDGER_FILE, TrialStatus, stopped_by_time_budget
 from tunekit.search.attrs import EXHAUSTED_ATTR
 
 
@@ -16,14 +16,18 @@ def search_complete(experiment_dir: Path, study_name: str, num_samples: int, row
 
     Its last session was ended by its driver, which then wrote the ledger (a signal's stop
     leaves trials stopped for the resume, and a killed driver never ends its session), every
-    trial in ``rows`` (``trials.csv``) ended, and it ran ``num_samples`` trials or its space
-    ran out. An experiment from a tunekit that did not record the session's end is never
-    complete: resuming it is how it finds out.
+    trial in ``rows`` (``trials.csv``) ended, and it ran ``num_samples`` trials, its space
+    ran out, or its time budget did (trials stopped by it; the rest of ``num_samples`` waits
+    for a resume with a new ``budget.time_budget_s``). An experiment from a tunekit that did
+    not record the session's end is never complete: resuming it is how it finds out.
     """
     if not ended_by_its_driver(experiment_dir) or not (experiment_dir / LEDGER_FILE).is_file():
         return False
-    if any(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
-        return False
+    budget_ran_out = [row for row in rows if stopped_by_time_budget(row.get("status"), row.get("reason"))]
+    if len(budget_ran_out) < sum(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
+        return False  # a signal stopped it, or its driver died: a resume trains those on
+    if budget_ran_out:  # its time budget is spent: a new one (--set budget.time_budget_s) runs the rest
+        return True
     return len(rows) >= num_samples or space_ran_out(experiment_dir, study_name) is not None
 
 

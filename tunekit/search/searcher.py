@@ -199,6 +199,12 @@ class OptunaStudySearcher(Searcher):
         self.skipped_repeats = 0
         self.exhausted_reason: str | None = None
 
+    def resumed_from(self, experiment_dir: Path) -> None:
+        """The experiment is resumed from ``experiment_dir``, where its study is: it may have
+        been copied or moved since this searcher was pickled (``tunekit.driver.runner``)."""
+        self._experiment_dir = experiment_dir
+        self._study = None
+
     def grow(self, spec: ExperimentSpec) -> None:
         """Takes a resumed search's grown spec: only its budget differs (``tunekit.config.growth``)."""
         self._spec = spec

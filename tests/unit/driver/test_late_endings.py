@@ -21,7 +21,7 @@ import optuna
 import yaml
 from ray.tune.schedulers import FIFOScheduler
 
-from tunekit.compat.ray_tune import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
+from tunekit.compat.ray_saved_state import end_saved_trials, finished_trials, saved_stop_decisions, saved_trials
 from tunekit.config.spec import parse_spec
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder

@@ -12,7 +12,8 @@ import pytest
 from ray.train._internal.storage import _FilesystemSyncer
 
 from tunekit.compat import ray_tune
-from tunekit.compat.ray_tune import copy_changed_files, damaged_saved_state, whole_file_state_uploads
+from tunekit.compat.ray_saved_state import damaged_saved_state
+from tunekit.compat.ray_tune import copy_changed_files, whole_file_state_uploads
 
 
 def _write(path: Path, text: str, mtime_ns: int) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from tunekit.compat.ray_tune import finished_trials, saved_trials
-from tunekit.search.growth import GrowingSearch
+from tunekit.compat.ray_saved_state import finished_trials, saved_trials
+from tunekit.search.growth import RestoredSearch
 
 
 class Counting(Searcher):
@@ -47,8 +47,30 @@ def test_trials_a_time_budget_stopped_leave_the_limiter_so_the_grown_search_prop
     first.set_finished()
     first.save_to_dir(str(tmp_path), session_str="first")  # as Ray saves the search with the experiment
 
-    grown = GrowingSearch(Counting(), num_samples=4, max_concurrent=2, finished=finished_trials(saved_trials(tmp_path)))
+    finished = finished_trials(saved_trials(tmp_path))
+    grown = RestoredSearch(Counting(), num_samples=4, max_concurrent=2, experiment_dir=tmp_path, finished=finished)
     grown.restore_from_dir(str(tmp_path))
     assert grown.searcher.live_trials == set()  # type: ignore[attr-defined]
     assert not grown.is_finished()
     assert grown.searcher.suggest("d") == {"x": 1}
+
+
+def _trainable(config: dict[str, Any]) -> None:
+    pass
+
+
+def test_a_search_resumed_from_a_copied_experiment_creates_its_new_trials_in_the_copy(tmp_path: Path) -> None:
+    from ray.tune.experiment import Experiment
+
+    first = SearchGenerator(ConcurrencyLimiter(Counting(), max_concurrent=2))
+    first.add_configurations([Experiment("search", _trainable, storage_path=str(tmp_path / "ran"))])
+    made = first.next_trial()
+    assert made is not None and made.storage.experiment_fs_path == (tmp_path / "ran" / "search").as_posix()
+    first.save_to_dir(str(tmp_path), session_str="first")
+
+    copy = tmp_path / "copied" / "search"
+    resumed = RestoredSearch(Counting(), num_samples=4, max_concurrent=2, experiment_dir=copy)
+    resumed.restore_from_dir(str(tmp_path))
+    trial = resumed.next_trial()
+    assert trial is not None and trial.storage.experiment_fs_path == copy.as_posix()
+    assert made.storage.experiment_fs_path != trial.storage.experiment_fs_path
