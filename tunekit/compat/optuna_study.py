@@ -32,6 +32,22 @@ def reopen_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optun
     return optuna.Trial(study, frozen._trial_id)
 
 
+def pareto_front_of(trials: list[FrozenTrial], directions: list[Any]) -> list[FrozenTrial]:
+    """Optuna's Pareto front of ``trials`` (its own computation, as ``Study.best_trials`` makes
+    it, constraints considered where any trial has them).
+
+    Why: ``Study.best_trials`` ranks every trial of the study, and a warm-started study holds
+    the earlier search's trials as history: one of them that dominates this search's own
+    front made ``tunekit check`` report the search's front as wrong. Checked against Optuna
+    5.0 (``optuna.study._multi_objective._get_pareto_front_trials_by_trials``,
+    ``optuna.study._constrained_optimization._CONSTRAINTS_KEY`` via ``FrozenTrial.constraints``).
+    """
+    from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
+
+    constrained = any(trial.constraints for trial in trials)
+    return _get_pareto_front_trials_by_trials(trials, directions, consider_constraint=constrained)
+
+
 def journal_storage(path: Path) -> ExperimentJournal:
     """The journal storage of a study file (see ``ExperimentJournal``)."""
     return ExperimentJournal(UnsyncedJournalFile(str(path)))

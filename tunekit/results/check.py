@@ -34,7 +34,7 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.results.check_mlflow import check_mlflow
-from tunekit.results.check_pareto import FRONT_VS_STUDY, front_findings, study_findings
+from tunekit.results.check_pareto import FRONT_VS_STUDY, front_findings, ledger_front_findings, study_findings
 from tunekit.results.findings import (
     TIME_SLACK_S,
     CheckReport,
@@ -257,7 +257,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     }
     rows = {str(r["trial_id"]): r for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
-        yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", f"a row in {TRIALS_FILE}", "none")
+        yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", "no row", "a trial")
     held = bool(study.user_attrs.get(HELD_ATTR))
     waiting = sum(
         t.state.name == "RUNNING" and str(rows[i]["status"]) == TrialStatus.STOPPED
@@ -436,6 +436,8 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
     best = (record.get("summary") or {}).get("best") or {}
     if summary.best is not None and best.get("trial_id") != summary.best.trial_id:
         yield Finding(f"{LEDGER_FILE} vs summary", "best trial", best.get("trial_id"), summary.best.trial_id)
+    if summary.pareto is not None:
+        yield from map(finding_of, ledger_front_findings(record, summary.pareto))
 
 
 # ------------------------------------------------------------------ helpers

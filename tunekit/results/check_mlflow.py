@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tunekit.clock import died_mid_session
-from tunekit.layout import EXPLOITS_FILE, TRIALS_FILE, TrialStatus, finite
+from tunekit.layout import EXPLOITS_FILE, TrialStatus, finite
 from tunekit.results.best import NO_BEST, BestTrial
 from tunekit.results.check_pareto import mlflow_findings
 from tunekit.results.findings import (
@@ -91,7 +91,7 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
         runs.setdefault(str(run.data.tags.get(TAG_TRIAL_ID)), []).append(run)
     rows = {str(r["trial_id"]): r for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(runs) - set(rows)):
-        yield Finding(where, f"child run of trial {trial_id}", f"a row in {TRIALS_FILE}", "none")
+        yield Finding(where, f"child run of trial {trial_id}", "no row", "a child run")
     metric = metric_key(results.metric)
     epochs: dict[str, set[int]] = {}
     for row in table_rows_of(results.epochs):

@@ -6,18 +6,18 @@ summary's (``tunekit.results.pareto``, the one computation); here it is held aga
 * the definition itself, recomputed pair by pair: every front trial is non-dominated among
   the feasible completed trials, every other one is dominated by a front trial;
 * ``trials.csv``'s ``feasible`` column, recomputed from its ``final.*`` values and the constraints;
-* ``ledger.json``'s copy of the front;
+* ``ledger.json``'s copy of the front, when the last session wrote it (``check.py``);
 * the study: each COMPLETE trial's values, the feasibility its constraints give, and
-  ``study.best_trials`` (Optuna's own front);
+  Optuna's own front of the search's trials (a warm start's history left out);
 * MLflow: every trial run's ``tunekit.pareto_rank`` tag.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tunekit.compat.optuna_study import pareto_front_of
 from tunekit.layout import FEASIBLE_COLUMN, LEDGER_FILE, TRIALS_FILE, TrialStatus, finite
 from tunekit.results.load import ExperimentResults
 from tunekit.results.pareto import ParetoFront, final_values
@@ -27,7 +27,7 @@ from tunekit.search.pareto import dominates, is_feasible, to_minimize
 # (where, what, expected, actual): check.py makes each a Finding (this module does not
 # import check.py, which imports it).
 Disagreement = tuple[str, str, Any, Any]
-FRONT_VS_STUDY = "summary vs study.best_trials"  # where the summary's front meets the study's
+FRONT_VS_STUDY = "summary vs study's front"  # where the summary's front meets Optuna's
 
 
 def front_findings(results: ExperimentResults, summary: Summary) -> Iterator[Disagreement]:
@@ -55,23 +55,21 @@ def front_findings(results: ExperimentResults, summary: Summary) -> Iterator[Dis
             yield ("summary's front vs dominance", f"front {labels[trial_id]}", "non-dominated", beaten_by)
         if trial_id not in on_front and not any(dominates(vectors[t], vector) for t in on_front if t in vectors):
             yield ("summary's front vs dominance", labels[trial_id], "dominated by a front trial", "not")
-    yield from _ledger_front(results, pareto)
 
 
-def _ledger_front(results: ExperimentResults, pareto: ParetoFront) -> Iterator[Disagreement]:
-    path = results.experiment_dir / LEDGER_FILE
-    if not path.is_file():
-        return
-    recorded = ((json.loads(path.read_text()).get("summary") or {}).get("pareto") or {}).get("front") or []
+def ledger_front_findings(ledger: Mapping[str, Any], pareto: ParetoFront) -> Iterator[Disagreement]:
+    """``ledger.json``'s front (its parsed record) against the summary's."""
+    recorded = ((ledger.get("summary") or {}).get("pareto") or {}).get("front") or []
     ids = [str(t.get("trial_id")) for t in recorded]
     if ids != [t.trial_id for t in pareto.front]:
-        yield (f"{LEDGER_FILE} vs summary", "pareto front", [t.trial_id for t in pareto.front], ids)
+        yield (f"{LEDGER_FILE} vs summary", "pareto front", ids, [t.trial_id for t in pareto.front])
 
 
 def study_findings(
     results: ExperimentResults, summary: Summary, study: Any, ours: Mapping[str, Any]
 ) -> Iterator[Disagreement]:
-    """Each COMPLETE study trial's values and constraints against trials.csv; best_trials against the front."""
+    """Each COMPLETE study trial's values and constraints against trials.csv; Optuna's front of
+    the search's own trials (``ours``: no warm-start history) against the summary's."""
     pareto = summary.pareto
     if pareto is None:
         return
@@ -89,7 +87,7 @@ def study_findings(
         if feasible != is_feasible(values, results.spec.constraints):
             yield (where, f"{_label(row)} feasible by its constraints", not feasible, feasible)
     ray_ids = {trial.number: trial_id for trial_id, trial in ours.items()}
-    best = {ray_ids.get(t.number, f"study trial {t.number}") for t in study.best_trials}
+    best = {ray_ids[t.number] for t in pareto_front_of(list(ours.values()), study.directions)}
     front = {t.trial_id for t in pareto.front}
     if best != front:
         yield (FRONT_VS_STUDY, "pareto front", sorted(front), sorted(best))

@@ -124,7 +124,7 @@ def test_a_study_trial_left_running_by_a_stopped_search_is_a_disagreement(tmp_pa
     trial = study.ask(DISTRIBUTIONS)  # a third trial Ray ran and trials.csv never heard of
     trial.set_user_attr(RAY_TRIAL_ATTR, "c")
     findings = [str(f) for f in check_experiment(root).findings]
-    assert findings == ["trials.csv vs study: study trial 2 (c): 'a row in trials.csv' vs 'none'"]
+    assert findings == ["trials.csv vs study: study trial 2 (c): 'no row' vs 'a trial'"]
 
 
 def test_exploit_steps_and_last_epochs_the_study_kept_are_held_against_the_tables(tmp_path: Path) -> None:
@@ -285,11 +285,11 @@ def test_a_dead_driver_s_study_ahead_of_the_tables_is_a_note_for_its_front_too(t
     )
     findings = [
         Finding("trials.csv vs study", "trial 6 (f) state", "running", "COMPLETE"),
-        Finding("summary vs study.best_trials", "pareto front", [], ["f"]),
+        Finding("summary vs study's front", "pareto front", [], ["f"]),
         Finding("trials.csv vs epochs.csv", "trial 6 (f) epochs", 3, 2),
     ]
     items = list(_as_a_dead_driver_s_lag(tmp_path, iter(findings), *STUDY_LAG))
     assert items[0] == findings[2]  # another place's finding stands
     notes = [item for item in items[1:] if isinstance(item, str)]
     assert len(items) == 3 and len(notes) == 2
-    assert "(summary vs study.best_trials: pareto front: [] vs ['f'])" in notes[1]
+    assert "(summary vs study's front: pareto front: [] vs ['f'])" in notes[1]

@@ -188,3 +188,47 @@ def test_check_holds_a_front_against_its_definition_and_the_feasible_column() ->
         ("summary's front vs dominance", "trial 1 (b)", "dominated by a front trial", "not"),
         ("summary's front vs dominance", "front trial 3 (d)", "non-dominated", ["a"]),
     ]
+
+
+def test_check_holds_the_front_against_optuna_s_front_of_the_search_s_own_trials() -> None:
+    # A warm-started study also holds the earlier search's trials: one more accurate and
+    # smaller than a, b and c dominates them all, yet this search's front stays a, b, c.
+    import optuna
+
+    from tunekit.results.check_pareto import FRONT_VS_STUDY, study_findings
+    from tunekit.results.summary import summarize
+    from tunekit.search.attrs import HISTORY_ATTR, RAY_TRIAL_ATTR
+
+    results = results_of(spec())
+    summary = summarize(results)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    units: dict[str, optuna.distributions.BaseDistribution] = {
+        "units": optuna.distributions.CategoricalDistribution([8, 16, 32, 64])
+    }
+    earlier = study.ask(units)
+    earlier.set_user_attr(HISTORY_ATTR, "/runs/earlier#3")
+    earlier.set_constraint("latency_ms <= 5", -4.0)
+    study.tell(earlier, [0.99, 100.0])
+    ours: dict[str, optuna.trial.FrozenTrial] = {}
+    for trial_id, status, accuracy, params, latency in ROWS:
+        trial = study.ask(units)
+        trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
+        if status == "completed" and accuracy is not None and params is not None and latency is not None:
+            trial.set_constraint("latency_ms <= 5", latency - 5)
+            study.tell(trial, [accuracy, params])
+        else:
+            study.tell(
+                trial, state=optuna.trial.TrialState.PRUNED if status == "pruned" else optuna.trial.TrialState.FAIL
+            )
+        ours[trial_id] = study.trials[-1]
+    assert [t.number for t in study.best_trials] == [0]  # Optuna's own, history included
+    assert list(study_findings(results, summary, study, ours)) == []
+    # A front that leaves out one of the search's own: a finding, each side named.
+    assert summary.pareto is not None
+    import dataclasses
+
+    short = dataclasses.replace(summary, pareto=dataclasses.replace(summary.pareto, front=summary.pareto.front[:2]))
+    found = list(study_findings(results, short, study, ours))
+    assert found == [
+        (FRONT_VS_STUDY, "pareto front", sorted(t.trial_id for t in summary.pareto.front[:2]), ["a", "b", "c"])
+    ]
