@@ -395,9 +395,10 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
         lines += [f"  {line}" for line in describe_lineage(best)]
     inherited = summary.best_including_history
     if inherited is not None and inherited.scope == INHERITED:
+        scores = ", ".join(f"{name}={value:.6g}" for name, value in inherited.values.items())
         lines.append(
             f"best including warm-start history: trial {inherited.number} of {inherited.source} "
-            f"{results.metric}={inherited.metric:.4f} ({config_text(inherited.config)})"
+            f"{scores or f'{results.metric}={inherited.metric:.4f}'} ({config_text(inherited.config)})"
         )
     return lines
 

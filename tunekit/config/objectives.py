@@ -12,6 +12,7 @@ search packages read the same types.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Mapping, Sequence
@@ -226,3 +227,13 @@ def raw_extras(constraints: Sequence[Constraint], selection: Selection | None) -
     if selection is not None:
         extras["select"] = selection.to_raw()
     return extras
+
+
+def history_selection(objectives: Sequence[MetricSpec], select: Selection | None) -> Selection:
+    """The ``select`` rule as trials of an earlier experiment can follow it (the best of a warm
+    start's history, and that best against this search's): by the first objective when the
+    rule's metric is not an objective, since a reported metric history does not carry."""
+    rule = select or default_selection(objectives)
+    if rule.metric not in [o.name for o in objectives]:
+        rule = dataclasses.replace(default_selection(objectives), subject_to=rule.subject_to)
+    return rule

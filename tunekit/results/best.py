@@ -183,8 +183,13 @@ def inherited_best(experiment_dir: Path) -> BestTrial | None:
         return None
     if not isinstance(record, dict) or finite(record.get("metric")) is None:
         return None
+    values = {
+        str(name): number
+        for name, value in (record.get("values") or {}).items()
+        if (number := finite(value)) is not None
+    }
     return BestTrial(
-        trial_id=str(record["source"]),
+        trial_id=str(record.get("trial_id") or record["source"]),  # a record before 2026-11-27 names no trial id
         number=record.get("number"),
         config=dict(record.get("config") or {}),
         metric=float(record["metric"]),
@@ -193,6 +198,8 @@ def inherited_best(experiment_dir: Path) -> BestTrial | None:
         initial_config=dict(record.get("config") or {}),
         scope=INHERITED,
         source=str(record["source"]),
+        rule=str(record.get("rule") or ""),
+        values=values,
     )
 
 

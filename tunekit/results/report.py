@@ -268,9 +268,16 @@ def _inherited(summary: Summary) -> str:
         return ""
     return (
         f"<p>Including the history a warm start inherited, the best is trial {_e(other.number)} of "
-        f"<code>{_e(other.source)}</code>: {_e(summary.metric)} = {other.metric:.4f} "
+        f"<code>{_e(other.source)}</code>: {_e(_scores(other, summary.metric))} "
         "(Optuna's study, and optuna-dashboard's \"Best Trial\", may show this one).</p>"
     )
+
+
+def _scores(best: BestTrial, metric: str) -> str:
+    """``val_accuracy = 0.9600``, or with several objectives each one's value."""
+    if best.values:
+        return ", ".join(f"{name} = {value:.6g}" for name, value in best.values.items())
+    return f"{metric} = {best.metric:.4f}"
 
 
 def _trial_table(results: ExperimentResults) -> str:

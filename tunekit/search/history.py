@@ -18,7 +18,6 @@ repeats of this search's trials, and never reach ``trials.csv``, MLflow or the b
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -31,12 +30,19 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tunekit.config.objectives import Constraint, MetricSpec, default_selection
+from tunekit.config.objectives import Constraint, MetricSpec, history_selection
 from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRange, SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec
 from tunekit.config.warm_start import recorded_objectives
 from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
-from tunekit.search.attrs import DUPLICATE_ATTR, HISTORY_ATTR, PBT_STEPS_ATTR, WARM_START_ATTR
+from tunekit.search.attrs import (
+    DUPLICATE_ATTR,
+    FINAL_RESULT_ATTR,
+    HISTORY_ATTR,
+    PBT_STEPS_ATTR,
+    RAY_TRIAL_ATTR,
+    WARM_START_ATTR,
+)
 from tunekit.search.plan import pick_best, study_storage
 
 # Study trials a search told without training them: not evidence of their own.
@@ -110,6 +116,7 @@ def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path 
     """
     summary = HistorySummary(spec.search.warm_start_from)
     trials: list[FrozenTrial] = []
+    earlier_by_origin: dict[str, FrozenTrial] = {}  # the earlier trials used, for the best's record
     for source in spec.search.warm_start_from:
         earlier_space, earlier = _earlier_study(Path(source))
         objectives = None
@@ -123,31 +130,45 @@ def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path 
                 summary.skipped[reason] += 1
             else:
                 trials.append(history)
+                earlier_by_origin[origin] = frozen
     study.add_trials(trials)
     summary.used = len(trials)
-    summary.best = _best_of_history(trials, spec)
+    summary.best = _best_of_history(trials, spec, earlier_by_origin)
     study.set_user_attr(WARM_START_ATTR, summary.to_dict())
     if experiment_dir is not None:
         (experiment_dir / WARM_START_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
 
 
-def _best_of_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> dict[str, Any] | None:
+def _best_of_history(
+    trials: list[FrozenTrial], spec: ExperimentSpec, earlier_by_origin: Mapping[str, FrozenTrial]
+) -> dict[str, Any] | None:
     """The best history trial by tunekit's rule (complete before pruned; with several objectives,
-    the ``select`` rule's pick among the feasible front), as warm_start.json records it."""
+    the ``select`` rule's pick among the feasible front), as warm_start.json records it: where
+    it ran (its experiment, number and Ray trial id there), its epochs, configuration and, with
+    several objectives, each objective's value and the rule that picked it."""
     statuses = {TrialState.COMPLETE: TrialStatus.COMPLETED, TrialState.PRUNED: TrialStatus.PRUNED}
+    rule = ""
     if spec.multi_objective:
         best = _selected_history(trials, spec)
+        rule = f"select: {history_selection(spec.objectives, spec.select).describe()}"
     else:
         best = pick_best([(statuses[t.state], t.value, t) for t in trials], spec.metric.mode)
     if best is None:
         return None
-    source, _, number = str(best.user_attrs[HISTORY_ATTR]).rpartition("#")
-    epochs = max(best.intermediate_values, default=0)
+    origin = str(best.user_attrs[HISTORY_ATTR])
+    source, _, number = origin.rpartition("#")
+    earlier = earlier_by_origin.get(origin)
+    final = (earlier.user_attrs.get(FINAL_RESULT_ATTR) if earlier is not None else None) or {}
+    epochs = int(final.get("epoch") or max(best.intermediate_values, default=0))
+    names = [o.name for o in spec.objectives]
     return {
         "source": source,
         "number": int(number),
+        "trial_id": str(earlier.user_attrs.get(RAY_TRIAL_ATTR, "")) if earlier is not None else "",
         "metric": best.values[0] if spec.multi_objective else best.value,
+        "values": dict(zip(names, best.values, strict=True)) if spec.multi_objective else {},
+        "rule": rule,
         "status": str(statuses[best.state]),
         "epochs": epochs,
         "config": dict(best.params),
@@ -162,9 +183,7 @@ def _selected_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> Frozen
     feasible = [t for t in trials if all(v <= 0 for v in t.constraints.values())]
     names = [o.name for o in spec.objectives]
     candidates = [(t, dict(zip(names, t.values, strict=True))) for t in feasible]
-    rule = spec.select or default_selection(spec.objectives)
-    if rule.metric not in names:  # a reported metric history does not carry: by the first objective
-        rule = dataclasses.replace(default_selection(spec.objectives), subject_to=rule.subject_to)
+    rule = history_selection(spec.objectives, spec.select)
 
     def meets(trial: FrozenTrial, constraint: Constraint) -> bool:
         return constraint.text in trial.constraints and trial.constraints[constraint.text] <= 0

@@ -232,3 +232,35 @@ def test_check_holds_the_front_against_optuna_s_front_of_the_search_s_own_trials
     assert found == [
         (FRONT_VS_STUDY, "pareto front", sorted(t.trial_id for t in summary.pareto.front[:2]), ["a", "b", "c"])
     ]
+
+
+def test_the_best_including_a_warm_start_s_history_follows_the_select_rule(tmp_path: Path) -> None:
+    # Objectives in the other order: the first is model_params (smaller is better), yet select
+    # maximizes val_accuracy: own pick c (0.95, 20000 params) against the history's pick.
+    import json
+
+    from tunekit.cli import _summary_lines
+    from tunekit.layout import WARM_START_FILE
+    from tunekit.results.summary import summarize
+
+    the_spec = spec(
+        metric=[{"name": "model_params", "mode": "min"}, {"name": "val_accuracy", "mode": "max"}],
+        select={"maximize": "val_accuracy"},
+    )
+    trials = table()
+    results = ExperimentResults(
+        tmp_path, the_spec, trials, pd.DataFrame(), best_trial(trials, pd.DataFrame(), "min", the_spec)
+    )
+    assert results.best is not None and results.best.trial_id == "c"
+    earlier = {"source": "/runs/earlier", "number": 13, "trial_id": "5e1f", "status": "completed", "epochs": 9}
+    for accuracy, chosen in ((0.94, "c"), (0.97, "5e1f")):
+        values = {"model_params": 1482.0, "val_accuracy": accuracy}
+        best = {**earlier, "metric": 1482.0, "values": values, "rule": "select: maximize val_accuracy", "config": {}}
+        (tmp_path / WARM_START_FILE).write_text(json.dumps({"sources": ["/runs/earlier"], "used": 4, "best": best}))
+        summary = summarize(results)
+        assert summary.best_including_history is not None
+        assert summary.best_including_history.trial_id == chosen, accuracy
+    lines = _summary_lines(results, summary)
+    assert (
+        "best including warm-start history: trial 13 of /runs/earlier model_params=1482, val_accuracy=0.97 ()" in lines
+    )
