@@ -12,7 +12,9 @@ means; ``tests/test_docs.py`` fails when a key of the spec has no rule or a rule
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import dataclasses
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -33,15 +35,18 @@ KEY_RULES: dict[str, str] = {
     "budget.num_samples": "trials (grid: omit for the grid size, or a multiple of it)",
     "budget.max_epochs": "epochs per trial; ASHA's `max_t`",
     "budget.max_concurrent": "trials at once",
-    "budget.time_budget_s": "stop the whole search after this many seconds",
+    "budget.time_budget_s": "stop the whole search after this many seconds, counted from when Ray Tune starts it "
+    "(after Ray is up: the workers' start-up counts); trials running then end `stopped`, and the search is "
+    "complete. A resume given a new one counts it from the resume",
     "search.algorithm": "`tpe` (seeded, constant liar), `random`, `grid`, or `nsga2` with several objectives",
     "search.seed": "the sampler's seed",
     "search.n_startup_trials": "random trials before TPE models the space",
     "search.tpe_history": "TPE models only this many most recent finished trials, and infers its search space "
     "from them (default: all; at least `n_startup_trials`): a proposal's cost stops growing with the search",
     "search.warm_start": "configurations run first, in order",
-    "search.warm_start_from": "earlier experiments (a directory or a list) whose finished trials become the "
-    "study's history",
+    "search.warm_start_from": "earlier experiments (a directory or a list, relative to the spec file's folder) "
+    "whose finished trials become the study's history; they must have the same metric and mode (with several "
+    "objectives, the same objectives in any order)",
     "scheduler.type": "`asha`, `fifo` or `pbt`",
     "scheduler.grace_period": "ASHA: epochs every trial trains before its first rung",
     "scheduler.reduction_factor": "ASHA: 1 in this many trials goes on at each rung",
@@ -76,8 +81,8 @@ KEY_RULES: dict[str, str] = {
     "tracking.required": "an unreachable server fails the search at start-up, and records MLflow lacks at "
     "the end fail it (send them with `tunekit sync`)",
     "constraints": 'with several objectives: `"model_params <= 50000"`; trials that break one are never on the front',
-    "select": "with several objectives: `{maximize|minimize: metric, subject_to: [...]}` picks the model exported "
-    "and registered (default: the first objective among front trials)",
+    "select": "with several objectives: `{maximize: metric}` or `{minimize: metric}`, with `subject_to: [...]` if "
+    "need be, picks the model exported and registered (default: the first objective among front trials)",
     "budget": "how many trials, how long each trains, how many at once",
     "search": "the sampler: what it proposes and where it starts",
     "scheduler": "early stopping (ASHA), none (FIFO), or population-based training (PBT)",
@@ -165,11 +170,18 @@ def _field_type(cls: Any, name: str) -> str:
 
 
 def _type_text(hint: Any) -> str:
-    origin = typing.get_origin(hint)
+    """A field's type as a spec's author reads it: ``int or 'auto'``, ``list of str``, ``mapping``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
-        return " or ".join(repr(value) for value in typing.get_args(hint))
+        return " or ".join(repr(value) for value in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_text(arg) for arg in args if arg is not type(None))
+    if origin in (tuple, list) and args:
+        return f"list of {_type_text(args[0])}"
+    if origin in (dict, collections.abc.Mapping) or hint in (dict, collections.abc.Mapping):
+        return "mapping"
     text = getattr(hint, "__name__", None) if origin is None else str(hint)
-    return (text or str(hint)).replace("typing.", "").replace("collections.abc.", "").replace(" | ", " or ")
+    return (text or str(hint)).replace("typing.", "").replace("collections.abc.", "")
 
 
 def _defaults() -> dict[str, str]:
