@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.errors import SearchInterrupted, SpecError, TunekitError
-from tunekit.layout import ENDED_STATUSES
+from tunekit.layout import ENDED_STATUSES, TrialStatus
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -375,7 +375,9 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
     """What the search's end and ``tunekit report`` say of it: counts, times, the best (and its scope)."""
     from tunekit.results.best import INHERITED, config_text, describe_lineage, no_best_reason
 
-    lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in ENDED_STATUSES)]
+    # Trials the tables still hold running (a search under way, or its driver killed) are counted too.
+    shown = ENDED_STATUSES + ((TrialStatus.RUNNING,) if summary.counts.get(TrialStatus.RUNNING) else ())
+    lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in shown)]
     lines += summary.time_lines()
     lines += summary.front_lines()
     best = summary.best

@@ -210,3 +210,14 @@ def test_the_clock_leaves_out_the_time_between_sessions() -> None:
     assert (clock.active_seconds, clock.downtime_seconds) == (15.0, 390.0)
     clock.begin(now=1000.0)  # a third session, running: its end follows the wall clock
     assert clock.active_at(1004.0) == 19.0
+
+
+def test_the_report_counts_trials_the_tables_still_hold_running(tmp_path: Path) -> None:
+    # After a kill -9 of the driver, trials.csv keeps its running trials: the counts say so.
+    from tunekit.cli import _summary_lines
+
+    results = load(experiment(tmp_path))
+    assert _summary_lines(results, summarize(results))[0] == "trials: 1 completed, 1 pruned, 0 stopped, 0 failed"
+    results.trials.loc[results.trials["trial_id"] == "b", "status"] = "running"
+    lines = _summary_lines(results, summarize(results))
+    assert lines[0] == "trials: 1 completed, 0 pruned, 0 stopped, 0 failed, 1 running"
