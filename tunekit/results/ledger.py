@@ -32,6 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tunekit.config.objectives import MetricMode, default_selection
 from tunekit.layout import TrialStatus, finite
 from tunekit.search.forecast import read_prediction, slot_units
 from tunekit.search.plan import spec_milestones
@@ -250,7 +251,10 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     of any epoch when no trial has one); the best so far counts every epoch of every
     trial, as ``plots.best_so_far`` draws it.
     """
-    epochs, metric = results.epochs, results.metric
+    epochs, metric, mode, final = results.epochs, results.metric, results.mode, results.best_metric
+    if results.spec.multi_objective:
+        metric, mode, final, eligible = _selected_by_the_rule(results)
+        epochs = epochs[epochs["trial_id"].isin(eligible)] if not epochs.empty else epochs
     if epochs.empty or metric not in epochs.columns or "time" not in epochs.columns:
         return None, None
     points = sorted(
@@ -260,11 +264,32 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     )
     if not points:
         return None, None
-    sign = 1.0 if results.mode == "max" else -1.0
-    final = results.best_metric if results.best_metric is not None else max(points, key=lambda p: sign * p[1])[1]
+    sign = 1.0 if mode == "max" else -1.0
+    final = final if final is not None else max(points, key=lambda p: sign * p[1])[1]
     margin = tolerance * abs(final)
     reached = next((at for at, value in points if sign * (final - value) <= margin), None)
     return final, reached
+
+
+def _selected_by_the_rule(results: ExperimentResults) -> tuple[str, MetricMode, float | None, set[str]]:
+    """With several objectives the best is ``select``'s pick: its metric and direction, the
+    pick's final value there, and the trials the rule could have picked (feasible, meeting
+    ``subject_to`` by their final values), whose epochs alone count toward reaching it. (The
+    first objective over every trial said a search reached its best after 10 s, from a
+    trial the rule rejects; the pick itself ran only after 13 s.)"""
+    from tunekit.results.pareto import final_values
+    from tunekit.search.pareto import is_feasible
+
+    spec = results.spec
+    rule = spec.select or default_selection(spec.objectives)
+    eligible: set[str] = set()
+    for row in [] if results.trials.empty else results.trials.to_dict("records"):
+        values = final_values(row)
+        if is_feasible(values, spec.constraints) and all(c.holds(values.get(c.name)) for c in rule.subject_to):
+            eligible.add(str(row["trial_id"]))
+    best = results.best
+    final = best.values.get(rule.metric) if best is not None else None
+    return rule.metric, rule.mode, final, eligible
 
 
 def _slot_seconds_until(spans: dict[str, list[tuple[float, float]]], until: float) -> float:

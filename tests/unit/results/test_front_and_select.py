@@ -264,3 +264,25 @@ def test_the_best_including_a_warm_start_s_history_follows_the_select_rule(tmp_p
     assert (
         "best including warm-start history: trial 13 of /runs/earlier model_params=1482, val_accuracy=0.97 ()" in lines
     )
+
+
+def test_time_to_best_with_several_objectives_counts_the_trials_the_select_rule_could_pick() -> None:
+    # e is the most accurate early on, but breaks the latency constraint: the search reached
+    # its best (c, select's pick, 0.95) when c got there, not when e did.
+    from tunekit.results.ledger import _time_to_best
+
+    epochs = pd.DataFrame(
+        [
+            {"trial_id": "e", "epoch": 1, "time": 1.0, "val_accuracy": 0.99},
+            {"trial_id": "a", "epoch": 1, "time": 2.0, "val_accuracy": 0.90},
+            {"trial_id": "c", "epoch": 1, "time": 5.0, "val_accuracy": 0.80},
+            {"trial_id": "c", "epoch": 2, "time": 8.0, "val_accuracy": 0.95},
+        ]
+    )
+    the_spec = spec()
+    trials = table()
+    best = best_trial(trials, pd.DataFrame(), "max", the_spec)
+    assert best is not None and best.trial_id == "c"
+    results = ExperimentResults(Path("/nowhere"), the_spec, trials, epochs, best)
+    assert _time_to_best(results, 0.0) == (0.95, 8.0)
+    assert _time_to_best(results, 0.06) == (0.95, 2.0)  # a's 0.90 is within 6 %
