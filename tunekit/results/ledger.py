@@ -323,20 +323,36 @@ def predicted_vs_actual(
         last_end = float(ended.max())
         wall = clock.active_at(last_end) if clock is not None and clock.sessions else last_end - launched
     predicted_wall = finite(prediction.get("predicted_wall_seconds"))
+    predicted_slots = finite(prediction.get("slot_hours"))
     restarts = len(clock.sessions) - 1 if clock is not None and clock.sessions else 0
-    if predicted_wall is not None and restarts > 0 and isinstance(prediction.get("measurement"), dict):
-        predicted_wall += restarts * restart_seconds(prediction["measurement"])
+    measurement = prediction.get("measurement")
+    if restarts > 0 and isinstance(measurement, dict):
+        if predicted_wall is not None:
+            predicted_wall += restarts * restart_seconds(measurement)
+        if predicted_slots is not None:  # every slot's new worker imports TensorFlow again
+            units, _ = slot_units(results.spec)
+            slots = finite(prediction.get("concurrency")) or 1.0
+            predicted_slots += restarts * slots * units * _new_worker_seconds(measurement) / 3600
+    predicted_trials = finite(prediction.get("trials"))
+    # A search stopped before it ran all its trials is not yet what was predicted: no error.
+    partial = predicted_trials is not None and len(trials) < predicted_trials
     pairs = [
-        ("trials", finite(prediction.get("trials")), float(len(trials))),
+        ("trials", predicted_trials, float(len(trials))),
         ("wall seconds", predicted_wall, wall),
         ("epochs", finite(prediction.get("predicted_epochs")), float(ledger.epochs)),
-        (f"{ledger.slot_unit}-hours", finite(prediction.get("slot_hours")), ledger.slot_hours),
+        (f"{ledger.slot_unit}-hours", predicted_slots, ledger.slot_hours),
     ]
     rows = [
-        {"figure": name, "predicted": predicted, "actual": actual, "error_percent": _error(predicted, actual)}
+        {
+            "figure": name,
+            "predicted": predicted,
+            "actual": actual,
+            "error_percent": None if partial and name != "trials" else _error(predicted, actual),
+        }
         for name, predicted, actual in pairs
     ]
     rows[0]["sessions"] = restarts + 1  # the trials row: the prediction counts a start-up per session
+    rows[0]["partial"] = partial
     return rows
 
 
@@ -363,10 +379,15 @@ def restart_seconds(measurement: dict[str, Any]) -> float:
     measurement: Ray's start, and a new worker's first epoch over a reused one's (its
     TensorFlow import). A grown search's report was 35% under without it: its second
     session's 14 s of start-up were in the actual wall and nowhere in the prediction."""
-    startup = finite(measurement.get("startup_s")) or 0.0
+    return (finite(measurement.get("startup_s")) or 0.0) + _new_worker_seconds(measurement)
+
+
+def _new_worker_seconds(measurement: dict[str, Any]) -> float:
+    """A new worker's first epoch over a reused one's, by the probe: its TensorFlow import,
+    paid in each slot at every session after the first (while the trial holds the slot)."""
     new_worker = finite(measurement.get("new_worker_first_epoch_s")) or 0.0
     reused = finite(measurement.get("reused_first_epoch_s")) or 0.0
-    return startup + max(0.0, new_worker - reused)
+    return max(0.0, new_worker - reused)
 
 
 def _error(predicted: float | None, actual: float | None) -> float | None:
@@ -428,7 +449,10 @@ def describe(ledger: Ledger, comparison: list[dict[str, Any]] | None = None) -> 
     for row in comparison or []:
         if row["figure"] == "trials":  # said once, above the figures it qualifies
             sessions = f" in {row['sessions']} sessions" if row.get("sessions", 1) > 1 else ""
-            lines.append(f"predicted for {_number(row['predicted'])} trials; {_number(row['actual'])} ran{sessions}")
+            partial = " (not all: no error is given until they have)" if row.get("partial") else ""
+            lines.append(
+                f"predicted for {_number(row['predicted'])} trials; {_number(row['actual'])} ran{sessions}{partial}"
+            )
             continue
         error = row["error_percent"]
         lines.append(

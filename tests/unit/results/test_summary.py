@@ -201,6 +201,22 @@ def test_a_grown_search_is_predicted_again_for_all_its_trials(tmp_path: Path) ->
     assert by_figure["trials"]["sessions"] == 2
     # Actual: active seconds to the last trial's end, on the ledger's clock (30 s, then 15 s).
     assert by_figure["wall seconds"]["actual"] == pytest.approx(30 + 15)
+    # The CPU-hours too: each slot's new worker imports TensorFlow again (4 s, 1 CPU a trial).
+    predicted = predict(load(root).spec, Measurement.from_dict(measurement))
+    extra = predicted.concurrency * 4 / 3600
+    assert by_figure["CPU-hours"]["predicted"] == pytest.approx(predicted.slot_hours + extra, abs=1e-5)
+    assert by_figure["CPU-hours"]["error_percent"] is not None and not by_figure["trials"]["partial"]
+
+    # Grown to 3: the third has not run yet, so nothing is compared but the trials.
+    spec_file = root / "spec.yaml"
+    spec_file.write_text(spec_file.read_text().replace("num_samples: 2", "num_samples: 3"))
+    rows = summarize(load(root)).predicted_vs_actual
+    assert rows is not None and rows[0]["partial"] and rows[0]["predicted"] == 3.0
+    assert [row["error_percent"] for row in rows[1:]] == [None, None, None]
+    from tunekit.results.ledger import describe
+
+    text = describe(summarize(load(root)).ledger, rows)
+    assert "predicted for 3 trials; 2 ran in 2 sessions (not all: no error is given until they have)" in text
 
 
 def test_the_clock_leaves_out_the_time_between_sessions() -> None:
