@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tunekit.clock import SearchClock
+from tunekit.config.objectives import default_selection
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import (
     EPOCHS_FILE,
     EXPLOITS_FILE,
+    FINAL_PREFIX,
     ID_COLUMNS,
     SPANS_FILE,
     SPEC_FILE,
@@ -117,17 +119,21 @@ class ExperimentResults:
         """Trials best first: completed before pruned, then by final metric.
 
         With several objectives: by Pareto rank first (``pareto_rank``: 1 is the front; a
-        trial left unranked says why, e.g. ``infeasible`` or ``pruned``).
+        trial left unranked says why, e.g. ``infeasible`` or ``pruned``), the ``select``
+        rule's pick first of all, then by the rule's metric.
         """
         front = pareto_of(self.trials, self.spec)
         if front is not None and not self.trials.empty:
-            ranks = self.trials["trial_id"].astype(str).map(front.rank_text)
-            numeric = self.trials["trial_id"].astype(str).map(lambda t: front.ranks.get(t, len(self.trials) + 1))
-            table = self.trials.assign(pareto_rank=ranks, _front=numeric)
-            ascending = self.mode == "min"
+            ids = self.trials["trial_id"].astype(str)
+            ranks = ids.map(front.rank_text)
+            numeric = ids.map(lambda t: front.ranks.get(t, len(self.trials) + 1))
+            chosen = ids == (self.best.trial_id if self.best is not None else None)
+            rule = self.spec.select or default_selection(self.spec.objectives)
+            by = f"{FINAL_PREFIX}{rule.metric}" if f"{FINAL_PREFIX}{rule.metric}" in self.trials else "final_metric"
+            table = self.trials.assign(pareto_rank=ranks, _front=numeric, _chosen=~chosen)
             return table.sort_values(
-                ["_front", "final_metric"], ascending=[True, ascending], na_position="last", kind="stable"
-            ).drop(columns="_front")
+                ["_chosen", "_front", by], ascending=[True, True, rule.mode == "min"], na_position="last", kind="stable"
+            ).drop(columns=["_front", "_chosen"])
         order = {
             TrialStatus.COMPLETED: 0,
             TrialStatus.PRUNED: 1,

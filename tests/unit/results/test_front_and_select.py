@@ -114,6 +114,10 @@ def test_pareto_front_and_ranked_tables() -> None:
         ("b", "1"),
         ("d", "2"),
     ]
+    # select minimizes model_params: its pick, b (1000 params), comes first, then the front by size.
+    small = results_of(spec(select={"minimize": "model_params"}))
+    assert small.best is not None and small.best.trial_id == "b"
+    assert list(small.ranked()["trial_id"])[:4] == ["b", "a", "c", "d"]
 
 
 def results_of(the_spec: ExperimentSpec) -> ExperimentResults:
