@@ -440,3 +440,19 @@ def test_checkpoints_rotated_away_since_ray_saved_its_state_stand_in_empty_so_th
     assert named.is_dir() and not any(named.iterdir())
     checkpoint: Any = SimpleNamespace(as_directory=lambda: contextlib.nullcontext(str(named)))
     assert restore_checkpoint(checkpoint, model=None, train_ds=None, config={}) == 0  # from the first epoch
+
+
+def test_a_trial_the_time_budget_stopped_ends_the_estimate_of_time_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console = ConsoleProgress(load_spec(DEFAULT_SPEC), io.StringIO(), live=False)
+    monkeypatch.setattr(console, "time_left", lambda: 3.0)
+    recorder = _FakeRecorder(tmp_path)
+    recorder.trials["t0"] = _record("t0", 0, "running")
+    recorder.trials["t1"] = _record("t1", 1, "running")
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    assert "left" in console.status_line()
+    stopped = recorder.trials["t0"]
+    stopped.status, stopped.reason = TrialStatus.STOPPED, "the search's time budget of 14 s ran out after 2 epochs"
+    console.trial_ended(stopped)
+    assert "left" not in console.status_line()  # it read "about 3 s left" as the search ended
