@@ -7,8 +7,10 @@ import copy
 import errno
 import fcntl
 import json
+import os
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import optuna
 from optuna.storages.journal import JournalFileBackend, JournalStorage
@@ -77,22 +79,76 @@ class UnsyncedJournalFile(JournalFileBackend):
     """
 
     _flock_refused = False
+    _reader: BinaryIO | None = None  # opened once: see read_logs
+    _appender: BinaryIO | None = None
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
-        with open(self._file_path, "ab") as file:
-            if not self._flock_refused:
+        file = self._appender = self._appender or open(self._file_path, "ab")  # noqa: SIM115 - kept open
+        if not self._flock_refused:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX)
+            except OSError as error:
+                if error.errno not in _NO_FLOCK:
+                    raise
+                self._flock_refused = True
+            else:
                 try:
-                    fcntl.flock(file, fcntl.LOCK_EX)  # released when the handle closes
-                except OSError as error:
-                    if error.errno not in _NO_FLOCK:
-                        raise
-                    self._flock_refused = True
-                else:
                     file.write(lines)
+                    file.flush()
+                finally:
+                    fcntl.flock(file, fcntl.LOCK_UN)
+                return
+        with get_lock_file(self._lock):
+            file.write(lines)
+            file.flush()
+
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
+        """The logs from ``log_number_from`` on, read through a handle kept open.
+
+        Why: Optuna opens the file at every read, and the study reads it about 19 times a
+        trial (after each write, before each listing): a path lookup in the experiment's
+        folder each, which holds a folder per trial: 0.5 ms of the driver's CPU per trial
+        over the first 1,000 of a 10,000-trial search, 1.0 over the last. A read with nothing
+        new now costs one ``fstat``. As Optuna's: a last line cut short (a write under way,
+        or a power loss) is left for the next read; a bad line before others raises.
+        """
+        start = self._log_number_offset.get(log_number_from)
+        if start is None:  # an offset not read through this handle yet: Optuna's walk from the start
+            yield from super().read_logs(log_number_from)
+            return
+        reader = self._reader = self._reader or open(self._file_path, "rb")  # noqa: SIM115 - kept open
+        end = os.fstat(reader.fileno()).st_size
+        if start >= end:
+            return
+        reader.seek(start)
+        lines = reader.read(end - start).splitlines(keepends=True)
+        number, offset = log_number_from, start
+        for index, line in enumerate(lines):
+            last = index == len(lines) - 1
+            if not line.endswith(b"\n"):
+                return  # the last line, not whole yet
+            try:
+                log = json.loads(line)
+            except json.JSONDecodeError:
+                if last:
                     return
-            with get_lock_file(self._lock):
-                file.write(lines)
+                raise
+            number, offset = number + 1, offset + len(line)
+            self._log_number_offset[number] = offset
+            yield log
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_reader", None)
+        state.pop("_appender", None)
+        return state
+
+    def __del__(self) -> None:
+        # The handles end with the storage (a study opened in a notebook, then dropped).
+        for handle in (self._reader, self._appender):
+            if handle is not None:
+                handle.close()
 
 
 class ExperimentJournal(JournalStorage):

@@ -161,3 +161,34 @@ def test_where_the_file_system_refuses_flock_writes_take_optuna_s_own_lock(
     add_trials(study_storage(tmp_path), [0.2, 0.7])
     assert linked == ["symlink"] * len(linked) and len(linked) > 3
     assert [t.value for t in optuna.load_study(study_name="s", storage=study_storage(tmp_path)).trials] == [0.2, 0.7]
+
+
+def test_the_journal_is_read_through_one_handle_and_a_line_being_written_waits_for_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Optuna opened the file at each of a trial's ~19 reads: a path lookup in a folder of
+    # thousands of trial folders each.
+    storage = study_storage(tmp_path)
+    add_trials(storage, [0.2])
+    opened: list[str] = []
+    original = open
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(str(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counted)
+    add_trials(storage, [0.4, 0.6])  # three asks and tells: a dozen reads and writes
+    assert opened == []  # the handles opened by the first trial serve them all
+    monkeypatch.undo()
+    # Another writer's line, half written (no newline yet): not read until it is whole.
+    other = study_storage(tmp_path)
+    study = optuna.load_study(study_name="s", storage=storage)
+    journal = tmp_path / STUDY_FILE
+    whole = journal.read_bytes()
+    add_trials(other, [0.9])
+    *before, last = journal.read_bytes()[len(whole) :].splitlines(keepends=True)  # the last: its tell
+    journal.write_bytes(whole + b"".join(before) + last[: len(last) // 2])
+    assert [t.value for t in study.trials] == [0.2, 0.4, 0.6, None]  # asked, its tell not whole yet
+    journal.write_bytes(whole + b"".join(before) + last)
+    assert [t.value for t in study.trials] == [0.2, 0.4, 0.6, 0.9]
