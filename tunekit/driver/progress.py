@@ -455,8 +455,8 @@ def front_text(records: list[TrialRecord], spec: ExperimentSpec) -> str:
 
     finished = [(r, r.finals) for r in records if r.status == TrialStatus.COMPLETED and r.feasible]
     front, chosen = select_from_front(finished, spec.objectives, spec.select or default_selection(spec.objectives))
-    if chosen is None:
-        return f"front {len(front)}"
+    if chosen is None:  # as the report says it: no trial on the front meets the rule
+        return f"front {len(front)}, none meets the select rule" if front else "front 0"
     values = ", ".join(f"{o.name} {_value(chosen.finals.get(o.name))}" for o in spec.objectives)
     return f"front {len(front)}, selected trial {_name(chosen)} ({values})"
 
@@ -480,7 +480,10 @@ def _exploit_text(step: ExploitStep, recorder: Recorder) -> str:
 
 
 def _value(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    """4 significant digits (a learning rate), a large whole number whole (26120 model params, not 2.612e+04)."""
+    if isinstance(value, float):
+        return f"{value:.0f}" if value.is_integer() and abs(value) >= 1e4 else f"{value:.4g}"
+    return str(value)
 
 
 def _condense(text: str, limit: int) -> str:

@@ -396,7 +396,16 @@ def test_with_several_objectives_the_status_line_shows_the_front_and_the_select_
         record(5, 0.99, 1000.0, feasible=False),  # infeasible: never on the front
     ]
     assert front_text(records, spec) == "front 3, selected trial 1 (val_accuracy 0.95, model_params 9034)"
-    assert front_text(records[:1], spec) == "front 1"  # nothing meets model_params <= 20000
+    # Nothing meets model_params <= 20000: said as the report says it; a size shown whole.
+    assert front_text(records[:1], spec) == "front 1, none meets the select rule"
+    records[1].finals["model_params"] = 26120.0
+    records[2].finals["model_params"] = 26000.0
+    assert front_text(records[1:3], spec) == "front 2, none meets the select rule"
+    records[1].finals["model_params"] = 19999.0
+    assert front_text(records[1:2], spec) == "front 1, selected trial 1 (val_accuracy 0.95, model_params 19999)"
+    from tunekit.driver.progress import _value
+
+    assert [_value(v) for v in (26120.0, 9610.0, 0.0034856, 1482.5)] == ["26120", "9610", "0.003486", "1482"]
 
 
 def test_the_status_line_estimates_time_left_once_a_second_and_counts_down_between(
