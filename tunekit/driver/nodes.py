@@ -93,8 +93,10 @@ class NodeWatch(Listener):
         self._nodes: dict[str, Node] | None = None
         self._seen_at = 0.0  # the last reading, on the search's clock (the trials' spans' clock)
         self._read_at = -WATCH_EVERY_S
+        self._session_began = 0.0  # on the search's clock: spans of earlier sessions are not this loss's
 
     def experiment_started(self, recorder: Watched) -> None:
+        self._session_began = recorder.clock.now()
         self._look(recorder)
 
     def tick(self, recorder: Watched) -> None:
@@ -113,18 +115,26 @@ class NodeWatch(Listener):
         now = recorder.clock.now()
         if self._nodes is not None:
             for node_id in self._nodes.keys() - nodes.keys():
-                recorder.warn(_left(self._nodes[node_id], _trials_on(recorder, node_id, self._seen_at)))
+                hit = _trials_on(recorder, node_id, self._seen_at, self._session_began)
+                recorder.warn(_left(self._nodes[node_id], hit))
             for node_id in nodes.keys() - self._nodes.keys():  # good news: the log's, not a warning
                 logger.info("tunekit: %s", _joined(nodes[node_id]))
         self._nodes, self._seen_at = nodes, now
 
 
-def _trials_on(recorder: Watched, node_id: str, seen_at: float) -> list[str]:
-    """The trials (numbers, else ids) with a span on ``node_id`` still open at ``seen_at``."""
+def _trials_on(recorder: Watched, node_id: str, seen_at: float, session_began: float) -> list[str]:
+    """The trials (numbers, else ids) the node's loss hit: a span on ``node_id`` still open
+    at ``seen_at`` (the last reading that found the node alive), or one of this session whose
+    attempt the trial has since left (Ray retried it). Ray declares a node dead 15-30 s after
+    it stopped answering, while a worker on it is known dead at once: the trial's span ended,
+    and it may already run again elsewhere, before the last reading that still listed the node."""
     hit = []
-    for record in recorder.trials.values():
-        for (_, end), worker in zip(record.spans, record.span_workers, strict=False):
-            if worker.get("node_id") == node_id and (end is None or end >= seen_at):
+    for record in sorted(recorder.trials.values(), key=lambda r: (r.number is None, r.number or 0, r.trial_id)):
+        for (start, end), worker in zip(record.spans, record.span_workers, strict=False):
+            if worker.get("node_id") != node_id:
+                continue
+            retried = (start or 0.0) >= session_began and worker.get("attempt", record.attempts) != record.attempts
+            if end is None or end >= seen_at or retried:
                 hit.append(str(record.number) if record.number is not None else record.trial_id)
                 break
     return hit

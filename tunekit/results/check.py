@@ -45,6 +45,7 @@ from tunekit.results.findings import (
     table_rows_of,
     trial_label,
 )
+from tunekit.results.ledger import selection_rule
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.summary import Summary, summarize
 from tunekit.search.attrs import (
@@ -420,8 +421,12 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
                 where, "a trial's wall_seconds within the search's active time", summary.active_seconds, longest
             )
     best = summary.best
-    if best is not None and not same(summary.ledger.final_best, best.metric):
-        yield Finding("summary vs ledger", "final best", best.metric, summary.ledger.final_best)
+    if best is not None:
+        # With several objectives the ledger's final best is in select's metric (ledger.selection_rule).
+        spec = results.spec
+        expected = best.values.get(selection_rule(spec).metric) if spec.multi_objective else best.metric
+        if not same(summary.ledger.final_best, expected):
+            yield Finding("summary vs ledger", "final best", expected, summary.ledger.final_best)
 
 
 def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:

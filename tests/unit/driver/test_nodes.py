@@ -62,6 +62,11 @@ def test_a_lost_node_is_named_with_the_trials_running_there_when_it_was_last_see
     recorder.run(0, HEAD, start=0.0)
     recorder.run(1, LOST, start=0.0)
     recorder.run(2, LOST, start=0.0, end=3.0)  # ended on the node before the last reading: not hit
+    # Its worker died with the node before Ray declared the node dead (15-30 s later): the
+    # span ended before the last reading that listed the node, and Ray retried it elsewhere.
+    retried = recorder.run(4, LOST, start=0.0, end=4.0)
+    retried.attempts = 2
+    recorder.run(4, HEAD, start=4.5)
     nodes, monotonic = watch([by_id(HEAD, LOST), by_id(HEAD, LOST), by_id(HEAD), by_id(HEAD, LATE)], recorder)
     nodes.experiment_started(recorder)
     monotonic.t, recorder.clock.t = WATCH_EVERY_S, 5.0
@@ -75,7 +80,7 @@ def test_a_lost_node_is_named_with_the_trials_running_there_when_it_was_last_see
     monotonic.t, recorder.clock.t = 2 * WATCH_EVERY_S, 10.0
     nodes.tick(recorder)
     assert recorder.warnings == [
-        "node bbbbbbbb (10.0.0.2) left the cluster; trials 1, 3 were running there: "
+        "node bbbbbbbb (10.0.0.2) left the cluster; trials 1, 3, 4 were running there: "
         "Ray retries each from its last checkpoint, up to training.max_failures times"
     ]
     # A node that joins is good news: the log says it, the console does not.

@@ -290,3 +290,23 @@ def test_time_to_best_with_several_objectives_counts_the_trials_the_select_rule_
     results = ExperimentResults(Path("/nowhere"), the_spec, trials, epochs, best)
     assert _time_to_best(results, 0.0) == (0.95, 8.0)
     assert _time_to_best(results, 0.06) == (0.95, 2.0)  # a's 0.90 is within 6 %
+
+
+def test_check_holds_the_ledger_s_final_best_in_select_s_metric() -> None:
+    # Objectives model_params then val_accuracy, select maximizes val_accuracy: the ledger's
+    # final best is c's val_accuracy, not its size (check said '1.21 vs 0.9083' of a valid search).
+    from tunekit.results.check import _figures
+    from tunekit.results.summary import summarize
+
+    the_spec = spec(
+        metric=[{"name": "model_params", "mode": "min"}, {"name": "val_accuracy", "mode": "max"}],
+        select={"maximize": "val_accuracy"},
+    )
+    trials = table().assign(wall_seconds=1.0, started_at=0.0, ended_at=1.0)
+    trials["final_metric"] = trials["final.model_params"]  # trials.csv's final_metric: the first objective
+    epochs = pd.DataFrame([{"trial_id": "c", "epoch": 4, "time": 8.0, "val_accuracy": 0.95, "model_params": 20000.0}])
+    best = best_trial(trials, pd.DataFrame(), "min", the_spec)
+    results = ExperimentResults(Path("/nowhere"), the_spec, trials, epochs, best)
+    summary = summarize(results)
+    assert summary.ledger.final_best == 0.95
+    assert [f for f in _figures(results, summary) if f.what == "final best"] == []
