@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.errors import SearchInterrupted, SpecError, TunekitError
-from tunekit.layout import ENDED_STATUSES, TrialStatus
+from tunekit.layout import ENDED_STATUSES, TrialStatus, stopped_by_time_budget
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -378,6 +378,13 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
     # Trials the tables still hold running (a search under way, or its driver killed) are counted too.
     shown = ENDED_STATUSES + ((TrialStatus.RUNNING,) if summary.counts.get(TrialStatus.RUNNING) else ())
     lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in shown)]
+    unstarted = results.spec.budget.num_samples - len(results.trials)
+    if (
+        unstarted > 0
+        and not results.trials.empty
+        and any(stopped_by_time_budget(row.status, row.reason) for row in results.trials.itertuples())
+    ):
+        lines[0] += f", {unstarted} not started (the time budget ran out)"
     lines += summary.time_lines()
     lines += summary.front_lines()
     best = summary.best

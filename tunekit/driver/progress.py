@@ -244,6 +244,9 @@ class ConsoleProgress:
         # draws this line as each ends, often with none running.
         over = not counts[TrialStatus.RUNNING] and len(self._recorder.trials) >= self._num_samples
         left = None if over or self._stopping else self._counting_down()
+        budget = self._spec.budget.time_budget_s
+        if left is not None and budget is not None:  # the search stops then, whatever is left to run
+            left = min(left, max(0.0, budget - (time.monotonic() - self._started)))
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
 
     def _front_text(self, done: int) -> str:

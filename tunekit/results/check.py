@@ -267,7 +267,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
     )
     if held and waiting:
         trials = "1 stopped trial waits" if waiting == 1 else f"{waiting} stopped trials wait"
-        yield f"a signal stopped the search: {trials} for `tunekit resume` to finish them"
+        yield f"a signal stopped the search: {trials} for `tunekit resume` to finish {'it' if waiting == 1 else 'them'}"
     exploited: dict[str, list[int]] = {}
     for step in table_rows_of(results.exploits):
         exploited.setdefault(str(step["trial_id"]), []).append(int(step["epoch"]))

@@ -456,7 +456,7 @@ def describe(ledger: Ledger, comparison: list[dict[str, Any]] | None = None) -> 
     for row in comparison or []:
         if row["figure"] == "trials":  # said once, above the figures it qualifies
             sessions = f" in {row['sessions']} sessions" if row.get("sessions", 1) > 1 else ""
-            partial = " (not all: no error is given until they have)" if row.get("partial") else ""
+            partial = " (the figures below are compared once all have run)" if row.get("partial") else ""
             lines.append(
                 f"predicted for {_number(row['predicted'])} trials; {_number(row['actual'])} ran{sessions}{partial}"
             )

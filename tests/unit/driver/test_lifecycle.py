@@ -465,3 +465,13 @@ def test_a_trial_the_time_budget_stopped_ends_the_estimate_of_time_left(
     stopped.status, stopped.reason = TrialStatus.STOPPED, "the search's time budget of 14 s ran out after 2 epochs"
     console.trial_ended(stopped)
     assert "left" not in console.status_line()  # it read "about 3 s left" as the search ended
+
+
+def test_the_time_left_is_at_most_what_the_time_budget_leaves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.time_budget_s=30"])
+    console = ConsoleProgress(spec, io.StringIO(), live=False)
+    monkeypatch.setattr(console, "time_left", lambda: 600.0)  # the trials' estimate: ten minutes
+    recorder = _FakeRecorder(tmp_path)
+    recorder.trials["t0"] = _record("t0", 0, "running")
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    assert console.status_line().endswith("about 30 s left") or "about 29 s left" in console.status_line()

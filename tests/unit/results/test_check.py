@@ -157,7 +157,7 @@ def test_trials_a_signal_stopped_wait_running_in_the_study_for_a_resume(tmp_path
     study.set_user_attr(HELD_ATTR, True)
     report = check_experiment(root)
     assert report.ok, report.describe()
-    assert "a signal stopped the search: 1 stopped trial waits for `tunekit resume` to finish them" in report.notes
+    assert "a signal stopped the search: 1 stopped trial waits for `tunekit resume` to finish it" in report.notes
 
 
 def test_a_ledger_left_by_an_earlier_session_is_a_note_and_a_current_one_is_compared(tmp_path: Path) -> None:
