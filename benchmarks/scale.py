@@ -62,7 +62,7 @@ PEERS = ("tunekit_untracked", "ray_floor", "ray_optuna", "optuna_floor", "optuna
 TPE_HISTORY = 1000
 BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the code running
     "sampler": ("optuna/samplers", "optuna/_hypervolume", "optuna/search_space", "scipy"),
-    "study storage": ("optuna/storages", "sqlalchemy", "sqlite3", "alembic"),
+    "study storage": ("optuna/storages", "tunekit/compat/optuna_study", "sqlalchemy", "sqlite3", "alembic"),
     "recorder": ("tunekit/driver/recorder", "tunekit/driver/records", "tunekit/clock", "csv"),
     "tracker": ("tunekit/tracking", "mlflow"),
     "progress": ("tunekit/driver/progress",),
