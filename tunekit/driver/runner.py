@@ -16,9 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, TextIO
 
+from tunekit.clock import SearchClock
 from tunekit.compat.ray_saved_state import (
     damaged_saved_state,
 )
@@ -64,6 +65,7 @@ from tunekit.layout import (
     SPEC_FILE,
     TRIALS_FILE,
     TrialStatus,
+    finite,
     stopped_by_time_budget,
     table_rows,
 )
@@ -231,7 +233,13 @@ def resume(
             stream.write(f"the search is complete: {said}\n")
         if (done := complete_record(spec, directory)) is not None and stream is not None:
             stream.write(done + "\n")
-        return load(directory)
+        results = load(directory)
+        # A complete search with no result fails as its run did (exit 1), resumed or not.
+        clock = SearchClock.read(directory)
+        reason = no_result_reason(spec, directory, _recorded(rows), clock.active_seconds if clock else 0.0)
+        if reason:
+            raise NoResultError(reason, directory)
+        return results
     if damage := damaged_saved_state(directory):  # before Ray starts: Ray would start the search over
         raise StorageError(
             f"cannot resume {directory}: Ray's saved state is damaged ({damage}: its driver was killed "
@@ -417,6 +425,31 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     if not records:
         return f"no trial reported {name}: no trial started"
     return f"no trial reported {name}: {len(records)} trials ended without reporting it"
+
+
+def _recorded(rows: Sequence[Mapping[str, str]]) -> list[Any]:
+    """``trials.csv``'s rows as ``no_result_reason`` reads the recorder's records."""
+    return [
+        SimpleNamespace(
+            trial_id=row.get("trial_id", ""),
+            status=row.get("status"),
+            reason=row.get("reason", ""),
+            epochs=int(float(row.get("epochs") or 0)),
+            final_metric=_cell_number(row.get("final_metric")),
+            best_metric=_cell_number(row.get("best_metric")),
+            started_at=float(row.get("started_at") or 0.0),
+            ended_at=float(row["ended_at"]) if row.get("ended_at") else None,
+        )
+        for row in rows
+    ]
+
+
+def _cell_number(text: str | None) -> float | None:
+    """A CSV cell as a finite number, or None (empty, NaN, not a number)."""
+    try:
+        return finite(float(text)) if text else None
+    except ValueError:
+        return None
 
 
 # The benchmarks' seam (benchmarks/scale.py), and nothing else's: a trial function in place of

@@ -475,3 +475,23 @@ def test_the_time_left_is_at_most_what_the_time_budget_leaves(tmp_path: Path, mo
     recorder.trials["t0"] = _record("t0", 0, "running")
     console.experiment_started(recorder)  # type: ignore[arg-type]
     assert console.status_line().endswith("about 30 s left") or "about 29 s left" in console.status_line()
+
+
+def test_a_complete_search_s_tables_give_the_same_no_result_reason_as_its_run(tmp_path: Path) -> None:
+    # `tunekit resume` of a complete search reads trials.csv (text cells) where the run read
+    # its records: a search whose time budget ran out before any epoch fails the same way.
+    from tunekit.driver.runner import _recorded
+
+    spec = load_spec(DEFAULT_SPEC, ["budget.time_budget_s=3"])
+    stopped = {
+        "trial_id": "t0",
+        "status": "stopped",
+        "epochs": "0",
+        "final_metric": "",
+        "best_metric": "",
+        "started_at": "1.0",
+    }
+    reason = no_result_reason(spec, tmp_path, _recorded([stopped]), 3.2)
+    assert reason == "no trial reported val_accuracy: the time budget of 3 s ran out before any trial finished an epoch"
+    done = {**stopped, "status": "completed", "epochs": "20", "final_metric": "0.9611", "best_metric": "0.9611"}
+    assert no_result_reason(spec, tmp_path, _recorded([stopped, done]), 30.0) == ""
