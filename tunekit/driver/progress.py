@@ -44,6 +44,7 @@ EXPECTED_WEIGHS_AS_TRIALS = 4
 START_PACE_TRIALS = 64
 T = TypeVar("T")
 _STEPS_SHOWN = 2  # running trials whose step the status line names, at most
+_SILENT_BEAT_S = 3 * heartbeat.WRITE_EVERY_S  # a step older than this is said with its age
 
 
 class ConsoleProgress:
@@ -284,7 +285,11 @@ class ConsoleProgress:
                 continue
             beat = heartbeat.read_heartbeat(self._experiment_dir / record.trial_id)
             if beat is not None and beat.epoch > record.epochs:  # not an epoch already reported
-                shown.append((record.trial_id, f"trial {_name(record)} {beat.describe()}"))
+                # A beat several periods old: a long batch, or a worker that died (Ray retries it
+                # once it knows): said as it is, not as the current step.
+                age = time.time() - beat.at
+                quiet = f" (last heard {age:.0f} s ago)" if age > _SILENT_BEAT_S else ""
+                shown.append((record.trial_id, f"trial {_name(record)} {beat.describe()}{quiet}"))
             if len(shown) == _STEPS_SHOWN:
                 break
         return shown

@@ -337,6 +337,11 @@ def test_a_long_epoch_shows_its_step_and_a_quiet_log_gets_a_status_line(
     assert "step" not in console.status_line()
     monkeypatch.setattr(heartbeat, "WRITE_EVERY_S", -1.0)  # as if the epoch had run longer than that
     assert console.status_line().endswith("; trial 0 epoch 3 validation step 7")
+    # A beat several periods old (a worker that died, a long batch) is said with its age, not as now.
+    real_time = time.time
+    monkeypatch.setattr(progress.time, "time", lambda: real_time() + 20.4)
+    assert console.status_line().endswith("; trial 0 epoch 3 validation step 7 (last heard 20 s ago)")
+    monkeypatch.setattr(progress.time, "time", real_time)
     writer.remove()
     assert console.status_line().endswith("running 1; best val_accuracy -")
 
