@@ -17,7 +17,7 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from tunekit.config import _validate as v
 from tunekit.errors import SpecError
@@ -229,11 +229,25 @@ def raw_extras(constraints: Sequence[Constraint], selection: Selection | None) -
     return extras
 
 
-def history_selection(objectives: Sequence[MetricSpec], select: Selection | None) -> Selection:
-    """The ``select`` rule as trials of an earlier experiment can follow it (the best of a warm
-    start's history, and that best against this search's): by the first objective when the
-    rule's metric is not an objective, since a reported metric history does not carry."""
-    rule = select or default_selection(objectives)
+class _Selecting(Protocol):
+    """What ``selection_of`` reads of an ``ExperimentSpec`` (which imports this module)."""
+
+    @property
+    def objectives(self) -> tuple[MetricSpec, ...]: ...
+
+    @property
+    def select(self) -> Selection | None: ...
+
+
+def selection_of(spec: _Selecting) -> Selection:
+    """The rule that picks the best trial of a spec's front: its ``select``, else the first objective's."""
+    return spec.select or default_selection(spec.objectives)
+
+
+def history_selection(objectives: Sequence[MetricSpec], rule: Selection) -> Selection:
+    """The search's ``rule`` as trials of an earlier experiment can follow it (the best of a
+    warm start's history, and that best against this search's): by the first objective when
+    the rule's metric is not an objective, since a reported metric history does not carry."""
     if rule.metric not in [o.name for o in objectives]:
         rule = dataclasses.replace(default_selection(objectives), subject_to=rule.subject_to)
     return rule

@@ -100,12 +100,14 @@ def late_endings(
         if status not in ("TERMINATED", "ERROR"):
             ended[str(trial_id)] = trial
     tables = table_rows(experiment_dir / TRIALS_FILE)
+    stopped = _stopped_by_the_time_budget(tables, saved, set(ended))
+    if not ended and not stopped:
+        return {}
+    ids = set(ended) | set(stopped)  # each table is read once, for both kinds of ending
+    rows = _by_trial(table_rows(experiment_dir / EPOCHS_FILE), ids)
+    spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), ids)
     written = _by_trial(tables, set(ended))
-    endings = _stopped_by_the_time_budget(tables, saved, experiment_dir, set(ended))
-    if not ended:
-        return endings
-    rows = _by_trial(table_rows(experiment_dir / EPOCHS_FILE), set(ended))
-    spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), set(ended))
+    endings = {}
     for trial_id, trial in ended.items():
         if trial_id in saved:
             config = dict(saved[trial_id].get("config") or {})
@@ -125,34 +127,8 @@ def late_endings(
             tuple(map(_span, spans.get(trial_id, []))),
             written.get(trial_id, [{}])[-1],
         )
-    return endings
-
-
-def _stopped_by_the_time_budget(
-    tables: list[dict[str, str]], saved: dict[str, dict[str, Any]], experiment_dir: Path, taken: set[str]
-) -> dict[str, LateEnding]:
-    """The trials the search's time budget stopped, as ``trials.csv`` says, which Ray's
-    saved state holds as ended (``state`` STOPPED).
-
-    Why: Ray stops the running trials when the budget runs out without telling the
-    callbacks, saves its state for the last time, and only then ends the experiment, where
-    the recorder settles them and writes its tables. Ray's saved copy of the recorder still
-    has them running: resumed with a new budget, they were counted as running (3 running of
-    2 slots), never ran, and ended again as "the search was stopped".
-    """
-    stopped = {
-        cells["trial_id"]: cells
-        for cells in tables
-        if stopped_by_time_budget(cells.get("status"), cells.get("reason"))
-        and saved.get(cells.get("trial_id", ""), {}).get("status") == "TERMINATED"
-        and cells["trial_id"] not in taken
-    }
-    if not stopped:
-        return {}
-    rows = _by_trial(table_rows(experiment_dir / EPOCHS_FILE), set(stopped))
-    spans = _by_trial(table_rows(experiment_dir / SPANS_FILE), set(stopped))
-    return {
-        trial_id: LateEnding(
+    for trial_id, cells in stopped.items():
+        endings[trial_id] = LateEnding(
             trial_id,
             TABLES_STOPPED,
             {},
@@ -164,7 +140,27 @@ def _stopped_by_the_time_budget(
             tuple(map(_span, spans.get(trial_id, []))),
             cells,
         )
-        for trial_id, cells in stopped.items()
+    return endings
+
+
+def _stopped_by_the_time_budget(
+    tables: list[dict[str, str]], saved: dict[str, dict[str, Any]], taken: set[str]
+) -> dict[str, dict[str, str]]:
+    """``trials.csv``'s rows of the trials the search's time budget stopped that Ray's saved
+    state holds as ended, but ``taken`` (they end as ``TABLES_STOPPED``).
+
+    Why: Ray stops the running trials when the budget runs out without telling the
+    callbacks, saves its state for the last time, and only then ends the experiment, where
+    the recorder settles them and writes its tables. Ray's saved copy of the recorder still
+    has them running: resumed with a new budget, they were counted as running (3 running of
+    2 slots), never ran, and ended again as "the search was stopped".
+    """
+    return {
+        cells["trial_id"]: cells
+        for cells in tables
+        if stopped_by_time_budget(cells.get("status"), cells.get("reason"))
+        and saved.get(cells.get("trial_id", ""), {}).get("status") == "TERMINATED"
+        and cells["trial_id"] not in taken
     }
 
 

@@ -458,11 +458,11 @@ def _node(node_id: str | None) -> str:
 
 def front_text(records: list[TrialRecord], spec: ExperimentSpec) -> str:
     """The Pareto front of the completed feasible trials, and the select rule's pick on it."""
-    from tunekit.config.objectives import default_selection
+    from tunekit.config.objectives import selection_of
     from tunekit.search.pareto import select_from_front
 
     finished = [(r, r.finals) for r in records if r.status == TrialStatus.COMPLETED and r.feasible]
-    front, chosen = select_from_front(finished, spec.objectives, spec.select or default_selection(spec.objectives))
+    front, chosen = select_from_front(finished, spec.objectives, selection_of(spec))
     if chosen is None:  # as the report says it: no trial on the front meets the rule
         return f"front {len(front)}, none meets the select rule" if front else "front 0"
     values = ", ".join(f"{o.name} {_value(chosen.finals.get(o.name))}" for o in spec.objectives)

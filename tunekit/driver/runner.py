@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any, TextIO
 
 from tunekit.clock import SearchClock
@@ -225,7 +225,8 @@ def resume(
                 else f" (`tunekit resume {directory} --set budget.num_samples=N` grows it)"
             )
             said = f"nothing to resume{grow}"
-            if any(stopped_by_time_budget(row.get("status"), row.get("reason")) for row in rows):
+            unstarted = len(rows) < spec.budget.num_samples  # else an earlier budget's stops, since made up
+            if unstarted and any(stopped_by_time_budget(row.get("status"), row.get("reason")) for row in rows):
                 said = (
                     f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume {directory} "
                     "--set budget.time_budget_s=N` runs the rest for up to N seconds)"
@@ -236,7 +237,8 @@ def resume(
         results = load(directory)
         # A complete search with no result fails as its run did (exit 1), resumed or not.
         clock = SearchClock.read(directory)
-        reason = no_result_reason(spec, directory, _recorded(rows), clock.active_seconds if clock else 0.0)
+        trials = list(results.trials.itertuples())  # trials.csv's rows, read as the run's records are
+        reason = no_result_reason(spec, directory, trials, clock.active_seconds if clock else 0.0)
         if reason:
             raise NoResultError(reason, directory)
         return results
@@ -405,10 +407,10 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     Args:
         spec: the experiment's spec (metric name, time budget).
         experiment_dir: where each trial's ``error.txt`` lives.
-        records: the recorder's ``TrialRecord``s.
+        records: the recorder's ``TrialRecord``s, or ``trials.csv``'s rows (NaN where empty).
         elapsed: active seconds the search ran.
     """
-    if any(r.final_metric is not None or r.best_metric is not None for r in records):
+    if any(finite(r.final_metric) is not None or finite(r.best_metric) is not None for r in records):
         return ""
     name = spec.metric.name
     failed = [r for r in records if r.status == TrialStatus.FAILED]
@@ -425,31 +427,6 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     if not records:
         return f"no trial reported {name}: no trial started"
     return f"no trial reported {name}: {len(records)} trials ended without reporting it"
-
-
-def _recorded(rows: Sequence[Mapping[str, str]]) -> list[Any]:
-    """``trials.csv``'s rows as ``no_result_reason`` reads the recorder's records."""
-    return [
-        SimpleNamespace(
-            trial_id=row.get("trial_id", ""),
-            status=row.get("status"),
-            reason=row.get("reason", ""),
-            epochs=int(float(row.get("epochs") or 0)),
-            final_metric=_cell_number(row.get("final_metric")),
-            best_metric=_cell_number(row.get("best_metric")),
-            started_at=float(row.get("started_at") or 0.0),
-            ended_at=float(row["ended_at"]) if row.get("ended_at") else None,
-        )
-        for row in rows
-    ]
-
-
-def _cell_number(text: str | None) -> float | None:
-    """A CSV cell as a finite number, or None (empty, NaN, not a number)."""
-    try:
-        return finite(float(text)) if text else None
-    except ValueError:
-        return None
 
 
 # The benchmarks' seam (benchmarks/scale.py), and nothing else's: a trial function in place of

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.objectives import default_selection
+from tunekit.config.objectives import selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode
 from tunekit.layout import NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, WARM_START_FILE, TrialStatus, finite
 from tunekit.results.pareto import final_values, pareto_of
@@ -123,7 +123,7 @@ def best_trial(
 def selected(trials: pd.DataFrame, spec: ExperimentSpec) -> tuple[Any, str]:
     """The row of the front trial the ``select`` rule picks (None when no front trial meets
     ``subject_to``), and the rule in words."""
-    selection = spec.select or default_selection(spec.objectives)
+    selection = selection_of(spec)
     rule = "select: " + selection.describe() + ("" if spec.select else " (the default: the first objective)")
     front = pareto_of(trials, spec)
     on_front = {t.trial_id for t in front.front} if front is not None else set()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock, died_mid_session
+from tunekit.config.objectives import selection_of
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
@@ -45,7 +46,6 @@ from tunekit.results.findings import (
     table_rows_of,
     trial_label,
 )
-from tunekit.results.ledger import selection_rule
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.summary import Summary, summarize
 from tunekit.search.attrs import (
@@ -422,9 +422,9 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
             )
     best = summary.best
     if best is not None:
-        # With several objectives the ledger's final best is in select's metric (ledger.selection_rule).
+        # With several objectives the ledger's final best is in select's metric (config.objectives.selection_of).
         spec = results.spec
-        expected = best.values.get(selection_rule(spec).metric) if spec.multi_objective else best.metric
+        expected = best.values.get(selection_of(spec).metric) if spec.multi_objective else best.metric
         if not same(summary.ledger.final_best, expected):
             yield Finding("summary vs ledger", "final best", expected, summary.ledger.final_best)
 

@@ -32,7 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.objectives import MetricMode, Selection, default_selection
+from tunekit.config.objectives import MetricMode, selection_of
 from tunekit.layout import TrialStatus, finite
 from tunekit.search.forecast import read_prediction, slot_units
 from tunekit.search.plan import spec_milestones
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tunekit.clock import SearchClock
-    from tunekit.config.spec import ExperimentSpec
     from tunekit.results.load import ExperimentResults
 
 DEFAULT_TOLERANCE = 0.01  # 1 % of the final best, relative
@@ -272,12 +271,6 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     return final, reached
 
 
-def selection_rule(spec: ExperimentSpec) -> Selection:
-    """With several objectives, the rule whose metric the final best and the time to best are
-    measured in (``select``, else the first objective)."""
-    return spec.select or default_selection(spec.objectives)
-
-
 def _selected_by_the_rule(results: ExperimentResults) -> tuple[str, MetricMode, float | None, set[str]]:
     """With several objectives the best is ``select``'s pick: its metric and direction, the
     pick's final value there, and the trials the rule could have picked (feasible, meeting
@@ -288,7 +281,7 @@ def _selected_by_the_rule(results: ExperimentResults) -> tuple[str, MetricMode, 
     from tunekit.search.pareto import is_feasible
 
     spec = results.spec
-    rule = selection_rule(spec)
+    rule = selection_of(spec)
     eligible: set[str] = set()
     for row in [] if results.trials.empty else results.trials.to_dict("records"):
         values = final_values(row)

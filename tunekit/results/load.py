@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tunekit.clock import SearchClock
-from tunekit.config.objectives import default_selection
+from tunekit.config.objectives import selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import (
@@ -128,7 +128,7 @@ class ExperimentResults:
             ranks = ids.map(front.rank_text)
             numeric = ids.map(lambda t: front.ranks.get(t, len(self.trials) + 1))
             chosen = ids == (self.best.trial_id if self.best is not None else None)
-            rule = self.spec.select or default_selection(self.spec.objectives)
+            rule = selection_of(self.spec)
             by = f"{FINAL_PREFIX}{rule.metric}" if f"{FINAL_PREFIX}{rule.metric}" in self.trials else "final_metric"
             table = self.trials.assign(pareto_rank=ranks, _front=numeric, _chosen=~chosen)
             return table.sort_values(

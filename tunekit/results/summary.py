@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock, duration
-from tunekit.config.objectives import history_selection
+from tunekit.config.objectives import history_selection, selection_of
 from tunekit.config.spec import MetricMode
 from tunekit.errors import TunekitError
 from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, finite
@@ -163,7 +163,7 @@ def _best_including_history(results: ExperimentResults) -> BestTrial | None:
     if inherited is None:
         return own
     if results.spec.multi_objective:  # each is its experiment's select pick: the rule's metric decides
-        rule = history_selection(results.spec.objectives, results.spec.select)
+        rule = history_selection(results.spec.objectives, selection_of(results.spec))
         picks = [(b.status, b.values.get(rule.metric), b) for b in (own, inherited) if b is not None]
         return pick_best(picks, rule.mode)
     candidates = [(own.status, own.metric, own)] if own is not None else []

@@ -30,7 +30,7 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tunekit.config.objectives import Constraint, MetricSpec, history_selection
+from tunekit.config.objectives import Constraint, MetricSpec, history_selection, selection_of
 from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRange, SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec
 from tunekit.config.warm_start import recorded_objectives
@@ -151,7 +151,7 @@ def _best_of_history(
     rule = ""
     if spec.multi_objective:
         best = _selected_history(trials, spec)
-        rule = f"select: {history_selection(spec.objectives, spec.select).describe()}"
+        rule = f"select: {history_selection(spec.objectives, selection_of(spec)).describe()}"
     else:
         best = pick_best([(statuses[t.state], t.value, t) for t in trials], spec.metric.mode)
     if best is None:
@@ -183,7 +183,7 @@ def _selected_history(trials: list[FrozenTrial], spec: ExperimentSpec) -> Frozen
     feasible = [t for t in trials if all(v <= 0 for v in t.constraints.values())]
     names = [o.name for o in spec.objectives]
     candidates = [(t, dict(zip(names, t.values, strict=True))) for t in feasible]
-    rule = history_selection(spec.objectives, spec.select)
+    rule = history_selection(spec.objectives, selection_of(spec))
 
     def meets(trial: FrozenTrial, constraint: Constraint) -> bool:
         return constraint.text in trial.constraints and trial.constraints[constraint.text] <= 0

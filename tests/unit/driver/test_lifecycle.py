@@ -483,9 +483,15 @@ def test_the_time_left_is_at_most_what_the_time_budget_leaves(tmp_path: Path, mo
 
 
 def test_a_complete_search_s_tables_give_the_same_no_result_reason_as_its_run(tmp_path: Path) -> None:
-    # `tunekit resume` of a complete search reads trials.csv (text cells) where the run read
-    # its records: a search whose time budget ran out before any epoch fails the same way.
-    from tunekit.driver.runner import _recorded
+    # `tunekit resume` of a complete search reads trials.csv's rows (NaN where a cell is empty)
+    # where the run read its records: a search whose time budget ran out before any epoch fails
+    # the same way.
+    import pandas as pd
+
+    def _recorded(rows: list[dict[str, str]]) -> list[Any]:
+        table = tmp_path / "trials.csv"
+        pd.DataFrame(rows).to_csv(table, index=False)
+        return list(pd.read_csv(table).itertuples())
 
     spec = load_spec(DEFAULT_SPEC, ["budget.time_budget_s=3"])
     stopped = {
