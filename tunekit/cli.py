@@ -437,7 +437,7 @@ def _table(results: ExperimentResults) -> str:
     ranks = ["pareto_rank"] if "pareto_rank" in table.columns else []
     shown = table[["number", "status", *ranks, "epochs", *finals, "best_metric", "wall_seconds", *params, "reason"]]
     renamed = {c: c[len(PARAM_PREFIX) :] for c in params} | {c: c[len(FINAL_PREFIX) :] for c in finals}
-    shown = shown.rename(columns=renamed | {"final_metric": results.metric})
+    shown = shown.rename(columns=renamed | {"final_metric": results.metric, "best_metric": f"best {results.metric}"})
     reasons = shown["reason"].map(_short_reason)
     width = max(len("reason"), *(len(r) for r in reasons))
     # text reads from the left: pad so pandas' right alignment leaves the column flush left

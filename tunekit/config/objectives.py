@@ -207,8 +207,14 @@ def tracked_metrics(
     return tuple(names)
 
 
-def first_metric(raw: object) -> str:
-    """The (first) metric's name in a recorded spec's ``metric``, one mapping or a list; "metric" when unreadable."""
+def recorded_headline(spec: Mapping[str, Any]) -> str:
+    """``headline_metric``'s name in a recorded spec.yaml mapping, read without parsing the whole
+    spec: ``select``'s metric, else the (first) objective's; "metric" when unreadable."""
+    select = spec.get("select")
+    chosen = [select.get(key) for key in ("maximize", "minimize")] if isinstance(select, Mapping) else []
+    if names := [name for name in chosen if isinstance(name, str)]:
+        return names[0]
+    raw = spec.get("metric")
     first = raw[0] if isinstance(raw, list) and raw else raw
     return str(first.get("name", "metric")) if isinstance(first, Mapping) else "metric"
 
@@ -242,6 +248,15 @@ class _Selecting(Protocol):
 def selection_of(spec: _Selecting) -> Selection:
     """The rule that picks the best trial of a spec's front: its ``select``, else the first objective's."""
     return spec.select or default_selection(spec.objectives)
+
+
+def headline_metric(spec: _Selecting) -> MetricSpec:
+    """The one metric every figure named "final" or "best" reports: a trial's final and best
+    metric, the best trial's, status, plots, MLflow's ``best_<metric>``. A single-objective
+    search's metric; with several objectives, the metric of the rule that picks the best trial
+    (``select``, else the first objective), so each such figure agrees with that pick."""
+    rule = selection_of(spec)
+    return MetricSpec(rule.metric, rule.mode)
 
 
 def history_selection(objectives: Sequence[MetricSpec], rule: Selection) -> Selection:

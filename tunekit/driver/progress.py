@@ -54,9 +54,10 @@ class ConsoleProgress:
     """
 
     def __init__(self, spec: ExperimentSpec, stream: TextIO | None = None, *, live: bool | None = None) -> None:
+        from tunekit.config.objectives import headline_metric
         from tunekit.search.forecast import trial_epochs
 
-        self._metric = spec.metric.name
+        self._metric = headline_metric(spec).name
         self._spec = spec
         self._front: tuple[int, str] = (-1, "")  # (trials ended when computed, its text)
         self._num_samples = spec.budget.num_samples
@@ -171,7 +172,7 @@ class ConsoleProgress:
             return
         reason = reason_beside_epochs(record)
         detail = f" ({reason})" if reason else ""
-        value = "" if record.final_metric is None else f" {self._metric}={record.final_metric:.4f}"
+        value = self._finals_text(record)
         where = ""
         if record.status == TrialStatus.FAILED and self._experiment_dir is not None:
             error_file = self._experiment_dir / record.trial_id / ERROR_FILE
@@ -249,6 +250,15 @@ class ConsoleProgress:
         if left is not None and budget is not None:  # the search stops then, whatever is left to run
             left = min(left, max(0.0, budget - (time.monotonic() - self._started)))
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
+
+    def _finals_text(self, record: TrialRecord) -> str:
+        """`` val_accuracy=0.9644``; with several objectives each one's, `` model_params=9610 val_accuracy=0.9644``."""
+        if self._spec.multi_objective:
+            shown = [
+                f"{o.name}={_value(record.finals[o.name])}" for o in self._spec.objectives if o.name in record.finals
+            ]
+            return "".join(" " + text for text in shown)
+        return "" if record.final_metric is None else f" {self._metric}={record.final_metric:.4f}"
 
     def _front_text(self, done: int) -> str:
         """Several objectives: the front's size and the select rule's pick so far, e.g.

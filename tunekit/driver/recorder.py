@@ -25,6 +25,7 @@ from ray.tune.stopper import Stopper
 from tunekit.clock import SearchClock
 from tunekit.compat.ray_saved_state import saved_stop_decisions
 from tunekit.compat.ray_tune import checkpoint_epoch
+from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import LateEnding, interrupted_runs
 from tunekit.driver.listener import Listener
@@ -218,13 +219,14 @@ class Recorder(Callback):
 
     def _rebest(self, record: TrialRecord) -> None:
         """A trial trained an epoch again: its best is over the rows it has now, not the ones replaced."""
+        headline = headline_metric(self.spec)
         values = [
             value
             for epoch in range(1, record.epochs + 1)
             if (index := self._row_index.get(record.trial_id, {}).get(epoch)) is not None
-            and (value := finite(self.epochs[index].metrics.get(self.spec.metric.name))) is not None
+            and (value := finite(self.epochs[index].metrics.get(headline.name))) is not None
         ]
-        record.best_metric = (max if self.spec.metric.mode == "max" else min)(values) if values else None
+        record.best_metric = (max if headline.mode == "max" else min)(values) if values else None
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         if isinstance(self.scheduler, RecordingPBT):
@@ -289,7 +291,7 @@ class Recorder(Callback):
             if self._best_completed is not None:
                 return self._best_completed
         candidates = [(r.status, r.final_metric, r) for r in self.trials.values()]
-        return pick_best(candidates, self.spec.metric.mode)
+        return pick_best(candidates, headline_metric(self.spec).mode)
 
     def _rescan_best(self) -> None:
         self._best_completed = None
@@ -302,7 +304,9 @@ class Recorder(Callback):
             return
         pair = [r for r in (self._best_completed, record) if r is not None]
         ordered = sorted(pair, key=lambda r: (r.number is None, r.number))
-        self._best_completed = pick_best([(r.status, r.final_metric, r) for r in ordered], self.spec.metric.mode)
+        self._best_completed = pick_best(
+            [(r.status, r.final_metric, r) for r in ordered], headline_metric(self.spec).mode
+        )
 
     # ------------------------------------------------------------------- internals
 
@@ -319,7 +323,7 @@ class Recorder(Callback):
             return {FAILURE_KEY: record.reason or "failed"}
         result: dict[str, Any] = {EPOCH_KEY: record.epochs}
         if record.final_metric is not None:
-            result[self.spec.metric.name] = record.final_metric
+            result[headline_metric(self.spec).name] = record.final_metric
         result.update(record.finals)  # several objectives: each one's last value
         if record.stopped_by_model is not None:
             result[INFO_KEY] = {STOPPED_BY_MODEL: record.stopped_by_model}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunekit.config.objectives import tracked_metrics
+from tunekit.config.objectives import headline_metric, tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import describe_error
 from tunekit.layout import (
@@ -111,13 +111,14 @@ class EpochRow:
 
 
 def apply_epoch(record: TrialRecord, row: EpochRow, spec: ExperimentSpec) -> None:
-    """Counts a reported epoch into its trial: epochs, final and best metric, samples/s."""
+    """Counts a reported epoch into its trial: epochs, final and best metric (``headline_metric``'s), samples/s."""
     record.epochs = row.epoch
-    value = finite(row.metrics.get(spec.metric.name))
+    headline = headline_metric(spec)
+    value = finite(row.metrics.get(headline.name))
     if value is not None:
         record.final_metric = value
         better = record.best_metric is None or (
-            value > record.best_metric if spec.metric.mode == "max" else value < record.best_metric
+            value > record.best_metric if headline.mode == "max" else value < record.best_metric
         )
         if better:
             record.best_metric = value

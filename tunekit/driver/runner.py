@@ -30,6 +30,7 @@ from tunekit.compat.ray_tune import (
     whole_file_state_uploads,
 )
 from tunekit.config.growth import resumed_spec
+from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.contract import builders_from
 from tunekit.driver.connect import (
@@ -412,7 +413,7 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     """
     if any(finite(r.final_metric) is not None or finite(r.best_metric) is not None for r in records):
         return ""
-    name = spec.metric.name
+    name = headline_metric(spec).name
     failed = [r for r in records if r.status == TrialStatus.FAILED]
     budget = spec.budget.time_budget_s
     if failed:

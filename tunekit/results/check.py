@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock, died_mid_session
-from tunekit.config.objectives import selection_of
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
@@ -421,12 +420,8 @@ def _figures(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:
                 where, "a trial's wall_seconds within the search's active time", summary.active_seconds, longest
             )
     best = summary.best
-    if best is not None:
-        # With several objectives the ledger's final best is in select's metric (config.objectives.selection_of).
-        spec = results.spec
-        expected = best.values.get(selection_of(spec).metric) if spec.multi_objective else best.metric
-        if not same(summary.ledger.final_best, expected):
-            yield Finding("summary vs ledger", "final best", expected, summary.ledger.final_best)
+    if best is not None and not same(summary.ledger.final_best, best.metric):
+        yield Finding("summary vs ledger", "final best", best.metric, summary.ledger.final_best)
 
 
 def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Finding]:

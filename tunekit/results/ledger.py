@@ -32,7 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.objectives import MetricMode, selection_of
+from tunekit.config.objectives import selection_of
 from tunekit.layout import TrialStatus, finite
 from tunekit.search.forecast import read_prediction, slot_units
 from tunekit.search.plan import spec_milestones
@@ -253,7 +253,7 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     """
     epochs, metric, mode, final = results.epochs, results.metric, results.mode, results.best_metric
     if results.spec.multi_objective:
-        metric, mode, final, eligible = _selected_by_the_rule(results)
+        eligible = _selectable_trials(results)
         epochs = epochs[epochs["trial_id"].isin(eligible)] if not epochs.empty else epochs
     if epochs.empty or metric not in epochs.columns or "time" not in epochs.columns:
         return None, None
@@ -271,12 +271,11 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     return final, reached
 
 
-def _selected_by_the_rule(results: ExperimentResults) -> tuple[str, MetricMode, float | None, set[str]]:
-    """With several objectives the best is ``select``'s pick: its metric and direction, the
-    pick's final value there, and the trials the rule could have picked (feasible, meeting
-    ``subject_to`` by their final values), whose epochs alone count toward reaching it. (The
-    first objective over every trial said a search reached its best after 10 s, from a
-    trial the rule rejects; the pick itself ran only after 13 s.)"""
+def _selectable_trials(results: ExperimentResults) -> set[str]:
+    """With several objectives the best is ``select``'s pick (``results.metric`` is its metric):
+    the trials the rule could have picked (feasible, meeting ``subject_to`` by their final
+    values), whose epochs alone count toward reaching it. (Every trial counted said a search
+    reached its best after 10 s, from a trial the rule rejects; the pick itself ran only after 13 s.)"""
     from tunekit.results.pareto import final_values
     from tunekit.search.pareto import is_feasible
 
@@ -287,9 +286,7 @@ def _selected_by_the_rule(results: ExperimentResults) -> tuple[str, MetricMode, 
         values = final_values(row)
         if is_feasible(values, spec.constraints) and all(c.holds(values.get(c.name)) for c in rule.subject_to):
             eligible.add(str(row["trial_id"]))
-    best = results.best
-    final = best.values.get(rule.metric) if best is not None else None
-    return rule.metric, rule.mode, final, eligible
+    return eligible
 
 
 def _slot_seconds_until(spans: dict[str, list[tuple[float, float]]], until: float) -> float:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tunekit.clock import SearchClock
-from tunekit.config.objectives import selection_of
+from tunekit.config.objectives import headline_metric, selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import (
@@ -62,11 +62,13 @@ class ExperimentResults:
 
     @property
     def metric(self) -> str:
-        return self.spec.metric.name
+        """The metric of every "final" and "best" figure: with several objectives, the one
+        ``select`` picks the best trial by (``tunekit.config.objectives.headline_metric``)."""
+        return headline_metric(self.spec).name
 
     @property
     def mode(self) -> MetricMode:
-        return self.spec.metric.mode
+        return headline_metric(self.spec).mode
 
     @property
     def started_at(self) -> float | None:
@@ -193,7 +195,9 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
     spec = recorded_spec(yaml.safe_load(spec_path.read_text()), directory, trials)
     exploits = _read_csv(pd, directory / EXPLOITS_FILE)
-    return ExperimentResults(directory, spec, trials, epochs, best_trial(trials, exploits, spec.metric.mode, spec))
+    return ExperimentResults(
+        directory, spec, trials, epochs, best_trial(trials, exploits, headline_metric(spec).mode, spec)
+    )
 
 
 def recorded_spec(raw: Any, spec_dir: Path | None = None, trials: pd.DataFrame | None = None) -> ExperimentSpec:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from tunekit.clock import SearchClock, duration, session_running
-from tunekit.config.objectives import first_metric
+from tunekit.config.objectives import recorded_headline
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
 from tunekit.results.completion import search_complete
@@ -138,7 +138,7 @@ def read_status(experiment_dir: str | Path) -> Status:
         len(clock.sessions) if clock else 0,
         planned,
         isinstance(planned, int) and search_complete(directory, str(spec.get("name")), planned, trials),
-        first_metric(spec.get("metric")),
+        recorded_headline(spec),
         counts,
         *_on_workers(directory, running, active),
         ended[:ENDED_SHOWN],
@@ -193,4 +193,4 @@ def _float(text: str | None) -> float | None:
 
 def _number(text: str) -> str:
     value = _float(text)
-    return "" if value is None else f"{value:.4f}"
+    return "" if value is None else f"{value:.6g}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunekit.clock import SearchClock
+from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec, parse_spec
 from tunekit.errors import NotAnExperimentError, TunekitError
 from tunekit.layout import (
@@ -187,7 +188,7 @@ def _progress_events(
             (r for r in (best, row) if r is not None),
             key=lambda r: (_integer(r["number"]) is None, _integer(r["number"]) or 0),
         )
-        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in pair], spec.metric.mode)
+        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in pair], headline_metric(spec).mode)
         final = index == len(ended)
         yield ProgressEvent(
             ended=index,

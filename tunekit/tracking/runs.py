@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, assert_never
 from urllib.parse import urlsplit
 
+from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import installed_versions, redact_uri
 from tunekit.layout import (
@@ -234,7 +235,8 @@ class RunBook:
     def _apply_progress(self, event: ProgressEvent) -> None:
         now = int((time.time() if event.at is None else event.at) * 1000)
         # Several objectives, at the end: the summary's select pick is the parent's best (the
-        # recorder's best so far is the first objective's alone), or none when the rule chose none.
+        # recorder's best so far is the best of the rule's metric, on the front or not), or none
+        # when the rule chose none.
         pick = self._summary_pick() if event.final else None
         best = finite(event.best) if pick is None else pick.metric
         if pick is not None:
@@ -245,7 +247,7 @@ class RunBook:
             # and millisecond it would keep the larger (the running best over the pick).
             stamp = max(now, self._last_best_ms + 1)
             self._parent.metrics.append(
-                MetricPoint(metric_key(f"best_{self.spec.metric.name}"), best, stamp, event.ended)
+                MetricPoint(metric_key(f"best_{headline_metric(self.spec).name}"), best, stamp, event.ended)
             )
             self._last_best, self._last_best_ms = point, stamp
         best_run = self.trials.get(event.best_trial) if event.best_trial else None
@@ -257,7 +259,7 @@ class RunBook:
             return
         if event.best_trial and best is not None:
             name = best_run.name if best_run is not None and best_run.name else f"trial {event.best_trial}"
-            values = pick.values if pick is not None and pick.values else {self.spec.metric.name: best}
+            values = pick.values if pick is not None and pick.values else {headline_metric(self.spec).name: best}
             scores = ", ".join(f"{objective} {value:.4g}" for objective, value in values.items())
             chosen = f" ({pick.rule})" if pick is not None and pick.rule else ""
             self._parent.tags[NOTE_TAG] = f"Best trial: {name}, {scores}{chosen}."
@@ -440,7 +442,7 @@ class RunBook:
         if pending.metrics:
             if trial.steps is None:  # reattached on resume: which epochs does MLflow hold?
                 trial.steps = {
-                    step for step, _ in client.metric_history(trial.run_id, metric_key(self.spec.metric.name))
+                    step for step, _ in client.metric_history(trial.run_id, metric_key(headline_metric(self.spec).name))
                 }
             pending.metrics[:] = [m for m in pending.metrics if m.step not in trial.steps]
             steps = {m.step for m in pending.metrics}

@@ -303,7 +303,7 @@ def test_check_holds_the_ledger_s_final_best_in_select_s_metric() -> None:
         select={"maximize": "val_accuracy"},
     )
     trials = table().assign(wall_seconds=1.0, started_at=0.0, ended_at=1.0)
-    trials["final_metric"] = trials["final.model_params"]  # trials.csv's final_metric: the first objective
+    assert trials["final_metric"].equals(trials["final.val_accuracy"])  # trials.csv's: select's metric
     epochs = pd.DataFrame([{"trial_id": "c", "epoch": 4, "time": 8.0, "val_accuracy": 0.95, "model_params": 20000.0}])
     best = best_trial(trials, pd.DataFrame(), "min", the_spec)
     results = ExperimentResults(Path("/nowhere"), the_spec, trials, epochs, best)
