@@ -178,9 +178,10 @@ class CpuSampler:
             if frame is None or spent <= 0:
                 continue
             code = frame.f_code
-            where = f"{code.co_filename}:{frame.f_lineno}({code.co_name}) <- {_caller(frame)}"
+            bucket = _bucket_of_stack(frame)
+            where = f"[{bucket}] {code.co_filename}:{frame.f_lineno}({code.co_name}) <- {_caller(frame)}"
             self.functions[where] = self.functions.get(where, 0.0) + spent
-            self.buckets[_bucket_of_stack(frame)] += spent
+            self.buckets[bucket] += spent
 
 
 def _caller(frame: Any) -> str:
@@ -364,7 +365,7 @@ class Windows:
         """The main thread's most costly code over the whole run, by the CPU sampled in it."""
         return self.cpu.top_functions() if self.cpu is not None else []
 
-    def growing_functions(self, count: int = 15) -> list[dict[str, Any]]:
+    def growing_functions(self, count: int = 30) -> list[dict[str, Any]]:
         """The main thread's code whose CPU per trial grew most from the first window to the last."""
         first, last = self._first_functions, self._latest_functions
         growth = {name: last.get(name, 0.0) - first.get(name, 0.0) for name in first.keys() | last.keys()}

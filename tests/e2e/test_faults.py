@@ -308,7 +308,7 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
 
 
 def test_asha_replay_rebuilds_rungs() -> None:
-    from tunekit.compat.ray_tune import asha_rungs
+    from tunekit.compat.ray_asha import asha_rungs
     from tunekit.search.schedulers import RecordingASHA
 
     scheduler = RecordingASHA(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ray.tune import RunConfig, TuneConfig, Tuner
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 
@@ -319,35 +318,6 @@ class QuickFifoChoice:
             if waiting:
                 return min(waiting, key=positions.__getitem__)
         return None
-
-
-def asha_rungs(scheduler: ASHAScheduler) -> list[tuple[float, dict[str, float]]]:
-    """Every (milestone, {trial id: signed metric}) rung of every bracket of an ASHA scheduler.
-
-    Why: Ray does not save scheduler state with an experiment; to resume a search, tunekit
-    refills the rungs from the recorded epochs (``RecordingASHA.replay``) so a restored
-    ASHA does not promote every trial. The dictionaries returned are ASHA's own: writing
-    to them fills the rungs. Checked against Ray 2.60 (``_brackets``, ``_Bracket._rungs``).
-    """
-    return [(milestone, recorded) for bracket in scheduler._brackets for milestone, recorded in bracket._rungs]
-
-
-def asha_metric_sign(scheduler: ASHAScheduler) -> float:
-    """+1 when ASHA maximises its metric, -1 when it minimises: how it stores rung values.
-
-    Why: replayed rung values must be signed as ASHA signs the ones it records itself.
-    Checked against Ray 2.60 (``_metric_op``, None before the metric is set).
-    """
-    return float(scheduler._metric_op or 1.0)
-
-
-def asha_max_t(scheduler: ASHAScheduler) -> float:
-    """The epoch at which ASHA lets a trial finish (its ``max_t``).
-
-    Why: a STOP decision before ``max_t`` is a pruning, one at ``max_t`` is the trial's
-    end; Ray keeps ``max_t`` private. Checked against Ray 2.60 (``_max_t``).
-    """
-    return float(scheduler._max_t)
 
 
 # ------------------------------------------------------------------ Ray: growing a search

@@ -9,7 +9,8 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from tunekit.compat.ray_tune import QuickFifoChoice, asha_max_t, asha_metric_sign, asha_rungs
+from tunekit.compat.ray_asha import asha_max_t, asha_metric_sign, asha_rungs, sorted_rungs
+from tunekit.compat.ray_tune import QuickFifoChoice
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY
 
@@ -65,6 +66,7 @@ class RecordingASHA(QuickFifoChoice, ASHAScheduler):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        sorted_rungs(self)
         self.stopped: set[str] = set()
 
     def replay(self, values: dict[str, dict[int, float]], stopped: set[str]) -> None:
