@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +48,23 @@ def test_a_search_that_ran_locally_resumes_by_the_run_rule(tmp_path: Path, monke
     record_address(tmp_path, None)
     assert resume_target(tmp_path, None, local=False) == Target(None)
     assert resume_target(tmp_path / "older", None, local=False) == Target(None)  # no cluster.json
+
+
+def test_ray_s_worker_and_raylet_lines_reach_driver_log_without_colour_codes() -> None:
+    import io
+
+    from ray._private.worker import print_worker_logs
+
+    from tunekit.driver.session import driver_env
+
+    lost: dict[str, Any] = {
+        "pid": "raylet",
+        "ip": "127.0.0.2",
+        "localhost": "127.0.0.1",
+        "lines": ["Raylet is terminated."],
+    }
+    with driver_env():
+        log = io.StringIO()
+        print_worker_logs(lost, log)
+    assert log.getvalue().startswith("(raylet, ip=127.0.0.2) Raylet is terminated.")
+    assert "\x1b" not in log.getvalue()  # Ray's default wraps the line in yellow: "\x1b[33m(raylet..."
