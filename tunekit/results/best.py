@@ -106,17 +106,21 @@ def best_trial(
     }
     trial_id = str(row["trial_id"])
     lineage = lineage_of(trial_id, exploits)
+    values = final_values(row) if rule else {}
+    # Several objectives: the select rule's metric, from its own final column (trials.csv's
+    # final_metric holds the same since cde467b; before, the first objective's).
+    metric = values[selection_of(spec).metric] if rule and spec is not None else float(row["final_metric"])
     return BestTrial(
         trial_id=trial_id,
         number=None if is_missing(row["number"]) else int(row["number"]),
         config=dict(lineage[-1].config) if lineage else initial,
-        metric=float(row["final_metric"]),
+        metric=metric,
         epochs=int(row["epochs"]),
         status=str(row["status"]),
         initial_config=initial,
         lineage=lineage,
         rule=rule,
-        values=final_values(row) if rule else {},
+        values=values,
     )
 
 

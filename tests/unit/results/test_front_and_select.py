@@ -101,7 +101,10 @@ def test_select_picks_among_the_front(select: dict[str, Any] | None, chosen: str
     assert (best.trial_id if best else None) == chosen
     if best is not None:
         assert best.rule == rule
-        assert best.metric == {row[0]: row[2] for row in ROWS}[best.trial_id]  # the first objective's value
+        # The best's metric is the rule's metric: model_params when select minimizes it.
+        by = next((select[key] for key in ("maximize", "minimize") if select and key in select), "val_accuracy")
+        accuracy, params = {row[0]: (row[2], row[3]) for row in ROWS}[best.trial_id]
+        assert best.metric == (accuracy if by == "val_accuracy" else params)
 
 
 def test_pareto_front_and_ranked_tables() -> None:

@@ -87,6 +87,10 @@ def test_results_status_and_plots_name_select_s_metric(tmp_path: Path) -> None:
     results = ExperimentResults(tmp_path, the_spec, trials, epochs, best_trial(trials, pd.DataFrame(), "max", the_spec))
     assert (results.metric, results.mode, results.best_metric) == ("val_accuracy", "max", 0.95)
     assert plots.best_so_far(results).axes[0].get_title() == "best val_accuracy so far (max)"
+    # A table written before final_metric followed select (it held the first objective):
+    # the best's metric comes from its own final column all the same.
+    older = trials.assign(final_metric=trials["final.model_params"])
+    assert best_trial(older, pd.DataFrame(), "max", the_spec).metric == 0.95  # type: ignore[union-attr]
 
     (tmp_path / "spec.yaml").write_text(the_spec.to_yaml())
     (tmp_path / "trials.csv").write_text(
