@@ -13,6 +13,7 @@ and so on (Deb et al.'s NSGA-II fronts).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -39,7 +40,36 @@ def dominates(a: Vector, b: Vector) -> bool:
 
 
 def nondominated_ranks(points: Sequence[Vector]) -> list[int]:
-    """Each point's front, from 1 (non-dominated); equal points share a front."""
+    """Each point's front, from 1 (non-dominated); equal points share a front.
+
+    Why two ways: comparing every pair is quadratic, and MO-ASHA ranks a whole rung each time
+    a trial reaches it (0.7 s of the driver per decision at 1,000 trials); with two
+    objectives a sweep gives the same fronts in n log n.
+    """
+    if points and len(points[0]) == 2:
+        return _ranks_of_pairs(points)
+    return _ranks_by_every_pair(points)
+
+
+def _ranks_of_pairs(points: Sequence[Vector]) -> list[int]:
+    """Fronts of two-objective points by a sweep (Jensen 2003). In lexicographic order, a point
+    is dominated by exactly the earlier distinct points whose second value is no larger, and
+    its front is one past the last front holding one of them. ``lowest[k]``, the smallest
+    second value of front k + 1 so far, never decreases with k, so a bisection finds that front."""
+    lowest: list[float] = []
+    front_of: dict[tuple[float, ...], int] = {}
+    for vector in sorted({tuple(point) for point in points}):
+        front = bisect.bisect_right(lowest, vector[1])
+        if front == len(lowest):
+            lowest.append(vector[1])
+        else:
+            lowest[front] = vector[1]
+        front_of[vector] = front + 1
+    return [front_of[tuple(point)] for point in points]
+
+
+def _ranks_by_every_pair(points: Sequence[Vector]) -> list[int]:
+    """Fronts by comparing every pair (Deb et al.'s fast non-dominated sort), for any number of objectives."""
     count = len(points)
     dominated_by = [0] * count  # how many points dominate each one
     beats: list[list[int]] = [[] for _ in range(count)]
@@ -97,8 +127,10 @@ def promotion_order(points: Sequence[Vector], feasible: Sequence[bool] | None = 
     for group in ([i for i in range(len(points)) if feasible[i]], [i for i in range(len(points)) if not feasible[i]]):
         for i, rank in zip(group, nondominated_ranks([points[i] for i in group]), strict=True):
             ranks[i] = rank
-        for rank in {ranks[i] for i in group}:
-            members = [i for i in group if ranks[i] == rank]
+        fronts: dict[int, list[int]] = {}
+        for i in group:
+            fronts.setdefault(ranks[i], []).append(i)
+        for members in fronts.values():
             for i, distance in zip(members, crowding_distances([points[i] for i in members]), strict=True):
                 crowding[i] = distance
     return sorted(range(len(points)), key=lambda i: (not feasible[i], ranks[i], -crowding[i], points[i][0], i))
