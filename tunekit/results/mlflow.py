@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tunekit.clock import SearchClock
+from tunekit.config.objectives import MetricSpec, headline_metric
 from tunekit.errors import TunekitError
 from tunekit.layout import (
     EPOCH_COLUMNS,
@@ -100,7 +101,7 @@ def load_from_mlflow(
     trial_rows, epoch_rows = [], []
     clock = _recorded_clock(parent)
     for child in children:
-        trial, epochs = _trial_from_run(client, child, spec, clock)
+        trial, epochs = _trial_from_run(client, child, headline_metric(parsed), clock)
         if parsed.multi_objective:
             _add_finals(trial, epochs, parsed)
         trial_rows.append(trial)
@@ -122,7 +123,7 @@ def load_from_mlflow(
     directory = Path(parent.data.tags.get(TAG_EXPERIMENT_DIR, "."))
     exploits = _exploits_from_mlflow(client, parent) if parsed.scheduler.type == "pbt" else pd.DataFrame()
     return ExperimentResults(
-        directory, parsed, trials, epochs, best_trial(trials, exploits, parsed.metric.mode, parsed)
+        directory, parsed, trials, epochs, best_trial(trials, exploits, headline_metric(parsed).mode, parsed)
     )
 
 
@@ -243,13 +244,13 @@ def _add_finals(trial: dict[str, Any], epochs: list[dict[str, Any]], spec: Exper
 
 
 def _trial_from_run(
-    client: Any, run: Any, spec: dict[str, Any], clock: SearchClock
+    client: Any, run: Any, headline: MetricSpec, clock: SearchClock
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A trial's row and its epochs, from its run; its final and best metric are ``headline``'s
+    (``config.objectives.headline_metric``), as trials.csv has them."""
     from tunekit.tracking import tags as t
 
-    # Several objectives: the first is the metric; _add_finals gives every objective's final value.
-    first = spec["metric"][0] if isinstance(spec["metric"], list) else spec["metric"]
-    tags, metric = run.data.tags, first["name"]
+    tags, metric = run.data.tags, headline.name
     trial_id = tags.get(t.TAG_TRIAL_ID, run.info.run_id)
     by_step: dict[int, dict[str, Any]] = {}
     for key in run.data.metrics:
@@ -269,7 +270,7 @@ def _trial_from_run(
     epochs = [by_step[step] for step in sorted(by_step)]
     values = [row[metric] for row in epochs if metric in row]
     rates = [row["samples_per_second"] for row in epochs if "samples_per_second" in row]
-    best = (max if first["mode"] == "max" else min)(values) if values else None
+    best = (max if headline.mode == "max" else min)(values) if values else None
     ended = run.info.end_time / 1000 if run.info.end_time else None
     trial = {
         "trial_id": trial_id,
