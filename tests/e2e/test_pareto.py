@@ -181,7 +181,7 @@ def test_results_from_mlflow_carry_every_objective_and_the_same_front(
 
     grown, uri = searched
     mirrored = load_from_mlflow(grown.spec.name, uri, experiment_dir=grown.experiment_dir)
-    columns = ["trial_id", "final.val_accuracy", "final.model_params", "feasible"]
+    columns = ["trial_id", "final.val_accuracy", "final.model_params", "feasible", "final_metric", "best_metric"]
     local = grown.trials[columns].sort_values("trial_id").reset_index(drop=True)
     remote = mirrored.trials[columns].sort_values("trial_id").reset_index(drop=True)
     assert local.to_dict("records") == remote.to_dict("records")
