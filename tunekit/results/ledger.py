@@ -32,8 +32,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.objectives import selection_of
 from tunekit.layout import TrialStatus, finite
+from tunekit.results.pareto import selectable_trials
 from tunekit.search.forecast import read_prediction, slot_units
 from tunekit.search.plan import spec_milestones
 
@@ -252,9 +252,9 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     trial, as ``plots.best_so_far`` draws it.
     """
     epochs, metric, mode, final = results.epochs, results.metric, results.mode, results.best_metric
-    if results.spec.multi_objective:
-        eligible = _selectable_trials(results)
-        epochs = epochs[epochs["trial_id"].isin(eligible)] if not epochs.empty else epochs
+    if results.spec.multi_objective:  # the best is select's pick: only trials it could pick count
+        eligible = selectable_trials(results.trials, results.spec)
+        epochs = epochs[epochs["trial_id"].astype(str).isin(eligible)] if not epochs.empty else epochs
     if epochs.empty or metric not in epochs.columns or "time" not in epochs.columns:
         return None, None
     points = sorted(
@@ -269,24 +269,6 @@ def _time_to_best(results: ExperimentResults, tolerance: float) -> tuple[float |
     margin = tolerance * abs(final)
     reached = next((at for at, value in points if sign * (final - value) <= margin), None)
     return final, reached
-
-
-def _selectable_trials(results: ExperimentResults) -> set[str]:
-    """With several objectives the best is ``select``'s pick (``results.metric`` is its metric):
-    the trials the rule could have picked (feasible, meeting ``subject_to`` by their final
-    values), whose epochs alone count toward reaching it. (Every trial counted said a search
-    reached its best after 10 s, from a trial the rule rejects; the pick itself ran only after 13 s.)"""
-    from tunekit.results.pareto import final_values
-    from tunekit.search.pareto import is_feasible
-
-    spec = results.spec
-    rule = selection_of(spec)
-    eligible: set[str] = set()
-    for row in [] if results.trials.empty else results.trials.to_dict("records"):
-        values = final_values(row)
-        if is_feasible(values, spec.constraints) and all(c.holds(values.get(c.name)) for c in rule.subject_to):
-            eligible.add(str(row["trial_id"]))
-    return eligible
 
 
 def _slot_seconds_until(spans: dict[str, list[tuple[float, float]]], until: float) -> float:

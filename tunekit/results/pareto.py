@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tunekit.config.objectives import selection_of
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import FINAL_PREFIX, TrialStatus, finite
 from tunekit.search.pareto import is_feasible, nondominated_ranks, to_minimize
@@ -84,6 +85,19 @@ def pareto_of(trials: pd.DataFrame, spec: ExperimentSpec) -> ParetoFront | None:
         ranks={trial_id: rank for (trial_id, *_), rank in zip(ranked, ranks, strict=True)},
         unranked=unranked,
     )
+
+
+def selectable_trials(trials: pd.DataFrame, spec: ExperimentSpec) -> set[str]:
+    """The trials the ``select`` rule could pick by their final values (feasible, meeting its
+    ``subject_to``): with several objectives, the only ones whose epochs count toward the best
+    so far (the time to best, the best-so-far plot), as the best itself is one of them."""
+    rule = selection_of(spec)
+    return {
+        str(row["trial_id"])
+        for row in _rows(trials)
+        if is_feasible(values := final_values(row), spec.constraints)
+        and all(c.holds(values.get(c.name)) for c in rule.subject_to)
+    }
 
 
 def final_values(row: Any) -> dict[str, float]:

@@ -18,6 +18,7 @@ from tunekit.config.space import Choice, Fixed, FloatRange, IntRange
 from tunekit.layout import PARAM_PREFIX, TrialStatus
 from tunekit.results.importance import FewTrialsWarning, param_importances
 from tunekit.results.load import ExperimentResults
+from tunekit.results.pareto import selectable_trials
 from tunekit.search.plan import spec_milestones
 
 if TYPE_CHECKING:
@@ -110,21 +111,31 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
 
 
 def best_so_far(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
-    """The best metric value reported so far against wall time since the search started."""
+    """The best metric value reported so far against wall time since the search started.
+
+    With several objectives the metric is ``select``'s, and the line follows only the trials
+    the rule could pick (feasible, meeting ``subject_to``), as the time to best does; every
+    epoch is still a dot.
+    """
     metric = results.metric
     fig, ax = _figure()
     epochs = results.epochs
     if epochs.empty or metric not in epochs.columns or "time" not in epochs.columns:
         return _finish(_empty(fig, ax, f"no epoch reported {metric}"), path)
     rows = epochs[["trial_id", "time", metric]].dropna().sort_values("time")
-    running = rows[metric].cummax() if results.mode == "max" else rows[metric].cummin()
+    counted = rows
+    if results.spec.multi_objective:
+        counted = rows[rows["trial_id"].astype(str).isin(selectable_trials(results.trials, results.spec))]
+        if counted.empty:
+            return _finish(_empty(fig, ax, "no trial meets the select rule"), path)
+    running = counted[metric].cummax() if results.mode == "max" else counted[metric].cummin()
     status_of = (
         dict(zip(results.trials["trial_id"], results.trials["status"], strict=True)) if not results.trials.empty else {}
     )
     colors = [STATUS_COLORS.get(str(status_of.get(t, TrialStatus.RUNNING)), "#7f7f7f") for t in rows["trial_id"]]
     ax.scatter(rows["time"], rows[metric], s=12, c=colors, alpha=0.45, linewidths=0, label="each epoch")
     ax.step(
-        rows["time"],
+        counted["time"],
         running,
         where="post",
         color=BEST_COLOR,
@@ -134,7 +145,7 @@ def best_so_far(results: ExperimentResults, *, path: str | Path | None = None) -
     final = running.iloc[-1]
     ax.annotate(
         f"{final:.4g}",
-        (rows["time"].iloc[-1], final),
+        (counted["time"].iloc[-1], final),
         textcoords="offset points",
         xytext=(4, 4),
         fontsize=8,

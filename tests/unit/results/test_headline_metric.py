@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -106,3 +107,32 @@ def test_results_status_and_plots_name_select_s_metric(tmp_path: Path) -> None:
         ["trial", "status", "epochs", "val_accuracy", "node", "attempts", "reason"],
         ["1", str(TrialStatus.COMPLETED), "3", "0.8", "-", "1", "done"],
     ]
+
+
+def test_the_best_so_far_line_follows_the_trials_the_select_rule_could_pick(tmp_path: Path) -> None:
+    # c is the most accurate but breaks subject_to: the line stopped at its 0.99 while every
+    # other figure said a's 0.95.
+    from tunekit.results import plots
+    from tunekit.results.ledger import _time_to_best
+
+    the_spec = spec(select={"maximize": "val_accuracy", "subject_to": ["model_params <= 30000"]})
+    finals = {"a": (0.95, 20000.0), "b": (0.80, 1000.0), "c": (0.99, 50000.0)}
+    trials = pd.DataFrame(
+        [
+            {"trial_id": t, "number": n, "status": "completed", "epochs": 1, "final_metric": acc, "best_metric": acc,
+             "final.model_params": params, "final.val_accuracy": acc}
+            for n, (t, (acc, params)) in enumerate(finals.items())
+        ]
+    )  # fmt: skip
+    epochs = pd.DataFrame(
+        [
+            {"trial_id": t, "epoch": 1, "time": float(n), "val_accuracy": acc}
+            for n, (t, (acc, _)) in enumerate(finals.items())
+        ]
+    )
+    results = ExperimentResults(tmp_path, the_spec, trials, epochs, best_trial(trials, pd.DataFrame(), "max", the_spec))
+    assert results.best is not None and (results.best.trial_id, results.best_metric) == ("a", 0.95)
+    line = plots.best_so_far(results).axes[0].lines[0]
+    ys, xs = np.asarray(line.get_ydata()), np.asarray(line.get_xdata())
+    assert ys[-1] == 0.95 and 2.0 not in xs
+    assert _time_to_best(results, 0.0) == (0.95, 0.0)
