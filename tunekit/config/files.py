@@ -114,7 +114,7 @@ def _anchor_paths(raw: dict[str, Any], directory: Path) -> None:
     if isinstance(search, dict) and search.get("warm_start_from") is not None:
         search["warm_start_from"] = _anchored(search["warm_start_from"], directory)
     if isinstance(raw.get("data"), dict):
-        raw["data"] = _anchored_data(raw["data"], directory)
+        raw["data"] = anchored_data(raw["data"], directory)
 
 
 def _anchored(value: Any, directory: Path) -> Any:
@@ -125,11 +125,13 @@ def _anchored(value: Any, directory: Path) -> Any:
     return value
 
 
-def _anchored_data(value: Any, directory: Path) -> Any:
+def anchored_data(value: Any, directory: Path) -> Any:
+    """``data``'s strings that name a file or folder in ``directory`` (else in the working
+    directory) made absolute; every other value as given."""
     if isinstance(value, dict):
-        return {key: _anchored_data(item, directory) for key, item in value.items()}
+        return {key: anchored_data(item, directory) for key, item in value.items()}
     if isinstance(value, list):
-        return [_anchored_data(item, directory) for item in value]
+        return [anchored_data(item, directory) for item in value]
     if not isinstance(value, str) or not value or "://" in value or "\x00" in value or len(value) > 4096:
         return value
     given = Path(value).expanduser()

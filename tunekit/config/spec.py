@@ -24,6 +24,7 @@ from tunekit.config.files import (
     SPEC_LINE,
     Chain,
     absolute_storage,
+    anchored_data,
     merge_sections,
     read_yaml,
     resolve_extends,
@@ -240,35 +241,32 @@ def load_spec(
     Raises:
         SpecError: with the spec path, the rule and the offending value.
     """
-    overrides = list(overrides)
-    sections = sections or {}
-    if isinstance(source, Mapping):
-        raw: Any = copy.deepcopy(dict(source))
-        spec_dir, top = None, None
-    else:
-        top = Path(source).resolve()
-        raw = read_yaml(Path(source), str(source))
-        spec_dir = top.parent
+    overrides, sections = list(overrides), sections or {}
+    top = None if isinstance(source, Mapping) else Path(source).resolve()
+    raw: Any = copy.deepcopy(dict(source)) if isinstance(source, Mapping) else read_yaml(Path(source), str(source))
+    spec_dir = top.parent if top else None
     if not isinstance(raw, dict):
         raise SpecError("spec", "must be a mapping at the top level", raw)
     # Relative paths in a spec file (extends, the trainable, data) start from that file's
     # folder, base specs included; a spec given as a mapping starts from the working directory.
+    # Data paths given here (keywords, --set) are looked for as the top spec's are.
+    here = spec_dir or Path.cwd()
     chain = Chain([RESOLVED_HEADER, f"{SPEC_LINE}{top}" if top else "spec: a mapping passed from Python"])
-    raw = resolve_extends(raw, spec_dir or Path.cwd(), {top} if top else set(), chain, depth=1)
-    merge_sections(raw, sections)
+    raw = resolve_extends(raw, here, {top} if top else set(), chain, depth=1)
+    merge_sections(raw, {k: anchored_data(v, here) if k == "data" else v for k, v in sections.items()})
     for assignment in overrides:
-        apply_override(raw, assignment)
+        apply_override(raw, assignment, data_dir=here)
     if "trainable" in sections or any(a.startswith("trainable") for a in overrides):
         chain.trainable_dir = None  # a trainable given here starts from the top spec's folder
     chain.lines += [f"python keyword: {key}" for key in sections] + [f"--set {a}" for a in overrides]
     absolute_storage(raw)
     spec = parse_spec(raw, spec_dir, trainable, trainable_dir=chain.trainable_dir)
     check_sources(spec.search.warm_start_from, tuple((o.name, o.mode) for o in spec.objectives))
-    return dataclasses.replace(spec, spec_dir=str(spec_dir or Path.cwd()), origin=tuple(chain.lines))
+    return dataclasses.replace(spec, spec_dir=str(here), origin=tuple(chain.lines))
 
 
-def apply_override(raw: dict[str, Any], assignment: str) -> None:
-    """Applies one ``key.path=value`` to the raw spec, checking the path against the schema."""
+def apply_override(raw: dict[str, Any], assignment: str, *, data_dir: Path | None = None) -> None:
+    """One ``key.path=value`` applied to the raw spec, checked against the schema; data paths anchored at data_dir."""
     key_path, sep, text = assignment.partition("=")
     if not sep or not key_path:
         raise SpecError("--set", "expected key.path=value", assignment)
@@ -292,6 +290,8 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
             f"unknown key; valid keys under {section} are {', '.join(SECTION_KEYS[section])}",
             got=False,
         )
+    if section == "data" and data_dir is not None:
+        value = anchored_data(value, data_dir)
     node: Any = raw
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)

@@ -96,6 +96,25 @@ def test_data_paths_follow_the_file_that_wrote_them_and_other_settings_stay(proj
     }
 
 
+def test_data_paths_given_by_set_or_keyword_are_found_as_the_top_spec_s_are(project: Path) -> None:
+    # A relative --set data path stayed relative, and every trial on a cluster's other node
+    # failed to open it; the same path written in the spec file became absolute.
+    write(project / "experiments" / "val.tfrecord", "")
+    write(project / "elsewhere" / "test.tfrecord", "")
+    top = child(project, {})
+
+    given = load_spec(top, overrides=["data.val=val.tfrecord", "data.test=test.tfrecord", "data.colour=bgr"])
+    keyword = load_spec(top, sections={"data": {"val": "val.tfrecord", "test": "test.tfrecord", "colour": "bgr"}})
+
+    for spec in (given, keyword):
+        assert dict(spec.data) == {
+            "train": str(project / "shared" / "data" / "train.tfrecord"),
+            "colour": "bgr",  # a setting, not a path: as given
+            "val": str(project / "experiments" / "val.tfrecord"),  # beside the top spec
+            "test": str(project / "elsewhere" / "test.tfrecord"),  # in the working directory
+        }
+
+
 def test_a_missing_base_names_the_path_tried(project: Path) -> None:
     with pytest.raises(SpecError) as raised:
         load_spec(write(project / "experiments" / "bad.yaml", {"extends": "../shared/nope.yaml"}))
