@@ -105,7 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     resume.set_defaults(handler=_resume)
 
     status = commands.add_parser(
-        "status", help="a running search from its files: trials running (node, worker, attempt, epoch), last ended"
+        "status",
+        help="a running search from its files: trials running (node, worker, attempt, epoch), last ended",
+        description="A search from its files, whether it runs or not: its state and active time, its trials "
+        "by status, each running trial's node, worker pid, attempt and epoch, the last trials to end with "
+        "their final metric (select's with several objectives), and a finished search's best as "
+        "`tunekit report` gives it.",
     )
     status.add_argument("experiment_dir")
     status.set_defaults(handler=_status)

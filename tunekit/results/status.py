@@ -8,6 +8,7 @@ storage, without joining Ray. No pandas, no Ray: it answers in a fraction of a s
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 from tunekit.clock import SearchClock, duration, session_running
 from tunekit.config.objectives import recorded_headline
 from tunekit.errors import NotAnExperimentError
-from tunekit.layout import EPOCHS_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.layout import EPOCHS_FILE, LEDGER_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
 from tunekit.results.completion import search_complete
 from tunekit.worker.heartbeat import read_heartbeat
 
@@ -52,6 +53,7 @@ class Status:
     running: list[RunningTrial]  # on a worker now: its last span is open
     waiting: list[str]  # running trials off their worker (PBT's pause): their numbers
     ended: list[dict[str, str]]
+    best: str = ""  # a finished search's best, as ledger.json's summary says it (see _best_line)
 
     def describe(self) -> str:
         """The text ``tunekit status`` prints."""
@@ -66,6 +68,8 @@ class Status:
         counts = ", ".join(self._count(status, count) for status, count in self.counts.items() if count)
         planned = f" of {self.planned} planned" if self.planned else ""
         lines.append(f"trials: {counts or 'none yet'}{planned}")
+        if self.best:
+            lines.append(self.best)
         if self.running:
             lines.append("running:")
             lines.append(f"  {'trial':>5}  {'node':<8}  {'pid':>7}  {'attempt':>7}  {'epoch':>5}  in epoch")
@@ -130,6 +134,7 @@ def read_status(experiment_dir: str | Path) -> Status:
     ended = [row for row in trials if row.get("status") != TrialStatus.RUNNING]
     ended.sort(key=lambda row: _float(row.get("ended_at")) or 0.0, reverse=True)
     planned = (spec.get("budget") or {}).get("num_samples")
+    complete = isinstance(planned, int) and search_complete(directory, str(spec.get("name")), planned, trials)
     return Status(
         directory,
         alive,
@@ -137,11 +142,12 @@ def read_status(experiment_dir: str | Path) -> Status:
         active,
         len(clock.sessions) if clock else 0,
         planned,
-        isinstance(planned, int) and search_complete(directory, str(spec.get("name")), planned, trials),
+        complete,
         recorded_headline(spec),
         counts,
         *_on_workers(directory, running, active),
         ended[:ENDED_SHOWN],
+        _best_line(directory) if complete and not alive else "",
     )
 
 
@@ -182,6 +188,24 @@ def _on_workers(directory: Path, rows: list[dict[str, str]], active_now: float) 
             )
         )
     return found, [row.get("number") or row["trial_id"] for row in paused]
+
+
+def _best_line(directory: Path) -> str:
+    """``best: trial 0 (b832722a) model_params=610, val_accuracy=0.852778; front of 3``: the
+    best as ``ledger.json``'s summary records it (the figures every report renders), "" without one."""
+    try:
+        summary = json.loads((directory / LEDGER_FILE).read_text()).get("summary") or {}
+    except (OSError, ValueError, AttributeError):
+        return ""
+    best = summary.get("best")
+    if not isinstance(best, dict):
+        return ""
+    values = best.get("values") or {summary.get("metric", "metric"): best.get("metric")}
+    scores = ", ".join(f"{name}={value:.6g}" for name, value in values.items() if isinstance(value, int | float))
+    front = len((summary.get("pareto") or {}).get("front") or [])
+    return f"best: trial {best.get('number')} ({best.get('trial_id')}) {scores}" + (
+        f"; front of {front}" if front else ""
+    )
 
 
 def _float(text: str | None) -> float | None:

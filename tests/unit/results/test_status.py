@@ -64,6 +64,19 @@ def test_a_search_with_stopped_trials_is_not_finished(tmp_path: Path) -> None:
     (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + rows.replace("stopped", "pruned"))
     (root / LEDGER_FILE).write_text("{}")  # the driver's last word: it ended the search itself
     assert "search: finished" in read_status(root).describe()
+    # A finished search says its best as the report does (ledger.json's summary); a running one does not.
+    best = {"trial_id": "t1", "number": 1, "metric": 0.9, "values": {"model_params": 610.0, "val_accuracy": 0.9}}
+    summary = {"metric": "val_accuracy", "best": best, "pareto": {"front": [{"trial_id": "t1"}, {"trial_id": "t0"}]}}
+    (root / LEDGER_FILE).write_text(json.dumps({"summary": summary}))
+    assert (
+        read_status(root).describe().splitlines()[3]
+        == "best: trial 1 (t1) model_params=610, val_accuracy=0.9; front of 2"
+    )
+    (root / LEDGER_FILE).write_text(
+        json.dumps({"summary": {**summary, "best": {**best, "values": {}}, "pareto": None}})
+    )
+    assert read_status(root).best == "best: trial 1 (t1) val_accuracy=0.9"
+    assert read_status(experiment(tmp_path / "alive", running=True, heard_s_ago=1.0)).best == ""
 
 
 def test_a_killed_driver_on_this_host_is_not_running_at_once(tmp_path: Path) -> None:
