@@ -113,9 +113,8 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
 def best_so_far(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
     """The best metric value reported so far against wall time since the search started.
 
-    With several objectives the metric is ``select``'s, and the line follows only the trials
-    the rule could pick (feasible, meeting ``subject_to``), as the time to best does; every
-    epoch is still a dot.
+    With several objectives: ``select``'s metric, its line over the trials the rule could
+    pick (``selectable_trials``), as the time to best; every epoch is still a dot.
     """
     metric = results.metric
     fig, ax = _figure()
