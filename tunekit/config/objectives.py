@@ -207,18 +207,6 @@ def tracked_metrics(
     return tuple(names)
 
 
-def recorded_headline(spec: Mapping[str, Any]) -> str:
-    """``headline_metric``'s name in a recorded spec.yaml mapping, read without parsing the whole
-    spec: ``select``'s metric, else the (first) objective's; "metric" when unreadable."""
-    select = spec.get("select")
-    chosen = [select.get(key) for key in ("maximize", "minimize")] if isinstance(select, Mapping) else []
-    if names := [name for name in chosen if isinstance(name, str)]:
-        return names[0]
-    raw = spec.get("metric")
-    first = raw[0] if isinstance(raw, list) and raw else raw
-    return str(first.get("name", "metric")) if isinstance(first, Mapping) else "metric"
-
-
 def objectives_raw(objectives: Sequence[MetricSpec]) -> dict[str, Any] | list[dict[str, Any]]:
     """``metric`` as spec.yaml records it: the single form for one objective."""
     plain = [{"name": o.name, "mode": o.mode} for o in objectives]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.objectives import selection_of
+from tunekit.config.objectives import headline_metric, selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode
 from tunekit.layout import NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, WARM_START_FILE, TrialStatus, finite
 from tunekit.results.pareto import final_values, pareto_of
@@ -109,7 +109,7 @@ def best_trial(
     values = final_values(row) if rule else {}
     # Several objectives: the select rule's metric, from its own final column (trials.csv's
     # final_metric holds the same since cde467b; before, the first objective's).
-    metric = values[selection_of(spec).metric] if rule and spec is not None else float(row["final_metric"])
+    metric = values[headline_metric(spec).name] if rule and spec is not None else float(row["final_metric"])
     return BestTrial(
         trial_id=trial_id,
         number=None if is_missing(row["number"]) else int(row["number"]),

@@ -16,10 +16,11 @@ from pathlib import Path
 import yaml
 
 from tunekit.clock import SearchClock, duration, session_running
-from tunekit.config.objectives import recorded_headline
+from tunekit.config.objectives import headline_metric
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import EPOCHS_FILE, LEDGER_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
 from tunekit.results.completion import search_complete
+from tunekit.results.load import recorded_spec
 from tunekit.worker.heartbeat import read_heartbeat
 
 # The driver moves started.json's session end at least every 5 s while it runs.
@@ -143,7 +144,7 @@ def read_status(experiment_dir: str | Path) -> Status:
         len(clock.sessions) if clock else 0,
         planned,
         complete,
-        recorded_headline(spec),
+        headline_metric(recorded_spec(spec)).name,
         counts,
         *_on_workers(directory, running, active),
         ended[:ENDED_SHOWN],
