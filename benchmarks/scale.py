@@ -27,6 +27,7 @@ it has not finished by then, tunekit was faster, and its ratio is a lower bound.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import math
 import os
@@ -489,10 +490,13 @@ def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | Non
         # writer to finish, however long, and that wait is in tunekit's wall.
         os.environ[FLUSH_TIMEOUT_ENV] = str(FLUSH_TIMEOUT_S)
         spec = tunekit.load_spec(_spec(trials, server.uri, tpe_history))
+        tracking_pids = [pid for pid in (server.pid, postgres.pid if postgres else None) if pid is not None]
+        server_cpu_before = _cpu_of_trees(tracking_pids)
         started = time.monotonic()
         with synthetic_trials_for_benchmarks(synthetic_trial, windows), (workdir / "console.log").open("w") as console:
             results = tunekit.run(spec, storage=workdir, name="tunekit", progress=console)
         wall = time.monotonic() - started
+        server_cpu = _cpu_of_trees(tracking_pids) - server_cpu_before
         timings = _load_and_report(results.experiment_dir)
         counted = _count_mlflow(server.uri, f"scale-{trials}", results)
     finally:
@@ -511,8 +515,31 @@ def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | Non
         "tracking_backend": "postgresql" if postgres else "sqlite",
         "tpe_history": tpe_history,
         "mlflow": counted,
+        "tracking_server_cpu_s": server_cpu,
         **timings,
     }
+
+
+def _cpu_of_trees(pids: list[int]) -> float:
+    """CPU seconds (user and system) of these processes and their descendants, ended ones
+    included: an ended child's time is in its parent's ``children_*`` once it was reaped."""
+    import psutil
+
+    total, seen = 0.0, set()
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for process in tree:
+            if process.pid in seen:
+                continue
+            seen.add(process.pid)
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 def _run_tunekit_untracked(trials: int, window: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
@@ -830,6 +857,7 @@ def analyse(sides: dict[str, dict[str, Any]], sizes: list[int]) -> tuple[list[di
                     met=not lost,
                     note=str(counted),
                 ),
+                _tracking_server_figure(trials, tk, sides.get("tunekit_untracked")),
                 common.figure(f"{trials} trials: tunekit.load", tk["load_s"], "s", "< 10", tk["load_s"] < 10),
                 common.figure(f"{trials} trials: tunekit report", tk["report_s"], "s", "< 10", tk["report_s"] < 10),
             ]
@@ -839,6 +867,22 @@ def analyse(sides: dict[str, dict[str, Any]], sizes: list[int]) -> tuple[list[di
             f"{optuna_text}; the sampler alone {sampler_s:.1f} s"
         )
     return figures, ratios
+
+
+def _tracking_server_figure(trials: int, tk: dict[str, Any], untracked: dict[str, Any] | None) -> dict[str, Any]:
+    """What the MLflow server and PostgreSQL spent over the tracked search, on the search's cores."""
+    spent = tk.get("tracking_server_cpu_s")
+    longer = (
+        f"; the tracked search took {tk['wall_s'] - untracked['wall_s']:.0f} s longer than the untracked one"
+        if untracked
+        else ""
+    )
+    return common.figure(
+        f"{trials} trials: MLflow server and PostgreSQL CPU per trial",
+        None if spent is None else 1000 * spent / trials,
+        "ms",
+        note="" if spent is None else f"{spent:.0f} s of CPU over the search, on the same 2 cores{longer}",
+    )
 
 
 def _untracked_figure(

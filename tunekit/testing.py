@@ -99,6 +99,11 @@ class MlflowServer:
         self.stop()
         raise RuntimeError(f"mlflow server did not answer in {timeout:.0f} s: {self.log.read_text()[-2000:]}")
 
+    @property
+    def pid(self) -> int | None:
+        """The ``mlflow server`` process's id once started (its workers are its children)."""
+        return None if self.process is None else self.process.pid
+
     def answers(self) -> bool:
         import requests
 
@@ -147,6 +152,12 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "pg.log"), "-w", "start")
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "mlflow")
         return self
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id while the server runs (its backends are its children)."""
+        pid_file = self.data / "postmaster.pid"
+        return int(pid_file.read_text().split()[0]) if pid_file.is_file() else None
 
     def stop(self) -> None:
         if self.bin is not None and (self.data / "postmaster.pid").is_file():

@@ -8,9 +8,13 @@ end-to-end tests.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from benchmarks import common, overhead, pareto, quality, regressions, run, scale
@@ -102,7 +106,7 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     rows[-2]["driver_cpu_per_trial_ms"] = rows[-1]["driver_cpu_per_trial_ms"] = 13.0  # the 2,000-size's
     counted = {"parents": 1, "children": 2000, "trials": 2000, "epoch_points": 5000, "epochs": 5000}
     tunekit_side = {"trials": 2000, "wall_s": 205.0, "windows": rows, "mlflow": counted}
-    tunekit_side |= {"tracking_backend": "postgresql", "load_s": 1.0, "report_s": 2.0}
+    tunekit_side |= {"tracking_backend": "postgresql", "load_s": 1.0, "report_s": 2.0, "tracking_server_cpu_s": 50.0}
     ray_rows = [
         {"trials": 100, "ended": 100 * n, "elapsed_s": 8.0 * n, "trials_per_minute": 600.0} for n in range(1, 21)
     ]
@@ -152,6 +156,11 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     stopped = named["2000 trials: Ray Tune + OptunaSearch wall / tunekit's"]
     assert stopped["met"] is True and stopped["note"].startswith("at least: stopped after 205 s")
     assert named["2000 trials: MLflow lost nothing (postgresql)"]["met"] is True
+    server = named["2000 trials: MLflow server and PostgreSQL CPU per trial"]
+    assert server["value"] == pytest.approx(25.0)
+    assert server["note"] == (
+        "50 s of CPU over the search, on the same 2 cores; the tracked search took 55 s longer than the untracked one"
+    )
     assert "1000 trials: MLflow lost nothing (postgresql)" not in named  # counted once, at the end
     assert (
         ratios[0]
@@ -170,6 +179,22 @@ def test_the_scale_benchmark_judges_growth_floors_and_losses_per_size() -> None:
     names = {f["name"] for f in scale.analyse(sides, [1000, 2000])[0]}
     assert "1000 trials: TPE modelling the last 1,000 trials, sampler seconds / whole history's" in names
     assert not any(name.startswith("2000 trials: TPE modelling") for name in names)
+
+
+def test_the_tracking_server_s_cpu_counts_its_ended_children_too() -> None:
+    # A shell whose child burns about 0.3 s of CPU and ends before it is measured (the
+    # shell reaped it), the way PostgreSQL's backends and MLflow's workers come and go.
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.3: pass')"
+    shell = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "{burn}"; sleep 30'])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and [c.name() for c in psutil.Process(shell.pid).children()] != ["sleep"]:
+            time.sleep(0.05)  # the burner is still running
+        assert scale._cpu_of_trees([shell.pid]) >= 0.25
+        assert scale._cpu_of_trees([shell.pid, shell.pid]) < 0.6  # each process once
+    finally:
+        shell.kill()
+        shell.wait()
 
 
 def test_the_mlflow_writer_s_cost_follows_the_events_a_window_queued_not_when_it_sent_them() -> None:
