@@ -35,10 +35,12 @@ def ray_with_logical_gpus() -> Iterator[None]:
     ray.shutdown()
 
 
-def run_digits(tmp_path: Path, name: str, trials: int, resources: dict[str, float]) -> tunekit.ExperimentResults:
+def run_digits(
+    tmp_path: Path, name: str, trials: int, resources: dict[str, float], *overrides: str
+) -> tunekit.ExperimentResults:
     return tunekit.run(
         DIGITS_SPEC,
-        overrides=["tracking.enabled=false"],
+        overrides=["tracking.enabled=false", *overrides],
         budget={"num_samples": trials, "max_epochs": 2, "max_concurrent": trials},
         search={"algorithm": "random", "seed": 0},
         scheduler={"type": "fifo"},
@@ -64,7 +66,9 @@ def test_four_half_gpu_trials_run_at_once_two_per_gpu(tmp_path: Path) -> None:
 
 
 def test_two_whole_gpus_train_under_mirrored_strategy(tmp_path: Path) -> None:
-    results = run_digits(tmp_path, "mirrored", 1, {"gpu": 2, "cpu": 1})
+    # The suite's invariant check then compares the best config with the checkpoint's: the
+    # search's learning rate, not the scaled one the trainable was given.
+    results = run_digits(tmp_path, "mirrored", 1, {"gpu": 2, "cpu": 1}, "training.scale_lr=true")
     assert results.trials["status"].tolist() == ["completed"], results.trials.to_dict("records")
     assert results.best_metric is not None and results.best_metric > 0.2
 
@@ -74,6 +78,9 @@ def test_two_whole_gpus_train_under_mirrored_strategy(tmp_path: Path) -> None:
     assert [name.rsplit("/", 1)[-1] for name in info["device_names"]] == ["device:CPU:0", "device:CPU:1"]
     [batch_size] = results.trials["params.batch_size"].tolist()
     assert info["batch_size"] == 2 * batch_size  # the global batch spans both replicas
+    [learning_rate] = results.trials["params.learning_rate"].tolist()
+    assert info["scaled_learning_rate"] == pytest.approx(2 * learning_rate)  # scale_lr: times the replicas
+    assert results.best is not None and results.best.config["learning_rate"] == pytest.approx(learning_rate)
     [trial_id] = results.trials["trial_id"].tolist()
     log = (results.experiment_dir / trial_id / "output.log").read_text()
     assert "tunekit: steps_per_execution 1 (auto: MirroredStrategy over 2 replicas" in log

@@ -90,6 +90,7 @@ INFO_TAGS = {  # trial info key -> child-run tag
     "replicas": "tunekit.replicas",
     "batch_size": "tunekit.global_batch_size",
     "jit_compile": "tunekit.jit_compile",
+    "scaled_learning_rate": "tunekit.scaled_learning_rate",  # training.scale_lr: the rate trained with
     "ray_gpu_ids": "tunekit.ray_gpu_ids",
     "node_ip": "tunekit.node_ip",
     "node_id": "tunekit.node_id",

@@ -85,12 +85,16 @@ def export_model(directory: Path, model: Any) -> str:
     return f"saved weights only ({FINAL_WEIGHTS}): {FINAL_MODEL} failed ({why})"
 
 
-def restore_checkpoint(checkpoint: Any, model: Any, train_ds: Any, config: dict[str, Any]) -> int:
+def restore_checkpoint(
+    checkpoint: Any, model: Any, train_ds: Any, config: dict[str, Any], built_with: dict[str, Any] | None = None
+) -> int:
     """Loads weights and optimizer state; returns the number of epochs already trained.
 
     The checkpoint may be another trial's, copied by PBT, with ``config`` a perturbed copy
     of that trial's configuration: the model was built from ``config`` already, and a new
     learning rate is set on the optimizer after its state (the source's rate) is loaded.
+    ``built_with`` is the config the trainable was given when it differs from the trial's
+    (``training.scale_lr``): the rate set is its rate.
     """
     if checkpoint is None:
         return 0
@@ -118,7 +122,7 @@ def restore_checkpoint(checkpoint: Any, model: Any, train_ds: Any, config: dict[
             model.optimizer.build(model.trainable_variables)
             for i, variable in enumerate(model.optimizer.variables):
                 variable.assign(arrays[f"o{i}"])
-    _apply_new_learning_rate(model.optimizer, state.get("config", {}), config)
+    _apply_new_learning_rate(model.optimizer, state.get("config", {}), config, built_with or config)
     return int(state["epoch"])
 
 
@@ -131,8 +135,11 @@ def _check_shape(saved: Any, variable: Any, directory: str) -> None:
         )
 
 
-def _apply_new_learning_rate(optimizer: Any, saved: dict[str, Any], config: dict[str, Any]) -> None:
-    """Sets ``config``'s learning rate when it differs from the one the checkpoint trained with.
+def _apply_new_learning_rate(
+    optimizer: Any, saved: dict[str, Any], config: dict[str, Any], built_with: dict[str, Any]
+) -> None:
+    """Sets ``built_with``'s learning rate when ``config``'s differs from the one the checkpoint
+    trained with.
 
     A restore that is no mutation (a retry, a resume) keeps the restored rate, which the
     trainable's callbacks (ReduceLROnPlateau) may have lowered. The rate is a variable the
@@ -141,7 +148,7 @@ def _apply_new_learning_rate(optimizer: Any, saved: dict[str, Any], config: dict
     if LEARNING_RATE not in config or saved.get(LEARNING_RATE) == config[LEARNING_RATE]:
         return
     try:
-        optimizer.learning_rate = float(config[LEARNING_RATE])
+        optimizer.learning_rate = float(built_with[LEARNING_RATE])
     except TypeError:
         # Keras refuses to set a LearningRateSchedule's rate; build_model made the schedule
         # from the new config, so it already follows the mutated learning_rate.
@@ -151,4 +158,6 @@ def _apply_new_learning_rate(optimizer: Any, saved: dict[str, Any], config: dict
 @dataclass
 class TrialProgress:
     epoch: int = 0  # epochs completed, whether trained now or restored from a checkpoint
-    config: dict[str, Any] = field(default_factory=dict)  # what the model was built with; saved in checkpoints
+    config: dict[str, Any] = field(default_factory=dict)  # the trial's config; saved in checkpoints
+    # training.scale_lr's learning rate, the one the trainable was given (None: not scaled).
+    scaled_learning_rate: float | None = None

@@ -150,11 +150,13 @@ def node_id() -> str:
     return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
 
 
-def trial_info(ctx: TrialContext, devices: WorkerDevices) -> dict[str, Any]:
+def trial_info(ctx: TrialContext, devices: WorkerDevices, scaled_learning_rate: float | None = None) -> dict[str, Any]:
     import tensorflow as tf
 
     build = tf.sysconfig.get_build_info()
+    scaled = {} if scaled_learning_rate is None else {"scaled_learning_rate": scaled_learning_rate}
     return {
+        **scaled,
         "cuda_version": str(build.get("cuda_version", "none")),
         "cudnn_version": str(build.get("cudnn_version", "none")),
         "node_id": node_id(),

@@ -149,7 +149,7 @@ class EpochReporter(keras.callbacks.Callback):
         bookkeeping: dict[str, Any] = {"metrics": sorted(metrics)}
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch
-            bookkeeping["info"] = trial_info(self._ctx, self._devices)
+            bookkeeping["info"] = trial_info(self._ctx, self._devices, self._progress.scaled_learning_rate)
         self._progress.epoch = completed
         if completed < self._spec.budget.max_epochs and not self.model.stop_training:
             self._report(completed, metrics, bookkeeping, final=False)

@@ -118,8 +118,10 @@ def _train(
     with profile.piece("start.reset"):
         _reset_trial_state(precision, seed)
     per_replica_batch = int(config.get("batch_size", spec.training.batch_size))
-    if spec.training.scale_lr and devices.replicas > 1 and "learning_rate" in config:
-        config["learning_rate"] = float(config["learning_rate"]) * devices.replicas
+    # The trial's config stays as the search chose it (the checkpoints, the best config and
+    # `tunekit check` compare it); the trainable builds and compiles from the scaled copy.
+    trial_config, config = config, _with_scaled_learning_rate(config, spec, devices.replicas)
+    progress.scaled_learning_rate = config.get("learning_rate") if config is not trial_config else None
     context = tune.get_context()
     ctx = TrialContext(
         batch_size=per_replica_batch * devices.replicas,
@@ -157,9 +159,9 @@ def _train(
         options = checked_fit_options(builders, model, config, ctx)
     with profile.piece("start.build"), devices.strategy.scope():
         build_training_state(model, train_ds.element_spec)
-    progress.config = config
+    progress.config = trial_config
     with profile.piece("start.restore"):
-        progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, config)
+        progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, trial_config, config)
     if progress.epoch >= spec.budget.max_epochs:
         return
     with profile.piece("start.measures"):
@@ -187,6 +189,14 @@ def _train(
         # An epoch that failed after its predecessor's report went out: the driver gets that
         # report first, and a trial it stopped meanwhile ends stopped (SystemExit), not failed.
         reporter.finish_reporting()
+
+
+def _with_scaled_learning_rate(config: dict[str, Any], spec: ExperimentSpec, replicas: int) -> dict[str, Any]:
+    """``config`` with ``learning_rate`` times the replicas under ``training.scale_lr`` (the
+    linear scaling rule for a global batch that many times larger), else ``config`` itself."""
+    if not (spec.training.scale_lr and replicas > 1 and "learning_rate" in config):
+        return config
+    return {**config, "learning_rate": float(config["learning_rate"]) * replicas}
 
 
 def _worker_devices(spec: ExperimentSpec) -> WorkerDevices:

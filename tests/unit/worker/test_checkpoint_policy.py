@@ -54,3 +54,27 @@ def test_a_negative_checkpoint_period_names_the_key() -> None:
     with pytest.raises(SpecError) as raised:
         spec({"type": "fifo"}, checkpoint_every_s=-1)
     assert "training.checkpoint_every_s" in str(raised.value)
+
+
+class Optimizer:
+    learning_rate = 0.5  # as a restored checkpoint left it (the source trial's, or lowered by a callback)
+
+
+@pytest.mark.parametrize(
+    ("saved", "config", "built_with", "expected"),
+    [
+        (0.001, 0.002, 0.002, 0.002),  # a PBT mutation: the new rate
+        (0.001, 0.002, 0.004, 0.004),  # under training.scale_lr: the scaled rate the model trains with
+        (0.002, 0.002, 0.004, 0.5),  # no mutation (a retry, a resume): the restored rate stays
+    ],
+)
+def test_a_restore_sets_the_rate_the_trainable_was_given_when_the_trial_s_rate_changed(
+    saved: float, config: float, built_with: float, expected: float
+) -> None:
+    from tunekit.worker.checkpoints import _apply_new_learning_rate
+
+    optimizer = Optimizer()
+    _apply_new_learning_rate(
+        optimizer, {"learning_rate": saved}, {"learning_rate": config}, {"learning_rate": built_with}
+    )
+    assert optimizer.learning_rate == expected

@@ -91,7 +91,7 @@ def fit(
     more: tuple[keras.callbacks.Callback, ...] = (),
 ) -> None:
     monkeypatch.setattr(reporter_module, "tune", driver)
-    monkeypatch.setattr(reporter_module, "trial_info", lambda ctx, devices: {})
+    monkeypatch.setattr(reporter_module, "trial_info", lambda ctx, devices, scaled_learning_rate: {})
     rng = np.random.default_rng(0)
     x, y = rng.random((BATCHES * 8, 4), dtype=np.float32), rng.integers(0, 2, BATCHES * 8)
     train = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
