@@ -36,7 +36,7 @@ from tunekit.clock import duration
 from tunekit.config.resources import local_gpu_count
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import TunekitError
-from tunekit.layout import PROBES_DIR
+from tunekit.layout import PROBES_DIR, TrialStatus
 from tunekit.search.forecast import Measurement, Prediction, concurrency, target_of
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def measure(
     trials, epochs = results.trials, results.epochs
     origin = results.started_at
     if trials.empty or epochs.empty or origin is None or "epoch_seconds" not in epochs.columns:
-        raise TunekitError(f"the probe reported no epoch in {elapsed:.0f} s; allow more with --probe-seconds{tail}")
+        raise _no_epoch(trials, elapsed, tail)
     launched = float(launch["launched_at"])
     order = trials.sort_values("started_at")
     reports = {str(t): rows.sort_values("epoch") for t, rows in epochs.groupby("trial_id")}
@@ -197,6 +197,18 @@ def measure(
         probe_seconds=elapsed,
         notes=tuple(notes),
     )
+
+
+def _no_epoch(trials: Any, elapsed: float, tail: str) -> TunekitError:
+    """Why the probe has nothing to measure: a trial failed (the first one's reason), or time ran out."""
+    failed = trials[trials["status"] == str(TrialStatus.FAILED)] if not trials.empty else trials
+    if not failed.empty:
+        first = failed.sort_values("number").iloc[0]
+        return TunekitError(
+            f"the probe's trials reported no epoch: {len(failed)} of {len(trials)} failed; "
+            f"trial {first['number']}: {first['reason']}"
+        )
+    return TunekitError(f"the probe reported no epoch in {elapsed:.0f} s; allow more with --probe-seconds{tail}")
 
 
 def _gap(order: Any, slots: int) -> float:

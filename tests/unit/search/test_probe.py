@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tunekit.config.spec import ExperimentSpec, load_spec
+from tunekit.errors import TunekitError
 from tunekit.layout import EPOCHS_FILE, PREDICTION_FILE, SPEC_FILE, STARTED_FILE, STARTED_KEY, TRIALS_FILE
 from tunekit.results.load import load
 from tunekit.search.forecast import (
@@ -247,3 +248,19 @@ def test_the_probe_table_names_each_figure_and_where_it_is_kept() -> None:
     assert "first epoch in a new worker (process, TensorFlow import, tracing)" in text
     assert "prediction: 24 trials, 2 at a time (max_concurrent 2)" in text
     assert "saved: /store/.probes/x.json" in text
+
+
+def test_a_probe_whose_trials_failed_says_why_not_that_it_needs_more_time(tmp_path: Path) -> None:
+    (tmp_path / SPEC_FILE).write_text(digits().to_yaml())
+    header = PROBE_TRIALS.splitlines()[0]
+    reason = "metric 'val_digit_accuracy' was never reported (did you mean 'val_accuracy'?)"
+    rows = [f"a,0,failed,{reason},0,,,,3,,1012,1015", "b,1,stopped,the search was stopped,0,,,,1,,1012,1015"]
+    (tmp_path / TRIALS_FILE).write_text("\n".join([header, *rows]) + "\n")
+    (tmp_path / EPOCHS_FILE).write_text(PROBE_EPOCHS.splitlines()[0] + "\n")
+    (tmp_path / STARTED_FILE).write_text(json.dumps({STARTED_KEY: 1005.0}))
+    with pytest.raises(TunekitError) as raised:
+        measure(load(tmp_path), {"launched_at": 1000.0}, slots=2, target="local", elapsed=14, tail="\n--- tail")
+    assert str(raised.value) == f"the probe's trials reported no epoch: 1 of 2 failed; trial 0: {reason}"
+    (tmp_path / TRIALS_FILE).write_text(header + "\n" + rows[1] + "\n")  # only stopped: time ran out
+    with pytest.raises(TunekitError, match=r"reported no epoch in 14 s; allow more with --probe-seconds"):
+        measure(load(tmp_path), {"launched_at": 1000.0}, slots=2, target="local", elapsed=14)
