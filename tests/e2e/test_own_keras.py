@@ -309,6 +309,9 @@ def test_tfrecords_of_unknown_length_report_their_throughput(day_two_run: tuneki
     completed = day_two_run.epochs.dropna(subset=["val_digit_accuracy"])
     assert len(completed) == 6
     assert (completed["samples_per_second"] > 0).all() and (completed["steps_per_second"] > 0).all()
+    # Keras learns their length by running them out at the first epoch: no warning of missing data.
+    logs = [(day_two_run.experiment_dir / t / "output.log").read_text() for t in day_two_run.trials["trial_id"]]
+    assert logs and not any("ran out of data" in log for log in logs), logs
 
 
 def test_the_experiments_spec_is_the_resolved_one_with_its_chain(day_two_run: tunekit.ExperimentResults) -> None:

@@ -176,19 +176,38 @@ def _train(
     print(f"tunekit: steps_per_execution {model.steps_per_execution} ({why})")  # into the trial's output.log
     reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, measures, profile)
     try:
-        model.fit(
-            train_ds,
-            validation_data=val_ds,
-            epochs=spec.budget.max_epochs,
-            initial_epoch=progress.epoch,
-            verbose=0,
-            # The datasets shuffle themselves; Keras would only warn that it ignores shuffle=True.
-            **{"shuffle": False, **options, "callbacks": [*options.get("callbacks", []), reporter]},
-        )
+        with _epoch_lengths_learned_quietly(options):
+            model.fit(
+                train_ds,
+                validation_data=val_ds,
+                epochs=spec.budget.max_epochs,
+                initial_epoch=progress.epoch,
+                verbose=0,
+                # The datasets shuffle themselves; Keras would only warn that it ignores shuffle=True.
+                **{"shuffle": False, **options, "callbacks": [*options.get("callbacks", []), reporter]},
+            )
     finally:
         # An epoch that failed after its predecessor's report went out: the driver gets that
         # report first, and a trial it stopped meanwhile ends stopped (SystemExit), not failed.
         reporter.finish_reporting()
+
+
+@contextlib.contextmanager
+def _epoch_lengths_learned_quietly(options: dict[str, Any]) -> Iterator[None]:
+    """Without ``steps_per_epoch``, Keras hides "Your input ran out of data ... use .repeat()".
+
+    Keras learns a dataset of unknown length (TFRecords, ``filter``) by running it out at its
+    first epoch, and warns as if batches were missing: nothing is. With ``steps_per_epoch``
+    given, running out is a real shortfall, and the warning stays.
+    """
+    if "steps_per_epoch" in options:
+        yield
+        return
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+        yield
 
 
 def _with_scaled_learning_rate(config: dict[str, Any], spec: ExperimentSpec, replicas: int) -> dict[str, Any]:
