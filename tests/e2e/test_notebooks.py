@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,8 @@ EXPLORE = NOTEBOOKS / "explore_results.ipynb"
 CELL_TIMEOUT_S = 600
 
 
-def execute(path: Path, env: dict[str, str]) -> Any:
-    """Runs every cell in a fresh kernel started in notebooks/, as Jupyter would; raises on any error."""
+def execute(path: Path, env: dict[str, str], where: Path = NOTEBOOKS) -> Any:
+    """Runs every cell in a fresh kernel started in ``where``, as Jupyter would; raises on any error."""
     from nbclient import NotebookClient
 
     notebook = nbformat.read(path, as_version=4)
@@ -27,7 +28,7 @@ def execute(path: Path, env: dict[str, str]) -> Any:
         # A private local Ray, not one some other process started on this machine.
         patch.setenv("RAY_ADDRESS", "local")
         NotebookClient(
-            notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+            notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(where)}}
         ).execute()
     return notebook
 
@@ -87,10 +88,18 @@ def test_quickstart_runs_a_search_and_plots_it(quickstart: tuple[Any, Path, str]
 
 
 @pytest.mark.slow
-def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(quickstart: tuple[Any, Path, str]) -> None:
+def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
+    quickstart: tuple[Any, Path, str], tmp_path: Path
+) -> None:
     _, storage, uri = quickstart
     experiment = next(p.parent for p in storage.glob("*/trials.csv"))
-    notebook = execute(EXPLORE, {"TUNEKIT_EXPERIMENT_DIR": str(experiment), "MLFLOW_TRACKING_URI": uri})
+    # A copy outside the repository, given its storage by a path relative to where it starts:
+    # it finds the latest experiment there.
+    copy = tmp_path / "mine" / EXPLORE.name
+    copy.parent.mkdir()
+    copy.write_bytes(EXPLORE.read_bytes())
+    relative = os.path.relpath(storage, copy.parent)
+    notebook = execute(copy, {"TUNEKIT_NB_STORAGE": relative, "MLFLOW_TRACKING_URI": uri}, where=copy.parent)
     assert images(notebook) == 4  # curves, best so far, parallel coordinates, importance
     output = text(notebook)
     assert "4 child runs; the same trials as the directory: True" in output
@@ -108,7 +117,6 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(quickstart: tu
 def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path) -> None:
     """What the README's `pip install -e ".[notebooks]" && jupyter lab notebooks/` gives (`.ci/bootstrap --test`
     installs the extra, so the suite always runs this)."""
-    import os
     import signal
     import subprocess
     import sys
