@@ -399,6 +399,7 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
         values = ", ".join(f"{name}={value:.6g}" for name, value in best.values.items())
         lines.append(f"best: trial {best.number} ({best.trial_id}) {values}, chosen by {best.rule}")
         lines.append(f"best config: {config_text(best.config)}")
+        lines += [f"best ran on: {best.ran_on}"] if best.ran_on else []
     else:
         lines.append(
             f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
@@ -407,6 +408,7 @@ def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
         changed = " (after PBT's exploit steps; the model was trained under it)" if best.lineage else ""
         lines.append(f"best config{changed}: {config_text(best.config)}")
         lines += [f"  {line}" for line in describe_lineage(best)]
+        lines += [f"best ran on: {best.ran_on}"] if best.ran_on else []
     inherited = summary.best_including_history
     if inherited is not None and inherited.scope == INHERITED:
         scores = ", ".join(f"{name}={value:.6g}" for name, value in inherited.values.items())

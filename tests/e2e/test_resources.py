@@ -81,6 +81,10 @@ def test_two_whole_gpus_train_under_mirrored_strategy(tmp_path: Path) -> None:
     [learning_rate] = results.trials["params.learning_rate"].tolist()
     assert info["scaled_learning_rate"] == pytest.approx(2 * learning_rate)  # scale_lr: times the replicas
     assert results.best is not None and results.best.config["learning_rate"] == pytest.approx(learning_rate)
+    assert results.best.ran_on == (
+        f"float32, 2 replicas on {', '.join(info['device_names'])}, global batch {2 * batch_size}, "
+        f"learning rate {2 * learning_rate:.6g} (scaled by training.scale_lr)"
+    )
     [trial_id] = results.trials["trial_id"].tolist()
     log = (results.experiment_dir / trial_id / "output.log").read_text()
     assert "tunekit: steps_per_execution 1 (auto: MirroredStrategy over 2 replicas" in log

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.config.objectives import headline_metric, selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode
-from tunekit.layout import NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, WARM_START_FILE, TrialStatus, finite
+from tunekit.layout import INFO_PREFIX, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, WARM_START_FILE, TrialStatus, finite
 from tunekit.results.pareto import final_values, pareto_of
 from tunekit.search.plan import pick_best
 
@@ -75,6 +75,8 @@ class BestTrial:
     # Several objectives: the rule that chose this trial among the front, and its final values.
     rule: str = ""
     values: dict[str, float] = field(default_factory=dict)
+    # What it trained on, in words ("mixed_bfloat16, 2 replicas (...), global batch 128"): "" unknown.
+    ran_on: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +123,38 @@ def best_trial(
         lineage=lineage,
         rule=rule,
         values=values,
+        ran_on=ran_on(row),
     )
+
+
+def ran_on(row: Any) -> str:
+    """A trial's ``info.*`` columns in words: precision, replicas and their devices, the global
+    batch and, under ``training.scale_lr``, the learning rate it trained with; "" for a trial on
+    one CPU device in float32 (the default search's: nothing to add to its config)."""
+
+    def info(name: str) -> Any:
+        value = row.get(f"{INFO_PREFIX}{name}")
+        return None if is_missing(value) or value == "" else value
+
+    plain = (
+        info("precision") == "float32"
+        and info("replicas") in (1, 1.0)
+        and "GPU" not in str(info("device_names") or "")
+        and info("scaled_learning_rate") is None
+    )
+    if plain:
+        return ""
+
+    parts = [str(info("precision"))] if info("precision") is not None else []
+    replicas, devices = info("replicas"), info("device_names")
+    if replicas is not None:
+        on = f" on {str(devices).replace(';', ', ')}" if devices is not None else ""
+        parts.append(f"{int(replicas)} replica{'s' if int(replicas) != 1 else ''}{on}")
+    if info("batch_size") is not None:
+        parts.append(f"global batch {int(info('batch_size'))}")
+    if info("scaled_learning_rate") is not None:
+        parts.append(f"learning rate {float(info('scaled_learning_rate')):.6g} (scaled by training.scale_lr)")
+    return ", ".join(parts)
 
 
 def selected(trials: pd.DataFrame, spec: ExperimentSpec) -> tuple[Any, str]:

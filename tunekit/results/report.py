@@ -256,7 +256,8 @@ def best_section(summary: Summary) -> str:
         chosen + f"<p>Trial <b>{_e(best.number)}</b> (<code>{_e(best.trial_id)}</code>) of this experiment: "
         f"{_e(summary.metric)} = <b>{best.metric:.4f}</b> "
         f"after {best.epochs} epochs, {_e(best.status)}.</p>"
-        f"<table>{head}{rows}</table>"
+        + (f"<p>It ran on {_e(best.ran_on)}.</p>" if best.ran_on else "")
+        + f"<table>{head}{rows}</table>"
         + (f"<p>Its configuration changed by PBT's exploit steps:</p><ul>{lineage}</ul>" if lineage else "")
         + _inherited(summary)
     )

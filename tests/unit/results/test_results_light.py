@@ -133,3 +133,27 @@ def test_a_best_config_keeps_integer_values_whole_where_a_column_has_gaps() -> N
     best = best_trial(trials, pd.DataFrame(), "max", spec)
     assert best is not None and best.config == {"units": 128, "learning_rate": 0.002, "seed": 1}
     assert config_text(best.config) == "learning_rate=0.002, seed=1, units=128"
+
+
+def test_what_the_best_ran_on_reads_the_trial_s_info_columns() -> None:
+    import pandas as pd
+
+    from tunekit.results.best import ran_on
+
+    row = pd.Series(
+        {
+            "info.precision": "mixed_float16",
+            "info.replicas": 2.0,
+            "info.device_names": "/device:GPU:0;/device:GPU:1",
+            "info.batch_size": 256.0,
+            "info.scaled_learning_rate": 0.002,
+        }
+    )
+    assert ran_on(row) == (
+        "mixed_float16, 2 replicas on /device:GPU:0, /device:GPU:1, global batch 256, "
+        "learning rate 0.002 (scaled by training.scale_lr)"
+    )
+    one_cpu = {"info.precision": "float32", "info.replicas": 1, "info.device_names": "/device:CPU:0"}
+    assert ran_on(pd.Series({**one_cpu, "info.scaled_learning_rate": float("nan")})) == ""  # the default's: nothing
+    assert ran_on(pd.Series({**one_cpu, "info.device_names": "/device:GPU:0"})) == "float32, 1 replica on /device:GPU:0"
+    assert ran_on(pd.Series({"final_metric": 0.9})) == ""  # an experiment without info columns
