@@ -42,6 +42,7 @@ __all__ = [
     "load",
     "load_spec",
     "plan_budget",
+    "ray_init_options",
     "resume",
     "run",
     "shutdown",
@@ -79,4 +80,8 @@ def __getattr__(name: str) -> Any:
         from tunekit.results import plots
 
         return plots
+    if name == "ray_init_options":  # the driver's own function, imported only when asked for
+        from tunekit.driver.session import ray_init_options
+
+        return ray_init_options
     raise AttributeError(f"module 'tunekit' has no attribute {name!r}")

@@ -15,8 +15,6 @@ import pytest
 from conftest import trial_infos
 
 import tunekit
-from tunekit.driver.session import ray_init_options
-from tunekit.worker.devices import LOGICAL_GPUS_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +25,8 @@ DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 @pytest.fixture(scope="module", autouse=True)
 def ray_with_logical_gpus() -> Iterator[None]:
     ray = pytest.importorskip("ray")
-    options = ray_init_options()
-    options["runtime_env"]["env_vars"][LOGICAL_GPUS_ENV] = "1"
     # address="local": a private Ray, even if a cluster was started on this machine
-    ray.init(address="local", num_cpus=2, num_gpus=2, **options)
+    ray.init(address="local", num_cpus=2, num_gpus=2, **tunekit.ray_init_options(logical_gpus=True))
     yield
     ray.shutdown()
 

@@ -26,6 +26,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children
 from tunekit.errors import ClusterError, ResourceError, StorageError
+from tunekit.worker.devices import LOGICAL_GPUS_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -88,17 +89,23 @@ def _environment(env_vars: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def ray_init_options(spec: ExperimentSpec | None = None, *, cluster: bool = False) -> dict[str, Any]:
-    """Keyword arguments for ``ray.init`` that tunekit's workers rely on.
+def ray_init_options(
+    spec: ExperimentSpec | None = None, *, cluster: bool = False, logical_gpus: bool = False
+) -> dict[str, Any]:
+    """Keyword arguments for ``ray.init`` that tunekit's workers rely on (``tunekit.ray_init_options``).
 
-    Pass them when starting Ray yourself (for example with logical GPUs:
-    ``ray.init("local", num_gpus=2, **ray_init_options())``) before calling ``tunekit.run``.
+    Pass them when starting Ray yourself, before calling ``tunekit.run``; for example two
+    logical GPUs on a machine without one:
+    ``ray.init(address="local", num_gpus=2, **tunekit.ray_init_options(logical_gpus=True))``.
+    With ``logical_gpus`` a trial given GPUs TensorFlow cannot see trains on the CPU instead
+    of failing, and several whole "GPUs" become as many CPU devices for ``MirroredStrategy``.
     On a cluster, the trainable's top-level package and tunekit itself travel to every
     node through the runtime environment, so nodes need no manual copy.
     """
     cwd = str(Path.cwd())
     python_path = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
-    runtime_env: dict[str, Any] = {"env_vars": {**_WORKER_ENV, "PYTHONPATH": python_path}}
+    env_vars = {**_WORKER_ENV, "PYTHONPATH": python_path, **({LOGICAL_GPUS_ENV: "1"} if logical_gpus else {})}
+    runtime_env: dict[str, Any] = {"env_vars": env_vars}
     if cluster and spec is not None:
         runtime_env["py_modules"] = _code_for_nodes(spec)
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "runtime_env": runtime_env}
