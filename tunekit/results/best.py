@@ -75,7 +75,8 @@ class BestTrial:
     # Several objectives: the rule that chose this trial among the front, and its final values.
     rule: str = ""
     values: dict[str, float] = field(default_factory=dict)
-    # What it trained on, in words ("mixed_bfloat16, 2 replicas (...), global batch 128"): "" unknown.
+    # What it trained on, in words ("mixed_bfloat16, 2 replicas on ..., global batch 128"); "" when
+    # unknown or one CPU device in float32 (see ran_on).
     ran_on: str = ""
 
     def to_dict(self) -> dict[str, Any]:
