@@ -493,7 +493,12 @@ def _logs(args: argparse.Namespace) -> int:
     else:
         print(f"({OUTPUT_FILE}: none in {directory / trial_id})")
     if error.is_file():
-        print(f"--- {error}")
+        status = match[0].get("status")
+        # Ray leaves a failed attempt's traceback in place when a retry of the trial goes on.
+        earlier = (
+            "" if status in ("failed", "running") else f" (an earlier attempt's; the trial was retried and {status})"
+        )
+        print(f"--- {error}{earlier}")
         sys.stdout.write(error.read_text(errors="replace"))
     sys.stdout.flush()
     return 0

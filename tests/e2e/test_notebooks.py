@@ -104,6 +104,7 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
     output = text(notebook)
     assert "4 child runs; the same trials as the directory: True" in output
     assert re.search(r"PosixPath\('.*/checkpoint_\d+/model\.keras'\)", output), output[:3000]
+    assert "trained under: {" in output  # the best's configuration, as a PBT search changed it
     assert (experiment / "report.html").is_file()
     # 4 trials are too few for parameter importance: the one warning expected, and no other.
     few = re.compile(

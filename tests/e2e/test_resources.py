@@ -81,6 +81,8 @@ def test_two_whole_gpus_train_under_mirrored_strategy(tmp_path: Path) -> None:
         f"float32, 2 replicas on {', '.join(info['device_names'])}, global batch {2 * batch_size}, "
         f"learning rate {2 * learning_rate:.6g} (scaled by training.scale_lr)"
     )
+    # This module's Ray is the caller's: a resume from the command line is told to start it again.
+    assert (results.experiment_dir / "cluster.json").read_text() == '{"address": null, "callers_ray": true}\n'
     [trial_id] = results.trials["trial_id"].tolist()
     log = (results.experiment_dir / trial_id / "output.log").read_text()
     assert "tunekit: steps_per_execution 1 (auto: MirroredStrategy over 2 replicas" in log

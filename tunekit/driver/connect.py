@@ -100,9 +100,20 @@ def recorded_address(experiment_dir: Path) -> str | None:
         return None
 
 
-def record_address(experiment_dir: Path, address: str | None) -> None:
-    """``cluster.json``: the address this session joined (None: a local Ray). Never the token."""
-    (experiment_dir / CLUSTER_FILE).write_text(json.dumps({"address": address}) + "\n")
+def record_address(experiment_dir: Path, address: str | None, *, callers_ray: bool = False) -> None:
+    """``cluster.json``: the address this session joined (None: a local Ray), and whether the
+    caller had started that Ray itself (``tunekit.run`` in a process with ``ray.init`` done).
+    Never the token."""
+    record = {"address": address, **({"callers_ray": True} if callers_ray else {})}
+    (experiment_dir / CLUSTER_FILE).write_text(json.dumps(record) + "\n")
+
+
+def ran_on_callers_ray(experiment_dir: Path) -> bool:
+    """Whether the search's last session ran on a Ray its caller had started (``cluster.json``)."""
+    try:
+        return bool(json.loads((experiment_dir / CLUSTER_FILE).read_text()).get("callers_ray"))
+    except (OSError, ValueError):
+        return False
 
 
 def join(address: str, timeout_s: float, *, resuming: bool = False) -> JoinedCluster:

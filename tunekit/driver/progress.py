@@ -78,6 +78,8 @@ class ConsoleProgress:
         self._stopping = False  # a signal is stopping the search: no time is left to estimate
         self._costs = TrialCosts()
         self._epoch_began: dict[str, float] = {}  # trial id -> when its current epoch began (monotonic)
+        # (trial id, attempt) said to run on a node: PBT's later restarts of one attempt are not news.
+        self._attempts_placed: set[tuple[str, int]] = set()
         # Each reads every running trial (_read_steps opens their heartbeat files); in a log every
         # ended trial's line carries a status line, so they are computed at most every second.
         # Looked up at each call (a replaced time_left is the one used).
@@ -153,7 +155,11 @@ class ConsoleProgress:
         if not self._first_epoch_seen:
             self._first_epoch_seen = True
             self.phase(f"first epoch reported (trial {_name(record)}); training")
+        placed = (record.trial_id, row.attempt)
         if row.attempt > 1 and row.resumed_from_epoch is not None and record.span_workers:
+            if placed in self._attempts_placed:
+                return
+            self._attempts_placed.add(placed)
             worker = record.span_workers[-1]
             self._notice(
                 f"trial {_name(record)}: attempt {row.attempt} runs on node {_node(worker.get('node_id'))} "

@@ -49,6 +49,7 @@ from tunekit.driver.session import (
     SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
     SAVE_STATE_SHARE,
+    callers_ray,
     check_cluster_fits,
     check_storage_shared,
     driver_env,
@@ -329,9 +330,12 @@ def _fit(
         driver_env(),
         ray_session(target.address, spec, console, signals, experiment_dir / DRIVER_LOG_FILE),
     ):
-        # Where this session ran, for the next resume (a local Ray records null).
-        record_address(experiment_dir, joined_address() if target.address is not None else None)
+        # A session that cannot place a trial ran nowhere: cluster.json keeps the last one's.
         check_cluster_fits(spec, experiment_dir)
+        # Where this session ran, for the next resume (a local Ray records null).
+        record_address(
+            experiment_dir, joined_address() if target.address is not None else None, callers_ray=callers_ray()
+        )
         check_storage_shared(experiment_dir)
         if restore and not _has_tune_state(experiment_dir):
             restore = False  # stopped during start-up, before Ray Tune saved anything: start afresh

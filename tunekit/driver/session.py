@@ -349,14 +349,30 @@ def wait_for_released_resources(timeout: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def callers_ray() -> bool:
+    """Whether this session runs on a Ray the caller started (``ray.init`` before ``tunekit.run``)."""
+    import ray
+
+    return ray.is_initialized() and OWNED_RAY is None
+
+
 def check_cluster_fits(spec: ExperimentSpec, experiment_dir: Path) -> None:
     """Refuses a trial no alive node can ever place (Ray Tune would wait forever, silently)."""
     import ray
 
     from tunekit.config.resources import trial_resources, unplaceable
+    from tunekit.driver.connect import ran_on_callers_ray
 
     nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
     problem = unplaceable(trial_resources(spec.resources), nodes, ray.cluster_resources())
+    if problem and not callers_ray() and ran_on_callers_ray(experiment_dir):
+        # tunekit's own local Ray has only this machine's devices, not the logical GPUs or
+        # resources the caller's Ray declared.
+        problem += (
+            "; this search last ran on a Ray its caller started (with ray.init before tunekit.run): start that "
+            "Ray the same way (for logical GPUs, ray.init(..., **tunekit.ray_init_options(logical_gpus=True))) "
+            "and call tunekit.resume in that process, or join a Ray started with `ray start` by --address"
+        )
     if problem:
         raise ResourceError(problem, experiment_dir)
 

@@ -65,7 +65,8 @@ class HistorySummary:
     def describe(self) -> str:
         """One console line: "warm start: 10 trials of 1 earlier experiment used, 2 skipped (...)"."""
         experiments = f"{len(self.sources)} earlier experiment" + ("" if len(self.sources) == 1 else "s")
-        text = f"warm start: {self.used} trials of {experiments} used as history"
+        trials = f"{self.used} trial" + ("" if self.used == 1 else "s")
+        text = f"warm start: {trials} of {experiments} used as history"
         if not self.skipped:
             return text
         reasons = ", ".join(f"{count} {reason}" for reason, count in self.skipped.most_common())

@@ -205,7 +205,7 @@ def _no_epoch(trials: Any, elapsed: float, tail: str) -> TunekitError:
     if not failed.empty:
         first = failed.sort_values("number").iloc[0]
         return TunekitError(
-            f"the probe's trials reported no epoch: {len(failed)} of {len(trials)} failed; "
+            f"the probe's trials reported no epoch: {len(failed)} of the {len(trials)} that started failed; "
             f"trial {first['number']}: {first['reason']}"
         )
     return TunekitError(f"the probe reported no epoch in {elapsed:.0f} s; allow more with --probe-seconds{tail}")

@@ -82,13 +82,14 @@ def _output_to(path: Path) -> Iterator[None]:
 
     The file descriptors themselves are redirected, so TensorFlow's C++ messages land
     there too, not only Python's prints. Reused workers run one trial at a time, so the
-    redirection never mixes two trials; every attempt appends under its own header.
+    redirection never mixes two trials; every start appends under its own header.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     with path.open("ab", buffering=0) as log:
-        log.write(f"--- tunekit: attempt started {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
+        # Each start of the trial in a worker: a new attempt, a resume, or a PBT restart.
+        log.write(f"--- tunekit: trial started in a worker {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
         saved = os.dup(1), os.dup(2)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)

@@ -93,6 +93,14 @@ def test_logs_prints_the_output_then_the_error(tmp_path: Path) -> None:
     )
     by_id = run_tunekit("logs", str(directory), "aaaa0001")
     assert (by_id.returncode, by_id.stdout) == (0, "epoch 1\nepoch 2\n")
+    # A trial retried after a failed attempt keeps that attempt's traceback: said to be an earlier one.
+    (directory / "aaaa0001" / ERROR_FILE).write_text("ActorUnavailableError: Socket closed\n")
+    retried = run_tunekit("logs", str(directory), "0")
+    assert retried.stdout == (
+        f"epoch 1\nepoch 2\n--- {directory / 'aaaa0001' / ERROR_FILE} (an earlier attempt's; the trial was "
+        "retried and completed)\nActorUnavailableError: Socket closed\n"
+    )
+    (directory / "aaaa0001" / ERROR_FILE).unlink()
     missing = run_tunekit("logs", str(directory), "7")
     assert missing.returncode == 1
     assert missing.stderr == (

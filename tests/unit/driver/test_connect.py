@@ -68,3 +68,32 @@ def test_ray_s_worker_and_raylet_lines_reach_driver_log_without_colour_codes() -
         print_worker_logs(lost, log)
     assert log.getvalue().startswith("(raylet, ip=127.0.0.2) Raylet is terminated.")
     assert "\x1b" not in log.getvalue()  # Ray's default wraps the line in yellow: "\x1b[33m(raylet..."
+
+
+def test_a_search_that_ran_on_its_caller_s_ray_says_how_to_resume_it_when_tunekit_s_own_cannot_place_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from tunekit.config.spec import load_spec
+    from tunekit.driver import session
+    from tunekit.errors import ResourceError
+
+    spec = load_spec(Path(__file__).resolve().parents[3] / "search_spaces" / "digits_mlp.yaml", ["resources.gpu=2"])
+    record_address(tmp_path, None, callers_ray=True)  # the run: ray.init(num_gpus=2, ...) then tunekit.run
+    assert json.loads((tmp_path / CLUSTER_FILE).read_text()) == {"address": None, "callers_ray": True}
+    # The resume: tunekit's own local Ray (OWNED_RAY set), with this machine's 2 CPUs and no GPU.
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(session, "OWNED_RAY", {"key": "{}", "local": True})
+    with pytest.raises(ResourceError) as refused:
+        session.check_cluster_fits(spec, tmp_path)
+    assert str(refused.value).startswith(
+        "resources.gpu: 2 per trial, but the cluster has 0 GPUs (run tunekit doctor); this search last ran on "
+        "a Ray its caller started (with ray.init before tunekit.run): start that Ray the same way (for logical "
+        "GPUs, ray.init(..., **tunekit.ray_init_options(logical_gpus=True))) and call tunekit.resume"
+    )
+    record_address(tmp_path, None)  # it ran on tunekit's own local Ray: the plain message
+    with pytest.raises(ResourceError, match=r"0 GPUs \(run tunekit doctor\)$"):
+        session.check_cluster_fits(spec, tmp_path)

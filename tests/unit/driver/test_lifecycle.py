@@ -234,6 +234,11 @@ def test_console_names_a_retried_trial_its_nodes_and_attempts() -> None:
     console.trial_started(record)
     record.note_worker("bbbbbbbb2222", 5151)
     console.epoch_reported(record, EpochRow("t1", 3, {}, 2, 2, 8.0))
+    record.close_span(9.0)  # PBT paused it and restarts it: the same attempt, nothing to say
+    record.begin_span(10.0)
+    console.trial_started(record)
+    record.note_worker("bbbbbbbb2222", 5152)
+    console.epoch_reported(record, EpochRow("t1", 5, {}, 2, 4, 11.0))
     young = TrialRecord("t2", 4, {}, epochs=1)  # died before its first checkpoint was due
     young.begin_span(0.0)
     young.note_worker("aaaaaaaa1111", 4243)

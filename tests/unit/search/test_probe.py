@@ -260,7 +260,9 @@ def test_a_probe_whose_trials_failed_says_why_not_that_it_needs_more_time(tmp_pa
     (tmp_path / STARTED_FILE).write_text(json.dumps({STARTED_KEY: 1005.0}))
     with pytest.raises(TunekitError) as raised:
         measure(load(tmp_path), {"launched_at": 1000.0}, slots=2, target="local", elapsed=14, tail="\n--- tail")
-    assert str(raised.value) == f"the probe's trials reported no epoch: 1 of 2 failed; trial 0: {reason}"
+    assert (
+        str(raised.value) == f"the probe's trials reported no epoch: 1 of the 2 that started failed; trial 0: {reason}"
+    )
     (tmp_path / TRIALS_FILE).write_text(header + "\n" + rows[1] + "\n")  # only stopped: time ran out
     with pytest.raises(TunekitError, match=r"reported no epoch in 14 s; allow more with --probe-seconds"):
         measure(load(tmp_path), {"launched_at": 1000.0}, slots=2, target="local", elapsed=14)

@@ -129,6 +129,7 @@ def test_the_summary_line_counts_used_and_skipped_by_reason() -> None:
         "(2 with units outside this space, 1 fail (only complete and pruned trials are used))"
     )
     assert HistorySummary(("/a", "/b"), 4).describe() == "warm start: 4 trials of 2 earlier experiments used as history"
+    assert HistorySummary(("/a",), 1).describe() == "warm start: 1 trial of 1 earlier experiment used as history"
 
 
 # --------------------------------------------------------------------------- refusals
