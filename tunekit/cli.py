@@ -21,12 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.errors import SearchInterrupted, SpecError, TunekitError
-from tunekit.layout import ENDED_STATUSES, TrialStatus, stopped_by_time_budget
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
     from tunekit.results.load import ExperimentResults
-    from tunekit.results.summary import Summary
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -209,8 +207,8 @@ def _run(args: argparse.Namespace) -> int:
     from tunekit.driver.signals import exit_at_once_in_start_up
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
-    with exit_at_once_in_start_up():
-        results = run(
+    with exit_at_once_in_start_up():  # the search's closing lines are printed by run itself
+        run(
             args.spec,
             overrides=overrides,
             name=args.name,
@@ -218,7 +216,6 @@ def _run(args: argparse.Namespace) -> int:
             address=args.address,
             connect_timeout=args.connect_timeout,
         )
-    _print_summary(results)
     return 0
 
 
@@ -226,15 +223,14 @@ def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
     from tunekit.driver.signals import exit_at_once_in_start_up
 
-    with exit_at_once_in_start_up():
-        results = resume(
+    with exit_at_once_in_start_up():  # the search's closing lines are printed by resume itself
+        resume(
             args.experiment_dir,
             overrides=args.set,
             address=args.address,
             local=args.local,
             connect_timeout=args.connect_timeout,
         )
-    _print_summary(results)
     return 0
 
 
@@ -315,6 +311,7 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from tunekit.results.closing import closing_lines, mlflow_link
     from tunekit.results.ledger import describe
     from tunekit.results.load import load
     from tunekit.results.summary import summarize
@@ -326,9 +323,9 @@ def _report(args: argparse.Namespace) -> int:
     else:
         print(_table(results))
         print()
-        print("\n".join(_summary_lines(results, summary)))
+        print("\n".join(closing_lines(results, summary)))
         print(describe(summary.ledger, summary.predicted_vs_actual))
-        if link := _mlflow_link(results.experiment_dir):
+        if link := mlflow_link(results.experiment_dir):
             print(f"mlflow: {link}")
     if args.html:
         from tunekit.results.report import write_html
@@ -365,71 +362,6 @@ def _sync(args: argparse.Namespace) -> int:
     if synced.ui_url:
         print(f"MLflow UI: {synced.ui_url}")
     return 0
-
-
-def _print_summary(results: ExperimentResults) -> None:
-    from tunekit.results.summary import summarize
-
-    print(f"experiment: {results.experiment_dir}")
-    print("\n".join(_summary_lines(results, summarize(results))))
-    if link := _mlflow_link(results.experiment_dir):
-        print(f"mlflow: {link}")
-
-
-def _summary_lines(results: ExperimentResults, summary: Summary) -> list[str]:
-    """What the search's end and ``tunekit report`` say of it: counts, times, the best (and its scope)."""
-    from tunekit.results.best import INHERITED, config_text, describe_lineage, no_best_reason
-
-    # Trials the tables still hold running (a search under way, or its driver killed) are counted too.
-    shown = ENDED_STATUSES + ((TrialStatus.RUNNING,) if summary.counts.get(TrialStatus.RUNNING) else ())
-    lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in shown)]
-    unstarted = results.spec.budget.num_samples - len(results.trials)
-    if (
-        unstarted > 0
-        and not results.trials.empty
-        and any(stopped_by_time_budget(row.status, row.reason) for row in results.trials.itertuples())
-    ):
-        lines[0] += f", {unstarted} not started (the time budget ran out)"
-    lines += summary.time_lines()
-    lines += summary.front_lines()
-    best = summary.best
-    if best is None:
-        lines.append(f"best: none ({no_best_reason(summary.pareto is not None)})")
-    elif best.rule:
-        values = ", ".join(f"{name}={value:.6g}" for name, value in best.values.items())
-        lines.append(f"best: trial {best.number} ({best.trial_id}) {values}, chosen by {best.rule}")
-        lines.append(f"best config: {config_text(best.config)}")
-        lines += [f"best ran on: {best.ran_on}"] if best.ran_on else []
-    else:
-        lines.append(
-            f"best: trial {best.number} ({best.trial_id}) {results.metric}={best.metric:.4f} "
-            f"after {best.epochs} epochs, {best.status}"
-        )
-        changed = " (after PBT's exploit steps; the model was trained under it)" if best.lineage else ""
-        lines.append(f"best config{changed}: {config_text(best.config)}")
-        lines += [f"  {line}" for line in describe_lineage(best)]
-        lines += [f"best ran on: {best.ran_on}"] if best.ran_on else []
-    inherited = summary.best_including_history
-    if inherited is not None and inherited.scope == INHERITED:
-        scores = ", ".join(f"{name}={value:.6g}" for name, value in inherited.values.items())
-        lines.append(
-            f"best including warm-start history: trial {inherited.number} of {inherited.source} "
-            f"{scores or f'{results.metric}={inherited.metric:.4f}'} ({config_text(inherited.config)})"
-        )
-    return lines
-
-
-def _mlflow_link(experiment_dir: Path) -> str | None:
-    """The MLflow UI page of the experiment's runs, when tracking went to a server, and
-    whether MLflow lacks records of it (a server that went away and did not come back)."""
-    from tunekit.tracking.record import TrackingRecord
-
-    record = TrackingRecord.read(experiment_dir)
-    if record is None or record.ui_url is None:
-        return None
-    if record.holds_everything:
-        return record.ui_url
-    return f"{record.ui_url} (incomplete: `tunekit sync {experiment_dir}` sends what MLflow lacks)"
 
 
 def _table(results: ExperimentResults) -> str:

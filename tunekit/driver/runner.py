@@ -103,7 +103,8 @@ def run(
             ``auto``: the cluster ``ray start`` recorded on this machine).
         connect_timeout: seconds joining the cluster may take (a bounded probe, before anything
             is written).
-        progress: a stream for live progress, True for stdout, False for silence.
+        progress: a stream for live progress and the closing lines (the best, its config, the
+            times: as `tunekit run` prints them), True for stdout, False for silence.
         trainable: the trainable as a module object (from a notebook); the spec's
             ``trainable`` is then ignored and may be omitted.
         build_data: ``build_data`` as a function, with ``build_model`` (and optionally
@@ -148,7 +149,18 @@ def run(
     except BaseException as error:
         _discard_if_never_started(experiment_dir, error)
         raise
-    return load(experiment_dir)
+    return _closed(experiment_dir, stream)
+
+
+def _closed(experiment_dir: Path, stream: TextIO | None) -> ExperimentResults:
+    """The search's results, its closing lines written to the progress stream first."""
+    from tunekit.results.closing import closing_text
+
+    results = load(experiment_dir)
+    if stream is not None:
+        stream.write(closing_text(results))
+        stream.flush()
+    return results
 
 
 def _join(spec: ExperimentSpec, target: Target, timeout_s: float, experiment_dir: Path | None) -> JoinedCluster | None:
@@ -243,7 +255,7 @@ def resume(
         reason = no_result_reason(spec, directory, trials, clock.active_seconds if clock else 0.0)
         if reason:
             raise NoResultError(reason, directory)
-        return results
+        return _closed(directory, stream)
     if damage := damaged_saved_state(directory):  # before Ray starts: Ray would start the search over
         raise StorageError(
             f"cannot resume {directory}: Ray's saved state is damaged ({damage}: its driver was killed "
@@ -264,7 +276,7 @@ def resume(
         for stand_in in stand_ins:
             with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
                 stand_in.rmdir()
-    return load(directory)
+    return _closed(directory, stream)
 
 
 def _stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:

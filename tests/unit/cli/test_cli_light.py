@@ -38,12 +38,12 @@ def test_validate_prints_ok(capsys: pytest.CaptureFixture[str], monkeypatch: pyt
 
 
 def test_the_mlflow_link_says_when_mlflow_lacks_part_of_the_search(tmp_path: Path) -> None:
-    from tunekit.cli import _mlflow_link
+    from tunekit.results.closing import mlflow_link
     from tunekit.tracking.record import TrackingRecord
 
     ui = "http://127.0.0.1:5000/#/experiments/1"
     record = TrackingRecord("http://127.0.0.1:5000", "digits", "1", "abc", ui_url=ui)
     record.write(tmp_path)  # as the writer left it when the server went away for good
-    assert _mlflow_link(tmp_path) == f"{ui} (incomplete: `tunekit sync {tmp_path}` sends what MLflow lacks)"
+    assert mlflow_link(tmp_path) == f"{ui} (incomplete: `tunekit sync {tmp_path}` sends what MLflow lacks)"
     record.completed().write(tmp_path)
-    assert _mlflow_link(tmp_path) == ui
+    assert mlflow_link(tmp_path) == ui

@@ -246,8 +246,8 @@ def test_the_best_including_a_warm_start_s_history_follows_the_select_rule(tmp_p
     # maximizes val_accuracy: own pick c (0.95, 20000 params) against the history's pick.
     import json
 
-    from tunekit.cli import _summary_lines
     from tunekit.layout import WARM_START_FILE
+    from tunekit.results.closing import closing_lines
     from tunekit.results.summary import summarize
 
     the_spec = spec(
@@ -267,7 +267,7 @@ def test_the_best_including_a_warm_start_s_history_follows_the_select_rule(tmp_p
         summary = summarize(results)
         assert summary.best_including_history is not None
         assert summary.best_including_history.trial_id == chosen, accuracy
-    lines = _summary_lines(results, summary)
+    lines = closing_lines(results, summary)
     assert (
         "best including warm-start history: trial 13 of /runs/earlier model_params=1482, val_accuracy=0.97 ()" in lines
     )

@@ -230,29 +230,29 @@ def test_the_clock_leaves_out_the_time_between_sessions() -> None:
 
 def test_the_report_counts_trials_the_tables_still_hold_running(tmp_path: Path) -> None:
     # After a kill -9 of the driver, trials.csv keeps its running trials: the counts say so.
-    from tunekit.cli import _summary_lines
+    from tunekit.results.closing import closing_lines
 
     results = load(experiment(tmp_path))
-    assert _summary_lines(results, summarize(results))[0] == "trials: 1 completed, 1 pruned, 0 stopped, 0 failed"
+    assert closing_lines(results, summarize(results))[0] == "trials: 1 completed, 1 pruned, 0 stopped, 0 failed"
     results.trials.loc[results.trials["trial_id"] == "b", "status"] = "running"
-    lines = _summary_lines(results, summarize(results))
+    lines = closing_lines(results, summarize(results))
     assert lines[0] == "trials: 1 completed, 0 pruned, 0 stopped, 0 failed, 1 running"
 
 
 def test_the_report_says_how_many_trials_a_spent_time_budget_left_unstarted(tmp_path: Path) -> None:
     import dataclasses
 
-    from tunekit.cli import _summary_lines
+    from tunekit.results.closing import closing_lines
 
     results = load(experiment(tmp_path))
     spec = results.spec
     planned = dataclasses.replace(spec, budget=dataclasses.replace(spec.budget, num_samples=5, time_budget_s=14.0))
     results = dataclasses.replace(results, spec=planned)
-    assert "not started" not in _summary_lines(results, summarize(results))[0]  # no budget ran out
+    assert "not started" not in closing_lines(results, summarize(results))[0]  # no budget ran out
     stopped = results.trials["trial_id"] == "b"
     results.trials.loc[stopped, ["status", "reason"]] = [
         "stopped",
         "the search's time budget of 14 s ran out after 1 epoch",
     ]
-    line = _summary_lines(results, summarize(results))[0]
+    line = closing_lines(results, summarize(results))[0]
     assert line == "trials: 1 completed, 0 pruned, 1 stopped, 0 failed, 3 not started (the time budget ran out)"
