@@ -2,7 +2,7 @@
 
 ``tunekit.run`` and ``tunekit.resume`` write ``closing_text`` to their progress stream when the
 search ends (the command line's stdout, or a notebook's), and ``tunekit report`` prints the
-same ``closing_lines`` above its table: one wording for both.
+same ``closing_lines`` below its table: one wording for both.
 """
 
 from __future__ import annotations
