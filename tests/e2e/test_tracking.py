@@ -35,6 +35,7 @@ from tunekit.environment import redact_uri
 from tunekit.errors import TunekitError
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatus
 from tunekit.results.check import check_experiment
+from tunekit.results.closing import closing_text
 from tunekit.results.mlflow import ambiguity_message, load_from_mlflow
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking import sync
@@ -909,8 +910,10 @@ def test_resume_of_a_finished_search_sends_what_its_killed_driver_had_not(
 
     shown = io.StringIO()
     tunekit.resume(directory, progress=shown)
+    closing = closing_text(tunekit.load(directory)).splitlines()  # the search's end, as at its first end
     assert shown.getvalue().splitlines()[1:] == [
-        f"MLflow lacked some of this search's records: sent them to {server.uri}"
+        f"MLflow lacked some of this search's records: sent them to {server.uri}",
+        *closing,
     ]
     assert TrackingRecord.read(directory).holds_everything  # type: ignore[union-attr]
     parent, children = runs_of(server.uri, EXPERIMENT, directory)
@@ -923,5 +926,5 @@ def test_resume_of_a_finished_search_sends_what_its_killed_driver_had_not(
     # Once MLflow holds it all, a resume sends nothing at all.
     shown = io.StringIO()
     tunekit.resume(directory, progress=shown)
-    assert len(shown.getvalue().splitlines()) == 1
+    assert shown.getvalue().splitlines()[1:] == closing
     assert histories(server.uri, EXPERIMENT, directory) == before
