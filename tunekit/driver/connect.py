@@ -22,6 +22,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tunekit.config.resources import trial_resources, unplaceable
 from tunekit.config.spec import ExperimentSpec
@@ -92,12 +93,12 @@ def resume_target(experiment_dir: Path, address: str | None, *, local: bool) -> 
 
 def recorded_address(experiment_dir: Path) -> str | None:
     """The cluster a search last ran on, from ``cluster.json``; None for a local Ray or none recorded."""
-    path = experiment_dir / CLUSTER_FILE
-    try:
-        return json.loads(path.read_text()).get("address") or None
-    except (OSError, ValueError) as error:
-        logger.debug("no cluster recorded in %s: %s", path, error)
-        return None
+    return _cluster_record(experiment_dir).get("address") or None
+
+
+def ran_on_callers_ray(experiment_dir: Path) -> bool:
+    """Whether the search's last session ran on a Ray its caller had started (``cluster.json``)."""
+    return bool(_cluster_record(experiment_dir).get("callers_ray"))
 
 
 def record_address(experiment_dir: Path, address: str | None, *, callers_ray: bool = False) -> None:
@@ -108,12 +109,15 @@ def record_address(experiment_dir: Path, address: str | None, *, callers_ray: bo
     (experiment_dir / CLUSTER_FILE).write_text(json.dumps(record) + "\n")
 
 
-def ran_on_callers_ray(experiment_dir: Path) -> bool:
-    """Whether the search's last session ran on a Ray its caller had started (``cluster.json``)."""
+def _cluster_record(experiment_dir: Path) -> dict[str, Any]:
+    """``cluster.json`` as written by ``record_address``; empty when there is none or it is unreadable."""
+    path = experiment_dir / CLUSTER_FILE
     try:
-        return bool(json.loads((experiment_dir / CLUSTER_FILE).read_text()).get("callers_ray"))
-    except (OSError, ValueError):
-        return False
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        logger.debug("no cluster recorded in %s: %s", path, error)
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def join(address: str, timeout_s: float, *, resuming: bool = False) -> JoinedCluster:

@@ -133,28 +133,23 @@ def ran_on(row: Any) -> str:
     batch and, under ``training.scale_lr``, the learning rate it trained with; "" for a trial on
     one CPU device in float32 (the default search's: nothing to add to its config)."""
 
-    def info(name: str) -> Any:
-        value = row.get(f"{INFO_PREFIX}{name}")
-        return None if is_missing(value) or value == "" else value
-
-    plain = (
-        info("precision") == "float32"
-        and info("replicas") in (1, 1.0)
-        and "GPU" not in str(info("device_names") or "")
-        and info("scaled_learning_rate") is None
-    )
-    if plain:
+    info = {
+        name: value
+        for name in ("precision", "replicas", "device_names", "batch_size", "scaled_learning_rate")
+        if not is_missing(value := row.get(f"{INFO_PREFIX}{name}")) and value != ""
+    }
+    precision, replicas, devices = info.get("precision"), info.get("replicas"), info.get("device_names")
+    scaled = info.get("scaled_learning_rate")
+    if precision == "float32" and replicas in (1, 1.0) and "GPU" not in str(devices or "") and scaled is None:
         return ""
-
-    parts = [str(info("precision"))] if info("precision") is not None else []
-    replicas, devices = info("replicas"), info("device_names")
+    parts = [str(precision)] if precision is not None else []
     if replicas is not None:
         on = f" on {str(devices).replace(';', ', ')}" if devices is not None else ""
         parts.append(f"{int(replicas)} replica{'s' if int(replicas) != 1 else ''}{on}")
-    if info("batch_size") is not None:
-        parts.append(f"global batch {int(info('batch_size'))}")
-    if info("scaled_learning_rate") is not None:
-        parts.append(f"learning rate {float(info('scaled_learning_rate')):.6g} (scaled by training.scale_lr)")
+    if "batch_size" in info:
+        parts.append(f"global batch {int(info['batch_size'])}")
+    if scaled is not None:
+        parts.append(f"learning rate {float(scaled):.6g} (scaled by training.scale_lr)")
     return ", ".join(parts)
 
 

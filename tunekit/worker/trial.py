@@ -121,8 +121,9 @@ def _train(
     per_replica_batch = int(config.get("batch_size", spec.training.batch_size))
     # The trial's config stays as the search chose it (the checkpoints, the best config and
     # `tunekit check` compare it); the trainable builds and compiles from the scaled copy.
-    trial_config, config = config, _with_scaled_learning_rate(config, spec, devices.replicas)
-    progress.scaled_learning_rate = config.get("learning_rate") if config is not trial_config else None
+    scaled = _scaled_learning_rate(config, spec, devices.replicas)
+    trial_config, config = config, config if scaled is None else {**config, "learning_rate": scaled}
+    progress.scaled_learning_rate = scaled
     context = tune.get_context()
     ctx = TrialContext(
         batch_size=per_replica_batch * devices.replicas,
@@ -211,12 +212,12 @@ def _epoch_lengths_learned_quietly(options: dict[str, Any]) -> Iterator[None]:
         yield
 
 
-def _with_scaled_learning_rate(config: dict[str, Any], spec: ExperimentSpec, replicas: int) -> dict[str, Any]:
-    """``config`` with ``learning_rate`` times the replicas under ``training.scale_lr`` (the
-    linear scaling rule for a global batch that many times larger), else ``config`` itself."""
+def _scaled_learning_rate(config: dict[str, Any], spec: ExperimentSpec, replicas: int) -> float | None:
+    """``learning_rate`` times the replicas under ``training.scale_lr`` (the linear scaling rule
+    for a global batch that many times larger); None when nothing is scaled."""
     if not (spec.training.scale_lr and replicas > 1 and "learning_rate" in config):
-        return config
-    return {**config, "learning_rate": float(config["learning_rate"]) * replicas}
+        return None
+    return float(config["learning_rate"]) * replicas
 
 
 def _worker_devices(spec: ExperimentSpec) -> WorkerDevices:
