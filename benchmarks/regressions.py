@@ -11,10 +11,17 @@ by more than the threshold. ``--publish`` makes the last run the published one.
 A guard, not a test: timings on a shared machine vary, so it names suspects for a person
 to measure again; the exit status is 1 when something grew, for scripts that want it.
 
-The same code runs slower on a slower (or busier) machine, every piece alike. Each run
-measures the machine's pace by the model's own later epoch in plain Keras (train and
-validate, the run's yardstick), and the published figures are scaled by the ratio of the two
-yardsticks before they are compared: a piece that grew with the machine is not flagged.
+The same code runs slower on a slower (or busier) machine. Each run measures the machine's
+pace twice, and the published figures are scaled by the ratio of the two runs' yardsticks
+before they are compared, so a piece that grew with the machine is not flagged:
+
+* the search's start-up and per-trial overhead by plain Ray Tune's start-up in the same run
+  (Ray's start, a worker, TensorFlow's import: processes and imports, whose pace does not
+  follow a model's steps);
+* every other piece by the model's own later epoch in plain Keras (train and validate).
+
+The search's per-trial overhead spreads the start-up over the run's trials, so it is compared
+only between runs of the same mode (quick or full).
 """
 
 from __future__ import annotations
@@ -48,6 +55,16 @@ def pieces_of(details: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
+STARTUP_PIECES = ("search: start-up", "search: per-trial overhead")
+PER_RUN_PIECE = "search: per-trial overhead"  # its value depends on the run's number of trials
+
+
+def startup_yardstick_ms(details: dict[str, Any]) -> float | None:
+    """The machine's pace at starting a search: plain Ray Tune's start-up in this run, in ms."""
+    startup = (details["summary"].get("plain_ray_tune") or {}).get("startup_s")
+    return None if startup is None else 1000 * float(startup)
+
+
 def yardstick_ms(details: dict[str, Any]) -> float | None:
     """The machine's pace in this run: plain Keras's later epoch (train and validate), in ms."""
     keras = (details["breakdown"].get("plain_keras") or {}).get("per_epoch_ms") or {}
@@ -56,14 +73,19 @@ def yardstick_ms(details: dict[str, Any]) -> float | None:
 
 
 def grown(
-    published: dict[str, float], now: dict[str, float], threshold: float = THRESHOLD, pace: float = 1.0
+    published: dict[str, float],
+    now: dict[str, float],
+    threshold: float = THRESHOLD,
+    pace: float = 1.0,
+    startup_pace: float | None = None,
 ) -> list[str]:
     """One line per piece that grew by more than ``threshold`` (and by more than NOISE_MS), largest
-    first; ``pace``: how much slower this machine ran than the published run's (each published
-    figure is scaled by it)."""
+    first. ``pace``: how much slower this machine ran a model's steps than the published run's;
+    ``startup_pace``: how much slower it started a search (``pace`` when not measured). Each
+    published figure is scaled by its own."""
     rows = []
     for name, unscaled in published.items():
-        before = unscaled * pace
+        before = unscaled * (startup_pace if startup_pace is not None and name in STARTUP_PIECES else pace)
         after = now.get(name)
         if after is None or after - before <= NOISE_MS or after <= before * (1 + threshold):
             continue
@@ -95,25 +117,49 @@ def main(argv: list[str] | None = None) -> int:
             "mode": run["mode"],
             "pieces_ms": now,
             "yardstick_ms": yardstick_ms(run["details"]),
+            "startup_yardstick_ms": startup_yardstick_ms(run["details"]),
         }
         PUBLISHED.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         print(f"published {len(now)} pieces of {run['date']} (commit {commit}) to {PUBLISHED}")
         return 0
     published = json.loads(PUBLISHED.read_text())
-    then, here = published.get("yardstick_ms"), yardstick_ms(run["details"])
-    pace = here / then if then and here else 1.0
-    print(f"against the published figures of commit {published['commit']} ({published['date']}):")
-    if then and here:
+    before = dict(published["pieces_ms"])
+    print(
+        f"against the published figures of commit {published['commit']} ({published['date']}, {published['mode']} run):"
+    )
+    pace = _pace(
+        "plain Keras's later epoch",
+        published.get("yardstick_ms"),
+        yardstick_ms(run["details"]),
+        "figures are compared as measured",
+    )
+    startup_pace = _pace(
+        "plain Ray Tune's start-up",
+        published.get("startup_yardstick_ms"),
+        startup_yardstick_ms(run["details"]),
+        "the start-up is scaled by plain Keras's pace",
+    )
+    if published["mode"] != run["mode"]:
         print(
-            f"  the machine's pace: plain Keras's later epoch took {here:.1f} ms against {then:.1f} ms then; "
-            f"published figures are scaled by x{pace:.2f}"
+            f"  this is a {run['mode']} run: its per-trial overhead is left out "
+            "(it spreads the start-up over other trials)"
         )
-    else:
-        print("  no yardstick on one side: figures compared as measured")
-    lines = grown(published["pieces_ms"], now, args.threshold, pace)
+        before.pop(PER_RUN_PIECE, None)
+        now.pop(PER_RUN_PIECE, None)
+    lines = grown(before, now, args.threshold, pace if pace is not None else 1.0, startup_pace)
     for line in lines or ["nothing grew by more than " + f"{args.threshold:.0%}"]:
         print(f"  {line}")
     return 1 if lines else 0
+
+
+def _pace(yardstick: str, then: float | None, here: float | None, otherwise: str) -> float | None:
+    """How much slower this run's machine was by one yardstick; None (and what happens instead)
+    when a side lacks it."""
+    if not then or not here:
+        print(f"  no {yardstick} on one side: {otherwise}")
+        return None
+    print(f"  the machine's pace: {yardstick} took {here:.1f} ms against {then:.1f} ms then (x{here / then:.2f})")
+    return here / then
 
 
 if __name__ == "__main__":

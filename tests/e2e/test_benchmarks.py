@@ -8,6 +8,7 @@ end-to-end tests.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -276,6 +277,61 @@ def test_regressions_name_the_pieces_that_grew_beyond_the_threshold_and_noise() 
     assert regressions.grown(published, now, pace=1.3) == ["per epoch: epoch.new: new, 2.0 ms"]
     keras = {"plain_keras": {"per_epoch_ms": {"epoch.train": 20.0, "epoch.validate": 2.8}}}
     assert regressions.yardstick_ms({"breakdown": keras}) == pytest.approx(22.8)
+
+
+def test_regressions_scale_the_start_up_by_plain_ray_tune_s_start_up_not_by_a_model_s_epoch() -> None:
+    published = {"search: start-up": 8000.0, "per trial: tracing": 400.0}
+    now = {"search: start-up": 9000.0, "per trial: tracing": 410.0}
+    # Model steps ran twice as fast as on the published day; Ray and TensorFlow started 1.2x slower.
+    assert regressions.grown(published, now, pace=0.5) == [
+        "search: start-up: 4000.0 ms -> 9000.0 ms (x2.25)",
+        "per trial: tracing: 200.0 ms -> 410.0 ms (x2.05)",
+    ]
+    assert regressions.grown(published, now, pace=0.5, startup_pace=1.2) == [
+        "per trial: tracing: 200.0 ms -> 410.0 ms (x2.05)"
+    ]
+    assert regressions.startup_yardstick_ms({"summary": {"plain_ray_tune": {"startup_s": 6.5}}}) == 6500.0
+    assert regressions.startup_yardstick_ms({"summary": {"plain_ray_tune": {}}}) is None
+
+
+def _overhead_run(mode: str, startup_s: float, overhead_s: float, plain_startup_s: float) -> dict[str, Any]:
+    return {
+        "date": "2026-11-28T00:00:00",
+        "mode": mode,
+        "details": {
+            "summary": {
+                "tunekit": {"startup_s": startup_s, "overhead_per_trial_s": overhead_s},
+                "plain_ray_tune": {"startup_s": plain_startup_s},
+            },
+            "breakdown": {
+                "tunekit": {"per_epoch_ms": {"epoch.train": 20.0}, "per_trial_ms": {}, "tracing_ms": 400.0},
+                "plain_keras": {"per_epoch_ms": {"epoch.train": 12.0, "epoch.validate": 3.0}},
+            },
+        },
+    }
+
+
+def test_regressions_publish_both_yardsticks_and_leave_out_the_per_trial_overhead_across_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(regressions, "PUBLISHED", tmp_path / "published.json")
+    quick, full = tmp_path / "quick", tmp_path / "full"
+    for folder, run_ in ((quick, _overhead_run("quick", 8.0, 1.5, 6.0)), (full, _overhead_run("full", 7.5, 3.0, 6.0))):
+        folder.mkdir()
+        (folder / "overhead.json").write_text(json.dumps(run_))
+    assert regressions.main(["--out", str(quick), "--publish"]) == 0
+    record = json.loads((tmp_path / "published.json").read_text())
+    assert (record["mode"], record["yardstick_ms"], record["startup_yardstick_ms"]) == ("quick", 15.0, 6000.0)
+    capsys.readouterr()
+    # A full run's per-trial overhead doubled only because it is another mode: not flagged.
+    assert regressions.main(["--out", str(full)]) == 0
+    printed = capsys.readouterr().out
+    assert "this is a full run: its per-trial overhead is left out" in printed
+    assert "nothing grew by more than 20%" in printed
+    # The same figure in a quick run is flagged.
+    (quick / "overhead.json").write_text(json.dumps(_overhead_run("quick", 8.0, 3.0, 6.0)))
+    assert regressions.main(["--out", str(quick)]) == 1
+    assert "search: per-trial overhead: 1500.0 ms -> 3000.0 ms (x2.00)" in capsys.readouterr().out
 
 
 def test_median_counts_missing_as_worst() -> None:
