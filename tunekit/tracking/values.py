@@ -113,8 +113,12 @@ def spec_params(spec: ExperimentSpec) -> dict[str, str]:
 
 
 def budget_tags(spec: ExperimentSpec) -> dict[str, str]:
-    """The budget the search runs with now, as parent-run tags (a grown search changes it)."""
-    return {f"{TAG_BUDGET_PREFIX}{key}": str(value) for key, value in spec.raw["budget"].items()}
+    """The budget the search runs with now, as parent-run tags (a grown search changes it).
+
+    An unset setting is tagged "none", not left out: a resume that drops a time budget must
+    overwrite the tag the first run set."""
+    budget = spec.raw["budget"]
+    return {f"{TAG_BUDGET_PREFIX}{key}": "none" if value is None else str(value) for key, value in budget.items()}
 
 
 def warm_start_params(experiment_dir: Path) -> dict[str, str]:
