@@ -95,6 +95,26 @@ def test_same_error_in_the_first_trials_stops_the_search_at_the_third(tmp_path: 
     assert set(trials["status"]) <= {"failed", "stopped"}  # stopped: in flight when the search ended
 
 
+def test_a_search_the_guard_stopped_runs_on_when_resumed_after_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "BROKEN").touch()
+    overrides = [
+        f"trainable={TEST_TRAINABLES / 'broken_while_flagged.py'}",
+        "budget.num_samples=5",
+        "budget.max_epochs=2",
+        *QUIET,
+    ]
+    with pytest.raises(tunekit.SearchAborted, match="so the trainable is broken"):
+        tunekit.run(DEFAULT_SPEC, overrides=overrides, storage=tmp_path, name="fixed", progress=False)
+    (tmp_path / "BROKEN").unlink()  # the user fixes the data
+    # The guard was pickled with its decision: the resume stopped every trial at once before.
+    results = tunekit.resume(tmp_path / "fixed", progress=False)
+    statuses = results.trials.set_index("trial_id")["status"]
+    assert (statuses == "failed").sum() == 3
+    assert (statuses == "stopped").sum() <= 1  # in flight when the guard stopped the first session
+    assert set(statuses[~statuses.isin(["failed", "stopped"])]) <= {"completed", "pruned"}, statuses.to_dict()
+    assert len(statuses) == 5 and results.best is not None
+
+
 def test_import_error_in_the_trainable_is_fatal_at_once(tmp_path: Path) -> None:
     with pytest.raises(tunekit.SearchAborted, match=r"ModuleNotFoundError: No module named 'tunekit_no_such_package'"):
         tunekit.run(

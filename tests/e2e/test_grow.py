@@ -111,8 +111,9 @@ def grown(tmp_path_factory: pytest.TempPathFactory, tracking_uri: str) -> dict[s
             "study": [(t.number, t.params, t.value, t.state, t.intermediate_values) for t in own_trials(study)],
         }
         grow = ["budget.num_samples=10", "budget.max_concurrent=1", "budget.time_budget_s=600"]
-        after = tunekit.resume(first.experiment_dir, overrides=grow, progress=False)
-    return {"before": before, "after": after}
+        console = io.StringIO()
+        after = tunekit.resume(first.experiment_dir, overrides=grow, progress=console)
+    return {"before": before, "after": after, "console": console.getvalue()}
 
 
 def test_a_grown_search_has_ten_trials_and_its_first_six_unchanged(grown: dict[str, Any]) -> None:
@@ -133,6 +134,7 @@ def test_a_grown_search_has_ten_trials_and_its_first_six_unchanged(grown: dict[s
 
 
 def test_a_grown_search_s_time_budget_is_its_own_from_the_resume(grown: dict[str, Any]) -> None:
+    assert "time budget: 600 s left of 600 s\n" in grown["console"]
     # Ray saves its stopper with the experiment state and puts it back on resume; the grown
     # search's must be the new time budget, whole (the first run had none).
     newest = max(grown["after"].experiment_dir.glob("experiment_state-*.json"))

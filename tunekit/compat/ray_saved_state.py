@@ -114,24 +114,49 @@ def end_saved_trials(experiment_dir: Path, trial_ids: set[str]) -> None:
     _write_saved_state(path, state)
 
 
+def forget_saved_stopper(experiment_dir: Path) -> float | None:
+    """Removes the stopper from Ray's newest saved experiment state; returns the seconds its
+    time budget had left (None when it had none).
+
+    Why: ``TuneController.resume`` sets every attribute it saved over the ones this run
+    built, among them ``_stopper``: a pickled copy of tunekit's failure guard as it was at
+    the save, beside the time budget. After the guard stopped a search, its resume stopped
+    every trial at once, though the user had fixed the trainable since; and the guard the
+    recorder tells of failed workers was another copy than the one Ray asked. Without it in
+    the file the controller keeps this run's stopper: the restored guard (which
+    ``FailureRules.resumed`` let decide afresh) and a time budget of what the saved one had
+    left. Checked against Ray 2.60 (``TuneController.save_to_dir``, ``resume``,
+    ``__setstate__``; ``runner_data["_stopper"]`` encoded by ``TuneFunctionEncoder``;
+    ``CombinedStopper._stoppers``, ``TimeoutStopper._budget``).
+    """
+    from ray.tune.stopper import CombinedStopper, TimeoutStopper
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    saved = _newest_saved_state(experiment_dir)
+    if saved is None or "_stopper" not in saved[1].get("runner_data", {}):
+        return None
+    path, state = saved
+    # The same file Tuner.restore unpickles in full: trusted as far as Ray trusts it.
+    stopper = TuneFunctionDecoder(allow_cloudpickle=True).object_hook(state["runner_data"].pop("_stopper"))
+    _write_saved_state(path, state)
+    stoppers = stopper._stoppers if isinstance(stopper, CombinedStopper) else [stopper]
+    budgets = [float(s._budget) for s in stoppers if isinstance(s, TimeoutStopper)]
+    return budgets[0] if budgets else None
+
+
 def forget_saved_run_limits(experiment_dir: Path) -> None:
     """Removes the stopper and the pending-trial limit from Ray's newest saved experiment state.
 
-    Why: ``TuneController.resume`` sets every attribute it saved over the ones this run
-    built, among them ``_stopper`` (the time budget, with the seconds the first run left)
-    and ``_max_pending_trials`` (the first run's concurrency). Without them in the file the
-    controller keeps this run's: a grown search's time budget counts from the resume, its
-    new concurrency holds, and the failure guard Ray calls is the one tunekit reads.
-    Checked against Ray 2.60 (``TuneController.save_to_dir``, ``resume``,
-    ``__setstate__``; ``experiment_state-<session>.json``, plain JSON with a
-    ``runner_data`` mapping).
+    Why: as ``forget_saved_stopper`` says, and ``_max_pending_trials`` (the first run's
+    concurrency) too: a grown search's time budget counts from the resume and its new
+    concurrency holds.
     """
+    forget_saved_stopper(experiment_dir)
     saved = _newest_saved_state(experiment_dir)
     if saved is None:
         return
     path, state = saved
-    for key in ("_stopper", "_max_pending_trials"):
-        state["runner_data"].pop(key, None)
+    state["runner_data"].pop("_max_pending_trials", None)
     _write_saved_state(path, state)
 
 

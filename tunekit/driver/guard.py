@@ -48,6 +48,13 @@ class FailureRules:
             self.abort_reason = self._abort_reason(trial_id, str(reason), str(result.get(FAILURE_KIND_KEY)))
         return True
 
+    def resumed(self) -> None:
+        """A resume decides afresh: the user may have fixed the trainable since the guard stopped
+        the search. Its counts stay, so the same error once more stops the resumed search at
+        once, and another error needs ``REPEATED_FAILURE_LIMIT`` trials of its own."""
+        self.abort_reason = None
+        self.abort_trial = None
+
     def worker_failed(self, trial_id: str, reason: str) -> None:
         """A trial whose worker failed without reporting it (it could not start, import the
         trainable or report: Ray's trial error, its retries spent): it counts as a failed

@@ -16,7 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat.ray_saved_state import end_saved_trials, finished_trials, forget_saved_run_limits, saved_trials
+from tunekit.compat.ray_saved_state import (
+    end_saved_trials,
+    finished_trials,
+    forget_saved_run_limits,
+    forget_saved_stopper,
+    saved_trials,
+)
 from tunekit.compat.ray_tune import restored_run_config, restored_tune_config
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
@@ -42,7 +48,10 @@ def restored_tuner(
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     _resumed_from(recorder, experiment_dir)
-    recorder.listeners = [*listeners, *([run_config.stop] if isinstance(run_config.stop, FailureGuard) else [])]
+    guard = run_config.stop if isinstance(run_config.stop, FailureGuard) else None
+    if guard is not None:  # pickled with the decision that stopped the last session, if one did
+        guard.resumed()
+    recorder.listeners = [*listeners, *([guard] if guard is not None else [])]
     saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
     endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
     ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}
@@ -55,7 +64,19 @@ def restored_tuner(
         _grow(tuner, recorder, spec, experiment_dir, finished)
     else:
         _limit_restored_search(tuner, recorder.searcher, spec, experiment_dir, finished)
+        _keep_the_time_left(tuner, experiment_dir)
     return tuner, recorder, run_config.stop
+
+
+def _keep_the_time_left(tuner: Any, experiment_dir: Path) -> None:
+    """A resumed search runs with this process's stopper, and the time its budget had left.
+
+    Ray's saved stopper would replace it (``forget_saved_stopper`` says why not); the time
+    budget it held goes on from the seconds left, a moment at least: a time budget of 0
+    would read as none.
+    """
+    left = forget_saved_stopper(experiment_dir)
+    restored_tune_config(tuner).time_budget_s = None if left is None else max(left, 0.001)
 
 
 def _resumed_from(recorder: Any, experiment_dir: Path) -> None:

@@ -27,6 +27,7 @@ from tunekit.compat.ray_tune import (
     bound_experiment_state_saves,
     no_trailing_averages,
     one_registry_read_per_trainable,
+    restored_tune_config,
     whole_file_state_uploads,
 )
 from tunekit.config.growth import resumed_spec
@@ -357,6 +358,10 @@ def _fit(
 
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began
+        if console and restore and spec.budget.time_budget_s:
+            # A plain resume goes on with the seconds left; a grown search's budget starts again.
+            left = restored_tune_config(tuner).time_budget_s or 0.0
+            console.phase(f"time budget: {left:.0f} s left of {spec.budget.time_budget_s:g} s")
         signals.on_stop.append(recorder.searcher.hold_endings)
         if console:
             signals.on_stop.append(console.search_stopping)

@@ -132,3 +132,16 @@ def test_trials_whose_worker_failed_without_a_result_count_as_failed_results_do(
         guard.trial_ended(TrialRecord(f"t{number}", number, {}, status=TrialStatus.FAILED, reason=reason))
     guard.trial_ended(TrialRecord("t9", 9, {}, status=TrialStatus.PRUNED, reason="pruned by ASHA"))
     assert guard.stop_all() is False
+
+
+def test_a_resumed_search_decides_afresh_but_stops_at_once_on_the_same_error() -> None:
+    guard = FailureRules()
+    for index in range(REPEATED_FAILURE_LIMIT):
+        guard(f"t{index}", failed("RuntimeError: the data folder is missing"))
+    assert guard.stop_all() is True
+    guard.resumed()  # the user fixed the trainable, or believes so
+    assert guard.stop_all() is False and guard.abort_reason is None
+    guard("t5", failed("OSError: another cause"))
+    assert guard.stop_all() is False  # another error counts its own trials
+    guard("t6", failed("RuntimeError: the data folder is missing"))
+    assert guard.stop_all() is True  # not fixed after all: no three more trials spent on it
