@@ -96,3 +96,26 @@ def build_training_state(model: Any, batch_spec: Any) -> bool:
     except Exception:
         return False
     return True
+
+
+def unregistered_classes(model: Any) -> list[str]:
+    """The model's own classes (the model's, its layers') that ``keras.models.load_model``
+    would not find: neither Keras's nor registered with Keras.
+
+    Why: Keras saves such a class in a ``.keras`` file by its name and module without a
+    word, and loading looks the name up only in its registry (and Keras's own modules), so
+    the file fails to load ("could not be deserialized properly") without ``custom_objects``:
+    a file that does not load on its own is not a saved model. ``_flatten_layers`` walks the
+    layers nested in layers too. Checked against Keras 3.15
+    (``serialization_lib._retrieve_class_or_fn``).
+    """
+    import keras
+
+    names: list[str] = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        cls = type(layer)
+        if cls.__module__.split(".")[0] == "keras" or cls.__name__ in names:
+            continue
+        if keras.saving.get_registered_object(keras.saving.get_registered_name(cls)) is not cls:
+            names.append(cls.__name__)
+    return names

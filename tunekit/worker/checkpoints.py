@@ -66,23 +66,33 @@ def save_checkpoint(directory: Path, model: Any, epoch: int, config: dict[str, A
 def export_model(directory: Path, model: Any) -> str:
     """Saves the trained model; returns "" or, when only the weights could be saved, why.
 
-    Keras cannot save a subclassed model or a custom layer without ``get_config`` whole;
-    its weights always save, and ``build_model`` plus ``load_weights`` bring it back. A
-    trained trial never fails over its export.
+    The model is saved whole (``model.keras``) when that file loads on its own. Keras cannot
+    save a subclassed model or a custom layer without ``get_config`` whole, and a class
+    not registered with Keras saves but does not load; the weights always save, and
+    ``build_model`` plus ``load_weights`` bring the model back. A trained trial never fails
+    over its export.
     """
+    from tunekit.compat.tf_keras import unregistered_classes
+
     try:
         model.save(directory / FINAL_MODEL)
-        return ""
+        unregistered = unregistered_classes(model)
+        if not unregistered:
+            return ""
+        why = (
+            f"would not load on its own ({', '.join(unregistered)}: not registered with "
+            "@keras.saving.register_keras_serializable())"
+        )
     except Exception as error:
-        (directory / FINAL_MODEL).unlink(missing_ok=True)
-        why = describe_error(error)
+        why = f"failed ({describe_error(error)})"
+    (directory / FINAL_MODEL).unlink(missing_ok=True)
     try:
         model.save_weights(directory / FINAL_WEIGHTS)
     except Exception as error:
         (directory / FINAL_WEIGHTS).unlink(missing_ok=True)
         weights_why = describe_error(error)
-        return f"nothing saved: {FINAL_MODEL} failed ({why}) and so did {FINAL_WEIGHTS} ({weights_why})"
-    return f"saved weights only ({FINAL_WEIGHTS}): {FINAL_MODEL} failed ({why})"
+        return f"nothing saved: {FINAL_MODEL} {why} and {FINAL_WEIGHTS} failed ({weights_why})"
+    return f"saved weights only ({FINAL_WEIGHTS}): {FINAL_MODEL} {why}"
 
 
 def restore_checkpoint(

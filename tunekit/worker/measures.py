@@ -49,11 +49,16 @@ class Measures:
 
 
 def saved_size_mb(model: Any) -> float:
-    """Megabytes of the model saved whole, as ``tunekit`` exports it."""
+    """Megabytes of the model as tunekit exports it: ``model.keras``, or ``model.weights.h5``
+    for a model Keras cannot save whole (``tunekit.worker.checkpoints.export_model``)."""
+    from tunekit.worker.checkpoints import export_model
+
     with tempfile.TemporaryDirectory(prefix="tunekit-size-") as scratch:
-        path = Path(scratch) / "measured.keras"
-        model.save(path)
-        return path.stat().st_size / 2**20
+        export_model(Path(scratch), model)
+        saved = [path.stat().st_size for path in Path(scratch).iterdir()]
+        if not saved:
+            raise RuntimeError("model_size_mb: Keras could save neither the model nor its weights")
+        return saved[0] / 2**20
 
 
 def latency_ms(model: Any, batch: Any) -> float:

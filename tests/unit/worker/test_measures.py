@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 
+from tunekit.layout import FINAL_WEIGHTS
+from tunekit.worker.checkpoints import export_model
 from tunekit.worker.measures import Measures
 
 
@@ -29,3 +33,23 @@ def test_model_size_is_the_saved_models() -> None:
     Measures({"model_size_mb"}, np.zeros((4, 64), dtype="float32")).add(metrics, small_model())
     # 1210 float32 weights are under 5 kB; the .keras zip adds its config: well under 1 MB.
     assert 0.004 < metrics["model_size_mb"] < 1.0
+
+
+class Subclassed(keras.Model):
+    """A subclassed model with constructor arguments and no get_config: Keras cannot save it whole."""
+
+    def __init__(self, units: int) -> None:
+        super().__init__()
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, x: object) -> object:
+        return self.dense(x)
+
+
+def test_model_size_of_a_model_keras_cannot_save_whole_is_its_weights_as_exported(tmp_path: Path) -> None:
+    model = Subclassed(10)
+    model(np.zeros((2, 64), dtype="float32"))
+    metrics: dict[str, float] = {}
+    Measures({"model_size_mb"}, np.zeros((4, 64), dtype="float32")).add(metrics, model)  # raised before
+    assert export_model(tmp_path, model).startswith("saved weights only")
+    assert metrics["model_size_mb"] == (tmp_path / FINAL_WEIGHTS).stat().st_size / 2**20

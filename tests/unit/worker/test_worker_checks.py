@@ -170,6 +170,35 @@ def test_a_model_keras_cannot_save_whole_leaves_loadable_weights(tmp_path: Path)
     np.testing.assert_allclose(rebuilt(X).numpy(), model(X).numpy())
 
 
+class Scaled(keras.layers.Layer):
+    """A custom layer whose constructor arguments Keras records by itself, not registered."""
+
+    def __init__(self, factor: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def call(self, x: Any) -> Any:
+        return x * self.factor
+
+
+def test_a_model_with_an_unregistered_layer_is_saved_as_weights_not_as_a_file_that_cannot_load(
+    tmp_path: Path,
+) -> None:
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(Scaled(2.0)(inputs)))
+    model.save(tmp_path / "plain.keras")  # Keras saves it without a word...
+    with pytest.raises(TypeError, match="could not be deserialized"):
+        keras.saving.load_model(tmp_path / "plain.keras")  # ...and cannot load it
+
+    note = export_model(tmp_path, model)
+
+    assert note == (
+        "saved weights only (model.weights.h5): model.keras would not load on its own "
+        "(Scaled: not registered with @keras.saving.register_keras_serializable())"
+    )
+    assert not (tmp_path / FINAL_MODEL).exists() and (tmp_path / FINAL_WEIGHTS).is_file()
+
+
 def test_a_serialisable_model_is_saved_whole(tmp_path: Path) -> None:
     model = functional()
     assert export_model(tmp_path, model) == ""
