@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,15 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
     copy.parent.mkdir()
     copy.write_bytes(EXPLORE.read_bytes())
     relative = os.path.relpath(storage, copy.parent)
-    notebook = execute(copy, {"TUNEKIT_NB_STORAGE": relative, "MLFLOW_TRACKING_URI": uri}, where=copy.parent)
+    # A newer search whose trials all failed (no epoch in its table): the notebook passes it by.
+    failed = storage / "all-failed"
+    failed.mkdir()
+    for table in ("trials.csv", "epochs.csv"):
+        (failed / table).write_text((experiment / table).read_text().splitlines()[0] + "\n")
+    try:
+        notebook = execute(copy, {"TUNEKIT_NB_STORAGE": relative, "MLFLOW_TRACKING_URI": uri}, where=copy.parent)
+    finally:
+        shutil.rmtree(failed)
     assert images(notebook) == 4  # curves, best so far, parallel coordinates, importance
     output = text(notebook)
     assert "4 child runs; the same trials as the directory: True" in output
