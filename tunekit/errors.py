@@ -177,8 +177,12 @@ def _brief(type_name: str, message: str) -> str:
     return f"{type_name}: {text}" if text else type_name
 
 
+# Terminal styling: Keras sets parts of some messages in bold ("\x1b[1m...\x1b[0m").
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _one_line(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"\s+", " ", _ANSI_ESCAPE.sub("", text)).strip()
 
 
 def _describe_traceback(text: str) -> str:

@@ -152,3 +152,18 @@ def test_cut_reasons_compare_on_their_start() -> None:
 
 def test_errors_import_no_heavy_library(imported_after: Callable[[str], list[str]]) -> None:
     assert imported_after("import tunekit.errors") == []
+
+
+def test_keras_s_terminal_bold_does_not_reach_the_reason() -> None:
+    error = TypeError(
+        "Exception encountered when calling Net.call().\n\n"
+        "\x1b[1m<tf.Tensor 'normalization/BroadcastTo:0' shape=(1, 64)> is out of scope\x1b[0m"
+    )
+    assert describe_error(error) == (
+        "TypeError: Exception encountered when calling Net.call(). "
+        "<tf.Tensor 'normalization/BroadcastTo:0' shape=(1, 64)> is out of scope"
+    )
+    traceback_text = (
+        f'Traceback (most recent call last):\n  File "x.py", line 1, in f\n{error.__class__.__name__}: {error}'
+    )
+    assert describe_error(traceback_text) == describe_error(error)
