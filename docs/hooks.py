@@ -37,7 +37,9 @@ KEY_RULES: dict[str, str] = {
     "budget.max_concurrent": "trials at once",
     "budget.time_budget_s": "stop the whole search after this many seconds, counted from when Ray Tune starts it "
     "(after Ray is up: the workers' start-up counts); trials running then end `stopped`, and the search is "
-    "complete. A resume given a new one counts it from the resume",
+    "complete: the report, `tunekit status`, the JSON report's `not_started` and the MLflow parent's "
+    "`trials_not_started` say how many trials it never started. A plain resume of a stopped search goes on "
+    "with the seconds left; a grown one, or one given a new budget, counts it in full from the resume",
     "search.algorithm": "`tpe` (seeded, constant liar), `random`, `grid`, or `nsga2` with several objectives",
     "search.seed": "the sampler's seed",
     "search.n_startup_trials": "random trials before TPE models the space",

@@ -155,6 +155,15 @@ def stopped_by_time_budget(status: str | None, reason: str | None) -> bool:
     return status == TrialStatus.STOPPED and (reason or "").startswith(TIME_BUDGET_REASON)
 
 
+def unstarted_by_time_budget(planned: int, endings: list[tuple[str | None, str | None]]) -> int:
+    """How many of ``planned`` trials the search's time budget left unstarted, from each
+    recorded trial's (status, reason): none unless the budget stopped a trial, since a search
+    a signal stopped still has its trials to start."""
+    if len(endings) >= planned or not any(stopped_by_time_budget(status, reason) for status, reason in endings):
+        return 0
+    return planned - len(endings)
+
+
 # The statuses a search ends trials with, in the order reports list them.
 ENDED_STATUSES = (TrialStatus.COMPLETED, TrialStatus.PRUNED, TrialStatus.STOPPED, TrialStatus.FAILED)
 # The statuses the driver counts while a search runs.

@@ -29,6 +29,8 @@ import tunekit
 from tunekit.driver.session import ray_init_options
 from tunekit.layout import SPEC_FILE
 from tunekit.results import summarize
+from tunekit.results.closing import closing_text
+from tunekit.results.status import read_status
 from tunekit.search.attrs import HISTORY_ATTR, RAY_TRIAL_ATTR, WARM_START_ATTR
 from tunekit.search.plan import study_storage
 from tunekit.search.searcher import open_study
@@ -232,6 +234,16 @@ def test_a_search_its_time_budget_ended_is_complete_and_a_copy_resumed_with_a_ne
     by_budget = rows[rows["reason"].str.startswith("the search's time budget of 14 s ran out")]
     assert 0 < len(rows) < 12 and len(by_budget) >= 1, rows[["status", "reason"]]
     assert set(by_budget["status"]) == {"stopped"}
+    # One count of the trials it never started, wherever the search is described.
+    unstarted = 12 - len(rows)
+    summary = summarize(first)
+    assert summary.not_started == unstarted and summary.flat_metrics()["trials_not_started"] == unstarted
+    assert json.loads(summary.to_json(first))["not_started"] == unstarted
+    assert f"{unstarted} not started (the time budget ran out)" in closing_text(first)
+    assert (
+        f"search: finished: the time budget ran out, {unstarted} not started"
+        in read_status(first.experiment_dir).describe()
+    )
 
     console = io.StringIO()
     tunekit.resume(first.experiment_dir, progress=console)  # the budget is spent: nothing runs
@@ -255,3 +267,4 @@ def test_a_search_its_time_budget_ended_is_complete_and_a_copy_resumed_with_a_ne
     running = [int(n) for n in re.findall(r"running (\d+)", console.getvalue())]
     assert running and max(running) <= 2, console.getvalue()
     assert len(own_trials(study_of(copy, "budget"))) == 12
+    assert summarize(resumed).not_started == 0

@@ -69,8 +69,8 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
-    stopped_by_time_budget,
     table_rows,
+    unstarted_by_time_budget,
 )
 from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
@@ -240,8 +240,8 @@ def resume(
                 else f" (`tunekit resume {directory} --set budget.num_samples=N` grows it)"
             )
             said = f"nothing to resume{grow}"
-            unstarted = len(rows) < spec.budget.num_samples  # else an earlier budget's stops, since made up
-            if unstarted and any(stopped_by_time_budget(row.get("status"), row.get("reason")) for row in rows):
+            endings = [(row.get("status"), row.get("reason")) for row in rows]
+            if unstarted_by_time_budget(spec.budget.num_samples, endings):
                 said = (
                     f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume {directory} "
                     "--set budget.time_budget_s=N` runs the rest for up to N seconds)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunekit.layout import ENDED_STATUSES, TrialStatus, stopped_by_time_budget
+from tunekit.layout import ENDED_STATUSES, TrialStatus
 from tunekit.results.best import INHERITED, config_text, describe_lineage, no_best_reason
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
@@ -28,13 +28,8 @@ def closing_lines(results: ExperimentResults, summary: Summary) -> list[str]:
     # Trials the tables still hold running (a search under way, or its driver killed) are counted too.
     shown = ENDED_STATUSES + ((TrialStatus.RUNNING,) if summary.counts.get(TrialStatus.RUNNING) else ())
     lines = ["trials: " + ", ".join(f"{summary.counts.get(s, 0)} {s}" for s in shown)]
-    unstarted = results.spec.budget.num_samples - len(results.trials)
-    if (
-        unstarted > 0
-        and not results.trials.empty
-        and any(stopped_by_time_budget(row.status, row.reason) for row in results.trials.itertuples())
-    ):
-        lines[0] += f", {unstarted} not started (the time budget ran out)"
+    if summary.not_started:
+        lines[0] += f", {summary.not_started} not started (the time budget ran out)"
     lines += summary.time_lines()
     lines += summary.front_lines()
     best = summary.best

@@ -183,7 +183,11 @@ def _summary(results: ExperimentResults, summary: Summary) -> str:
     counts = summary.counts
     full = summary.epochs_full_budget
     cards = [
-        (f"{summary.trials_run} / {summary.trials_planned}", "trials run / planned"),
+        (
+            f"{summary.trials_run} / {summary.trials_planned}",
+            "trials run / planned"
+            + (f" ({summary.not_started} not started: the time budget ran out)" if summary.not_started else ""),
+        ),
         *[
             (str(counts.get(s, 0)), s)
             for s in STATUSES

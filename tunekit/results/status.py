@@ -18,7 +18,16 @@ import yaml
 from tunekit.clock import SearchClock, duration, session_running
 from tunekit.config.objectives import headline_metric
 from tunekit.errors import NotAnExperimentError
-from tunekit.layout import EPOCHS_FILE, LEDGER_FILE, SPANS_FILE, SPEC_FILE, TRIALS_FILE, TrialStatus, table_rows
+from tunekit.layout import (
+    EPOCHS_FILE,
+    LEDGER_FILE,
+    SPANS_FILE,
+    SPEC_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    table_rows,
+    unstarted_by_time_budget,
+)
 from tunekit.results.completion import search_complete
 from tunekit.results.load import recorded_spec
 from tunekit.worker.heartbeat import read_heartbeat
@@ -49,6 +58,7 @@ class Status:
     sessions: int
     planned: int | None  # the spec's num_samples
     complete: bool  # as ``tunekit resume`` judges it: nothing left to run
+    not_started: int  # planned trials the time budget left unstarted
     metric: str
     counts: dict[str, int]
     running: list[RunningTrial]  # on a worker now: its last span is open
@@ -105,6 +115,8 @@ class Status:
         return f"{count} {status}"
 
     def _state(self) -> str:
+        if self.complete and self.not_started:
+            return f"finished: the time budget ran out, {self.not_started} not started"
         if self.complete:
             return "finished"
         return "running" if self.alive else "not running (`tunekit resume` continues it)"
@@ -136,6 +148,8 @@ def read_status(experiment_dir: str | Path) -> Status:
     ended.sort(key=lambda row: _float(row.get("ended_at")) or 0.0, reverse=True)
     planned = (spec.get("budget") or {}).get("num_samples")
     complete = isinstance(planned, int) and search_complete(directory, str(spec.get("name")), planned, trials)
+    endings = [(row.get("status"), row.get("reason")) for row in trials]
+    not_started = unstarted_by_time_budget(planned, endings) if isinstance(planned, int) else 0
     return Status(
         directory,
         alive,
@@ -144,6 +158,7 @@ def read_status(experiment_dir: str | Path) -> Status:
         len(clock.sessions) if clock else 0,
         planned,
         complete,
+        not_started,
         headline_metric(recorded_spec(spec)).name,
         counts,
         *_on_workers(directory, running, active),

@@ -34,7 +34,7 @@ from tunekit.clock import SearchClock, duration
 from tunekit.config.objectives import history_selection, selection_of
 from tunekit.config.spec import MetricMode
 from tunekit.errors import TunekitError
-from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, finite
+from tunekit.layout import ENDED_STATUSES, LEDGER_FILE, PARETO_FILE, finite, unstarted_by_time_budget
 from tunekit.results.best import BestTrial, inherited_best
 from tunekit.results.ledger import DEFAULT_TOLERANCE, Ledger, compute_ledger, flat_metrics, predicted_vs_actual
 from tunekit.results.load import ExperimentResults
@@ -56,6 +56,7 @@ class Summary:
     trials_run: int
     trials_planned: int
     counts: dict[str, int]  # ended status (and running) -> trials
+    not_started: int  # planned trials the time budget left unstarted (0: it stopped none)
     epochs_spent: int
     epochs_full_budget: int
     active_seconds: float | None  # the search's running time, every session added up
@@ -88,6 +89,7 @@ class Summary:
             "epochs_full_budget": float(self.epochs_full_budget),
             "wall_seconds": self.active_seconds,
             "downtime_seconds": self.downtime_seconds,
+            "trials_not_started": float(self.not_started),
         }
         if self.pareto is not None:
             values["pareto_front_size"] = float(len(self.pareto.front))
@@ -135,6 +137,7 @@ def summarize(
         trials_run=len(trials),
         trials_planned=spec.budget.num_samples,
         counts=counts,
+        not_started=unstarted_by_time_budget(spec.budget.num_samples, _endings(trials)),
         epochs_spent=ledger.epochs,
         epochs_full_budget=spec.budget.num_samples * spec.budget.max_epochs,
         active_seconds=active_seconds(clock, trials),
@@ -146,6 +149,16 @@ def summarize(
         predicted_vs_actual=predicted_vs_actual(results, ledger, clock),
         pareto=pareto_of(trials, spec),
     )
+
+
+def _endings(trials: pd.DataFrame) -> list[tuple[str | None, str | None]]:
+    """Each trial's (status, reason), as ``unstarted_by_time_budget`` reads them."""
+    statuses = trials["status"] if "status" in trials else [None] * len(trials)
+    reasons = trials["reason"] if "reason" in trials else [None] * len(trials)
+    # An empty reason reads as NaN.
+    return [
+        (status, reason if isinstance(reason, str) else None) for status, reason in zip(statuses, reasons, strict=True)
+    ]
 
 
 def active_seconds(clock: SearchClock | None, trials: pd.DataFrame) -> float | None:

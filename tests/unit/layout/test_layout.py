@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tunekit.layout import ENDED_STATUSES, SEARCH_STATUSES, TrialStatus, finite
+from tunekit.layout import ENDED_STATUSES, SEARCH_STATUSES, TrialStatus, finite, unstarted_by_time_budget
 
 
 def test_statuses_are_their_plain_strings() -> None:
@@ -55,3 +55,12 @@ def test_finite_takes_numpy_scalars() -> None:
 
 def test_layout_and_errors_are_stdlib_only(imported_after: Callable[[str], list[str]]) -> None:
     assert imported_after("import tunekit.layout, tunekit.errors, tunekit.compat") == []
+
+
+def test_only_a_time_budget_that_stopped_a_trial_leaves_trials_unstarted() -> None:
+    budget = ("stopped", "the search's time budget of 14 s ran out")
+    signal = ("stopped", "the search was stopped")
+    assert unstarted_by_time_budget(12, [("completed", ""), budget]) == 10
+    assert unstarted_by_time_budget(12, [("completed", ""), signal]) == 0  # a signal: still to start
+    assert unstarted_by_time_budget(2, [("completed", ""), budget]) == 0  # every trial started
+    assert unstarted_by_time_budget(3, [("completed", None), ("failed", None)]) == 0
