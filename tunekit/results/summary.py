@@ -57,6 +57,7 @@ class Summary:
     trials_planned: int
     counts: dict[str, int]  # ended status (and running) -> trials
     not_started: int  # planned trials the time budget left unstarted (0: it stopped none)
+    time_budget_s: float | None
     epochs_spent: int
     epochs_full_budget: int
     active_seconds: float | None  # the search's running time, every session added up
@@ -89,8 +90,9 @@ class Summary:
             "epochs_full_budget": float(self.epochs_full_budget),
             "wall_seconds": self.active_seconds,
             "downtime_seconds": self.downtime_seconds,
-            "trials_not_started": float(self.not_started),
         }
+        if self.time_budget_s is not None:  # a search without one has no such count to show
+            values["trials_not_started"] = float(self.not_started)
         if self.pareto is not None:
             values["pareto_front_size"] = float(len(self.pareto.front))
             values["trials_infeasible"] = float(sum(1 for why in self.pareto.unranked.values() if why == INFEASIBLE))
@@ -138,6 +140,7 @@ def summarize(
         trials_planned=spec.budget.num_samples,
         counts=counts,
         not_started=unstarted_by_time_budget(spec.budget.num_samples, _endings(trials)),
+        time_budget_s=spec.budget.time_budget_s,
         epochs_spent=ledger.epochs,
         epochs_full_budget=spec.budget.num_samples * spec.budget.max_epochs,
         active_seconds=active_seconds(clock, trials),
