@@ -76,6 +76,10 @@ class ConsoleProgress:
         self._exploits_shown = 0
         self._first_epoch_at: float | None = None
         self._stopping = False  # a signal is stopping the search: no time is left to estimate
+        # This session's time budget (a plain resume's is what the last one left), counted as Ray
+        # Tune counts it: from when it starts the experiment, after Ray and the Tuner are up.
+        self._time_budget = spec.budget.time_budget_s
+        self._time_budget_began: float | None = None
         self._costs = TrialCosts()
         self._epoch_began: dict[str, float] = {}  # trial id -> when its current epoch began (monotonic)
         # (trial id, attempt) said to run on a node: PBT's later restarts of one attempt are not news.
@@ -98,6 +102,10 @@ class ConsoleProgress:
         """One start-up step, as it begins."""
         self._line(f"[{self._elapsed()}] {text}")
 
+    def session_time_budget(self, seconds: float | None) -> None:
+        """The seconds this session's time budget has: a plain resume's is what was left."""
+        self._time_budget = seconds
+
     def search_stopping(self) -> None:
         """A signal is stopping the search: the status line stops estimating the time left (it
         read "running 0; ... about 11 s left" after a Ctrl-C)."""
@@ -106,6 +114,7 @@ class ConsoleProgress:
     # ----------------------------------------------------------------- listener
 
     def experiment_started(self, recorder: Recorder) -> None:
+        self._time_budget_began = time.monotonic()
         self._recorder = recorder
         self._experiment_dir = recorder.experiment_dir
         self._resumed_epochs = len(recorder.epochs)
@@ -252,9 +261,12 @@ class ConsoleProgress:
         # draws this line as each ends, often with none running.
         over = not counts[TrialStatus.RUNNING] and len(self._recorder.trials) >= self._num_samples
         left = None if over or self._stopping else self._counting_down()
-        budget = self._spec.budget.time_budget_s
-        if left is not None and budget is not None:  # the search stops then, whatever is left to run
-            left = min(left, max(0.0, budget - (time.monotonic() - self._started)))
+        if left is not None and self._time_budget is not None:  # the search stops then, whatever is left to run
+            began = self._time_budget_began if self._time_budget_began is not None else self._started
+            budget_left = self._time_budget - (time.monotonic() - began)
+            if budget_left <= 0:  # Ray stops the running trials at its next step
+                return line + "; the time budget ran out" + self._steps_text()
+            left = min(left, budget_left)
         return line + (f"; about {_duration(left)} left" if left is not None else "") + self._steps_text()
 
     def _finals_text(self, record: TrialRecord) -> str:

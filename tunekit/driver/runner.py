@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import os
 import shutil
 import signal
@@ -361,6 +362,8 @@ def _fit(
         if console and restore and spec.budget.time_budget_s:
             # A plain resume goes on with the seconds left; a grown search's budget starts again.
             left = restored_tune_config(tuner).time_budget_s or 0.0
+            left = left.total_seconds() if isinstance(left, dt.timedelta) else float(left)
+            console.session_time_budget(left)
             console.phase(f"time budget: {left:.0f} s left of {spec.budget.time_budget_s:g} s")
         signals.on_stop.append(recorder.searcher.hold_endings)
         if console:

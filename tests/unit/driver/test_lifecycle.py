@@ -487,6 +487,26 @@ def test_the_time_left_is_at_most_what_the_time_budget_leaves(tmp_path: Path, mo
     assert console.status_line().endswith("about 30 s left") or "about 29 s left" in console.status_line()
 
 
+def test_a_resumed_session_s_time_left_is_what_its_budget_had_left_counted_from_ray_tune_s_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = load_spec(DEFAULT_SPEC, ["budget.time_budget_s=30"])
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    console = ConsoleProgress(spec, io.StringIO(), live=False)
+    monkeypatch.setattr(console, "time_left", lambda: 600.0)
+    console.session_time_budget(12.0)  # a plain resume: the last session left 12 of the 30 s
+    clock[0] += 5.0  # Ray's start and the Tuner's: Ray Tune's budget clock has not started yet
+    recorder = _FakeRecorder(tmp_path)
+    recorder.trials["t0"] = _record("t0", 0, "running")
+    console.experiment_started(recorder)  # type: ignore[arg-type]
+    clock[0] += 2.0
+    assert console.status_line().endswith("about 10 s left")
+    clock[0] += 10.0  # spent: Ray stops the running trials at its next step
+    line = console.status_line()
+    assert line.endswith("; the time budget ran out") and "about" not in line
+
+
 def test_a_complete_search_s_tables_give_the_same_no_result_reason_as_its_run(tmp_path: Path) -> None:
     # `tunekit resume` of a complete search reads trials.csv's rows (NaN where a cell is empty)
     # where the run read its records: a search whose time budget ran out before any epoch fails
