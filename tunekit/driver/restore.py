@@ -73,10 +73,11 @@ def _keep_the_time_left(tuner: Any, experiment_dir: Path) -> None:
 
     Ray's saved stopper would replace it (``forget_saved_stopper`` says why not); the time
     budget it held goes on from the seconds left, a moment at least: a time budget of 0
-    would read as none.
+    would read as none. A save without a time budget leaves the restored config's as it is.
     """
     left = forget_saved_stopper(experiment_dir)
-    restored_tune_config(tuner).time_budget_s = None if left is None else max(left, 0.001)
+    if left is not None:
+        restored_tune_config(tuner).time_budget_s = max(left, 0.001)
 
 
 def _resumed_from(recorder: Any, experiment_dir: Path) -> None:
