@@ -149,10 +149,22 @@ class TrialStatus(StrEnum):
 TIME_BUDGET_REASON = "the search's time budget of "
 
 
+# How a trial in flight when the failure guard stopped the search begins its reason.
+ABORTED_REASON = "the failure guard stopped the search"
+
+
 def stopped_by_time_budget(status: str | None, reason: str | None) -> bool:
     """Whether a trial's status and reason (a record's, or trials.csv's cells) say the search's
     time budget stopped it: it stays stopped on resume, and its search counts as complete."""
     return status == TrialStatus.STOPPED and (reason or "").startswith(TIME_BUDGET_REASON)
+
+
+def stopped_for_good(status: str | None, reason: str | None) -> bool:
+    """Whether a stopper of the whole search (its time budget, the failure guard) stopped the
+    trial: Ray ends such trials for good, and no resume runs them again, unlike a signal's."""
+    return stopped_by_time_budget(status, reason) or (
+        status == TrialStatus.STOPPED and (reason or "").startswith(ABORTED_REASON)
+    )
 
 
 def unstarted_by_time_budget(planned: int, endings: list[tuple[str | None, str | None]]) -> int:

@@ -19,6 +19,7 @@ import ray
 
 import tunekit
 from tunekit.driver.session import ray_init_options
+from tunekit.results.status import read_status
 from tunekit.search.plan import study_storage
 from tunekit.testing import MlflowServer
 from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
@@ -95,24 +96,38 @@ def test_same_error_in_the_first_trials_stops_the_search_at_the_third(tmp_path: 
     assert set(trials["status"]) <= {"failed", "stopped"}  # stopped: in flight when the search ended
 
 
-def test_a_search_the_guard_stopped_runs_on_when_resumed_after_the_fix(tmp_path: Path) -> None:
+def test_a_search_the_guard_stopped_stops_at_once_if_still_broken_and_runs_on_after_the_fix(tmp_path: Path) -> None:
     (tmp_path / "BROKEN").touch()
+    experiment = tmp_path / "fixed"
     overrides = [
         f"trainable={TEST_TRAINABLES / 'broken_while_flagged.py'}",
-        "budget.num_samples=5",
+        "budget.num_samples=7",
         "budget.max_epochs=2",
         *QUIET,
     ]
     with pytest.raises(tunekit.SearchAborted, match="so the trainable is broken"):
         tunekit.run(DEFAULT_SPEC, overrides=overrides, storage=tmp_path, name="fixed", progress=False)
+    first = tunekit.load(experiment).trials
+    assert (first["status"] == "failed").sum() == 3
+    in_flight = first[first["status"] == "stopped"]
+    assert all(reason.startswith("the failure guard stopped the search") for reason in in_flight["reason"])
+    # Resumed unfixed: the guard keeps its counts, so the error's first recurrence stops it
+    # (at most the 2 trials started at once fail, not 3 more).
+    with pytest.raises(tunekit.SearchAborted, match="so the trainable is broken"):
+        tunekit.resume(experiment, progress=False)
+    second = tunekit.load(experiment).trials
+    assert 1 <= (second["status"] == "failed").sum() - 3 <= 2, second[["status", "reason"]]
     (tmp_path / "BROKEN").unlink()  # the user fixes the data
     # The guard was pickled with its decision: the resume stopped every trial at once before.
-    results = tunekit.resume(tmp_path / "fixed", progress=False)
+    results = tunekit.resume(experiment, progress=False)
     statuses = results.trials.set_index("trial_id")["status"]
-    assert (statuses == "failed").sum() == 3
-    assert (statuses == "stopped").sum() <= 1  # in flight when the guard stopped the first session
+    assert len(statuses) == 7 and (statuses == "failed").sum() == (second["status"] == "failed").sum()
+    stopped = results.trials[results.trials["status"] == "stopped"]
+    assert all(reason.startswith("the failure guard stopped the search") for reason in stopped["reason"])
     assert set(statuses[~statuses.isin(["failed", "stopped"])]) <= {"completed", "pruned"}, statuses.to_dict()
-    assert len(statuses) == 5 and results.best is not None
+    assert results.best is not None
+    # Every trial ran or was stopped for good: the search is finished, and a resume says so.
+    assert "search: finished" in read_status(experiment).describe()
 
 
 def test_import_error_in_the_trainable_is_fatal_at_once(tmp_path: Path) -> None:

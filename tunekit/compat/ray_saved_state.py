@@ -10,6 +10,7 @@ the files again.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,44 +115,51 @@ def end_saved_trials(experiment_dir: Path, trial_ids: set[str]) -> None:
     _write_saved_state(path, state)
 
 
-def forget_saved_stopper(experiment_dir: Path) -> float | None:
-    """Removes the stopper from Ray's newest saved experiment state; returns the seconds its
-    time budget had left (None when it had none).
+@dataclass(frozen=True)
+class SavedStopper:
+    """What Ray's saved stopper held: its time budget's seconds left (None without one), and
+    the stoppers beside it (tunekit's failure guard, as it was at the save)."""
+
+    time_left_s: float | None = None
+    others: tuple[Any, ...] = ()
+
+
+def forget_saved_stopper(experiment_dir: Path) -> SavedStopper:
+    """Removes the stopper from Ray's newest saved experiment state, and returns what it held.
 
     Why: ``TuneController.resume`` sets every attribute it saved over the ones this run
-    built, among them ``_stopper``: a pickled copy of tunekit's failure guard as it was at
-    the save, beside the time budget. After the guard stopped a search, its resume stopped
-    every trial at once, though the user had fixed the trainable since; and the guard the
-    recorder tells of failed workers was another copy than the one Ray asked. Without it in
-    the file the controller keeps this run's stopper: the restored guard (which
-    ``FailureRules.resumed`` let decide afresh) and a time budget of what the saved one had
-    left. Checked against Ray 2.60 (``TuneController.save_to_dir``, ``resume``,
-    ``__setstate__``; ``runner_data["_stopper"]`` encoded by ``TuneFunctionEncoder``;
-    ``CombinedStopper._stoppers``, ``TimeoutStopper._budget``).
+    built, among them ``_stopper``: a pickled copy of tunekit's failure guard, beside the
+    time budget. After the guard stopped a search, its resume stopped every trial at once,
+    though the user had fixed the trainable since; and the guard the recorder tells of
+    failed workers was another copy than the one Ray asked. Without it in the file the
+    controller keeps this run's stopper, which the resume gives the saved guard's counts
+    (``FailureRules.resumed``) and the time its budget had left. Checked against Ray 2.60
+    (``TuneController.save_to_dir``, ``resume``, ``__setstate__``; ``runner_data["_stopper"]``
+    encoded by ``TuneFunctionEncoder``; ``CombinedStopper._stoppers``, ``TimeoutStopper._budget``).
     """
     from ray.tune.stopper import CombinedStopper, TimeoutStopper
     from ray.tune.utils.serialization import TuneFunctionDecoder
 
     saved = _newest_saved_state(experiment_dir)
     if saved is None or "_stopper" not in saved[1].get("runner_data", {}):
-        return None
+        return SavedStopper()
     path, state = saved
     # The same file Tuner.restore unpickles in full: trusted as far as Ray trusts it.
     stopper = TuneFunctionDecoder(allow_cloudpickle=True).object_hook(state["runner_data"].pop("_stopper"))
     _write_saved_state(path, state)
     stoppers = stopper._stoppers if isinstance(stopper, CombinedStopper) else [stopper]
     budgets = [float(s._budget) for s in stoppers if isinstance(s, TimeoutStopper)]
-    return budgets[0] if budgets else None
+    return SavedStopper(
+        budgets[0] if budgets else None, tuple(s for s in stoppers if not isinstance(s, TimeoutStopper))
+    )
 
 
-def forget_saved_run_limits(experiment_dir: Path) -> None:
-    """Removes the stopper and the pending-trial limit from Ray's newest saved experiment state.
+def forget_saved_concurrency(experiment_dir: Path) -> None:
+    """Removes the pending-trial limit from Ray's newest saved experiment state.
 
-    Why: as ``forget_saved_stopper`` says, and ``_max_pending_trials`` (the first run's
-    concurrency) too: a grown search's time budget counts from the resume and its new
-    concurrency holds.
+    Why: as for the stopper (``forget_saved_stopper``), Ray's resume would set the first
+    run's ``_max_pending_trials`` over this run's: a grown search's new concurrency holds.
     """
-    forget_saved_stopper(experiment_dir)
     saved = _newest_saved_state(experiment_dir)
     if saved is None:
         return

@@ -48,10 +48,14 @@ class FailureRules:
             self.abort_reason = self._abort_reason(trial_id, str(reason), str(result.get(FAILURE_KIND_KEY)))
         return True
 
-    def resumed(self) -> None:
-        """A resume decides afresh: the user may have fixed the trainable since the guard stopped
-        the search. Its counts stay, so the same error once more stops the resumed search at
-        once, and another error needs ``REPEATED_FAILURE_LIMIT`` trials of its own."""
+    def resumed(self, previous: FailureRules | None) -> None:
+        """A resume decides afresh, with ``previous`` session's counts (the guard as Ray saved
+        it): the user may have fixed the trainable since the guard stopped the search, and if
+        not, the same error once more stops the resumed search at once; another error needs
+        ``REPEATED_FAILURE_LIMIT`` trials of its own."""
+        if previous is not None:
+            self._any_success = previous._any_success
+            self._failed_trials = {key: set(trials) for key, trials in previous._failed_trials.items()}
         self.abort_reason = None
         self.abort_trial = None
 

@@ -10,9 +10,9 @@ stands. The resume marks the trial ended in Ray's state (``compat.end_saved_tria
 and the recorder takes its ending from the study and its epochs from ``epochs.csv``
 where the dead driver wrote them, else from the study's intermediate values.
 
-The same path takes the trials a search's time budget stopped: Ray saved them ended and
-its copy of the recorder running (``_stopped_by_the_time_budget``), so a resume given a new
-budget takes their ending from the tables.
+The same path takes the trials a stopper of the whole search (its time budget, the failure
+guard) stopped: Ray saved them ended and its copy of the recorder running
+(``_stopped_for_good``), so a resume takes their ending from the tables.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, stopped_by_time_budget, table_rows
+from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, stopped_for_good, table_rows
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     FINAL_RESULT_ATTR,
@@ -100,7 +100,7 @@ def late_endings(
         if status not in ("TERMINATED", "ERROR"):
             ended[str(trial_id)] = trial
     tables = table_rows(experiment_dir / TRIALS_FILE)
-    stopped = _stopped_by_the_time_budget(tables, saved, set(ended))
+    stopped = _stopped_for_good(tables, saved, set(ended))
     if not ended and not stopped:
         return {}
     ids = set(ended) | set(stopped)  # each table is read once, for both kinds of ending
@@ -143,22 +143,23 @@ def late_endings(
     return endings
 
 
-def _stopped_by_the_time_budget(
+def _stopped_for_good(
     tables: list[dict[str, str]], saved: dict[str, dict[str, Any]], taken: set[str]
 ) -> dict[str, dict[str, str]]:
-    """``trials.csv``'s rows of the trials the search's time budget stopped that Ray's saved
-    state holds as ended, but ``taken`` (they end as ``TABLES_STOPPED``).
+    """``trials.csv``'s rows of the trials a stopper of the whole search (its time budget, the
+    failure guard) stopped that Ray's saved state holds as ended, but ``taken`` (they end as
+    ``TABLES_STOPPED``).
 
-    Why: Ray stops the running trials when the budget runs out without telling the
-    callbacks, saves its state for the last time, and only then ends the experiment, where
-    the recorder settles them and writes its tables. Ray's saved copy of the recorder still
-    has them running: resumed with a new budget, they were counted as running (3 running of
-    2 slots), never ran, and ended again as "the search was stopped".
+    Why: Ray stops the running trials when a stopper says so without telling the callbacks,
+    saves its state for the last time, and only then ends the experiment, where the recorder
+    settles them and writes its tables. Ray's saved copy of the recorder still has them
+    running: resumed, they were counted as running (3 running of 2 slots), never ran, and
+    ended again, announced once more at each resume.
     """
     return {
         cells["trial_id"]: cells
         for cells in tables
-        if stopped_by_time_budget(cells.get("status"), cells.get("reason"))
+        if stopped_for_good(cells.get("status"), cells.get("reason"))
         and saved.get(cells.get("trial_id", ""), {}).get("status") == "TERMINATED"
         and cells["trial_id"] not in taken
     }

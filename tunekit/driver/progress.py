@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 from tunekit.driver.records import epochs_text, reason_beside_epochs
-from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus, stopped_by_time_budget
+from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus, stopped_for_good
 from tunekit.worker import heartbeat
 
 if TYPE_CHECKING:
@@ -178,8 +178,8 @@ class ConsoleProgress:
     def trial_ended(self, record: TrialRecord) -> None:
         self._costs.ended(record)
         self._epoch_began.pop(record.trial_id, None)
-        if stopped_by_time_budget(record.status, record.reason):
-            self._stopping = True  # the time budget ended the search: no time is left to estimate
+        if stopped_for_good(record.status, record.reason):
+            self._stopping = True  # the time budget or the failure guard ended the search: no time left to estimate
         if self._recorder is None:
             return
         if self._live and record.status != TrialStatus.FAILED:

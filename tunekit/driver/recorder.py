@@ -27,6 +27,7 @@ from tunekit.compat.ray_saved_state import saved_stop_decisions
 from tunekit.compat.ray_tune import checkpoint_epoch
 from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec
+from tunekit.driver.guard import FailureRules
 from tunekit.driver.late_endings import LateEnding, interrupted_runs
 from tunekit.driver.listener import Listener
 from tunekit.driver.records import (
@@ -175,7 +176,7 @@ class Recorder(Callback):
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
         pruned = trial.trial_id in getattr(self.scheduler, "stopped", ())
-        settle_ended(record, self.spec, pruned=pruned, elapsed=self.clock.now())
+        settle_ended(record, self.spec, pruned=pruned, elapsed=self.clock.now(), aborted=self._aborted())
         self._end(record)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
@@ -317,6 +318,10 @@ class Recorder(Callback):
         self.searcher.settle_ended({record.trial_id: self._last_result(record) for record in ended})
         self.searcher.mark_held(False)
 
+    def _aborted(self) -> bool:
+        """The failure guard (one of the listeners) stopped the whole search."""
+        return any(isinstance(listener, FailureRules) and listener.stop_all() for listener in self.listeners)
+
     def _last_result(self, record: TrialRecord) -> dict[str, Any]:
         """A trial's last report, as the searcher reads it, rebuilt from its record."""
         if record.status == TrialStatus.FAILED:
@@ -340,7 +345,7 @@ class Recorder(Callback):
             if record.status == TrialStatus.RUNNING:
                 # Ray ended the session around it without a callback: paused by PBT, or
                 # waiting to run again, when a signal stopped the search. Nothing runs now.
-                settle_ended(record, self.spec, pruned=False, elapsed=now)
+                settle_ended(record, self.spec, pruned=False, elapsed=now, aborted=self._aborted())
                 self._end(record)
             record.close_span(now)
         self._changed.update(self.trials)

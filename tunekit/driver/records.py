@@ -19,6 +19,7 @@ from tunekit.config.objectives import headline_metric, tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import describe_error
 from tunekit.layout import (
+    ABORTED_REASON,
     ENDED_STATUSES,
     EPOCH_COLUMNS,
     FEASIBLE_COLUMN,
@@ -134,7 +135,9 @@ def apply_epoch(record: TrialRecord, row: EpochRow, spec: ExperimentSpec) -> Non
         record.samples_per_second = seen + (rate - seen) / record.rated_epochs
 
 
-def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, elapsed: float) -> None:
+def settle_ended(
+    record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, elapsed: float, aborted: bool = False
+) -> None:
     """Status and reason of a trial whose function returned.
 
     Args:
@@ -142,6 +145,7 @@ def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, ela
         spec: the budget (max epochs, time budget) and the scheduler (rungs).
         pruned: the scheduler stopped it early.
         elapsed: seconds since the search started.
+        aborted: the failure guard stopped the whole search.
     """
     if record.reason:
         record.status = TrialStatus.FAILED
@@ -163,6 +167,8 @@ def settle_ended(record: TrialRecord, spec: ExperimentSpec, *, pruned: bool, ela
         budget = spec.budget.time_budget_s
         if budget is not None and elapsed >= budget:
             record.reason = f"{TIME_BUDGET_REASON}{budget:g} s ran out after {epochs_text(record.epochs)}"
+        elif aborted:
+            record.reason = f"{ABORTED_REASON} after {epochs_text(record.epochs)}"
         else:
             record.reason = f"the search was stopped after {epochs_text(record.epochs)}"
 

@@ -19,7 +19,7 @@ from typing import Any
 from tunekit.compat.ray_saved_state import (
     end_saved_trials,
     finished_trials,
-    forget_saved_run_limits,
+    forget_saved_concurrency,
     forget_saved_stopper,
     saved_trials,
 )
@@ -48,9 +48,11 @@ def restored_tuner(
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     _resumed_from(recorder, experiment_dir)
+    # Ray would restore its saved stopper over this run's (see forget_saved_stopper).
+    saved_stopper = forget_saved_stopper(experiment_dir)
     guard = run_config.stop if isinstance(run_config.stop, FailureGuard) else None
-    if guard is not None:  # pickled with the decision that stopped the last session, if one did
-        guard.resumed()
+    if guard is not None:
+        guard.resumed(next((s for s in saved_stopper.others if isinstance(s, FailureGuard)), None))
     recorder.listeners = [*listeners, *([guard] if guard is not None else [])]
     saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
     endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
@@ -64,20 +66,9 @@ def restored_tuner(
         _grow(tuner, recorder, spec, experiment_dir, finished)
     else:
         _limit_restored_search(tuner, recorder.searcher, spec, experiment_dir, finished)
-        _keep_the_time_left(tuner, experiment_dir)
+        if saved_stopper.time_left_s is not None:  # it goes on: a moment at least, since 0 would read as none
+            restored_tune_config(tuner).time_budget_s = max(saved_stopper.time_left_s, 0.001)
     return tuner, recorder, run_config.stop
-
-
-def _keep_the_time_left(tuner: Any, experiment_dir: Path) -> None:
-    """A resumed search runs with this process's stopper, and the time its budget had left.
-
-    Ray's saved stopper would replace it (``forget_saved_stopper`` says why not); the time
-    budget it held goes on from the seconds left, a moment at least: a time budget of 0
-    would read as none. A save without a time budget leaves the restored config's as it is.
-    """
-    left = forget_saved_stopper(experiment_dir)
-    if left is not None:
-        restored_tune_config(tuner).time_budget_s = max(left, 0.001)
 
 
 def _resumed_from(recorder: Any, experiment_dir: Path) -> None:
@@ -103,8 +94,8 @@ def _grow(tuner: Any, recorder: Any, spec: ExperimentSpec, experiment_dir: Path,
     searcher.grow(spec)
     recorder.spec = spec  # its tables and the console's progress count to the new total
     _limit_restored_search(tuner, searcher, spec, experiment_dir, finished)
-    restored_tune_config(tuner).time_budget_s = spec.budget.time_budget_s
-    forget_saved_run_limits(experiment_dir)
+    restored_tune_config(tuner).time_budget_s = spec.budget.time_budget_s  # in full, from the resume
+    forget_saved_concurrency(experiment_dir)
 
 
 def _limit_restored_search(

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tunekit.clock import ended_by_its_driver
-from tunekit.layout import LEDGER_FILE, TrialStatus, stopped_by_time_budget
+from tunekit.layout import LEDGER_FILE, TrialStatus, stopped_by_time_budget, stopped_for_good
 from tunekit.search.attrs import EXHAUSTED_ATTR
 
 
@@ -18,16 +18,18 @@ def search_complete(experiment_dir: Path, study_name: str, num_samples: int, row
     leaves trials stopped for the resume, and a killed driver never ends its session), every
     trial in ``rows`` (``trials.csv``) ended, and it ran ``num_samples`` trials, its space
     ran out, or its time budget did (trials stopped by it; the rest of ``num_samples`` waits
-    for a resume with a new ``budget.time_budget_s``). An experiment from a tunekit that did
-    not record the session's end is never complete: resuming it is how it finds out.
+    for a resume with a new ``budget.time_budget_s``). Trials the failure guard stopped are
+    ended for good, as the time budget's are: a resume after the fix runs the trials not yet
+    started. An experiment from a tunekit that did not record the session's end is never
+    complete: resuming it is how it finds out.
     """
     if not ended_by_its_driver(experiment_dir) or not (experiment_dir / LEDGER_FILE).is_file():
         return False
-    budget_ran_out = [row for row in rows if stopped_by_time_budget(row.get("status"), row.get("reason"))]
-    if len(budget_ran_out) < sum(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
+    for_good = sum(stopped_for_good(row.get("status"), row.get("reason")) for row in rows)
+    if for_good < sum(row.get("status") in (TrialStatus.RUNNING, TrialStatus.STOPPED) for row in rows):
         return False  # a signal stopped it, or its driver died: a resume trains those on
-    if budget_ran_out:  # its time budget is spent: a new one (--set budget.time_budget_s) runs the rest
-        return True
+    if any(stopped_by_time_budget(row.get("status"), row.get("reason")) for row in rows):
+        return True  # its time budget is spent: a new one (--set budget.time_budget_s) runs the rest
     return len(rows) >= num_samples or space_ran_out(experiment_dir, study_name) is not None
 
 

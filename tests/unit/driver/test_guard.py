@@ -135,13 +135,22 @@ def test_trials_whose_worker_failed_without_a_result_count_as_failed_results_do(
 
 
 def test_a_resumed_search_decides_afresh_but_stops_at_once_on_the_same_error() -> None:
-    guard = FailureRules()
+    saved = FailureRules()
     for index in range(REPEATED_FAILURE_LIMIT):
-        guard(f"t{index}", failed("RuntimeError: the data folder is missing"))
-    assert guard.stop_all() is True
-    guard.resumed()  # the user fixed the trainable, or believes so
+        saved(f"t{index}", failed("RuntimeError: the data folder is missing"))
+    assert saved.stop_all() is True
+    guard = FailureRules()  # the resumed run's, as pickled before the first session ran
+    guard.resumed(saved)  # the user fixed the trainable, or believes so
     assert guard.stop_all() is False and guard.abort_reason is None
     guard("t5", failed("OSError: another cause"))
     assert guard.stop_all() is False  # another error counts its own trials
     guard("t6", failed("RuntimeError: the data folder is missing"))
     assert guard.stop_all() is True  # not fixed after all: no three more trials spent on it
+
+
+def test_a_resume_without_the_saved_guard_counts_from_nothing() -> None:
+    guard = FailureRules()
+    guard.resumed(None)
+    for index in range(REPEATED_FAILURE_LIMIT - 1):
+        guard(f"t{index}", failed("OSError: a"))
+    assert guard.stop_all() is False

@@ -142,6 +142,7 @@ def test_a_running_trials_open_span_counts_up_to_now() -> None:
         (1, {"stopped_by_model": 1}, {"pruned": False, "elapsed": 1.0}, "stopped by the model"),
         (0, {}, {"pruned": False, "elapsed": 1.0}, "the search was stopped"),
         (1, {}, {"pruned": False, "elapsed": 1.0}, "the search was stopped"),
+        (2, {}, {"pruned": False, "elapsed": 1.0, "aborted": True}, "the failure guard stopped the search"),
         (3, {"reason": "ValueError: at epoch 3 (epoch 3)"}, {"pruned": False, "elapsed": 1.0}, None),
     ],
 )

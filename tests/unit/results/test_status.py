@@ -79,6 +79,21 @@ def test_a_search_with_stopped_trials_is_not_finished(tmp_path: Path) -> None:
     assert read_status(experiment(tmp_path / "alive", running=True, heard_s_ago=1.0)).best == ""
 
 
+def test_trials_the_failure_guard_stopped_are_ended_for_good_as_the_time_budget_s_are(tmp_path: Path) -> None:
+    # Ray never runs them again: a search whose every trial started stayed "not running
+    # (`tunekit resume` continues it)" forever, and each resume announced them once more.
+    root = experiment(tmp_path / "e", running=False, heard_s_ago=1.0)
+    (root / LEDGER_FILE).write_text("{}")
+    failed = "".join(f"t{i},{i},failed,RuntimeError: the data folder is missing,0\n" for i in range(3))
+    guard = "t3,3,stopped,the failure guard stopped the search after 0 epochs,0\n"
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + failed + guard)
+    assert "search: finished" in read_status(root).describe()  # 4 of 4: resume offers to grow it
+    (root / "spec.yaml").write_text(SPEC.replace("num_samples: 4", "num_samples: 6"))
+    budget = "t4,4,stopped,the search's time budget of 9 s ran out after 1 epoch,1\n"
+    (root / "trials.csv").write_text("trial_id,number,status,reason,epochs\n" + failed + guard + budget)
+    assert "search: finished: the time budget ran out, 1 not started" in read_status(root).describe()
+
+
 def test_a_killed_driver_on_this_host_is_not_running_at_once(tmp_path: Path) -> None:
     # A second user's status, 5 s after kill -9 of the driver, still said "running" (for 15 s).
     import socket
