@@ -359,10 +359,10 @@ def _fit(
 
         tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began
-        if console and restore and spec.budget.time_budget_s:
+        if console and spec.budget.time_budget_s:
             # A plain resume goes on with the seconds left; a grown search's budget starts again.
-            left = restored_tune_config(tuner).time_budget_s or 0.0
-            left = left.total_seconds() if isinstance(left, dt.timedelta) else float(left)
+            left = restored_tune_config(tuner).time_budget_s if restore else spec.budget.time_budget_s
+            left = left.total_seconds() if isinstance(left, dt.timedelta) else float(left or 0.0)
             console.session_time_budget(left)
             console.phase(f"time budget: {left:.0f} s left of {spec.budget.time_budget_s:g} s")
         signals.on_stop.append(recorder.searcher.hold_endings)
