@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import TrialStatus, finite
+from tunekit.layout import TrialStatus, finite, stopped_for_good
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,
@@ -276,7 +276,10 @@ class MlflowTracker:
             wall_seconds=recorder.clock.now(),
             final=final,
             sessions=tuple((start, end) for start, end in recorder.clock.sessions) if final else (),
-            interrupted=counts.get(TrialStatus.RUNNING, 0) > 0,
+            # A signal's stop leaves its trials stopped for a resume (the parent run reads KILLED,
+            # not FINISHED); the time budget's and the failure guard's are for good. The walk runs
+            # once, at the search's end.
+            interrupted=counts.get(TrialStatus.RUNNING, 0) > 0 or (final and _stopped_for_a_resume(recorder)),
         )
 
     def _off(self) -> bool:
@@ -285,6 +288,13 @@ class MlflowTracker:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _stopped_for_a_resume(recorder: Recorder) -> bool:
+    """Whether a signal stopped trials of the search, which a resume trains on."""
+    return any(
+        r.status == TrialStatus.STOPPED and not stopped_for_good(r.status, r.reason) for r in recorder.trials.values()
+    )
 
 
 def _status(record: TrialRecord) -> TrialStatus:
