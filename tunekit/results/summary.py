@@ -56,8 +56,7 @@ class Summary:
     trials_run: int
     trials_planned: int
     counts: dict[str, int]  # ended status (and running) -> trials
-    not_started: int  # planned trials the time budget left unstarted (0: it stopped none)
-    time_budget_s: float | None
+    not_started: int | None  # planned trials the time budget left unstarted; None without a time budget
     epochs_spent: int
     epochs_full_budget: int
     active_seconds: float | None  # the search's running time, every session added up
@@ -91,7 +90,7 @@ class Summary:
             "wall_seconds": self.active_seconds,
             "downtime_seconds": self.downtime_seconds,
         }
-        if self.time_budget_s is not None:  # a search without one has no such count to show
+        if self.not_started is not None:  # a search without a time budget has no such count
             values["trials_not_started"] = float(self.not_started)
         if self.pareto is not None:
             values["pareto_front_size"] = float(len(self.pareto.front))
@@ -139,8 +138,9 @@ def summarize(
         trials_run=len(trials),
         trials_planned=spec.budget.num_samples,
         counts=counts,
-        not_started=unstarted_by_time_budget(spec.budget.num_samples, _endings(trials)),
-        time_budget_s=spec.budget.time_budget_s,
+        not_started=None
+        if spec.budget.time_budget_s is None
+        else unstarted_by_time_budget(spec.budget.num_samples, _endings(trials)),
         epochs_spent=ledger.epochs,
         epochs_full_budget=spec.budget.num_samples * spec.budget.max_epochs,
         active_seconds=active_seconds(clock, trials),
