@@ -402,7 +402,8 @@ def _logs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tunekit.errors import StorageError
-    from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE, table_rows
+    from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
+    from tunekit.store import table_rows
 
     directory = Path(args.experiment_dir).expanduser().resolve()
     table = directory / TRIALS_FILE

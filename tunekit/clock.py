@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.layout import STARTED_FILE, STARTED_KEY, finite
+from tunekit.store import write_json
 
 SESSIONS_KEY = "sessions"
 # Whether the last session was still running when the file was written: false once the
@@ -113,9 +114,7 @@ class SearchClock:
             RUNNING_KEY: self.running,
             DRIVER_KEY: {"host": socket.gethostname(), "pid": os.getpid()},
         }
-        partial = experiment_dir / f"{STARTED_FILE}.partial"
-        partial.write_text(json.dumps(record))
-        partial.replace(experiment_dir / STARTED_FILE)
+        write_json(experiment_dir / STARTED_FILE, record)
 
     @classmethod
     def read(cls, experiment_dir: Path) -> SearchClock | None:

@@ -92,6 +92,39 @@ class StorageError(TunekitError):
     """The experiment storage is missing, not writable, or not reachable from every node."""
 
 
+class DamagedFileError(StorageError):
+    """An experiment file is damaged: a table cut mid-line, JSON that does not parse, a
+    required file missing. Readers raise it instead of yielding what they could read.
+
+    Attributes:
+        path: the damaged file.
+        problem: what is wrong with it ("cut short (its last line has no end)").
+    """
+
+    def __init__(self, path: object, problem: str, repair: str = "") -> None:
+        self.path, self.problem = path, problem
+        repair = repair or f"`tunekit check {getattr(path, 'parent', path)}` for details"
+        super().__init__(f"{path}: {problem}; {repair}")
+
+
+class NoSpaceError(StorageError):
+    """The experiment's storage filled up (ENOSPC). Nothing the search recorded is lost; once
+    space is freed, ``tunekit resume`` continues it.
+
+    Attributes:
+        experiment_dir: the experiment (None when it could not be created).
+        path: the file being written.
+    """
+
+    def __init__(self, message: str, experiment_dir: object = None, path: object = None) -> None:
+        super().__init__(message)
+        self.experiment_dir, self.path = experiment_dir, path
+
+
+class LeaseHeldError(StorageError):
+    """Another driver holds the experiment's lease: one writer at a time (``tunekit.lease``)."""
+
+
 class NotAnExperimentError(StorageError):
     """A directory given as an experiment holds no tunekit experiment (no ``spec.yaml``).
 

@@ -7,7 +7,7 @@ the driver never imports the worker (TensorFlow) for a constant.
 An experiment directory holds::
 
     spec.yaml  study.journal  trials.csv  epochs.csv  spans.csv  started.json  tracking.json  cluster.json
-    driver.log  Ray's state files
+    driver.log  driver.lease (while a driver writes it)  Ray's state files
     <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
     <trial id>/output.log     the trainable's stdout and stderr, every attempt
     <trial id>/error.txt      the full traceback of a failed trial
@@ -15,7 +15,6 @@ An experiment directory holds::
 
 from __future__ import annotations
 
-import csv
 import math
 import numbers
 from collections.abc import Mapping
@@ -43,6 +42,9 @@ SPANS_FILE = "spans.csv"  # one row per stretch a trial ran (start and end on th
 # ``tunekit resume`` joins it again. Never the token. Written by tunekit.driver.connect.
 CLUSTER_FILE = "cluster.json"
 DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (never the console)
+# {"host", "pid", "process_started", "command", "since", "beat", "token"}: the driver that
+# writes the experiment now, with its heartbeat; absent when none does (tunekit.lease).
+LEASE_FILE = "driver.lease"
 STARTED_KEY = "started_at"
 
 # ----------------------------------------------------------------------- trial files
@@ -102,6 +104,9 @@ ID_COLUMNS = ("trial_id", "source_trial_id", "node_id")
 EPOCH_KEY = "epoch"  # the time attribute ASHA counts in: epochs completed, from 1
 FAILURE_KEY = "tunekit_failure"  # set in a trial's last result when it failed on its own
 FAILURE_KIND_KEY = "tunekit_failure_kind"  # "fatal" stops the search, "trial" does not
+# The kind of a trial whose storage filled up: no failure of the trial's, the search ends
+# with the storage's error and a resume continues the trial (tunekit.driver.guard).
+NO_SPACE_FAILURE = "no_space"
 INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resume point
 # In INFO_KEY: set on the last epoch's report when the model's own callbacks ended
 # training (EarlyStopping, anything setting ``model.stop_training``).
@@ -183,16 +188,6 @@ SEARCH_STATUSES = (TrialStatus.RUNNING, *ENDED_STATUSES)
 
 
 # -------------------------------------------------------------------------- numbers
-
-
-def table_rows(path: Path) -> list[dict[str, str]]:
-    """A table's rows (trials.csv, epochs.csv, ...) with every cell as written, or [] when it
-    is missing: readers that must not turn ids or params into numbers (see ID_COLUMNS)."""
-    try:
-        with path.open(newline="") as handle:
-            return list(csv.DictReader(handle))
-    except FileNotFoundError:
-        return []
 
 
 def finite(value: Any) -> float | None:

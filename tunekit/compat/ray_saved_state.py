@@ -31,11 +31,9 @@ def _newest_saved_state(experiment_dir: Path) -> tuple[Path, dict[str, Any]] | N
 
 
 def _write_saved_state(path: Path, state: dict[str, Any]) -> None:
-    import json
+    from tunekit.store import write_json
 
-    partial = path.with_name(f"{path.name}.partial")
-    partial.write_text(json.dumps(state))
-    partial.replace(path)
+    write_json(path, state)
 
 
 def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ import fnmatch
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,10 +131,56 @@ def copy_changed_files(source: Path, destination: Path, exclude: Sequence[str] =
             target.stat().st_mtime_ns >= path.stat().st_mtime_ns or filecmp.cmp(path, target, shallow=False)
         ):
             continue
+        if path.name.startswith("experiment_state-") and not _whole_json(path):
+            # Ray writes its state to the staging folder in place (``json.dump`` into the open
+            # file): a signal's KeyboardInterrupt mid-dump left it cut short, and this copy
+            # then replaced the experiment's whole one with it (1 stop in 28), which a resume
+            # refuses. The older whole one stays until the next save.
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f"{target.name}.partial")
         shutil.copyfile(path, partial)
         os.replace(partial, target)
+
+
+def _whole_json(path: Path) -> bool:
+    import json
+
+    try:
+        json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def before_cleanup_after_a_crash(hook: Callable[[], None]) -> Iterator[None]:
+    """While it is open, ``hook`` runs when an error ends Ray Tune's loop, before Ray stops
+    the running trials.
+
+    Why: a crash is not a verdict. An exception anywhere in the driver (a full disk under a
+    table write, a bug in a callback) leaves ``tune.run``'s loop through ``except Exception:
+    runner.cleanup(); raise``, and the cleanup stops every running trial as a finished
+    search would; the searcher then closed them in the study as pruned, and the resume never
+    trained them on ("pruned by ASHA at rung None"). A signal already holds them
+    (``OptunaStudySearcher.hold_endings``); this does the same for every other ending.
+    Checked against Ray 2.60: ``ray.tune.tune.run`` calls ``TuneController.cleanup`` inside
+    its ``except`` block when ``step`` raises, and after the loop when it finishes.
+    """
+    from ray.tune.execution.tune_controller import TuneController
+
+    ray_s = TuneController.cleanup
+
+    def cleanup(self: Any) -> None:
+        if sys.exc_info()[1] is not None and not self.is_finished():
+            hook()
+        ray_s(self)
+
+    TuneController.cleanup = cleanup  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        TuneController.cleanup = ray_s  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.doctor.report import Check
 from tunekit.errors import ClusterError, ResourceError
 from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE
+from tunekit.store import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def record_address(experiment_dir: Path, address: str | None, *, callers_ray: bo
     caller had started that Ray itself (``tunekit.run`` in a process with ``ray.init`` done).
     Never the token."""
     record = {"address": address, **({"callers_ray": True} if callers_ray else {})}
-    (experiment_dir / CLUSTER_FILE).write_text(json.dumps(record) + "\n")
+    write_text(experiment_dir / CLUSTER_FILE, json.dumps(record) + "\n")
 
 
 def _cluster_record(experiment_dir: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, stopped_for_good, table_rows
+from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, stopped_for_good
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     FINAL_RESULT_ATTR,
@@ -32,6 +32,7 @@ from tunekit.search.attrs import (
     RAY_TRIAL_ATTR,
     epoch_results,
 )
+from tunekit.store import table_rows
 
 if TYPE_CHECKING:
     import optuna

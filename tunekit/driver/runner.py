@@ -21,10 +21,8 @@ from types import ModuleType
 from typing import Any, TextIO
 
 from tunekit.clock import SearchClock
-from tunekit.compat.ray_saved_state import (
-    damaged_saved_state,
-)
 from tunekit.compat.ray_tune import (
+    before_cleanup_after_a_crash,
     bound_experiment_state_saves,
     no_trailing_averages,
     one_registry_read_per_trainable,
@@ -47,6 +45,7 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.restore import restored_tuner
+from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
     SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
@@ -70,12 +69,13 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
-    table_rows,
     unstarted_by_time_budget,
 )
+from tunekit.lease import DriverLease
 from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
+from tunekit.store import no_space_error, no_space_in, table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
 
 
@@ -139,19 +139,39 @@ def run(
     target = run_target(address)
     joined = _join(spec, target, connect_timeout, None)  # a cluster first: nothing is written if it fails
     experiment_dir = create_experiment_dir(spec, name, storage)
-    if joined is not None:
-        keep_ray_log(experiment_dir, joined.ray_log)
-    # A `tunekit plan --probe` of this spec under the same storage: its prediction goes with the experiment.
-    no_prediction = attach_prediction(spec, experiment_dir, target.address, launched_at)
-    stream = sys.stdout if progress is True else (progress or None)
-    if no_prediction and stream is not None:
-        print(f"tunekit: {no_prediction}", file=stream, flush=True)
+    lease = DriverLease(experiment_dir, "run")
+    lease.acquire()  # a new folder: no other driver can hold it, but one may try from now on
     try:
-        _fit(spec, experiment_dir, target, stream, restore=False)
+        if joined is not None:
+            keep_ray_log(experiment_dir, joined.ray_log)
+        # A `tunekit plan --probe` of this spec under the same storage: its prediction goes with the experiment.
+        no_prediction = attach_prediction(spec, experiment_dir, target.address, launched_at)
+        stream = sys.stdout if progress is True else (progress or None)
+        if no_prediction and stream is not None:
+            print(f"tunekit: {no_prediction}", file=stream, flush=True)
+        _fit_saying_why(spec, experiment_dir, target, stream, restore=False)
     except BaseException as error:
+        lease.release()
         _discard_if_never_started(experiment_dir, error)
         raise
+    finally:
+        lease.release()
     return _closed(experiment_dir, stream)
+
+
+def _fit_saying_why(
+    spec: ExperimentSpec, experiment_dir: Path, target: Target, stream: TextIO | None, *, restore: bool
+) -> None:
+    """``_fit``, with a full disk anywhere in the driver or a trial (``ENOSPC`` in a table, the
+    journal, Ray's saved state, a checkpoint) ended by one line: ``NoSpaceError`` naming the
+    storage and the space the search needs. Its running trials are held for the resume, as
+    after any crash (``_fit``)."""
+    try:
+        _fit(spec, experiment_dir, target, stream, restore=restore)
+    except Exception as error:
+        if (full := no_space_in(error)) is None:
+            raise
+        raise no_space_error(experiment_dir, full, checkpoints=2 * spec.budget.max_concurrent) from error
 
 
 def _closed(experiment_dir: Path, stream: TextIO | None) -> ExperimentResults:
@@ -229,8 +249,24 @@ def resume(
     if not (directory / SPEC_FILE).is_file():
         raise NotAnExperimentError(directory, SPEC_FILE)
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
-    spec, grown = resumed_spec(directory, overrides, python_trainable)
     stream = sys.stdout if progress is True else (progress or None)
+    with DriverLease(directory, "resume") as lease:
+        if lease.took_over is not None and stream is not None:
+            stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
+        return _resume(directory, overrides, address, local, connect_timeout, stream, python_trainable)
+
+
+def _resume(
+    directory: Path,
+    overrides: Sequence[str],
+    address: str | None,
+    local: bool,
+    connect_timeout: float,
+    stream: TextIO | None,
+    python_trainable: Any,
+) -> ExperimentResults:
+    """``resume``'s work, with the experiment's lease held."""
+    spec, grown = resumed_spec(directory, overrides, python_trainable)
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
@@ -258,53 +294,26 @@ def resume(
         if reason:
             raise NoResultError(reason, directory)
         return _closed(directory, stream)
-    if damage := damaged_saved_state(directory):  # before Ray starts: Ray would start the search over
-        raise StorageError(
-            f"cannot resume {directory}: Ray's saved state is damaged ({damage}: its driver was killed "
-            "while Ray wrote it); a resume would start a new search over this one's records. Its "
-            "results stay readable (`tunekit report`); `tunekit run` starts the search again elsewhere"
-        )
+    # Before Ray starts: every record the resume continues from is whole (the journal's torn
+    # tail is cut back here, and said).
+    for mended in check_resumable(directory):
+        if stream is not None:
+            stream.write(f"tunekit: {mended}\n")
     check_reachable(spec)
     target = resume_target(directory, address, local=local)
     joined = _join(spec, target, connect_timeout, directory)
     if joined is not None:
         keep_ray_log(directory, joined.ray_log)
     if grown:
-        (directory / SPEC_FILE).write_text(spec.to_yaml())
-    stand_ins = _stand_in_for_rotated_checkpoints(directory)
+        write_text(directory / SPEC_FILE, spec.to_yaml())
+    stand_ins = stand_in_for_rotated_checkpoints(directory)
     try:
-        _fit(spec, directory, target, stream, restore=True)
+        _fit_saying_why(spec, directory, target, stream, restore=True)
     finally:
         for stand_in in stand_ins:
             with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
                 stand_in.rmdir()
     return _closed(directory, stream)
-
-
-def _stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
-    """Empty stand-ins for checkpoints that Ray's last saved state names but rotation deleted.
-
-    A killed driver leaves Ray's experiment state up to a second old (up to 30 s with
-    thousands of trials); meanwhile trials kept reporting and their oldest checkpoints were
-    rotated away. Ray refuses to restore a trial whose recorded checkpoint is gone. Nor can
-    the trial resume from a newer kept checkpoint: the epochs in between reached only the
-    driver that died, so its epochs table would have a gap, and a trial whose newest
-    checkpoint is its last epoch would end without reporting it (as "stopped"). So each
-    missing name becomes an empty directory: the trainable finds no state in it and trains
-    the trial again from its first epoch, reporting every epoch (each row it had is
-    replaced). It costs the epochs of trials whose checkpoints turned over faster than Ray
-    saved its state: short epochs, so little.
-    """
-    stand_ins: list[Path] = []
-    for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
-        kept = sorted(trial_dir.glob("checkpoint_*"))
-        if not kept:
-            continue
-        for index in range(int(kept[0].name.split("_")[1])):
-            stand_in = trial_dir / f"checkpoint_{index:06d}"
-            stand_in.mkdir()
-            stand_ins.append(stand_in)
-    return stand_ins
 
 
 def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:
@@ -316,7 +325,7 @@ def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str |
         directory.mkdir(parents=True)
     except OSError as error:
         raise StorageError(f"cannot create {directory}: {error.strerror}") from None
-    (directory / SPEC_FILE).write_text(spec.to_yaml())
+    write_text(directory / SPEC_FILE, spec.to_yaml())
     return directory
 
 
@@ -380,11 +389,23 @@ def _fit(
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
-        with signals.fitting(), quiet_trial_tracebacks(), one_registry_read_per_trainable():
+        with (
+            signals.fitting(),
+            quiet_trial_tracebacks(),
+            one_registry_read_per_trainable(),
+            before_cleanup_after_a_crash(recorder.searcher.hold_endings),
+        ):
             try:
                 tuner.fit()
-            finally:
-                recorder.end_session()
+            except BaseException:
+                # A crash is not a verdict: its running trials are the resume's to continue,
+                # as a signal's are (the cleanup held their endings), whatever the error.
+                with contextlib.suppress(Exception):  # the journal may be what failed
+                    recorder.searcher.mark_held(True)
+                with contextlib.suppress(Exception):
+                    recorder.end_session()
+                raise
+            recorder.end_session()
         if signals.received is None:
             recorder.settle_study()
         else:  # a signal's stopped trials are the resume's to continue

@@ -26,6 +26,7 @@ from tunekit.layout import (
 )
 from tunekit.results.best import BestTrial, best_trial
 from tunekit.results.pareto import pareto_of
+from tunekit.store import check_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,6 +185,7 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
 
     Raises:
         NotAnExperimentError: when the directory holds no tunekit experiment (a StorageError).
+        DamagedFileError: a table is cut short (a StorageError): nothing partial is returned.
     """
     import pandas as pd
 
@@ -220,7 +222,9 @@ def recorded_spec(raw: Any, spec_dir: Path | None = None, trials: pd.DataFrame |
 
 
 def _read_csv(pd: Any, path: Path) -> pd.DataFrame:
-    if not path.is_file() or path.stat().st_size == 0:
+    """A table as a frame (empty when missing); ``DamagedFileError`` when it is cut short."""
+    check_table(path)
+    if not path.is_file():
         return pd.DataFrame()
     return pd.read_csv(path, dtype={column: str for column in ID_COLUMNS})
 

@@ -25,11 +25,11 @@ from tunekit.layout import (
     SPEC_FILE,
     TRIALS_FILE,
     TrialStatus,
-    table_rows,
     unstarted_by_time_budget,
 )
 from tunekit.results.completion import search_complete
 from tunekit.results.load import recorded_spec
+from tunekit.store import table_rows
 from tunekit.worker.heartbeat import read_heartbeat
 
 # The driver moves started.json's session end at least every 5 s while it runs.

@@ -40,6 +40,7 @@ from tunekit.results.ledger import DEFAULT_TOLERANCE, Ledger, compute_ledger, fl
 from tunekit.results.load import ExperimentResults
 from tunekit.results.pareto import INFEASIBLE, ParetoFront, pareto_of
 from tunekit.search.plan import pick_best
+from tunekit.store import write_json, write_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -203,9 +204,7 @@ def write_ledger(experiment_dir: Path, tolerance: float = DEFAULT_TOLERANCE) -> 
         "summary": figures,
         "metrics": summary.flat_metrics(),
     }
-    partial = experiment_dir / f"{LEDGER_FILE}.partial"
-    partial.write_text(json.dumps(record, indent=2, default=str))
-    partial.replace(experiment_dir / LEDGER_FILE)
+    write_json(experiment_dir / LEDGER_FILE, record, indent=2)
     if summary.pareto is not None:
         write_front(experiment_dir / PARETO_FILE, summary.pareto)
     return record
@@ -218,9 +217,7 @@ def write_front(path: Path, pareto: ParetoFront) -> None:
     for trial in pareto.front:
         number = "" if trial.number is None else str(trial.number)
         lines.append(",".join([trial.trial_id, number, *(repr(trial.values[name]) for name in names)]))
-    partial = path.with_suffix(".csv.partial")
-    partial.write_text("\n".join(lines) + "\n")
-    partial.replace(path)
+    write_text(path, "\n".join(lines) + "\n")
 
 
 class LedgerFile:

@@ -33,6 +33,7 @@ from typing import Any
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import PREDICTION_FILE, PROBES_DIR
 from tunekit.search.plan import spec_milestones
+from tunekit.store import write_json
 
 SIMULATIONS = 300  # searches simulated per prediction; the mean is stable to ~1% at this count
 # ...for a small search; a large one averages over its own trials, so fewer searches of it
@@ -392,7 +393,7 @@ def attach_prediction(
         "measurement": asdict(measurement),
         "filed_at": time.time(),
     }
-    (experiment_dir / PREDICTION_FILE).write_text(json.dumps(record, indent=2))
+    write_json(experiment_dir / PREDICTION_FILE, record, indent=2)
     return None
 
 

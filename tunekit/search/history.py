@@ -44,6 +44,7 @@ from tunekit.search.attrs import (
     WARM_START_ATTR,
 )
 from tunekit.search.plan import pick_best, study_storage
+from tunekit.store import write_json
 
 # Study trials a search told without training them: not evidence of their own.
 _REPEAT_ATTRS = (DUPLICATE_ATTR, HISTORY_ATTR)
@@ -137,7 +138,7 @@ def add_history(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path 
     summary.best = _best_of_history(trials, spec, earlier_by_origin)
     study.set_user_attr(WARM_START_ATTR, summary.to_dict())
     if experiment_dir is not None:
-        (experiment_dir / WARM_START_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        write_json(experiment_dir / WARM_START_FILE, summary.to_dict(), indent=2)
     return summary
 
 

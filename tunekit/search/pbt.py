@@ -25,6 +25,7 @@ see ``tunekit.compat.ray_tune.pbt_add_trial_beside_searcher`` for why that refus
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import shutil
 import time
@@ -57,6 +58,7 @@ from tunekit.layout import (
     OLD_PREFIX,
     stopped_by_model,
 )
+from tunekit.store import write_text
 
 logger = logging.getLogger("tunekit")
 
@@ -320,21 +322,20 @@ def write_exploits_csv(
 ) -> None:
     """``exploits.csv``: one row per step, trials also by their Optuna numbers, time on the search's active clock."""
     columns = [*EXPLOIT_COLUMNS, *(OLD_PREFIX + n for n in params), *(NEW_PREFIX + n for n in params)]
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        for step in steps:
-            row: dict[str, Any] = {
-                "trial_id": step.trial_id,
-                "number": numbers.get(step.trial_id),
-                "epoch": step.epoch,
-                "source_trial_id": step.source_trial_id,
-                "source_number": numbers.get(step.source_trial_id),
-                "source_epoch": step.source_epoch,
-                "time": round(clock.active_at(step.wall_time), 3),
-            }
-            row.update({OLD_PREFIX + n: step.old.get(n) for n in params})
-            row.update({NEW_PREFIX + n: step.new.get(n) for n in params})
-            writer.writerow(row)
-    partial.replace(path)
+    handle = io.StringIO()
+    writer = csv.DictWriter(handle, fieldnames=columns)
+    writer.writeheader()
+    for step in steps:
+        row: dict[str, Any] = {
+            "trial_id": step.trial_id,
+            "number": numbers.get(step.trial_id),
+            "epoch": step.epoch,
+            "source_trial_id": step.source_trial_id,
+            "source_number": numbers.get(step.source_trial_id),
+            "source_epoch": step.source_epoch,
+            "time": round(clock.active_at(step.wall_time), 3),
+        }
+        row.update({OLD_PREFIX + n: step.old.get(n) for n in params})
+        row.update({NEW_PREFIX + n: step.new.get(n) for n in params})
+        writer.writerow(row)
+    write_text(path, handle.getvalue())

@@ -42,8 +42,9 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
-    table_rows,
 )
+from tunekit.lease import DriverLease
+from tunekit.store import table_rows
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,
@@ -96,10 +97,16 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
 
     Raises:
         NotAnExperimentError: the directory holds no spec.yaml.
+        LeaseHeldError: a driver is writing the experiment now (a search runs, or another sync).
         TunekitError: MLflow cannot be used, or did not take everything.
     """
     directory = Path(experiment_dir).expanduser().resolve()
     spec = _recorded_spec(directory)
+    with DriverLease(directory, "sync"):  # it writes the ledger and tracking.json: one writer at a time
+        return _sync(directory, spec, tracking_uri)
+
+
+def _sync(directory: Path, spec: ExperimentSpec, tracking_uri: str | None) -> SyncResult:
     events: queue.SimpleQueue[TrackerEvent] = queue.SimpleQueue()
     clock = _search_clock(directory)
     trials = table_rows(directory / TRIALS_FILE)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tunekit.layout import TRACKING_FILE
+from tunekit.store import write_json
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,8 @@ class TrackingRecord:
 
     def write(self, experiment_dir: Path) -> None:
         """Writes ``tracking.json`` whole (a reader never sees half of it). Raises OSError."""
-        partial = experiment_dir / f"{TRACKING_FILE}.partial"
         fields = {key: value for key, value in asdict(self).items() if value is not None}
-        partial.write_text(json.dumps(fields, indent=2) + "\n")
-        partial.replace(experiment_dir / TRACKING_FILE)
+        write_json(experiment_dir / TRACKING_FILE, fields, indent=2)
 
     def completed(self) -> TrackingRecord:
         return replace(self, holds_everything=True)

@@ -39,8 +39,10 @@ from tunekit.layout import (
     ERROR_FILE,
     FAILURE_KEY,
     FAILURE_KIND_KEY,
+    NO_SPACE_FAILURE,
     OUTPUT_FILE,
 )
+from tunekit.store import no_space_in
 from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
@@ -70,6 +72,10 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
         except (FatalTrialError, ImportError, SyntaxError) as error:
             _report_failure(tune, trial_dir, describe_error(error), "fatal", progress.epoch, error)
         except Exception as error:
+            if (full := no_space_in(error)) is not None:
+                why = f"no space left on the device of {full.filename or trial_dir} (writing its checkpoint or log)"
+                _report_failure(tune, trial_dir, why, NO_SPACE_FAILURE, progress.epoch, error)
+                return
             _report_failure(tune, trial_dir, describe_error(error), "trial", progress.epoch, error)
         finally:
             _release_trial_state()
@@ -288,7 +294,8 @@ def _steps_per_epoch(dataset: Any) -> int | None:
 
 
 def _report_failure(tune: Any, trial_dir: Path, why: str, kind: str, epoch: int, error: BaseException) -> None:
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / ERROR_FILE).write_text("".join(traceback.format_exception(error)))
-    traceback.print_exception(error)  # into output.log too, where the trial's prints are
+    with contextlib.suppress(OSError):  # a full disk: the report below still reaches the driver
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / ERROR_FILE).write_text("".join(traceback.format_exception(error)))
+        traceback.print_exception(error)  # into output.log too, where the trial's prints are
     tune.report({EPOCH_KEY: epoch, FAILURE_KEY: why, FAILURE_KIND_KEY: kind})

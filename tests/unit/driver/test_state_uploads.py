@@ -28,8 +28,8 @@ def folders(tmp_path: Path) -> tuple[Path, Path]:
     staging, experiment = tmp_path / "staging", tmp_path / "experiment"
     second = 1_000_000_000
     # Ray saved its state again in staging after the last upload.
-    _write(experiment / "experiment_state-1.json", "old state", 10 * second)
-    _write(staging / "experiment_state-1.json", "new state", 20 * second)
+    _write(experiment / "experiment_state-1.json", '"old state"', 10 * second)
+    _write(staging / "experiment_state-1.json", '"new state"', 20 * second)
     # Downloaded at restore (newer than the folder's copy), and since rewritten by tunekit.
     _write(staging / "started.json", "restore-time sessions", 20 * second)
     _write(experiment / "started.json", "this session too", 30 * second)
@@ -45,7 +45,7 @@ def test_only_what_staging_changed_is_copied_and_tunekit_s_newer_files_stay(fold
     staging, experiment = folders
     copy_changed_files(staging, experiment, exclude=["*.tmp"])
 
-    assert (experiment / "experiment_state-1.json").read_text() == "new state"
+    assert (experiment / "experiment_state-1.json").read_text() == '"new state"'
     assert (experiment / "trial" / "result.json").read_text() == "new"
     assert (experiment / "started.json").read_text() == "this session too"  # reverted before
     assert (experiment / "ledger.json").stat().st_mtime_ns == 5 * 1_000_000_000  # not touched
@@ -68,7 +68,17 @@ def test_a_copy_cut_short_leaves_the_previous_whole_file(
     monkeypatch.setattr(shutil, "copyfile", killed_midway)
     with pytest.raises(KeyboardInterrupt):
         copy_changed_files(staging, experiment)
-    assert (experiment / "experiment_state-1.json").read_text() == "old state"
+    assert (experiment / "experiment_state-1.json").read_text() == '"old state"'
+
+
+def test_a_state_ray_left_cut_short_in_staging_never_replaces_the_whole_one(folders: tuple[Path, Path]) -> None:
+    # Ray dumps its state into the staging file in place; a stop mid-dump left it cut short,
+    # and the copy made the experiment's whole one a torn one that resume refused (1 in 28 stops).
+    staging, experiment = folders
+    _write(staging / "experiment_state-1.json", '{"trial_data": [["{}", ', 40 * 1_000_000_000)
+    copy_changed_files(staging, experiment)
+    assert (experiment / "experiment_state-1.json").read_text() == '"old state"'  # nothing lost
+    assert (experiment / "trial" / "result.json").read_text() == "new"  # the rest still copied
 
 
 def test_a_local_experiment_folder_gets_the_whole_file_copy_and_remote_storage_ray_s(
@@ -110,13 +120,15 @@ def test_resume_over_a_damaged_save_refuses_before_ray_starts(tmp_path: Path) ->
     (tmp_path / "spec.yaml").write_text(load_spec(repo / "search_spaces" / "digits_mlp.yaml").to_yaml())
     (tmp_path / "experiment_state-1.json").write_text('{"trial_data": []}')
     (tmp_path / "search_gen_state-1.json").write_text("")
+    (tmp_path / "study.journal").write_text("")
     with pytest.raises(StorageError) as refused:
         tunekit.resume(tmp_path, progress=False)
     assert str(refused.value) == (
-        f"cannot resume {tmp_path}: Ray's saved state is damaged (search_gen_state-1.json is empty: its "
-        "driver was killed while Ray wrote it); a resume would start a new search over this one's records. "
-        "Its results stay readable (`tunekit report`); `tunekit run` starts the search again elsewhere"
+        f"{tmp_path / 'search_gen_state-1.json'}: empty, as Ray's saved state (its driver was killed while "
+        "Ray wrote it); a resume would start a new search over this one's records; its results stay readable "
+        "(`tunekit report`), and `tunekit run` starts the search again elsewhere"
     )
+    assert not (tmp_path / "driver.lease").exists()  # the refused resume let go of its lease
     assert "ray" not in sys.modules or not __import__("ray").is_initialized()
 
 

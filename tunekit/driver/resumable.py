@@ -1,0 +1,126 @@
+"""Before a resume starts Ray: is every record it continues from whole?
+
+A resume continues from the study, the tables, the clock and Ray's saved state. Any of them
+missing or damaged used to surface only after Ray had started and trials had trained (a
+missing study: an ``IndexError`` after 24 s, and an empty journal left behind). Here each is
+read first, in a second or so, and a resume that cannot continue is refused with one line
+naming the file; the one damage a resume mends itself, the study journal's torn last line,
+is cut back and said once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tunekit.compat.ray_saved_state import damaged_saved_state
+from tunekit.errors import DamagedFileError
+from tunekit.layout import (
+    CLUSTER_FILE,
+    EPOCHS_FILE,
+    EXPLOITS_FILE,
+    SPANS_FILE,
+    STARTED_FILE,
+    STUDY_FILE,
+    TRACKING_FILE,
+    TRIALS_FILE,
+    study_file,
+)
+from tunekit.store import check_table, read_json, repair_torn_tail
+
+TABLES = (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE, EXPLOITS_FILE)
+RECORDS = (STARTED_FILE, TRACKING_FILE, CLUSTER_FILE)
+
+
+def check_resumable(experiment_dir: Path) -> list[str]:
+    """Verifies what a resume reads, and mends the journal's torn tail; returns what was mended.
+
+    Call it with the experiment's lease held (it may write the journal).
+
+    Raises:
+        DamagedFileError: a file the resume needs is missing or damaged beyond repair.
+    """
+    started = _ran(experiment_dir)
+    mended = _study(experiment_dir, required=started)
+    for name in TABLES:
+        check_table(experiment_dir / name)
+    for name in RECORDS:
+        read_json(experiment_dir / name)
+    if damage := damaged_saved_state(experiment_dir):  # Ray would start the search over
+        name, _, problem = damage.partition(" is ")
+        raise DamagedFileError(
+            experiment_dir / name,
+            f"{problem}, as Ray's saved state (its driver was killed while Ray wrote it)",
+            "a resume would start a new search over this one's records; its results stay readable "
+            "(`tunekit report`), and `tunekit run` starts the search again elsewhere",
+        )
+    return mended
+
+
+def _ran(experiment_dir: Path) -> bool:
+    """Whether the search got as far as its first trial or Ray's first save."""
+    return (experiment_dir / TRIALS_FILE).is_file() or any(experiment_dir.glob("experiment_state-*.json"))
+
+
+def _study(experiment_dir: Path, *, required: bool) -> list[str]:
+    path = study_file(experiment_dir)
+    if path.name != STUDY_FILE:
+        return []  # an older experiment's SQLite study: SQLite keeps itself whole
+    if not path.is_file():
+        if required:
+            raise DamagedFileError(
+                path,
+                "missing, while the search has run (its trials and configurations are recorded there)",
+                "it cannot be resumed without it; restore the file from a copy, or read its results "
+                "(`tunekit report`) and `tunekit run` the search again",
+            )
+        return []
+    mended = []
+    if cut := repair_torn_tail(path):
+        mended.append(
+            f"{STUDY_FILE}: cut back a torn last line ({cut} bytes, a write cut short by a kill or a "
+            "full disk) before appending; the study lost that one write, which the resume redoes"
+        )
+    _whole_lines(path)
+    return mended
+
+
+def _whole_lines(path: Path) -> None:
+    """Every line of the journal parses (Optuna's replay would fail on the first that does not)."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                json.loads(line)
+            except ValueError:
+                raise DamagedFileError(
+                    path,
+                    f"line {number} does not parse (a torn write that a later one was appended to)",
+                    "Optuna cannot replay the study past it, so the search cannot be resumed; its "
+                    "results stay readable (`tunekit report`)",
+                ) from None
+
+
+def stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
+    """Empty stand-ins for checkpoints that Ray's last saved state names but rotation deleted.
+
+    A killed driver leaves Ray's experiment state up to a second old (up to 30 s with
+    thousands of trials); meanwhile trials kept reporting and their oldest checkpoints were
+    rotated away. Ray refuses to restore a trial whose recorded checkpoint is gone. Nor can
+    the trial resume from a newer kept checkpoint: the epochs in between reached only the
+    driver that died, so its epochs table would have a gap, and a trial whose newest
+    checkpoint is its last epoch would end without reporting it (as "stopped"). So each
+    missing name becomes an empty directory: the trainable finds no state in it and trains
+    the trial again from its first epoch, reporting every epoch (each row it had is
+    replaced). It costs the epochs of trials whose checkpoints turned over faster than Ray
+    saved its state: short epochs, so little.
+    """
+    stand_ins: list[Path] = []
+    for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
+        kept = sorted(trial_dir.glob("checkpoint_*"))
+        if not kept:
+            continue
+        for index in range(int(kept[0].name.split("_")[1])):
+            stand_in = trial_dir / f"checkpoint_{index:06d}"
+            stand_in.mkdir()
+            stand_ins.append(stand_in)
+    return stand_ins
