@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "pbt": "PBT vs TPE + ASHA at equal compute (epochs) on the digits MLP",
     "pareto": "MO-TPE + MO-ASHA vs MO-TPE without pruning vs random + ASHA + filter (accuracy against size)",
     "scale": "driver scaling: 1,000 to 10,000 synthetic trials against Ray's and Optuna's floors",
+    "failures": "failed trials TPE proposes when failures teach it vs plain FAIL (synthetic, no Ray)",
 }
 # Written by others; run when present.
 EXTERNAL = ("pipeline", "logging_cost")

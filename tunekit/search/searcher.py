@@ -12,6 +12,13 @@ exactly the parameters each trial ran. Slots follow the Ray trials the searcher 
 
 TPE and random search never train the same configuration twice: see
 ``OptunaStudySearcher.suggest``.
+
+Failures teach TPE. Optuna's samplers ignore FAIL trials, so a trainable that fails in one
+region of the space (a learning rate that diverges, a model too big for the memory) would
+have TPE propose there again and again. A trial that failed for its own reasons (a "trial"
+failure, not a fatal one, a lost trial or one held for a resume) stays FAIL in the study and
+carries ``TRIAL_FAILURE_ATTR``; TPE sees it as an infeasible trial, ranked below every
+feasible one (``tunekit.compat.optuna_failures``). benchmarks/failures.py measures it.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
+from tunekit.compat.optuna_failures import failures_as_infeasible
 from tunekit.compat.optuna_study import recent_trials_study, reopen_trial
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, finite, stopped_by_model, study_file
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY, finite, stopped_by_model, study_file
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     EPOCH_RESULT_ATTR_PREFIX,
@@ -53,6 +61,15 @@ from tunekit.search.plan import study_storage
 # configuration itself.
 MAX_REPEATED_PROPOSALS = 20
 _RANDOM_DRAWS = 1000  # unseen-configuration draws in a space too large to enumerate
+# On a FAIL study trial whose trial failed for its own reasons (FAILURE_KIND_KEY "trial"):
+# the reason. TPE learns from these failures (see the module's docstring).
+TRIAL_FAILURE_ATTR = "tunekit_trial_failure"
+_TRIAL_FAILURE_KIND = "trial"  # tunekit.worker.trial reports "trial" or "fatal"
+
+
+def teaches(frozen: FrozenTrial) -> bool:
+    """Whether a FAIL study trial tells the sampler its configuration failed: it failed on its own."""
+    return TRIAL_FAILURE_ATTR in frozen.user_attrs
 
 
 class _PinnableSampler(optuna.samplers.BaseSampler):
@@ -63,13 +80,20 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
     no WAITING trial is left behind if the driver dies mid-ask (as ``enqueue_trial`` would).
     """
 
-    def __init__(self, base: optuna.samplers.BaseSampler, history: int | None = None) -> None:
+    def __init__(
+        self, base: optuna.samplers.BaseSampler, history: int | None = None, teach_failures: bool = False
+    ) -> None:
         self.base = base
         self.point: Mapping[str, Any] | None = None
         self.history = history  # search.tpe_history: the finished trials the base models
+        # Failed trials (``teaches``) shown to the base as infeasible; those shown so far, by number.
+        self.shown_failures: dict[int, FrozenTrial] | None = {} if teach_failures else None
 
     def _modelled(self, study: optuna.Study) -> optuna.Study:
-        return study if self.history is None else recent_trials_study(study, self.history)
+        modelled = study if self.history is None else recent_trials_study(study, self.history)
+        if self.shown_failures is None:
+            return modelled
+        return failures_as_infeasible(modelled, teaches, self.shown_failures)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self.point is not None:
@@ -102,12 +126,18 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
         self.base.reseed_rng()
 
 
-def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
+def build_sampler(spec: ExperimentSpec, history: int = 0, *, teach_failures: bool = True) -> _PinnableSampler:
     """The study's sampler for ``search.algorithm``, seeded, wrapped so points can be pinned.
 
     ``history`` is the number of trials the study already holds: a reopened study (a
     resume) or one warm-started from earlier trials seeds its sampler past them, or the
     seed's first proposals would come again and be spent as repeats.
+
+    ``teach_failures``: TPE (one objective or several) sees the trials that failed on their
+    own as infeasible (``teaches``); False gives Optuna's plain behaviour, which ignores
+    them (benchmarks/failures.py compares the two). NSGA-II builds its generations from
+    COMPLETE trials and their values, which a failure has none of, so it is left as Optuna
+    made it; the random sampler and the grid learn from nothing.
     """
     search = spec.search
     seed = search.seed + history
@@ -124,6 +154,7 @@ def build_sampler(spec: ExperimentSpec, history: int = 0) -> _PinnableSampler:
             seed=seed, n_startup_trials=search.n_startup_trials, constant_liar=True, multivariate=True
         ),
         search.tpe_history,
+        teach_failures=teach_failures,
     )
 
 
@@ -163,6 +194,9 @@ def open_study(
 
 class OptunaStudySearcher(Searcher):
     """Asks an Optuna study in SQLite for configs; tells it COMPLETE, PRUNED or FAIL.
+
+    A trial that failed on its own (``FAILURE_KIND_KEY`` "trial") is FAIL with its reason in
+    ``TRIAL_FAILURE_ATTR``, which TPE learns from (the module's docstring).
 
     A trial is COMPLETE when it trained ``max_epochs`` epochs or the model's own
     callbacks ended it (EarlyStopping); one that stopped earlier for any other reason
@@ -324,6 +358,8 @@ class OptunaStudySearcher(Searcher):
         elif earlier.state == TrialState.PRUNED:
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
+            if TRIAL_FAILURE_ATTR in earlier.user_attrs:  # told its failure, as a repeat of a value is told the value
+                trial.set_user_attr(TRIAL_FAILURE_ATTR, earlier.user_attrs[TRIAL_FAILURE_ATTR])
             self.study.tell(trial, state=TrialState.FAIL)
 
     def _unseen_configuration(self) -> dict[str, Any] | None:
@@ -406,6 +442,8 @@ class OptunaStudySearcher(Searcher):
         by_model = stopped_by_model(result)
         values = objective_values(self._spec, result)
         if error or result.get(FAILURE_KEY) or value is None or values is None:
+            if result.get(FAILURE_KEY) and result.get(FAILURE_KIND_KEY) == _TRIAL_FAILURE_KIND:
+                trial.set_user_attr(TRIAL_FAILURE_ATTR, str(result[FAILURE_KEY]))
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             return
         set_constraints(trial, self._spec, result)
