@@ -17,6 +17,7 @@ from typing import Any
 
 from tunekit.config.objectives import headline_metric, tracked_metrics
 from tunekit.config.spec import ExperimentSpec
+from tunekit.driver.worker_deaths import last_rss_mb, worker_death_reason
 from tunekit.errors import describe_error
 from tunekit.layout import (
     ABORTED_REASON,
@@ -198,11 +199,14 @@ def _restored(record: TrialRecord) -> str:
     return "; the model restored its best weights" if record.restored_weights else ""
 
 
-def settle_errored(record: TrialRecord, traceback: str) -> None:
-    """A trial whose worker raised: its own reported reason, else the traceback's last line."""
+def settle_errored(record: TrialRecord, traceback: str, last_result: Mapping[str, Any] | None = None) -> None:
+    """A trial whose worker raised: its own reported reason, a worker killed for memory named as
+    such (``tunekit.driver.worker_deaths``; ``last_result``, its last report, gives the worker's
+    memory then), else the traceback's last line."""
     record.status = TrialStatus.FAILED
     if not record.reason:
-        record.reason = describe_error(traceback, limit=300) or "the trial's worker failed"
+        killed = worker_death_reason(traceback, last_rss_mb(last_result, record.info))
+        record.reason = killed or describe_error(traceback, limit=300) or "the trial's worker failed"
 
 
 # -------------------------------------------------------------------------- tables
