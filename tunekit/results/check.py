@@ -33,6 +33,13 @@ from tunekit.layout import (
     TrialStatus,
     finite,
 )
+from tunekit.results.check_files import (
+    SAVED_STATE,
+    checkpoint_file_findings,
+    damage,
+    last_checkpoints,
+    saved_state_findings,
+)
 from tunekit.results.check_mlflow import check_mlflow
 from tunekit.results.check_pareto import FRONT_VS_STUDY, front_findings, ledger_front_findings, study_findings
 from tunekit.results.findings import (
@@ -93,6 +100,7 @@ def check_experiment(
         (SPANS_FILE, lambda: _spans(results, clock)),
         ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary), *STUDY_LAG)),
         ("checkpoints", lambda: _as_a_dead_driver_s_lag(directory, _checkpoints(results), *CHECKPOINTS_LAG)),
+        (SAVED_STATE, lambda: saved_state_findings(directory)),
         ("summary", lambda: _figures(results, summary)),
     ]
     if summary.pareto is not None:
@@ -350,8 +358,14 @@ def _study_states(status: str, final: float | None, held: bool) -> tuple[str, ..
 # ----------------------------------------------------------- the checkpoints
 
 
-def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
-    """Completed trials left a model; the best trial's last checkpoint holds the best config."""
+def _checkpoints(results: ExperimentResults) -> Iterator[Finding | str]:
+    """Completed trials left a model; the best trial's last checkpoint holds the best config;
+    the files these name, and those a resume would restore, open whole (``check_files``)."""
+    yield from _checkpoint_records(results)
+    yield from checkpoint_file_findings(results)
+
+
+def _checkpoint_records(results: ExperimentResults) -> Iterator[Finding]:
     from tunekit.tracking.artifacts import final_model_path
 
     where = f"{TRIALS_FILE} vs checkpoints"
@@ -363,10 +377,14 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     if best is None:
         return
     where, label = BEST_VS_CHECKPOINTS, f"trial {best.number} ({best.trial_id})"
-    state = _last_checkpoint_state(directory / best.trial_id)
-    if state is None:
+    newest = last_checkpoints(directory / best.trial_id)
+    if not newest:
         yield Finding(where, f"{label} last checkpoint", "present", "none")
         return
+    last = newest[0]
+    if damage(last / CHECKPOINT_STATE) is not None:
+        return  # nothing to compare: checkpoint_file_findings names the damaged file
+    state = json.loads((last / CHECKPOINT_STATE).read_text())
     saved = {key: value for key, value in (state.get("config") or {}).items() if not str(key).startswith("_")}
     if not _same_config(best.config, saved):
         yield Finding(where, f"{label} config its model was trained under", best.config, saved)
@@ -377,17 +395,6 @@ def _checkpoints(results: ExperimentResults) -> Iterator[Finding]:
     epoch = int(state.get("epoch", -1))
     if epoch != best.epochs and (best.status == TrialStatus.COMPLETED or not 0 < epoch <= best.epochs + 1):
         yield Finding(where, f"{label} last checkpoint's epoch", best.epochs, state.get("epoch"))
-
-
-def _last_checkpoint_state(trial_dir: Path) -> dict[str, Any] | None:
-    from tunekit.tracking.artifacts import checkpoint_order
-
-    for checkpoint in sorted(trial_dir.glob("checkpoint_*"), key=checkpoint_order, reverse=True):
-        path = checkpoint / CHECKPOINT_STATE
-        if path.is_file():
-            state = json.loads(path.read_text())
-            return state if isinstance(state, dict) else None
-    return None
 
 
 # ------------------------------------------------------------- the figures

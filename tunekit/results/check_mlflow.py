@@ -35,6 +35,9 @@ from tunekit.tracking.tags import (
 from tunekit.tracking.values import metric_key
 
 WHERE = "files vs mlflow"  # how each finding of the per-trial comparison is headed
+# How a finding about MLflow's own records is headed (a metric's step logged twice): no
+# dead driver's lag explains it, and `tunekit sync` does not mend it.
+ITSELF = "mlflow"
 
 
 def check_mlflow(
@@ -58,6 +61,8 @@ def check_mlflow(
     # MLflow's retries and its searches for Databricks and Spark.
     with quick_http_retries(), absent_platforms_skipped():
         found = list(_mlflow(results, summary, record, uri))
+    report.findings.extend(finding for finding in found if finding.where == ITSELF)
+    found = [finding for finding in found if finding.where != ITSELF]
     if found and died_mid_session(results.experiment_dir):
         # Its writer sent up to a second behind the search, its tables up to 2 s behind: MLflow
         # can be behind or ahead of the files, and `tunekit sync` cannot fix what is ahead.
@@ -108,7 +113,12 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
         tagged, wall = finite(number_or_none(run.data.tags.get(TAG_WALL_SECONDS))), finite(row.get("wall_seconds"))
         if TrialStatus(str(row["status"])).is_finished() and not same(wall, tagged, absolute=TIME_SLACK_S):
             yield Finding(where, f"{label} {TAG_WALL_SECONDS}", wall, tagged)
-        history = client.get_metric_history(run.info.run_id, metric)
+        # Each key's history once: the headline metric's against the files, and every key's
+        # steps against themselves (a trial run's step is logged once; the parent's repeat).
+        histories = {key: client.get_metric_history(run.info.run_id, key) for key in {metric, *run.data.metrics}}
+        for key in sorted(histories):
+            yield from steps_logged_twice(label, key, histories[key])
+        history = histories[metric]
         steps = {int(point.step) for point in history}
         if steps != epochs.get(trial_id, set()):
             yield Finding(where, f"{label} {metric} steps", sorted(epochs.get(trial_id, set())), sorted(steps))
@@ -128,6 +138,27 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
         if not same(finite(parent_metrics.get(key)), value, absolute=TIME_SLACK_S):
             yield Finding("summary vs mlflow parent", key, value, parent_metrics.get(key))
     yield from _parent_best(summary.best, results.metric, parent.data.tags, parent_metrics)
+
+
+def steps_logged_twice(label: str, key: str, history: list[Any]) -> Iterator[Finding]:
+    """A trial run's metric ``key`` at steps MLflow holds more than one point for, each step
+    with its values: one finding for the steps whose values conflict (which one is the
+    epoch's?), one for those logged again with the same value.
+
+    The writer sends each epoch once (it leaves out the steps MLflow holds, on a resume
+    too), so a second point at a step is a bug or a second writer; MLflow's charts and
+    ``load_from_mlflow`` then pick one of the values by timestamp.
+    """
+    by_step: dict[int, list[float]] = {}
+    for point in sorted(history, key=lambda p: (p.step, p.timestamp)):
+        by_step.setdefault(int(point.step), []).append(point.value)
+    twice = {step: values for step, values in by_step.items() if len(values) > 1}
+    conflicting = {step: values for step, values in twice.items() if len(set(map(repr, values))) > 1}  # NaN too
+    repeated = {step: values for step, values in twice.items() if step not in conflicting}
+    if conflicting:
+        yield Finding(ITSELF, f"{label} {key} values at a step", 1, conflicting)
+    if repeated:
+        yield Finding(ITSELF, f"{label} {key} points at a step", 1, repeated)
 
 
 def _parent_best(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.errors import FatalTrialError, describe_error
+from tunekit.errors import FatalTrialError, TrialFailure, describe_error
 from tunekit.layout import (
     CHECKPOINT_STATE,
     CHECKPOINT_WEIGHTS,
@@ -115,8 +119,14 @@ def restore_checkpoint(
             # Ray's record of this trial predates the driver's death and points at a
             # checkpoint already rotated away; training again from scratch is correct.
             return 0
-        state = json.loads((Path(directory) / CHECKPOINT_STATE).read_text())
-        with np.load(Path(directory) / CHECKPOINT_WEIGHTS) as arrays:
+        # Named where the trial's storage keeps it: as_directory may be a download's copy.
+        stored = Path(getattr(checkpoint, "path", None) or directory)
+        with _damaged(stored / CHECKPOINT_STATE):
+            state = json.loads((Path(directory) / CHECKPOINT_STATE).read_text())
+        weights = stored / CHECKPOINT_WEIGHTS
+        with _damaged(weights):
+            arrays = np.load(Path(directory) / CHECKPOINT_WEIGHTS)
+        with arrays:
             if not model.weights:
                 # A subclassed model creates its weights on its first call.
                 model(next(iter(train_ds))[0], training=False)
@@ -127,13 +137,40 @@ def restore_checkpoint(
                     f"{len(model.weights)}: the model changed since the checkpoint was written"
                 )
             for i, variable in enumerate(model.weights):
-                _check_shape(arrays[f"w{i}"], variable, directory)
-                variable.assign(arrays[f"w{i}"])
+                with _damaged(weights):
+                    value = arrays[f"w{i}"]
+                _check_shape(value, variable, directory)
+                variable.assign(value)
             model.optimizer.build(model.trainable_variables)
             for i, variable in enumerate(model.optimizer.variables):
-                variable.assign(arrays[f"o{i}"])
+                with _damaged(weights):
+                    value = arrays[f"o{i}"]
+                variable.assign(value)
     _apply_new_learning_rate(model.optimizer, state.get("config", {}), config, built_with or config)
     return int(state["epoch"])
+
+
+# What reading a file cut short or overwritten raises: zipfile's and zlib's errors, NumPy's
+# (EOFError on an empty file, ValueError on one that is no .npz), JSON's (a ValueError), and
+# the file system's.
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError)
+
+
+@contextmanager
+def _damaged(path: Path) -> Iterator[None]:
+    """A read of ``path`` that fails names it: the trial's recorded reason says which file
+    (``checkpoint /.../checkpoint_000004/weights.npz: damaged (File is not a zip file)``).
+
+    The trial fails for its own reasons (its checkpoint): a retry would read the same file.
+    """
+    try:
+        yield
+    except FileNotFoundError as error:
+        raise TrialFailure(f"checkpoint {path}: missing") from error
+    except OSError as error:
+        raise TrialFailure(f"checkpoint {path}: unreadable ({error.strerror or error})") from error
+    except _READ_ERRORS as error:
+        raise TrialFailure(f"checkpoint {path}: damaged ({str(error) or type(error).__name__})") from error
 
 
 def _check_shape(saved: Any, variable: Any, directory: str) -> None:

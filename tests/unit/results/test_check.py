@@ -8,23 +8,29 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 
 from tunekit.layout import (
     CHECKPOINT_STATE,
+    CHECKPOINT_WEIGHTS,
     EPOCHS_FILE,
     FINAL_MODEL,
+    FINAL_WEIGHTS,
     LEDGER_FILE,
     SPANS_FILE,
     STARTED_FILE,
     TRIALS_FILE,
 )
 from tunekit.results.check import check_experiment
+from tunekit.results.findings import Finding
 from tunekit.results.load import load
 from tunekit.search.attrs import FINAL_RESULT_ATTR, HELD_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
 from tunekit.search.plan import study_storage
@@ -74,14 +80,46 @@ def consistent(
     checkpoint = root / ids.get("a", "a") / "checkpoint_000003"
     checkpoint.mkdir(parents=True)
     (checkpoint / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 4, "config": {**PARAMS["a"], "_seed": 1}}))
-    (checkpoint / FINAL_MODEL).write_text("a model")
+    write_weights(checkpoint / CHECKPOINT_WEIGHTS)
+    write_model(checkpoint / FINAL_MODEL)
     return root
+
+
+def write_weights(path: Path) -> Path:
+    """A checkpoint's weights.npz as tunekit saves it: the weights, then the optimizer's variables."""
+    np.savez(path, w0=np.linspace(0.0, 1.0, 64).reshape(8, 8), w1=np.zeros(8), o0=np.ones(3))
+    return path
+
+
+def write_model(path: Path) -> Path:
+    """A model.keras as Keras saves it: a zip of its config, metadata and weights (no TensorFlow here)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("metadata.json", json.dumps({"keras_version": "3.11.3"}))
+        archive.writestr("config.json", json.dumps({"class_name": "Sequential", "config": {"layers": []}}))
+        archive.writestr("model.weights.h5", bytes(range(256)) * 8)
+    return path
+
+
+def cut(path: Path, keep: float = 0.5) -> int:
+    """Truncates ``path`` to ``keep`` of its length, as a copy killed halfway leaves it; the new size."""
+    data = path.read_bytes()
+    size = int(len(data) * keep)
+    path.write_bytes(data[:size])
+    return size
 
 
 def test_an_experiment_that_agrees_with_itself_is_ok(tmp_path: Path) -> None:
     report = check_experiment(consistent(tmp_path))
     assert report.ok, report.describe()
-    assert report.checked == ["trials.csv", "epochs.csv", "spans.csv", "study", "checkpoints", "summary"]
+    assert report.checked == [
+        "trials.csv",
+        "epochs.csv",
+        "spans.csv",
+        "study",
+        "checkpoints",
+        "Ray's saved state",
+        "summary",
+    ]
     assert report.describe().splitlines()[0] == f"{tmp_path}: ok"
 
 
@@ -276,7 +314,6 @@ def test_a_dead_driver_s_study_ahead_of_the_tables_is_a_note_for_its_front_too(t
     import sys
 
     from tunekit.results.check import STUDY_LAG, _as_a_dead_driver_s_lag
-    from tunekit.results.findings import Finding
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     clock = {"started_at": 0.0, "sessions": [[0.0, 5.0]], "running": True}
@@ -293,3 +330,186 @@ def test_a_dead_driver_s_study_ahead_of_the_tables_is_a_note_for_its_front_too(t
     notes = [item for item in items[1:] if isinstance(item, str)]
     assert len(items) == 3 and len(notes) == 2
     assert "(summary vs study's front: pareto front: [] vs ['f'])" in notes[1]
+
+
+# ------------------------------------------------------------ damaged files
+
+
+def test_each_file_of_the_best_trial_cut_short_is_a_finding_that_names_it(tmp_path: Path) -> None:
+    # A full disk (or a copy killed halfway) left trial a's files cut short: check said ok.
+    root = consistent(tmp_path)
+    checkpoint = root / "a" / "checkpoint_000003"
+    model = cut(checkpoint / FINAL_MODEL)
+    weights = cut(checkpoint / CHECKPOINT_WEIGHTS, 0.9)
+    (checkpoint / CHECKPOINT_STATE).write_text('{"epoch": 4, "config": {"learning')
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [
+        f"checkpoints: trial 0 (a) {checkpoint / FINAL_MODEL}: 'a whole zip archive' vs "
+        f"'File is not a zip file ({model} bytes)'",
+        f"checkpoints: trial 0 (a) {checkpoint / CHECKPOINT_STATE}: 'a JSON object' vs "
+        "'cut short after 33 characters (Unterminated string starting at character 24)'",
+        f"checkpoints: trial 0 (a) {checkpoint / CHECKPOINT_WEIGHTS}: 'a whole zip archive' vs "
+        f"'File is not a zip file ({weights} bytes)'",
+    ]
+
+
+def test_the_best_trial_s_model_is_read_through_and_other_trials_models_only_opened(tmp_path: Path) -> None:
+    # One byte changed inside a member: the archive still opens; only its CRC tells.
+    root = consistent(tmp_path)
+    model = root / "a" / "checkpoint_000003" / FINAL_MODEL
+    data = bytearray(model.read_bytes())
+    data[data.index(b"Sequential")] ^= 0x20  # "sequential": the same length, another CRC
+    model.write_bytes(bytes(data))
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [
+        f"checkpoints: trial 0 (a) {model}: 'a whole zip archive' vs \"member 'config.json' fails its CRC check\""
+    ]
+
+    from tunekit.results.check_files import damage
+
+    assert damage(model) is None  # the cheap check, as for every completed trial's model
+    assert damage(model, thorough=True) == ("a whole zip archive", "member 'config.json' fails its CRC check")
+
+
+def test_weights_only_exported_in_hdf5_are_opened_with_h5py_and_a_cut_one_is_a_finding(tmp_path: Path) -> None:
+    import h5py
+
+    root = consistent(tmp_path)
+    checkpoint = root / "a" / "checkpoint_000003"
+    (checkpoint / FINAL_MODEL).unlink()
+    weights = checkpoint / FINAL_WEIGHTS  # Keras could not save the model whole: its weights only
+    with h5py.File(weights, "w") as file:
+        file.create_group("layers/dense/vars").create_dataset("0", data=np.arange(4096.0))
+    whole = weights.stat().st_size
+    report = check_experiment(root, mlflow=False)
+    assert report.ok, report.describe()
+    size = cut(weights)
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [
+        f"checkpoints: trial 0 (a) {weights}: 'a whole HDF5 file' vs 'Unable to synchronously open file "
+        f"(truncated file: eof = {size}, sblock->base_addr = 0, stored_eof = {whole})'"
+    ]
+    weights.write_bytes(b"<html>Service Unavailable</html>")  # what a proxy put there
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [f"checkpoints: trial 0 (a) {weights}: 'a whole HDF5 file' vs 'no HDF5 signature (32 bytes)'"]
+
+
+def test_a_stopped_trial_s_last_two_checkpoints_are_checked_since_a_resume_restores_one(tmp_path: Path) -> None:
+    root = consistent(tmp_path, b_untold=True)
+    (root / TRIALS_FILE).write_text(
+        (root / TRIALS_FILE)
+        .read_text()
+        .replace(
+            "b,1,pruned,pruned by ASHA at rung 0 (epoch 1),1,0.6,0.6,0,",
+            "b,1,stopped,the search was stopped after 1 epoch,1,0.6,0.6,,",
+        )
+    )
+    optuna.load_study(study_name="summary", storage=study_storage(root)).set_user_attr(HELD_ATTR, True)
+    oldest, before, last = (root / "b" / f"checkpoint_00000{index}" for index in range(3))
+    for checkpoint in (oldest, before, last):
+        checkpoint.mkdir(parents=True)
+        (checkpoint / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 1, "config": PARAMS["b"]}))
+        write_weights(checkpoint / CHECKPOINT_WEIGHTS)
+    (oldest / CHECKPOINT_WEIGHTS).write_bytes(b"")  # out of use: a resume restores one of the newest two
+    assert check_experiment(root, mlflow=False).ok
+    # The newest may be one the driver never heard of (stored before the stop cut its report
+    # off): the resume restores the one before.
+    (before / CHECKPOINT_WEIGHTS).write_bytes(b"")
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [f"checkpoints: trial 1 (b) {before / CHECKPOINT_WEIGHTS}: 'a whole zip archive' vs 'empty'"]
+    (last / CHECKPOINT_WEIGHTS).unlink()
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [
+        f"checkpoints: trial 1 (b) {before / CHECKPOINT_WEIGHTS}: 'a whole zip archive' vs 'empty'",
+        f"checkpoints: trial 1 (b) {last / CHECKPOINT_WEIGHTS}: 'a whole zip archive' vs 'missing'",
+    ]
+
+
+def test_a_running_trial_s_checkpoint_cut_short_by_a_dead_driver_is_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.results import check_files
+
+    root = consistent(tmp_path)
+    (root / TRIALS_FILE).write_text(
+        (root / TRIALS_FILE).read_text().replace("b,1,pruned,pruned by ASHA at rung 0 (epoch 1),", "b,1,running,,")
+    )
+    last = root / "b" / "checkpoint_000001"
+    last.mkdir(parents=True)
+    (last / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 1, "config": PARAMS["b"]}))
+    cut(write_weights(last / CHECKPOINT_WEIGHTS))
+    monkeypatch.setattr(check_files, "died_mid_session", lambda _: True)
+    items = list(check_files.checkpoint_file_findings(load(root)))
+    assert len(items) == 1 and isinstance(items[0], str)
+    assert items[0].startswith(
+        "the last session's driver died without ending it (killed, or a second signal): trial 1 (b) was copying "
+        f"a checkpoint it cut short ({last / CHECKPOINT_WEIGHTS}: File is not a zip file ("
+    )
+    monkeypatch.setattr(check_files, "died_mid_session", lambda _: False)
+    items = list(check_files.checkpoint_file_findings(load(root)))
+    assert [item.where if isinstance(item, Finding) else item for item in items] == ["checkpoints"]
+
+
+def test_ray_s_saved_state_cut_short_is_a_finding_that_says_a_resume_refuses_it(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    state = {"runner_data": {"_iteration": 12}, "trial_data": [[json.dumps({"trial_id": "a"}), "{}"]]}
+    older = root / "experiment_state-2026-01-01_10-00-00.json"
+    newest = root / "experiment_state-2026-01-01_11-00-00.json"
+    older.write_text("{")  # Ray reads the newest only
+    newest.write_text(json.dumps(state))
+    # tunekit's searcher saves JSON under Ray's .pkl name; the tuner is a pickle.
+    searcher = root / "searcher-state-2026-01-01_11-00-00.pkl"
+    searcher.write_text(json.dumps({"numbers": {"a": 0, "b": 1}, "skipped_repeats": 0, "exhausted": None}))
+    tuner = root / "tuner.pkl"
+    tuner.write_bytes(pickle.dumps({"param_space": PARAMS, "note": "a. b"}))
+    report = check_experiment(root, mlflow=False)
+    assert report.ok, report.describe()
+    text = newest.read_text()
+    newest.write_text(text[:40])
+    size = cut(tuner, 0.6)
+    findings = [str(f) for f in check_experiment(root, mlflow=False).findings]
+    assert findings == [
+        f"Ray's saved state: {newest}: 'a JSON object' vs 'cut short after 40 characters (Unterminated string "
+        "starting at character 36); `tunekit resume` refuses an experiment whose saved state is damaged'",
+        f"Ray's saved state: {tuner}: 'a whole pickle' vs \"cut short after {size} bytes (no STOP at its end); "
+        "`tunekit resume` would fail as Ray's Tuner.restore reads it\"",
+    ]
+    # Cut just after a "." inside a string: it ends like a pickle; its opcodes tell.
+    data = pickle.dumps({"param_space": PARAMS, "note": "a. b"})
+    tuner.write_bytes(data[: data.index(b"a.") + 2])
+    newest.write_text(text)
+    (actual,) = [f.actual for f in check_experiment(root, mlflow=False).findings]
+    assert actual == (
+        f"cut short after {data.index(b'a.') + 2} bytes (expected 4 bytes in a unicodestring1, but only 2 remain); "
+        "`tunekit resume` would fail as Ray's Tuner.restore reads it"
+    )
+
+
+def test_a_trial_run_s_metric_logged_twice_at_a_step_is_a_finding(tmp_path: Path) -> None:
+    """A real MLflow store (SQLite) holding what `tunekit sync` sent, then a second writer's points."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from tunekit.tracking import sync
+    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_TRIAL_ID
+
+    root = consistent(tmp_path / "experiment")
+    synced = sync(root, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    report = check_experiment(root)
+    assert report.ok and "mlflow" in report.checked, report.describe()
+    client = MlflowClient(tracking_uri=synced.tracking_uri)
+    runs = {
+        run.data.tags[TAG_TRIAL_ID]: run.info.run_id
+        for run in client.search_runs([synced.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{synced.parent_run_id}'")
+    }
+    # Trial a's epoch 3 again with another value, and trial b's epoch 1 again with the same.
+    later = int(time.time() * 1000) + 1000
+    client.log_batch(runs["a"], metrics=[Metric("val_accuracy", 0.85, later, 3)])
+    client.log_batch(
+        runs["b"], metrics=[Metric("val_accuracy", 0.6, later, 1), Metric("val_accuracy", 0.6, later + 1, 1)]
+    )
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert findings == [
+        "mlflow: trial 0 (a) val_accuracy values at a step: 1 vs {3: [0.8, 0.85]}",
+        "mlflow: trial 1 (b) val_accuracy points at a step: 1 vs {1: [0.6, 0.6, 0.6]}",
+    ]

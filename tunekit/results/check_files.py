@@ -1,0 +1,272 @@
+"""``tunekit check``'s file part: do the trials' model and checkpoint files, and Ray's saved
+state, open whole?
+
+A file cut short (a full disk, a copy killed halfway, a bucket upload that stopped) reads
+as another kind of disagreement: the experiment says the file is there, the file says it
+is not whole. Each is read without TensorFlow, so the check stays a fast reader: a
+``.keras`` model and ``weights.npz`` are zip archives, ``model.weights.h5`` an HDF5 file
+(h5py, a Keras dependency, imported only when there is one), ``state.json`` JSON, and
+Ray's pickles are walked opcode by opcode, never loaded.
+
+Cheap checks (the archive's directory, the HDF5 superblock's length) go over every file
+named below; the best trial's files are read through (every zip member's CRC, every HDF5
+dataset), since that is the model a user takes away.
+"""
+
+from __future__ import annotations
+
+import json
+import pickletools
+import zipfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tunekit.clock import died_mid_session
+from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, FINAL_MODEL, FINAL_WEIGHTS, TrialStatus
+from tunekit.results.findings import Finding, table_rows_of, trial_label
+from tunekit.results.load import ExperimentResults
+
+CHECKPOINT_FILES = "checkpoints"  # how a damaged trial file's finding is headed
+SAVED_STATE = "Ray's saved state"  # ... and a damaged file of Ray's
+
+ZIP_WHOLE = "a whole zip archive"
+HDF5_WHOLE = "a whole HDF5 file"
+JSON_OBJECT = "a JSON object"
+PICKLE_WHOLE = "a whole pickle"
+
+# The first bytes of every HDF5 file Keras writes (no user block).
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# Ray's pickles larger than this have only their last byte checked (STOP): walking a
+# pickle's opcodes costs about a second per 20 MB, and a cut one rarely ends in STOP.
+PICKLE_WALK_LIMIT = 16 * 2**20
+PICKLE_STOP = b"."  # the opcode that ends every pickle
+# Ray's newest file of each of these (by name, as Ray picks it) is what ``Tuner.restore`` reads:
+# the controller's, the search generator's and the callbacks' state (SAVED_STATE_PATTERNS of
+# tunekit.compat.ray_saved_state), the base searcher's (Ray 2.60: Searcher.CKPT_FILE_TMPL) and
+# the tuner itself. Their names do not tell their format: the controller's is JSON, the
+# searcher's is what the searcher's ``save`` writes (tunekit's: JSON), the rest are pickles.
+JSON, PICKLE, EITHER = "json", "pickle", "either"
+RAY_FILES = {
+    "experiment_state-*.json": JSON,
+    "search_gen_state-*.json": PICKLE,
+    "callback-states-*.pkl": PICKLE,
+    "searcher-state-*.pkl": EITHER,
+    "tuner.pkl": PICKLE,
+}
+# How every pickle Ray writes begins (protocol 2 and later: PROTO).
+PICKLE_PROTO = b"\x80"
+
+
+# -------------------------------------------------------------- one file
+
+
+def damage(path: Path, *, thorough: bool = False) -> tuple[str, str] | None:
+    """What is wrong with a trial's file, as (what it should be, what it is), or None when it
+    opens whole. ``thorough`` reads every byte (every zip member's CRC, every HDF5 dataset)."""
+    name = path.name
+    if name == CHECKPOINT_STATE:
+        return _json_damage(path)
+    if name.endswith(".h5"):
+        return _hdf5_damage(path, thorough)
+    return _zip_damage(path, thorough)  # model.keras, weights.npz
+
+
+def _size_or_missing(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _zip_damage(path: Path, thorough: bool) -> tuple[str, str] | None:
+    size = _size_or_missing(path)
+    if size is None:
+        return ZIP_WHOLE, "missing"
+    if size == 0:
+        return ZIP_WHOLE, "empty"
+    try:
+        # Opening reads the central directory at the end: a file cut short has none.
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                if member.header_offset + member.compress_size > size:
+                    return ZIP_WHOLE, f"member {member.filename!r} runs past the file's end ({size} bytes)"
+            if thorough:
+                bad = archive.testzip()
+                if bad is not None:
+                    return ZIP_WHOLE, f"member {bad!r} fails its CRC check"
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as error:
+        return ZIP_WHOLE, f"{_text(error)} ({size} bytes)"
+    return None
+
+
+def _hdf5_damage(path: Path, thorough: bool) -> tuple[str, str] | None:
+    size = _size_or_missing(path)
+    if size is None:
+        return HDF5_WHOLE, "missing"
+    if size == 0:
+        return HDF5_WHOLE, "empty"
+    with path.open("rb") as file:
+        if file.read(len(HDF5_SIGNATURE)) != HDF5_SIGNATURE:
+            return HDF5_WHOLE, f"no HDF5 signature ({size} bytes)"
+    try:
+        import h5py
+    except ImportError:  # Keras installs it; without it the signature is all there is to see
+        return None
+    try:
+        # Opening compares the superblock's recorded end of file with the file's length.
+        with h5py.File(path, "r") as file:
+            if thorough:
+                file.visititems(_read_dataset)
+    except (OSError, RuntimeError, ValueError, KeyError) as error:
+        return HDF5_WHOLE, _text(error)
+    return None
+
+
+def _read_dataset(_: str, item: Any) -> None:
+    import h5py
+
+    if isinstance(item, h5py.Dataset):
+        item[()]
+    # None: visititems goes on to the next item
+
+
+def _json_damage(path: Path) -> tuple[str, str] | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return JSON_OBJECT, "missing"
+    except (OSError, UnicodeDecodeError) as error:
+        return JSON_OBJECT, _text(error)
+    if not text.strip():
+        return JSON_OBJECT, "empty"
+    try:
+        state = json.loads(text)
+    except json.JSONDecodeError as error:
+        where = f"{error.msg.removesuffix(' at')} at character {error.pos}"
+        # The parser ran out of text (inside a string, or after a value): the file ends too soon.
+        if error.msg.startswith("Unterminated string") or not text[error.pos :].strip():
+            return JSON_OBJECT, f"cut short after {len(text)} characters ({where})"
+        return JSON_OBJECT, f"not JSON ({where})"
+    if not isinstance(state, dict):
+        return JSON_OBJECT, f"a JSON {type(state).__name__}"
+    return None
+
+
+def _pickle_damage(path: Path) -> tuple[str, str] | None:
+    """A pickle stream's opcodes read to its STOP, without loading (running) any of it."""
+    size = _size_or_missing(path)
+    if size is None:
+        return PICKLE_WHOLE, "missing"
+    if size == 0:
+        return PICKLE_WHOLE, "empty"
+    with path.open("rb") as file:
+        file.seek(size - 1)
+        if file.read(1) != PICKLE_STOP:
+            return PICKLE_WHOLE, f"cut short after {size} bytes (no STOP at its end)"
+        if size > PICKLE_WALK_LIMIT:
+            return None
+        file.seek(0)
+        data = file.read()
+    try:
+        for _ in pickletools.genops(data):
+            pass
+    except ValueError as error:
+        return PICKLE_WHOLE, f"cut short after {size} bytes ({_text(error)})"
+    return None
+
+
+def _saved_state_damage(path: Path, kind: str) -> tuple[str, str] | None:
+    if kind == EITHER:
+        with path.open("rb") as file:
+            kind = PICKLE if file.read(1) == PICKLE_PROTO else JSON
+    return _pickle_damage(path) if kind == PICKLE else _json_damage(path)
+
+
+def _text(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+# ----------------------------------------------------------- the trials
+
+
+def checkpoint_file_findings(results: ExperimentResults) -> Iterator[Finding | str]:
+    """Every completed trial's exported model, the best trial's last checkpoint (read through,
+    with its model) and the last two checkpoints of every trial a resume would continue.
+
+    A running trial's file damaged after its driver died mid-session is a note: the copy of
+    the checkpoint it was making into the trial's folder was cut short with the driver's
+    workers, and Ray recorded only the checkpoints it finished copying; ``tunekit resume``
+    restores the last of those.
+    """
+    from tunekit.tracking.artifacts import final_model_path
+
+    directory = results.experiment_dir
+    best = results.best
+    rows = {str(row["trial_id"]): row for row in table_rows_of(results.trials)}
+    files: dict[Path, tuple[str, bool]] = {}  # file -> (trial id, read through)
+    for trial_id, row in rows.items():
+        status = str(row["status"])
+        is_best = best is not None and best.trial_id == trial_id
+        if status == TrialStatus.COMPLETED and (model := final_model_path(directory, trial_id)) is not None:
+            files[model] = (trial_id, is_best)
+        resumed = status in (TrialStatus.RUNNING, TrialStatus.STOPPED)
+        # A stopped trial's newest checkpoint may be one its driver never heard of (see
+        # check._checkpoint_records): a resume restores it or the one before.
+        for last in last_checkpoints(directory / trial_id, 2 if resumed else 1 if is_best else 0):
+            for name in (CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, FINAL_MODEL, FINAL_WEIGHTS):
+                # The two checkpoint files are always saved; a model only at the trial's end.
+                if name in (CHECKPOINT_STATE, CHECKPOINT_WEIGHTS) or (last / name).is_file():
+                    files[last / name] = (trial_id, is_best)
+    died: bool | None = None  # asked once, and only when a running trial's file is damaged
+    for path, (trial_id, thorough) in sorted(files.items()):
+        found = damage(path, thorough=thorough)
+        if found is None:
+            continue
+        row = rows[trial_id]
+        if str(row["status"]) == TrialStatus.RUNNING:
+            died = died_mid_session(directory) if died is None else died
+            if died:
+                yield (
+                    f"the last session's driver died without ending it (killed, or a second signal): "
+                    f"{trial_label(row)} was copying a checkpoint it cut short ({path}: {found[1]}); "
+                    "`tunekit resume` continues the trial from the last checkpoint Ray finished copying"
+                )
+                continue
+        yield Finding(CHECKPOINT_FILES, f"{trial_label(row)} {path}", *found)
+
+
+def last_checkpoints(trial_dir: Path, count: int = 1) -> list[Path]:
+    """The trial's ``count`` newest checkpoint folders that hold a ``state.json``, newest first
+    (a folder without one is a stand-in a resume left, or one Ray's rotation is removing)."""
+    from tunekit.tracking.artifacts import checkpoint_order
+
+    found: list[Path] = []
+    for checkpoint in sorted(trial_dir.glob("checkpoint_*"), key=checkpoint_order, reverse=True):
+        if len(found) >= count:
+            break
+        if (checkpoint / CHECKPOINT_STATE).is_file():
+            found.append(checkpoint)
+    return found
+
+
+# ------------------------------------------------------------ Ray's state
+
+
+def saved_state_findings(experiment_dir: Path) -> Iterator[Finding]:
+    """Ray's newest saved state files, which ``tunekit resume`` hands to ``Tuner.restore``:
+    each JSON parses, and each pickle is whole."""
+    from tunekit.compat.ray_saved_state import damaged_saved_state
+
+    refused = damaged_saved_state(experiment_dir)  # the resume's own test, which refuses to start
+    for pattern, kind in RAY_FILES.items():
+        path = max(experiment_dir.glob(pattern), default=None)
+        if path is None or (found := _saved_state_damage(path, kind)) is None:
+            continue
+        expected, actual = found
+        if refused is not None and path.name in refused:
+            consequence = "`tunekit resume` refuses an experiment whose saved state is damaged"
+        else:
+            consequence = "`tunekit resume` would fail as Ray's Tuner.restore reads it"
+        yield Finding(SAVED_STATE, str(path), expected, f"{actual}; {consequence}")
