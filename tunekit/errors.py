@@ -245,6 +245,7 @@ _VARYING = (
     (re.compile(r"\btmp[a-z0-9_]{8}\b"), "tmp?"),  # tempfile's random directory names
     (re.compile(r"(?<=/)[0-9a-f]{8}(?=[/\s'\",:;]|$)"), "<trial>"),  # a trial's folder: its Ray id
     (re.compile(r"(?<=[A-Za-z])_\d+\b"), "_N"),  # TensorFlow's numbered names: dense_3, __inference_f_4065
+    (re.compile(r"\b\d[\d,.]* ?(GB|MB|MiB|GiB)\b"), r"N \1"),  # a killed worker's memory figures
 )
 # A reason is cut at a fixed length, so one error whose text holds a longer line number is
 # cut a few characters sooner: cut reasons are compared on this many characters of their start.

@@ -43,6 +43,7 @@ from tunekit.driver.records import (
     settle_errored,
 )
 from tunekit.driver.saved_records import SavedRecords, records_of, revived
+from tunekit.driver.worker_deaths import ray_error_text
 from tunekit.layout import (
     CHECKPOINTED,
     EPOCH_KEY,
@@ -181,7 +182,7 @@ class Recorder(Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         record = self._record(trial)
-        settle_errored(record, str(getattr(trial, "error_msg", "") or ""))
+        settle_errored(record, ray_error_text(trial), getattr(trial, "last_result", None))
         self._end(record)
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:

@@ -36,6 +36,7 @@ from tunekit.layout import (
 )
 from tunekit.search.pareto import is_feasible
 from tunekit.search.plan import rung_of
+from tunekit.store import write_text
 
 
 @dataclass
@@ -287,9 +288,7 @@ class _Lines:
     def write(self, order: Iterable[Any] | None = None) -> None:
         header = self.render([self.columns])
         body = "".join(map(self.lines.__getitem__, order) if order is not None else self.lines.values())
-        partial = self.path.with_suffix(".csv.partial")
-        partial.write_text(header + body)
-        partial.replace(self.path)  # readers never see half a table
+        write_text(self.path, header + body)  # readers never see half a table
 
 
 class TrialsTable:

@@ -21,7 +21,8 @@ from tunekit.config.resources import local_fit_warning, unplaceable
 from tunekit.config.spec import ResourcesSpec, load_spec
 from tunekit.driver.progress import ConsoleProgress
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.driver.runner import _stand_in_for_rotated_checkpoints, no_result_reason
+from tunekit.driver.resumable import stand_in_for_rotated_checkpoints
+from tunekit.driver.runner import no_result_reason
 from tunekit.driver.signals import StopSignals
 from tunekit.errors import SearchInterrupted
 from tunekit.layout import CHECKPOINT_STATE, ERROR_FILE, TrialStatus
@@ -453,7 +454,7 @@ def test_checkpoints_rotated_away_since_ray_saved_its_state_stand_in_empty_so_th
         (trial_dir / f"checkpoint_{index:06d}").mkdir(parents=True)
         (trial_dir / f"checkpoint_{index:06d}" / CHECKPOINT_STATE).write_text(f'{{"epoch": {index + 1}}}')
     (tmp_path / "trial_b").mkdir()  # no checkpoint yet: nothing to stand in for
-    stand_ins = _stand_in_for_rotated_checkpoints(tmp_path)
+    stand_ins = stand_in_for_rotated_checkpoints(tmp_path)
     assert sorted(p.name for p in stand_ins) == [f"checkpoint_{i:06d}" for i in range(6)]
     named = trial_dir / "checkpoint_000003"
     assert named.is_dir() and not any(named.iterdir())
