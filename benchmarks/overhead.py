@@ -3,13 +3,19 @@
 The same search is written twice:
 
 * with tunekit: ``tunekit.run`` on ``search_spaces/digits_mlp.yaml`` (TPE seed 0, ASHA
-  grace 2 rf 3, 2 trials at a time, 1 CPU each), tracking off;
+  grace 2 rf 3, 2 trials at a time, 1 CPU each), tracking to MLflow on SQLite;
 * by hand, the way a user would with plain Ray Tune defaults: a function trainable that
   builds the same model with the same trainable code (``trainables.digits_mlp``), compiles
   it, fits it with a per-epoch Keras callback that saves the weights and calls
   ``ray.tune.report`` with a ``tune.Checkpoint``; ``OptunaSearch(seed=0)`` over the same
   space in ``tune.loguniform/choice/uniform``; ``ASHAScheduler(grace 2, rf 3)``;
   ``TuneConfig(max_concurrent_trials=2)``; ``MLflowLoggerCallback`` to SQLite in a temp dir.
+
+Equal terms: the headline pair tracks on both sides (each to its own fresh SQLite file, its
+schema and experiment created before the clock, MLflow imported before it); a second pair
+runs both sides untracked (tunekit ``tracking.enabled: false``, plain Ray Tune without the
+callback). The four searches run A B A B: tracked tunekit, tracked plain, untracked tunekit,
+untracked plain; then plain Keras alone, the machine's yardstick.
 
 Each side runs in its own child process with its own ``ray.init``, one after the other.
 Both sides time the same work inside each trial (see DEFINITIONS), so the comparison of
@@ -205,8 +211,18 @@ def ray_tune_space(spec_space: dict[str, Any]) -> dict[str, Any]:
     return space
 
 
-def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
+def prepare_mlflow(workdir: Path, experiment: str) -> str:
+    """A fresh SQLite store in ``workdir`` with its schema and ``experiment`` made, as a user's
+    database already is; both sides call it before their clock starts. Returns the URI."""
     import mlflow
+
+    tracking_uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(experiment)
+    return tracking_uri
+
+
+def _run_plain(settings: dict[str, int], workdir: Path, tracked: bool = True) -> dict[str, Any]:
     import ray
     from ray import tune
     from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -216,10 +232,11 @@ def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     spec = common.digits_spec()
     timing_dir = workdir / "plain-timing"
     timing_dir.mkdir(parents=True, exist_ok=True)
-    tracking_uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    # A user's MLflow database already exists; creating its schema is not part of a search.
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_experiment("plain-ray-tune")
+    callbacks: list[tune.Callback] = []
+    if tracked:
+        # A user's MLflow database already exists; creating its schema is not part of a search.
+        tracking_uri = prepare_mlflow(workdir, "plain-ray-tune")
+        callbacks.append(MLflowLoggerCallback(tracking_uri=tracking_uri, experiment_name="plain-ray-tune"))
 
     started = time.time()
     ray.init()
@@ -243,7 +260,7 @@ def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
         run_config=tune.RunConfig(
             name="plain-ray-tune",
             storage_path=str(workdir / "ray_results"),
-            callbacks=[MLflowLoggerCallback(tracking_uri=tracking_uri, experiment_name="plain-ray-tune")],
+            callbacks=callbacks,
         ),
     )
     grid = tuner.fit()
@@ -270,6 +287,7 @@ def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     errors = grid.num_errors
     return {
         "side": "plain Ray Tune",
+        "tracked": tracked,
         "started": started,
         "wall_s": wall,
         "trials": trials,
@@ -278,7 +296,7 @@ def _run_plain(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     }
 
 
-def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
+def _run_tunekit(settings: dict[str, int], workdir: Path, tracked: bool = True) -> dict[str, Any]:
     import ray.tune  # noqa: F401 - imported before the clock, as on the plain side
 
     import tunekit
@@ -292,6 +310,8 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     profile_dir = workdir / "tunekit-profile"
     profile_dir.mkdir(parents=True, exist_ok=True)
     os.environ[PROFILE_DIR_ENV] = str(profile_dir)
+    # As on the plain side: a store whose schema exists, MLflow imported before the clock.
+    tracking = {"uri": prepare_mlflow(workdir, "tunekit"), "experiment": "tunekit"} if tracked else {"enabled": False}
     spec = tunekit.load_spec(
         common.digits_spec(
             trainable="benchmarks.overhead",
@@ -301,7 +321,7 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
                 "max_concurrent": SLOTS,
             },
             scheduler={"type": "asha", "grace_period": settings["grace_period"], "reduction_factor": REDUCTION_FACTOR},
-            tracking={"enabled": False},
+            tracking=tracking,
         )
     )
     started = time.time()
@@ -336,6 +356,7 @@ def _run_tunekit(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
     missing = sum(t["pid"] is None for t in trials)
     return {
         "side": "tunekit",
+        "tracked": tracked,
         "started": started,
         "wall_s": wall,
         "trials": trials,
@@ -529,16 +550,86 @@ def summarise(side: dict[str, Any], max_epochs: int) -> dict[str, Any]:
     }
 
 
+# The side runs, in the order they run (A B A B: no pair straddles the other's), and the rows.
+SIDES = ("tunekit", "plain", "tunekit-untracked", "plain-untracked", "keras")
+ROWS = {"tracked": ("tunekit", "plain"), "untracked": ("tunekit-untracked", "plain-untracked")}
+TRACKING_OF_ROW = {
+    "tracked": "both sides track to MLflow (SQLite, schema made before the clock)",
+    "untracked": "both sides untracked (tunekit tracking.enabled: false; plain Ray Tune without MLflowLoggerCallback)",
+}
+
+
+def side_tracking(side: dict[str, Any]) -> str:
+    """What a side did about tracking, in the words every published ratio carries."""
+    if side.get("tracked") is None:
+        return "tracking unknown"
+    return "tracked" if side["tracked"] else "untracked"
+
+
+def check_row(tk: dict[str, Any], plain: dict[str, Any], row: str) -> None:
+    """A ratio only between sides that did the same about tracking: refuses a mixed pair."""
+    want = row == "tracked"
+    if tk.get("tracked") is not want or plain.get("tracked") is not want:
+        raise ValueError(
+            f"the {row} row pairs tunekit {side_tracking(tk)} with plain Ray Tune {side_tracking(plain)}: "
+            "not equal terms"
+        )
+
+
+def row_figures(a: dict[str, Any], b: dict[str, Any], row: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The untracked row's wall ratios (the headline's are in ``analyse``)."""
+    speedup = common.ratio(b["wall_s"], a["wall_s"])
+    per_epoch = common.ratio(b["wall_per_epoch_s"], a["wall_per_epoch_s"])
+    figures = [
+        common.figure(f"{row}: wall-time ratio (plain Ray Tune / tunekit), {TRACKING_OF_ROW[row]}", speedup, "x"),
+        common.figure(f"{row}: tunekit wall time", a["wall_s"], "s"),
+        common.figure(f"{row}: plain Ray Tune wall time", b["wall_s"], "s"),
+        common.figure(f"{row}: wall time per trained epoch ratio (plain / tunekit)", per_epoch, "x"),
+        common.figure(f"{row}: tunekit epochs trained", a["epochs_trained"]),
+        common.figure(f"{row}: plain Ray Tune epochs trained", b["epochs_trained"]),
+        common.figure(f"{row}: tunekit start-up (search start to first build_data)", a["startup_s"], "s"),
+        common.figure(f"{row}: plain Ray Tune start-up", b["startup_s"], "s"),
+        common.figure(f"{row}: tunekit per-trial overhead", a["overhead_per_trial_s"], "s"),
+        common.figure(f"{row}: plain Ray Tune per-trial overhead", b["overhead_per_trial_s"], "s"),
+    ]
+    ratios = [
+        f"{row} ({TRACKING_OF_ROW[row]}): tunekit {common.fmt(a['wall_s'])} s vs plain Ray Tune "
+        f"{common.fmt(b['wall_s'])} s -> {common.fmt(speedup)}x; per trained epoch {common.fmt(per_epoch)}x "
+        f"({a['epochs_trained']} vs {b['epochs_trained']} epochs)"
+    ]
+    return figures, ratios
+
+
+def tracking_cost(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
+    """One side's tracked wall over its untracked wall, raw and per trained epoch (the two runs
+    of a side may train different epochs when ASHA's decisions fall differently)."""
+    raw = common.ratio(on["wall_s"], off["wall_s"])
+    per_epoch = common.ratio(on["wall_per_epoch_s"], off["wall_per_epoch_s"])
+    return {
+        "wall_ratio": raw,
+        "per_epoch_ratio": per_epoch,
+        "same_epochs": on["epochs_trained"] == off["epochs_trained"],
+        "epochs": (on["epochs_trained"], off["epochs_trained"]),
+    }
+
+
 def analyse(
-    tk: dict[str, Any], plain: dict[str, Any], keras_side: dict[str, Any], settings: dict[str, int]
+    tk: dict[str, Any],
+    plain: dict[str, Any],
+    keras_side: dict[str, Any],
+    settings: dict[str, int],
+    tk_off: dict[str, Any] | None = None,
+    plain_off: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The headline (tracked on both sides), the untracked row when its sides ran, tracking's cost."""
+    check_row(tk, plain, "tracked")
     a, b = summarise(tk, settings["max_epochs"]), summarise(plain, settings["max_epochs"])
     speedup = common.ratio(b["wall_s"], a["wall_s"])
     overhead_ratio = common.ratio(b["overhead_per_trial_s"], a["overhead_per_trial_s"])
     per_epoch = common.ratio(b["wall_per_epoch_s"], a["wall_per_epoch_s"])
     figures = [
         common.figure(
-            "wall-time ratio (plain Ray Tune / tunekit)",
+            "wall-time ratio, both sides tracking to MLflow (plain Ray Tune / tunekit)",
             speedup,
             "x",
             ">= 3x (stretch 4x)",
@@ -591,8 +682,49 @@ def analyse(
         f"best val_accuracy: tunekit {common.fmt(a['best_val_accuracy'])} vs plain "
         f"{common.fmt(b['best_val_accuracy'])}",
     ]
+    ratios[0] = f"tracked, {TRACKING_OF_ROW['tracked']}: " + ratios[0]
     pieces = {"tunekit": breakdown(tk), "plain_ray_tune": breakdown(plain), "plain_keras": breakdown(keras_side)}
-    return {"figures": figures, "ratios": ratios, "summary": {"tunekit": a, "plain_ray_tune": b}, "breakdown": pieces}
+    result: dict[str, Any] = {
+        "figures": figures,
+        "ratios": ratios,
+        "summary": {"tunekit": a, "plain_ray_tune": b},
+        "breakdown": pieces,
+        "tracking": "on",
+    }
+    if tk_off is not None and plain_off is not None:
+        check_row(tk_off, plain_off, "untracked")
+        c, d = summarise(tk_off, settings["max_epochs"]), summarise(plain_off, settings["max_epochs"])
+        row, row_ratios = row_figures(c, d, "untracked")
+        costs = {"tunekit": tracking_cost(a, c), "plain_ray_tune": tracking_cost(b, d)}
+        for label, cost in (("tunekit", costs["tunekit"]), ("plain Ray Tune", costs["plain_ray_tune"])):
+            row.append(
+                common.figure(
+                    f"{label} tracked wall / untracked wall",
+                    cost["wall_ratio"],
+                    "x",
+                    "<= 1.05x" if label == "tunekit" else None,
+                    None if label != "tunekit" or cost["wall_ratio"] is None else cost["wall_ratio"] <= 1.05,
+                    note=f"epochs trained {cost['epochs'][0]} tracked, {cost['epochs'][1]} untracked",
+                )
+            )
+            row.append(
+                common.figure(f"{label} tracked / untracked wall per trained epoch", cost["per_epoch_ratio"], "x")
+            )
+        result["figures"] = figures + row
+        result["ratios"] = (
+            ratios
+            + row_ratios
+            + [
+                f"tracking's cost: tunekit tracked / untracked wall {common.fmt(costs['tunekit']['wall_ratio'])}x, "
+                f"plain Ray Tune {common.fmt(costs['plain_ray_tune']['wall_ratio'])}x"
+            ]
+        )
+        result["untracked"] = {
+            "summary": {"tunekit": c, "plain_ray_tune": d},
+            "breakdown": {"tunekit": breakdown(tk_off), "plain_ray_tune": breakdown(plain_off)},
+        }
+        result["tracking_cost"] = costs
+    return result
 
 
 def _pct(share: float | None) -> float | None:
@@ -606,20 +738,33 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = common.parser(NAME, __doc__.splitlines()[0])
-    p.add_argument("--side", choices=("tunekit", "plain", "keras"), help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--rows",
+        choices=("both", "tracked"),
+        default="both",
+        help="both: the tracked headline and the untracked row (default); tracked: the headline only",
+    )
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     settings = MODES[args.mode]
     if args.side:
-        runner = {"tunekit": _run_tunekit, "plain": _run_plain, "keras": _run_keras}[args.side]
-        common.write_json(args.result, common.clean(runner(settings, args.workdir)))
+        runners = {
+            "tunekit": lambda: _run_tunekit(settings, args.workdir, tracked=True),
+            "plain": lambda: _run_plain(settings, args.workdir, tracked=True),
+            "tunekit-untracked": lambda: _run_tunekit(settings, args.workdir, tracked=False),
+            "plain-untracked": lambda: _run_plain(settings, args.workdir, tracked=False),
+            "keras": lambda: _run_keras(settings, args.workdir),
+        }
+        common.write_json(args.result, common.clean(runners[args.side]()))
         return 0
 
     report = common.Report(NAME, TITLE, args.mode, args.out)
     sides: dict[str, Any] = {}
     with common.Workdir(NAME, args.keep) as workdir:
-        for side in ("tunekit", "plain", "keras"):  # one after the other, never at the same time
+        wanted = SIDES if args.rows == "both" else ("tunekit", "plain", "keras")
+        for side in wanted:  # one after the other, never at the same time
             print(f"[{NAME}] running the {side} side ({args.mode}) ...", flush=True)
             side_dir = workdir / side
             sides[side] = common.run_child(
@@ -628,7 +773,14 @@ def main(argv: list[str] | None = None) -> int:
                 side_dir,
                 side,
             )
-    analysis = analyse(sides["tunekit"], sides["plain"], sides["keras"], settings)
+    analysis = analyse(
+        sides["tunekit"],
+        sides["plain"],
+        sides["keras"],
+        settings,
+        sides.get("tunekit-untracked"),
+        sides.get("plain-untracked"),
+    )
     setup = {
         "search": "search_spaces/digits_mlp.yaml: learning_rate, units, dropout, batch_size",
         "trials": settings["num_samples"],
@@ -636,7 +788,9 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": f"{SLOTS} trials at a time, 1 CPU each",
         "searcher": f"TPE seed {SEED} (tunekit: its Optuna study; plain: OptunaSearch(seed={SEED}) defaults)",
         "scheduler": f"ASHA grace {settings['grace_period']}, rf {REDUCTION_FACTOR}, max_t {settings['max_epochs']}",
-        "tracking": "tunekit: off; plain Ray Tune: MLflowLoggerCallback to SQLite",
+        "tracking": "headline: both sides track to MLflow on SQLite (tunekit's tracker; plain Ray Tune's "
+        "MLflowLoggerCallback), each to a fresh file whose schema and experiment exist before the clock; "
+        "second row: both untracked",
         "data": "scikit-learn digits, 1437 train / 360 validation",
     }
     notes = [
@@ -647,12 +801,23 @@ def main(argv: list[str] | None = None) -> int:
         "imported in every trial), Ray's JSON/CSV/TensorBoard loggers, TensorFlow's default thread pools "
         "(every core, in each of the 2 concurrent trials). tunekit reuses workers and caps threads at the "
         "trial's CPU share.",
-        "Plain Ray Tune logs every result to MLflow (SQLite, schema created before the clock); tunekit "
-        "runs with tracking.enabled: false here. benchmarks/logging_cost.py measures tracking's cost.",
+        "Equal terms: the headline's two sides both log every trial to MLflow on SQLite; the untracked row's "
+        "two sides log to neither. Plain Ray Tune keeps Ray's own JSON/CSV/TensorBoard loggers in both rows "
+        "(its defaults); tunekit writes its trials.csv and epochs.csv in both. Runs before 2026-11-28's "
+        "equal-terms change compared tunekit untracked with plain Ray Tune tracked (4.40-4.80x full): not "
+        "equal terms.",
         "Other processes shared the CPU during this run; see load_before/load_after. Ratios are measured "
         "side by side in one run, one side after the other.",
     ]
-    details = {"sides": sides, "summary": analysis["summary"], "breakdown": analysis["breakdown"]}
+    details = {
+        "sides": sides,
+        "summary": analysis["summary"],
+        "breakdown": analysis["breakdown"],
+        "tracking": analysis["tracking"],
+    }
+    for key in ("untracked", "tracking_cost"):
+        if key in analysis:
+            details[key] = analysis[key]
     return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, details)
 
 

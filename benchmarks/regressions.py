@@ -22,6 +22,12 @@ before they are compared, so a piece that grew with the machine is not flagged:
 
 The search's per-trial overhead spreads the start-up over the run's trials, so it is compared
 only between runs of the same mode (quick or full).
+
+Like with like: the published record names what tunekit's side did about tracking
+(``tracking``: ``on``, the overhead benchmark's headline since 2026-11-28, or ``off``, its
+second row; a record without it is from before, when tunekit ran untracked), and it is
+compared with the run's row of the same kind, yardsticks included. ``--publish`` publishes
+the headline (``--tracking off``: the untracked row).
 """
 
 from __future__ import annotations
@@ -38,6 +44,27 @@ from benchmarks import common
 PUBLISHED = Path(__file__).resolve().parent / "published" / "overhead.json"
 THRESHOLD = 0.20
 NOISE_MS = 1.0  # a piece under a millisecond that doubles is noise, not a regression
+
+
+def row_of(details: dict[str, Any], tracking: str) -> dict[str, Any] | None:
+    """The run's details for one kind of row (``on``: both sides tracked, ``off``: both untracked),
+    in the shape ``pieces_of`` and the yardsticks read, or None when the run has no such row.
+
+    A run from before the equal-terms change has no ``tracking`` key: its tunekit side was
+    untracked (its plain side tracked), so it answers only for ``off``."""
+    kind = details.get("tracking")
+    if kind is None:
+        return details if tracking == "off" else None
+    if kind == tracking:
+        return details
+    other = details.get("untracked") if tracking == "off" else None
+    if other is None:
+        return None
+    keras = (details.get("breakdown") or {}).get("plain_keras")
+    return {
+        "summary": other["summary"],
+        "breakdown": {**other["breakdown"], **({"plain_keras": keras} if keras is not None else {})},
+    }
 
 
 def pieces_of(details: dict[str, Any]) -> dict[str, float]:
@@ -106,37 +133,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=common.DEFAULT_OUT, help="the benchmarks' output directory")
     p.add_argument("--threshold", type=float, default=THRESHOLD, help="growth that counts (default 0.2: 20%%)")
     p.add_argument("--publish", action="store_true", help="make the last run the published figures")
+    p.add_argument(
+        "--tracking",
+        choices=("on", "off"),
+        default="on",
+        help="with --publish: the row to publish (on: the tracked headline, default; off: the untracked row)",
+    )
     args = p.parse_args(argv)
     run = _last_run(args.out)
-    now = pieces_of(run["details"])
     if args.publish:
+        details = row_of(run["details"], args.tracking)
+        if details is None:
+            raise SystemExit(f"the last overhead run has no tracking {args.tracking} row to publish")
+        now = pieces_of(details)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         record = {
+            "tracking": args.tracking,
             "commit": commit,
             "date": run["date"],
             "mode": run["mode"],
             "pieces_ms": now,
-            "yardstick_ms": yardstick_ms(run["details"]),
-            "startup_yardstick_ms": startup_yardstick_ms(run["details"]),
+            "yardstick_ms": yardstick_ms(details),
+            "startup_yardstick_ms": startup_yardstick_ms(details),
         }
         PUBLISHED.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         print(f"published {len(now)} pieces of {run['date']} (commit {commit}) to {PUBLISHED}")
         return 0
     published = json.loads(PUBLISHED.read_text())
+    tracking = published.get("tracking", "off")
+    details = row_of(run["details"], tracking)
+    if details is None:
+        print(f"the last run has no tracking {tracking} row, which the published figures are: nothing compared")
+        return 2
+    now = pieces_of(details)
     before = dict(published["pieces_ms"])
     print(
-        f"against the published figures of commit {published['commit']} ({published['date']}, {published['mode']} run):"
+        f"against the published figures of commit {published['commit']} ({published['date']}, {published['mode']} run, "
+        f"tracking {tracking} on both sides' row):"
     )
     pace = _pace(
         "plain Keras's later epoch",
         published.get("yardstick_ms"),
-        yardstick_ms(run["details"]),
+        yardstick_ms(details),
         "figures are compared as measured",
     )
     startup_pace = _pace(
         "plain Ray Tune's start-up",
         published.get("startup_yardstick_ms"),
-        startup_yardstick_ms(run["details"]),
+        startup_yardstick_ms(details),
         "the start-up is scaled by plain Keras's pace",
     )
     if published["mode"] != run["mode"]:

@@ -299,6 +299,7 @@ def _overhead_run(mode: str, startup_s: float, overhead_s: float, plain_startup_
         "date": "2026-11-28T00:00:00",
         "mode": mode,
         "details": {
+            "tracking": "on",
             "summary": {
                 "tunekit": {"startup_s": startup_s, "overhead_per_trial_s": overhead_s},
                 "plain_ray_tune": {"startup_s": plain_startup_s},
@@ -332,6 +333,56 @@ def test_regressions_publish_both_yardsticks_and_leave_out_the_per_trial_overhea
     (quick / "overhead.json").write_text(json.dumps(_overhead_run("quick", 8.0, 3.0, 6.0)))
     assert regressions.main(["--out", str(quick)]) == 1
     assert "search: per-trial overhead: 1500.0 ms -> 3000.0 ms (x2.00)" in capsys.readouterr().out
+
+
+def test_overhead_pairs_only_sides_that_did_the_same_about_tracking() -> None:
+    tracked, untracked = {"tracked": True}, {"tracked": False}
+    overhead.check_row(tracked, {"tracked": True}, "tracked")
+    overhead.check_row(untracked, {"tracked": False}, "untracked")
+    with pytest.raises(ValueError, match="pairs tunekit untracked with plain Ray Tune tracked: not equal terms"):
+        overhead.check_row(untracked, tracked, "tracked")
+    with pytest.raises(ValueError, match="tunekit tracking unknown"):
+        overhead.check_row({}, untracked, "untracked")
+    on = {"wall_s": 21.0, "wall_per_epoch_s": 0.21, "epochs_trained": 100}
+    off = {"wall_s": 20.0, "wall_per_epoch_s": 0.2, "epochs_trained": 100}
+    cost = overhead.tracking_cost(on, off)
+    assert cost["wall_ratio"] == pytest.approx(1.05)
+    assert cost["per_epoch_ratio"] == pytest.approx(1.05)
+    assert cost["same_epochs"] and cost["epochs"] == (100, 100)
+
+
+def test_regressions_compare_the_row_that_tracked_as_the_published_one_did() -> None:
+    keras = {"per_epoch_ms": {"epoch.train": 12.0, "epoch.validate": 3.0}}
+    untracked = {"summary": {"tunekit": {"startup_s": 7.0}}, "breakdown": {"tunekit": {"per_epoch_ms": {}}}}
+    run = {
+        "tracking": "on",
+        "summary": {"tunekit": {"startup_s": 9.0}},
+        "breakdown": {"tunekit": {"per_epoch_ms": {}}, "plain_keras": keras},
+        "untracked": untracked,
+    }
+    assert regressions.row_of(run, "on") is run
+    off = regressions.row_of(run, "off")
+    assert off is not None and off["summary"]["tunekit"]["startup_s"] == 7.0
+    assert regressions.yardstick_ms(off) == 15.0  # the machine's yardstick travels with the row
+    assert regressions.row_of({"tracking": "on"}, "off") is None
+    legacy = {"summary": {"tunekit": {"startup_s": 8.0}}}  # tunekit untracked, before the equal-terms change
+    assert regressions.row_of(legacy, "off") is legacy
+    assert regressions.row_of(legacy, "on") is None
+
+
+def test_regressions_refuse_to_compare_a_tracked_publication_with_an_untracked_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(regressions, "PUBLISHED", tmp_path / "published.json")
+    (tmp_path / "overhead.json").write_text(json.dumps(_overhead_run("quick", 8.0, 1.5, 6.0)))
+    assert regressions.main(["--out", str(tmp_path), "--publish"]) == 0
+    assert json.loads((tmp_path / "published.json").read_text())["tracking"] == "on"
+    legacy = _overhead_run("quick", 8.0, 1.5, 6.0)
+    del legacy["details"]["tracking"]
+    (tmp_path / "overhead.json").write_text(json.dumps(legacy))
+    capsys.readouterr()
+    assert regressions.main(["--out", str(tmp_path)]) == 2
+    assert "has no tracking on row" in capsys.readouterr().out
 
 
 def test_median_counts_missing_as_worst() -> None:
