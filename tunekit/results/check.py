@@ -302,7 +302,7 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         # A study kept by a tunekit before the epochs' attributes has none: nothing to compare.
         values = {} if multi and not kept_steps else epochs.get(trial_id, {})
         if set(kept_steps) != set(values):
-            yield Finding(where, f"{label} epochs reported", sorted(values), sorted(kept_steps))
+            yield _epochs_reported(where, label, row, sorted(values), sorted(kept_steps))
         yield from _epochs_trained_twice(label, row, values, kept_steps, results.metric)
         final = trial.user_attrs.get(FINAL_RESULT_ATTR)  # several objectives (none before it was kept)
         trained = finite(row.get("epochs"))
@@ -312,6 +312,25 @@ def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | s
         if kept != exploited.get(trial_id, []):
             yield Finding(f"{EXPLOITS_FILE} vs study", f"{label} exploit epochs", exploited.get(trial_id, []), kept)
     yield from map(finding_of, study_findings(results, summary, study, ours))
+
+
+def _epochs_reported(where: str, label: str, row: dict[str, Any], tables: list[int], study: list[int]) -> Finding | str:
+    """The epochs ``epochs.csv`` and the study hold for a trial differ: a finding, or a note
+    for a trial restarted from an older checkpoint whose last attempt ended earlier than the
+    first reached (ASHA pruned it at a rung the first had passed, before the driver could
+    record that pass: a crash or a kill).
+
+    The study keeps what the first attempt reported, as it keeps an epoch's first value.
+    """
+    restarted = int(finite(row.get("attempts")) or 1) > 1
+    if restarted and tables and study[: len(tables)] == tables and str(row.get("status")) != TrialStatus.COMPLETED:
+        later = study[len(tables) :]
+        return (
+            f"{label} reported epochs {later[0]}-{later[-1]} in an earlier attempt, before a restart from an older "
+            f"checkpoint; its last attempt ended at epoch {tables[-1]} ({row.get('status')}), and the study keeps "
+            "the earlier attempt's epochs"
+        )
+    return Finding(where, f"{label} epochs reported", tables, study)
 
 
 def _epochs_trained_twice(

@@ -513,3 +513,21 @@ def test_a_trial_run_s_metric_logged_twice_at_a_step_is_a_finding(tmp_path: Path
         "mlflow: trial 0 (a) val_accuracy values at a step: 1 vs {3: [0.8, 0.85]}",
         "mlflow: trial 1 (b) val_accuracy points at a step: 1 vs {1: [0.6, 0.6, 0.6]}",
     ]
+
+
+def test_a_restarted_trial_pruned_before_where_its_first_attempt_reached_is_a_note() -> None:
+    from tunekit.results.check import _epochs_reported
+
+    restarted = {"attempts": 2, "status": "pruned"}
+    note = _epochs_reported("trials.csv vs study", "trial 2 (d2b3afda)", restarted, [1, 2, 3, 4], [1, 2, 3, 4, 5])
+    assert note == (
+        "trial 2 (d2b3afda) reported epochs 5-5 in an earlier attempt, before a restart from an older checkpoint; "
+        "its last attempt ended at epoch 4 (pruned), and the study keeps the earlier attempt's epochs"
+    )
+    # Once: the study missing an epoch, or a trial that ran once, is a disagreement.
+    for row, tables, study in (
+        ({"attempts": 1, "status": "pruned"}, [1, 2, 3, 4], [1, 2, 3, 4, 5]),
+        (restarted, [1, 2, 3, 4], [1, 2, 3]),
+        ({"attempts": 2, "status": "completed"}, [1, 2, 3, 4], [1, 2, 3, 4, 5]),
+    ):
+        assert isinstance(_epochs_reported("trials.csv vs study", "trial 2", row, tables, study), Finding)
