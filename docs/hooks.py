@@ -75,13 +75,15 @@ KEY_RULES: dict[str, str] = {
     "data": "free-form settings handed to `build_data` as `ctx.data`; relative paths follow the spec's folder",
     "storage": "where experiment directories go",
     "storage.path": "a directory (shared by every node on a cluster)",
-    "tracking": "MLflow",
+    "tracking": "MLflow and TensorBoard",
     "tracking.enabled": "record the search in MLflow",
     "tracking.uri": "the tracking server (default: MLflow's own, `sqlite:///mlflow.db` here)",
     "tracking.experiment": "the MLflow experiment (default: the spec's name)",
     "tracking.registered_model": "register the selected trial's model under this name",
     "tracking.required": "an unreachable server fails the search at start-up, and records MLflow lacks at "
     "the end fail it (send them with `tunekit sync`)",
+    "tracking.tensorboard": "write TensorBoard logs of every trial (scalars, HParams) to the experiment's "
+    "`tensorboard/` folder, with or without MLflow",
     "constraints": 'with several objectives: `"model_params <= 50000"`; trials that break one are never on the front',
     "select": "with several objectives: `{maximize: metric}` or `{minimize: metric}`, with `subject_to: [...]` if "
     "need be, picks the model exported and registered (default: the first objective among front trials)",

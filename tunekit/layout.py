@@ -41,6 +41,9 @@ SPANS_FILE = "spans.csv"  # one row per stretch a trial ran (start and end on th
 # {"address": "host:port" | null}: the Ray cluster the search last ran on (null: a local Ray);
 # ``tunekit resume`` joins it again. Never the token. Written by tunekit.driver.connect.
 CLUSTER_FILE = "cluster.json"
+# TensorBoard's log directory of the experiment: one run per trial (``trial-<number>``), the
+# HParams plugin's experiment in the directory itself (tunekit.tracking.tensorboard).
+TENSORBOARD_DIR = "tensorboard"
 DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (never the console)
 # {"host", "pid", "process_started", "command", "since", "beat", "token"}: the driver that
 # writes the experiment now, with its heartbeat; absent when none does (tunekit.lease).

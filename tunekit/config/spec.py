@@ -103,7 +103,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "checkpoint_every_s",
     ),
     "storage": ("path",),
-    "tracking": ("enabled", "uri", "experiment", "registered_model", "required"),
+    "tracking": ("enabled", "uri", "experiment", "registered_model", "required", "tensorboard"),
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
@@ -178,6 +178,9 @@ class TrackingSpec:
     # An unreachable server fails the search at start-up, and records MLflow did not take
     # by the end fail it too (`tunekit sync` sends them later); false: a warning, as ever.
     required: bool = False
+    # TensorBoard logs of every trial in <experiment>/tensorboard/ (tunekit.tracking.tensorboard),
+    # written whether MLflow tracking is on or off.
+    tensorboard: bool = True
 
 
 @dataclass(frozen=True)
@@ -581,12 +584,14 @@ def _tracking(raw: object) -> TrackingSpec:
     required = v.boolean(section.get("required", False), "tracking.required")
     if required and not enabled:
         raise SpecError("tracking.required", "must be false when tracking.enabled is false", required)
+    tensorboard = v.boolean(section.get("tensorboard", True), "tracking.tensorboard")
     return TrackingSpec(
         enabled=enabled,
         uri=optional["uri"],
         experiment=optional["experiment"],
         registered_model=optional["registered_model"],
         required=required,
+        tensorboard=tensorboard,
     )
 
 

@@ -493,7 +493,8 @@ def synthetic_trials_for_benchmarks(trial_function: Callable[..., None], *listen
 
 
 def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
-    """Who hears about the search as it goes: the console, the cluster's nodes and, when enabled, MLflow."""
+    """Who hears about the search as it goes: the console, the cluster's nodes and, when enabled, MLflow
+    and TensorBoard."""
     from tunekit.driver.nodes import NodeWatch
     from tunekit.results.summary import LedgerFile
 
@@ -504,6 +505,10 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
         from tunekit.tracking.tracker import MlflowTracker
 
         listeners.append(MlflowTracker(spec, experiment_dir))
+    if spec.tracking.tensorboard:
+        from tunekit.tracking.tensorboard import TensorBoardLogger
+
+        listeners.append(TensorBoardLogger(spec, experiment_dir))
     return [*listeners, *(_BENCHMARK_SEAM[1] if _BENCHMARK_SEAM else ())]
 
 
