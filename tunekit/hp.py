@@ -474,8 +474,8 @@ def discover(build: Callable[[HyperParameters], Any], max_builds: int = MAX_BUIL
                         "it is sampled in every trial"
                     )
                 _add(found, declared_new, implicit)
-            for child, value, child_hp, new in children:
-                frontier.append((child, {**context, name: (value,)} if complete else dict(context), child_hp, new))
+            for child, value, child_hp, fresh in children:
+                frontier.append((child, {**context, name: (value,)} if complete else dict(context), child_hp, fresh))
     return found
 
 
