@@ -181,6 +181,12 @@ class TensorBoardLogger:
         at = record.ended_at or time.time()
         self._queue.put(_End(run_name(record.number, record.trial_id), status, record.reason, at))
 
+    def tick(self, recorder: Recorder) -> None:
+        pass  # the recorder calls every listener's tick on each step of Ray's loop; nothing to do here
+
+    def warning(self, message: str) -> None:
+        pass  # warnings are for the console
+
     def experiment_ended(self, recorder: Recorder) -> None:
         thread = self._thread
         if thread is None:
