@@ -138,8 +138,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--format", choices=("table", "json"), default="table")
     plan.set_defaults(handler=_plan)
 
-    report = commands.add_parser("report", help="best-first table of a finished experiment")
-    report.add_argument("experiment_dir")
+    report = commands.add_parser(
+        "report",
+        help="best-first table of a finished experiment; of several: them side by side",
+        description="One experiment: its trials best first, the summary and the ledger. Several: their bests, "
+        "best configurations, budgets, counts and time to best side by side (tunekit.compare).",
+    )
+    report.add_argument("experiment_dir", nargs="+", metavar="EXPERIMENT_DIR")
     report.add_argument("--format", choices=("table", "json"), default="table")
     report.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with tables and plots")
     report.add_argument(
@@ -151,6 +156,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--price-per-hour", type=float, metavar="P", help="price of one CPU- or GPU-hour: adds costs")
     report.set_defaults(handler=_report)
+
+    listing = commands.add_parser(
+        "ls",
+        aliases=["list"],
+        help="the experiments in a results folder: status, trials, best, start, active time",
+        description="One line per experiment directly under FOLDER (the folder searches wrote to, "
+        "storage.path), oldest first (tunekit.experiments).",
+    )
+    listing.add_argument("folder", nargs="?", default="tunekit_results", help="default: tunekit_results")
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.set_defaults(handler=_list)
 
     check = commands.add_parser(
         "check", help="does an experiment agree with itself? (tables, study, checkpoints, ledger, MLflow)"
@@ -316,7 +332,9 @@ def _report(args: argparse.Namespace) -> int:
     from tunekit.results.load import load
     from tunekit.results.summary import summarize
 
-    results = load(args.experiment_dir)
+    if len(args.experiment_dir) > 1:
+        return _compare(args)
+    results = load(args.experiment_dir[0])
     summary = summarize(results, args.tolerance, args.price_per_hour)
     if args.format == "json":
         print(summary.to_json(results))
@@ -333,6 +351,31 @@ def _report(args: argparse.Namespace) -> int:
         page = write_html(results, args.html, tolerance=args.tolerance, price_per_hour=args.price_per_hour)
         # Where the page went; beside JSON on stdout, on stderr so the JSON stays parseable.
         print(f"html report: {page.resolve()}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``tunekit report A B ...``: the experiments side by side."""
+    from tunekit.results.compare import compare
+
+    comparison = compare(*args.experiment_dir, tolerance=args.tolerance, price_per_hour=args.price_per_hour)
+    print(comparison.to_json() if args.format == "json" else comparison.to_text())
+    if args.html:
+        page = comparison.write_html(args.html)
+        print(f"html report: {page.resolve()}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    """``tunekit ls FOLDER``."""
+    from tunekit.results.compare import describe_experiments, experiments
+
+    table = experiments(args.folder)
+    print(
+        table.to_json(orient="records", date_format="iso", double_precision=15)
+        if args.format == "json"
+        else describe_experiments(table, args.folder)
+    )
     return 0
 
 

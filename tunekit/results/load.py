@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+    from tunekit.results.importance import Importance
+
 @dataclass(frozen=True)
 class ExperimentResults:
     """What a search left behind.
@@ -151,6 +153,32 @@ class ExperimentResults:
         )
 
     def model_path(self, trial: str | int | None = None) -> Path | None:
+    def importance(self, *, evaluator: Any = None, min_trials: int = 5) -> Importance:
+        """Parameter importance from every trial, pruned ones included, at the deepest epoch enough reached.
+
+        A mapping ``{parameter: share}``, most important first, saying the epoch and ASHA rung it
+        used (``epoch``, ``rung``, ``note``); empty, with the reason in ``note``, when fewer than
+        ``min_trials`` trials reached any one epoch. See ``tunekit.results.importance``.
+        """
+        import warnings
+
+        from tunekit.results.importance import FewTrialsWarning, importance
+
+        found = importance(self, evaluator=evaluator, min_trials=min_trials, warn=False)
+        if found.few_trials:
+            warnings.warn(f"parameter importance {found.note}", FewTrialsWarning, stacklevel=2)
+        return found
+
+    def __repr__(self) -> str:
+        from tunekit.results.display import results_text
+
+        return results_text(self)
+
+    def _repr_html_(self) -> str:
+        from tunekit.results.display import results_html
+
+        return results_html(self)
+
         """The final model a trial saved, from its newest checkpoint that holds one.
 
         That is ``model.keras``, or ``model.weights.h5`` when Keras could not save the

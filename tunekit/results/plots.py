@@ -14,15 +14,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.config.space import Choice, Fixed, FloatRange, IntRange
 from tunekit.layout import PARAM_PREFIX, TrialStatus
-from tunekit.results.importance import FewTrialsWarning, param_importances
+from tunekit.results.importance import FewTrialsWarning
 from tunekit.results.load import ExperimentResults
+from tunekit.results.parallel_axes import metric_axis, param_axis
 from tunekit.results.pareto import selectable_trials
 from tunekit.search.plan import spec_milestones
 
 if TYPE_CHECKING:
-    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -171,8 +170,8 @@ def parallel_coordinates(results: ExperimentResults, *, path: str | Path | None 
     columns = _param_columns(results)
     if trials.empty or not columns:
         return _finish(_empty(fig, ax, "no trials with parameters"), path)
-    axes = [_axis(results, column) for column in columns]
-    axes.append(_metric_axis(trials["final_metric"], results.metric))
+    axes = [param_axis(results, column) for column in columns]
+    axes.append(metric_axis(trials["final_metric"], results.metric))
     values = trials["final_metric"]
     finite = values.dropna()
     low, high = (float(finite.min()), float(finite.max())) if not finite.empty else (0.0, 1.0)
@@ -225,22 +224,32 @@ def parallel_coordinates(results: ExperimentResults, *, path: str | Path | None 
 
 
 def param_importance(results: ExperimentResults, *, path: str | Path | None = None) -> Figure:
-    """fANOVA parameter importance from the experiment's Optuna study (completed trials only).
+    """Parameter importance from every trial, pruned ones included (``ExperimentResults.importance``).
 
-    With fewer than ``MIN_TRIALS_FOR_IMPORTANCE`` completed trials (pruned ones carry no
-    final value) the figure draws no bars and says why, and a ``FewTrialsWarning`` is issued.
+    It uses the deepest epoch that at least ``MIN_TRIALS_FOR_IMPORTANCE`` trials reached: the
+    last, else an ASHA rung, and says which in its title. When no epoch has enough, the figure
+    is one short line saying why (no empty box), and a ``FewTrialsWarning`` is issued.
     """
+    import warnings
+
+    from tunekit.results.importance import importance
+
+    found = importance(results, warn=False)
+    if not found:
+        if found.few_trials:
+            warnings.warn(f"parameter importance {found.note}", FewTrialsWarning, stacklevel=2)
+        fig, ax = _figure()
+        fig.set_size_inches(_SIZE[0], 0.5)
+        return _finish(_empty(fig, ax, f"parameter importance: none; {found.note}"), path)
     fig, ax = _figure()
-    importances, note = param_importances(results)
-    if importances is None:
-        return _finish(_empty(fig, ax, note), path)
-    names = list(importances)[::-1]
-    ax.barh(names, [importances[n] for n in names], color="#1f77b4")
+    fig.set_size_inches(_SIZE[0], min(_SIZE[1], 1.2 + 0.35 * len(found)))
+    names = list(found)[::-1]
+    ax.barh(names, [found[n] for n in names], color="#1f77b4")
     for y, name in enumerate(names):
-        ax.text(importances[name], y, f" {importances[name]:.2f}", va="center", fontsize=8)
-    ax.set_xlim(0, max(1.0, max(importances.values()) * 1.15))
-    ax.set_xlabel(f"importance for {results.metric} (fANOVA, sums to 1)")
-    ax.set_title(f"parameter importance, {note}", fontsize=10)
+        ax.text(found[name], y, f" {found[name]:.2f}", va="center", fontsize=8)
+    ax.set_xlim(0, max(1.0, max(found.values()) * 1.15))
+    ax.set_xlabel(f"importance for {results.metric} ({found.evaluator}, sums to 1)")
+    ax.set_title(f"parameter importance: {found.note}", fontsize=10)
     return _finish(fig, path)
 
 
@@ -392,18 +401,20 @@ def _legend_marks(shown: dict[str, dict[str, Any]], *, lines: bool) -> list[Any]
 
 
 def all_figures(results: ExperimentResults) -> dict[str, Figure]:
-    """Every figure above, by name, in the order a report shows them (the lineage for PBT only)."""
-    import warnings
+    """Every figure above, by name, in the order a report shows them (the lineage for PBT only).
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FewTrialsWarning)  # the figure itself says so
-        importance = param_importance(results)
+    Parameter importance is left out when there is none (``results.importance().note`` says why:
+    the report writes that line instead of an empty figure).
+    """
+    from tunekit.results.importance import importance
+
     figures = {
         "learning_curves": learning_curves(results),
         "best_so_far": best_so_far(results),
         "parallel_coordinates": parallel_coordinates(results),
-        "param_importance": importance,
     }
+    if importance(results, warn=False):
+        figures["param_importance"] = param_importance(results)
     if results.spec.scheduler.type == "pbt":
         figures["lineage"] = lineage(results)
     if results.spec.multi_objective:
@@ -412,77 +423,6 @@ def all_figures(results: ExperimentResults) -> dict[str, Figure]:
 
 
 # ------------------------------------------------------------------- internals
-
-
-class _Axis:
-    """One vertical axis of the parallel-coordinates plot: maps values to [0, 1]."""
-
-    def __init__(self, column: str, label: str, ticks: list[tuple[float, str]], mapping: Any) -> None:
-        self.column = column
-        self.label = label
-        self.ticks = ticks
-        self._mapping = mapping
-
-    def position(self, value: Any) -> float:
-        if _missing(value):
-            return math.nan
-        return float(self._mapping(value))
-
-
-def _axis(results: ExperimentResults, column: str) -> _Axis:
-    name = column[len(PARAM_PREFIX) :]
-    dist = next((p.distribution for p in results.spec.space.params if p.name == name), None)
-    values = results.trials[column].dropna()
-    numeric = not values.empty and all(_is_number(v) for v in values)
-    if isinstance(dist, Choice | Fixed) or not numeric:
-        categories = list(dist.values) if isinstance(dist, Choice) else []
-        for value in values:
-            if not any(_same(value, c) for c in categories):
-                categories.append(value)
-        if not categories:
-            categories = ["-"]
-        spots = [0.5] if len(categories) == 1 else [i / (len(categories) - 1) for i in range(len(categories))]
-
-        def categorical(value: Any) -> float:
-            for spot, category in zip(spots, categories, strict=True):
-                if _same(value, category) or str(value) == str(category):
-                    return spot
-            return math.nan
-
-        return _Axis(
-            column,
-            name,
-            [(s, _short(c)) for s, c in zip(spots, categories, strict=True)],
-            categorical,
-        )
-    ranged = dist if isinstance(dist, FloatRange | IntRange) else None
-    log = ranged is not None and ranged.log
-    low = float(values.min() if ranged is None else ranged.low)
-    high = float(values.max() if ranged is None else ranged.high)
-    low, high = min(low, float(values.min())), max(high, float(values.max()))
-    if log and low <= 0:
-        log = False
-    scale = (lambda x: math.log10(float(x))) if log else float
-    bottom, top = scale(low), scale(high)
-    span = (top - bottom) or 1.0
-
-    def numeric_position(value: Any) -> float:
-        return (scale(value) - bottom) / span
-
-    ticks = [(numeric_position(v), _short(v)) for v in (low, high)]
-    return _Axis(column, f"{name}{' (log)' if log else ''}", ticks, numeric_position)
-
-
-def _metric_axis(values: pd.Series, metric: str) -> _Axis:
-    finite = values.dropna()
-    low, high = (float(finite.min()), float(finite.max())) if not finite.empty else (0.0, 1.0)
-    span = (high - low) or 1.0
-
-    def position(value: Any) -> float:
-        return (float(value) - low) / span if not _missing(value) else math.nan
-
-    ticks = [(position(low), _short(low)), (position(high), _short(high))]
-    return _Axis("final_metric", metric, ticks, position)
 
 
 def _param_columns(results: ExperimentResults) -> list[str]:
@@ -576,25 +516,5 @@ def _scalar_mappable(cmap: Any, norm: Any) -> Any:
     return ScalarMappable(norm=norm, cmap=cmap)
 
 
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)) or (
-        hasattr(value, "dtype") and value.dtype.kind in "iuf"
-    )
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
-    except (TypeError, ValueError):
-        return False
-
-
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float) or (hasattr(value, "dtype") and value.dtype.kind == "f"):
-        return f"{float(value):.3g}"
-    text = str(value)
-    return text if len(text) <= 12 else text[:11] + "…"

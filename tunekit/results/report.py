@@ -123,8 +123,28 @@ def render_html(
                 f'<figure><img alt="{_e(title)}" src="data:image/png;base64,{images[key]}">'
                 f"<figcaption>{_e(title)}</figcaption></figure>"
             )
+        elif key == "param_importance":  # a line saying why, never an empty box
+            from tunekit.results.importance import importance
+
+            parts.append(f'<p class="sub">{_e(title)}: none; {_e(importance(results, warn=False).note)}.</p>')
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def page(title: str, heading: str, body: str) -> str:
+    """A self-contained page in the report's style around an HTML ``body`` (``tunekit report A B --html``)."""
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{_e(title)}</title>",
+            f"<style>{_CSS}</style></head><body>",
+            f"<h1>{_e(heading)}</h1>",
+            f'<p class="sub">report written {dt.datetime.now().strftime("%Y-%m-%d %H:%M")}</p>',
+            f'<div style="overflow-x: auto">{body}</div>',
+            "</body></html>",
+        ]
+    )
 
 
 # -------------------------------------------------------------------- sections

@@ -69,6 +69,16 @@ class Summary:
     predicted_vs_actual: list[dict[str, Any]] | None
     pareto: ParetoFront | None = None
 
+    def __repr__(self) -> str:
+        from tunekit.results.display import summary_text
+
+        return summary_text(self)
+
+    def _repr_html_(self) -> str:
+        from tunekit.results.display import summary_html
+
+        return summary_html(self)
+
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
         record["ledger"] = self.ledger.to_dict()

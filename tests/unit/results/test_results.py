@@ -15,9 +15,8 @@ from matplotlib.figure import Figure
 from tunekit import plots
 from tunekit.config.spec import METRIC_MODES, MetricMode, parse_spec
 from tunekit.errors import TunekitError
-from tunekit.results.load import ExperimentResults
+from tunekit.results.load import ExperimentResults, load
 from tunekit.results.report import render_html
-from tunekit.search.plan import study_storage
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -158,74 +157,70 @@ def test_parallel_coordinates_one_line_per_trial_with_log_and_categorical_axes(
     assert {"adam", "sgd", "0.0001", "0.1"} <= labels
 
 
-def test_importance_without_a_study_explains_itself(tmp_path: Path) -> None:
-    fig = plots.param_importance(made_up(tmp_path))
-    assert "no Optuna study" in " ".join(t.get_text() for t in fig.axes[0].texts)
-
-
-def study_with_completed_trials(tmp_path: Path, count: int) -> None:
-    """The made-up experiment's study journal with ``count`` completed trials (and one pruned)."""
-    import optuna
-
-    study = optuna.create_study(
-        study_name="made-up",
-        storage=study_storage(tmp_path),
-        direction="maximize",
-    )
-    distributions = {
-        "lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True),
-        "optimizer": optuna.distributions.CategoricalDistribution(["adam", "sgd"]),
-    }
-    for index in range(count):
-        lr = 10.0 ** -(1 + 3 * index / max(count, 2))
-        params = {"lr": lr, "optimizer": ("adam", "sgd")[index % 2]}
-        study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=1.0 - lr))
-    study.add_trial(
-        optuna.trial.create_trial(
-            params={"lr": 0.05, "optimizer": "sgd"},
-            distributions=distributions,
-            state=optuna.trial.TrialState.PRUNED,
-            intermediate_values={1: 0.3},
-        )
-    )
-
-
-def test_importance_from_too_few_completed_trials_draws_nothing_and_warns(
-    tmp_path: Path,
-) -> None:
-    results = made_up(tmp_path)
-    study_with_completed_trials(tmp_path, 4)
-    expected = "needs at least 5 completed trials, this study has 4 (pruned trials do not count)"
+def test_importance_from_too_few_trials_at_any_epoch_is_one_line_saying_why_and_warns(tmp_path: Path) -> None:
+    results = made_up(tmp_path)  # 3 trials: 1 trained to the end, 2 reached rung 0
+    expected = "needs at least 5 trials at one epoch: 1 trained to the end, at most 2 reached an ASHA rung"
     with pytest.warns(plots.FewTrialsWarning) as caught:
         fig = plots.param_importance(results)
     assert [str(w.message) for w in caught] == [f"parameter importance {expected}"]
     assert caught[0].filename == __file__  # points at the caller's line
     assert not fig.axes[0].patches
-    assert [t.get_text() for t in fig.axes[0].texts] == [expected]
+    assert [t.get_text() for t in fig.axes[0].texts] == [f"parameter importance: none; {expected}"]
+    assert fig.get_size_inches()[1] <= 0.5  # a line, not a large empty box
+    with pytest.warns(plots.FewTrialsWarning) as caught:
+        found = results.importance()
+    assert caught[0].filename == __file__
+    assert (dict(found), found.note, found.few_trials) == ({}, expected, True)
 
 
-def test_importance_from_enough_completed_trials_draws_one_bar_per_parameter(
-    tmp_path: Path,
-) -> None:
+def test_importance_counts_pruned_trials_at_the_deepest_rung_enough_reached(tmp_path: Path) -> None:
+    import warnings
+
+    from .made_up_experiments import asha_experiment
+
+    # 10 trials, 4 trained to the end (too few); 7 reached rung 1 (epoch 3), 3 of them pruned there.
+    results = load(asha_experiment(tmp_path, completed=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", plots.FewTrialsWarning)
+        found = results.importance()
+        fig = plots.param_importance(results)
+    assert (found.epoch, found.rung, found.trials, found.pruned) == (3, 1, 7, 3)
+    assert found.note == "fANOVA over 7 trials' values at epoch 3, ASHA rung 1 (3 of them pruned)"
+    assert set(found) == {"learning_rate", "units", "dropout"} and next(iter(found)) == "units"
+    assert abs(sum(found.values()) - 1.0) < 1e-6
+    assert found.to_series().index[0] == "units"
+    assert len(fig.axes[0].patches) == 3
+    assert fig.axes[0].get_title() == f"parameter importance: {found.note}"
+
+
+def test_importance_uses_the_last_epoch_once_enough_trials_trained_to_the_end(tmp_path: Path) -> None:
+    from .made_up_experiments import asha_experiment
+
+    found = load(asha_experiment(tmp_path, completed=5)).importance()
+    assert (found.epoch, found.rung, found.trials, found.pruned) == (9, None, 5, 0)
+    assert found.note.startswith("fANOVA over 5 trials' values at epoch 9, the last")
+
+
+def test_importance_takes_other_optuna_evaluators(tmp_path: Path) -> None:
+    import optuna
+
+    from .made_up_experiments import asha_experiment
+
+    results = load(asha_experiment(tmp_path, completed=4))
+    found = results.importance(evaluator=optuna.importance.MeanDecreaseImpurityImportanceEvaluator(seed=0))
+    assert found.evaluator == "mean decrease in impurity" and len(found) == 3
+
+
+def test_report_page_says_why_there_is_no_importance_instead_of_an_empty_box(tmp_path: Path) -> None:
     import warnings
 
     results = made_up(tmp_path)
-    study_with_completed_trials(tmp_path, 5)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", plots.FewTrialsWarning)
-        fig = plots.param_importance(results)
-    assert len(fig.axes[0].patches) == 2
-    assert fig.axes[0].get_title() == "parameter importance, from 5 completed trials"
-
-
-def test_report_figures_do_not_warn_about_what_the_page_shows(tmp_path: Path) -> None:
-    import warnings
-
-    study_with_completed_trials(tmp_path, 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", plots.FewTrialsWarning)
-        figures = plots.all_figures(made_up(tmp_path))
-    assert "needs at least 5" in figures["param_importance"].axes[0].texts[0].get_text()
+        warnings.simplefilter("error", plots.FewTrialsWarning)  # the page itself says so
+        figures = plots.all_figures(results)
+    assert "param_importance" not in figures
+    page = render_html(results, {})
+    assert "Parameter importance: none; needs at least 5 trials at one epoch" in page
 
 
 def test_figures_of_an_experiment_without_epochs_say_so(tmp_path: Path) -> None:
