@@ -35,7 +35,7 @@ def _runner_signature(name: str) -> list[tuple[str, str, str | None]]:
 
 
 def _public_signature(function: object) -> list[tuple[str, str, str | None]]:
-    kinds = {
+    kinds: dict[inspect._ParameterKind, str] = {
         inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
         inspect.Parameter.KEYWORD_ONLY: "keyword",
         inspect.Parameter.VAR_KEYWORD: "var",
