@@ -33,15 +33,20 @@ STATUS_COLORS: dict[str, str] = {
     TrialStatus.FAILED: "#d62728",
 }
 BEST_COLOR = "#2ca02c"
+TOP_COLORS = ("#17becf", "#e377c2", "#8c564b", "#bcbd22", "#393b79", "#9c9ede", "#637939", "#e7969c")
 
 
 _SIZE = (8.0, 4.5)
 
 
-def learning_curves(results: ExperimentResults, metric: str | None = None, *, path: str | Path | None = None) -> Figure:
+def learning_curves(
+    results: ExperimentResults, metric: str | None = None, *, top: int = 3, path: str | Path | None = None
+) -> Figure:
     """The metric per epoch of every trial; early-stopped trials end in a cross at their stop epoch.
 
-    ASHA's rungs are dotted vertical lines; the best trial is drawn thick and green.
+    ASHA's rungs are dotted vertical lines. The best trial is drawn thick and green and the next
+    ``top - 1`` of ``results.ranked()`` each in a colour of its own; the legend and a label at the
+    end of each of their lines name them by trial number. The other trials are thin, by status.
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -54,30 +59,43 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
         dict(zip(results.trials["trial_id"], results.trials["status"], strict=True)) if not results.trials.empty else {}
     )
     best_id = results.best.trial_id if results.best else None
+    numbers = _trial_numbers(results)
+    reported = set(epochs["trial_id"].astype(str))
+    ranked = [] if results.trials.empty else [str(t) for t in results.ranked()["trial_id"]]
+    leaders = [t for t in ranked if t in reported and t != best_id][: max(top - 1, 0)]
+    leader_colors = dict(zip(leaders, TOP_COLORS, strict=False))
     seen: dict[str, int] = {}
+    marked: list[Any] = []
     for trial_id, rows in epochs.groupby("trial_id", sort=False):
         rows = rows.sort_values("epoch").drop_duplicates("epoch", keep="last")
         status = str(status_of.get(trial_id, TrialStatus.RUNNING))
         seen[status] = seen.get(status, 0) + 1
         color = STATUS_COLORS.get(status, "#7f7f7f")
-        is_best = trial_id == best_id
+        is_best, leader = trial_id == best_id, leader_colors.get(str(trial_id))
+        shown = BEST_COLOR if is_best else leader or color
         ax.plot(
             rows["epoch"],
             rows[metric],
-            color=BEST_COLOR if is_best else color,
-            linewidth=2.6 if is_best else 1.2,
-            alpha=1.0 if is_best else 0.75,
-            zorder=3 if is_best else 2,
+            color=shown,
+            linewidth=2.6 if is_best else 1.8 if leader else 1.0,
+            alpha=1.0 if is_best or leader else 0.55,
+            zorder=4 if is_best else 3 if leader else 2,
             marker="o" if len(rows) == 1 else None,
             markersize=3,
         )
         last = rows.iloc[-1]
+        if is_best or leader:
+            label = f" {numbers.get(str(trial_id), trial_id)}"
+            ax.annotate(label, (last["epoch"], last[metric]), fontsize=7, color=shown, va="center")
+            if leader:
+                value = f"{last[metric]:.4g}, {status}"
+                marked.append(_line(leader, f"trial {numbers.get(str(trial_id), trial_id)} ({value})", width=1.8))
         if status in (TrialStatus.PRUNED, TrialStatus.STOPPED, TrialStatus.FAILED):
             ax.plot(
                 [last["epoch"]],
                 [last[metric]],
                 marker="x",
-                color=color,
+                color=shown,
                 markersize=8,
                 mew=2,
                 zorder=4,
@@ -98,6 +116,7 @@ def learning_curves(results: ExperimentResults, metric: str | None = None, *, pa
                 width=2.6,
             )
         )
+    handles += marked
     ax.legend(handles=handles, loc="best", fontsize=8, frameon=False)
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)

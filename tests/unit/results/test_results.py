@@ -325,3 +325,26 @@ def test_report_links_the_mlflow_runs_when_a_server_holds_them(tmp_path: Path) -
     )
     page = render_html(made_up(tmp_path), {})
     assert f'(<a href="{link}">open its runs in the MLflow UI</a>)' in page
+
+
+def test_learning_curves_name_the_best_and_the_top_trials_in_the_legend_and_at_their_ends(tmp_path: Path) -> None:
+    from .made_up_experiments import asha_experiment
+
+    results = load(asha_experiment(tmp_path))
+    legend = plots.learning_curves(results, top=3).axes[0].get_legend()
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "completed (4)",
+        "pruned (6)",
+        "best: trial 1 (0.7732)",
+        "trial 2 (0.6565, completed)",
+        "trial 3 (0.5064, completed)",
+    ]
+    ends = [
+        t.get_text()
+        for t in plots.learning_curves(results, top=3).axes[0].texts
+        if t.get_text().startswith(" ") and "rung" not in t.get_text()
+    ]
+    assert ends == [" 1", " 2", " 3"]
+    legend = plots.learning_curves(results, top=1).axes[0].get_legend()
+    assert legend is not None and len(legend.get_texts()) == 3
