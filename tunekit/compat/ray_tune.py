@@ -61,6 +61,33 @@ def no_trailing_averages() -> None:
     _TrainingRunMetadata.__init__.__defaults__ = ((),)
 
 
+@contextlib.contextmanager
+def notebook_output_kept() -> Iterator[None]:
+    """Ray Tune builds no Jupyter reporter while a search runs: a plain one, silent at ``verbose=0``.
+
+    Why: in a notebook, ``ray.tune.tune.run`` builds ``JupyterNotebookReporter`` whatever the
+    verbosity, and its constructor calls ``IPython.display.clear_output(wait=True)``, which wipes
+    the cell's output so far at the next print: tunekit's opening lines (experiment directory,
+    tracking URI, start-up phases) vanished. tunekit prints its own progress, and at ``verbose=0``
+    the plain ``CLIReporter`` prints nothing. Checked against Ray 2.60:
+    ``ray.tune.progress_reporter._detect_reporter``, imported by name into ``ray.tune.tune``. The
+    name is put back afterwards, so a user's own ``tune.run`` in the same kernel is untouched.
+    """
+    import ray.tune.tune as tune_module
+    from ray.tune.progress_reporter import CLIReporter
+
+    detect = tune_module._detect_reporter
+
+    def plain(_trainer_api: bool = False, **kwargs: Any) -> Any:
+        return CLIReporter(**kwargs)
+
+    tune_module._detect_reporter = plain
+    try:
+        yield
+    finally:
+        tune_module._detect_reporter = detect
+
+
 def checkpoint_epoch(trial: Any, epoch_key: str) -> int:
     """The epoch of the checkpoint Ray starts ``trial`` from, 0 when it has none.
 

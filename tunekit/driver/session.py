@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.compat.ray_tune import (
+    notebook_output_kept,
     ray_leaves_sigterm_alone,
     ray_processes_in_their_own_group,
     send_ray_cluster_messages,
@@ -69,9 +70,15 @@ _WORKER_ENV = {
 }
 
 
-def driver_env() -> contextlib.AbstractContextManager[None]:
-    """The driver's Ray Tune settings (``_DRIVER_ENV``), in this process while a search runs."""
-    return _environment(_DRIVER_ENV)
+@contextlib.contextmanager
+def driver_env() -> Iterator[None]:
+    """The driver's Ray Tune settings (``_DRIVER_ENV``), in this process while a search runs.
+
+    In Jupyter, Ray Tune's own reporter would clear the cell's output (the opening lines the
+    console printed); it is replaced by a silent one meanwhile (``compat.notebook_output_kept``).
+    """
+    with _environment(_DRIVER_ENV), notebook_output_kept():
+        yield
 
 
 @contextlib.contextmanager
