@@ -18,6 +18,7 @@ import yaml
 
 from tunekit.config import _validate as v
 from tunekit.config import pbt
+from tunekit.config.combinations import check_combinations
 from tunekit.config.files import (
     DEFAULT_STORAGE,
     RESOLVED_HEADER,
@@ -350,6 +351,7 @@ def parse_spec(
     resources = _resources(_optional(raw, "resources"))
     training = _training(_optional(raw, "training"))
     _check_searched_training_keys(space)
+    check_combinations(resources.gpu, training.jit_compile, space)
     storage = _storage(_optional(raw, "storage"))
     tracking = _tracking(_optional(raw, "tracking"))
     data = _optional(raw, "data")

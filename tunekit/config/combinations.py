@@ -1,0 +1,41 @@
+"""Settings that each validate alone but fail together: refused before anything runs.
+
+Each check names both settings in one line, as every spec error does (path, rule, value).
+"""
+
+from __future__ import annotations
+
+from tunekit.config.space import Choice, Fixed, SearchSpace
+from tunekit.errors import SpecError
+
+# Why XLA and MirroredStrategy are refused together: every trial failed at its first step with
+# ``InvalidArgumentError ... Trying to access resource conv2d/kernel/replica_1 ... device:CPU:1 from
+# device:CPU:0`` (TensorFlow's xla/known_issues: a compiled cluster cannot reach another replica's
+# variables). tunekit runs MirroredStrategy when a trial owns 2 or more whole GPUs.
+XLA_WITH_REPLICAS = (
+    "must be false when resources.gpu is 2 or more: MirroredStrategy's replicas cannot run XLA-compiled "
+    "steps (every trial fails with 'Trying to access resource ... replica_1'); set training.jit_compile: "
+    "false, or resources.gpu: 1"
+)
+
+
+def check_combinations(gpu: float, jit_compile: bool, space: SearchSpace) -> None:
+    """Refuses XLA (``training.jit_compile``, set or searched) with MirroredStrategy (``resources.gpu >= 2``).
+
+    Raises:
+        SpecError: naming ``training.jit_compile`` (or the searched ``space.jit_compile`` value)
+            and ``resources.gpu``.
+    """
+    if gpu < 2:
+        return
+    if jit_compile:
+        raise SpecError("training.jit_compile", XLA_WITH_REPLICAS, True)
+    for param in space.params:
+        if param.name != "jit_compile":
+            continue
+        dist = param.distribution
+        values = dist.values if isinstance(dist, Choice) else (dist.value,) if isinstance(dist, Fixed) else ()
+        for index, value in enumerate(values):
+            if value is True:
+                path = f"space.jit_compile.values[{index}]" if isinstance(dist, Choice) else "space.jit_compile.value"
+                raise SpecError(path, XLA_WITH_REPLICAS.replace("set training.jit_compile", "search only"), True)
