@@ -55,7 +55,11 @@ def from_arrays(
     *,
     training: bool,
 ) -> tf.data.Dataset:
-    """Batches in-memory arrays: cached, shuffled each epoch (seeded) when training, prefetched."""
+    """Batches in-memory arrays: cached, shuffled each epoch (seeded) when training, prefetched.
+
+    The arrays pass through unchanged: their dtype and range are the caller's (uint8 images stay
+    0-255; scale them, or give the model a ``Rescaling(1/255)``, once).
+    """
     import tensorflow as tf
 
     dataset = tf.data.Dataset.from_tensor_slices((features, labels)).cache()
@@ -145,6 +149,11 @@ def from_image_folder(
         augmentation: one of ``none``, ``low``, ``medium``, ``high``; used when training.
         cache: ``""`` caches decoded images in memory; a file path caches them on disk.
         shuffle_buffer: default: the whole dataset (a perfect shuffle).
+
+    Returns:
+        Batches of ``(images, labels)``: images float32 in [0, 1], already scaled (a model
+        must not divide by 255 again: no ``Rescaling(1/255)`` layer), shaped ``(batch,
+        image_size, image_size, channels)``; labels int32 class indices.
     """
     files, labels, _ = list_image_folder(resolve_path(path, ctx))
     return from_image_files(
@@ -172,7 +181,12 @@ def from_image_files(
     cache: str = "",
     shuffle_buffer: int | None = None,
 ) -> tf.data.Dataset:
-    """Like ``from_image_folder``, for given files and labels (e.g. one side of a split)."""
+    """Like ``from_image_folder``, for given files and labels (e.g. one side of a split).
+
+    Returns:
+        Batches of ``(images, labels)``: images float32 in [0, 1] (already scaled: no
+        ``Rescaling(1/255)`` in the model), labels int32; see ``from_image_folder``.
+    """
     import tensorflow as tf
 
     _check_augmentation(augmentation)
@@ -293,6 +307,10 @@ def from_tfrecord(
     path or glob pattern (``data/train-*.tfrecord``) is looked for as ``resolve_path`` does.
     The dataset's length is unknown to tf.data; tunekit counts the batches it trains on.
     See ``from_image_folder`` for the other arguments.
+
+    Returns:
+        Batches of ``(images, labels)``: images float32 in [0, 1] (already scaled: no
+        ``Rescaling(1/255)`` in the model), labels int32 (the records' int64 cast).
     """
     import tensorflow as tf
 
@@ -319,7 +337,10 @@ def from_tfrecord(
 
 
 def load_image(file: tf.Tensor, image_size: int, channels: int = 3) -> tf.Tensor:
-    """Reads and decodes one PNG/JPEG file into uint8 ``(image_size, image_size, channels)``."""
+    """Reads and decodes one PNG/JPEG file into uint8 ``(image_size, image_size, channels)``, 0-255.
+
+    Unlike the pipelines, which scale to float32 in [0, 1] after caching.
+    """
     return _file_decoder(image_size, channels)(file)
 
 
