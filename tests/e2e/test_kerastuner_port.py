@@ -1,0 +1,148 @@
+"""A KerasTuner example ported to ``tunekit.Tuner`` by changing its tuner line, on a real Ray.
+
+The example is KerasTuner's "Getting started" (keras.io/keras_tuner/getting_started):
+``build_model(hp)`` with a loop of layers whose count is searched, a boolean dropout and a
+log-sampled learning rate, then ``search(x, y, epochs=2, validation_data=...)``,
+``get_best_models`` and ``results_summary``. Its MNIST is scikit-learn's digits here (no
+downloads), as NumPy arrays. Everything but the tuner line is KerasTuner's code.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import ray
+import yaml
+from keras import layers
+from sklearn.datasets import load_digits
+
+import tunekit
+from tunekit.driver.session import ray_init_options
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    # A script's build_model lives in __main__ and travels by value; this test module's would
+    # travel by name, which the workers cannot import.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+# --------------------------------------------------------------------------- KerasTuner's code
+def build_model(hp: Any) -> keras.Model:
+    model = keras.Sequential()
+    model.add(layers.Flatten())
+    # Tune the number of layers.
+    for i in range(hp.Int("num_layers", 1, 3)):
+        model.add(
+            layers.Dense(
+                # Tune number of units separately.
+                units=hp.Int(f"units_{i}", min_value=32, max_value=512, step=32),
+                activation=hp.Choice("activation", ["relu", "tanh"]),
+            )
+        )
+    if hp.Boolean("dropout"):
+        model.add(layers.Dropout(rate=0.25))
+    model.add(layers.Dense(10, activation="softmax"))
+    learning_rate = hp.Float("lr", min_value=1e-4, max_value=1e-2, sampling="log")
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=learning_rate),
+        loss="categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype("float32").reshape(-1, 8, 8)
+    y = keras.utils.to_categorical(y, 10)
+    return x[:1400], y[:1400], x[1400:], y[1400:]
+
+
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory: pytest.TempPathFactory) -> tuple[tunekit.Tuner, float]:
+    x_train, y_train, x_val, y_val = digits()
+    root = tmp_path_factory.mktemp("kt")
+    began = time.monotonic()
+    # KerasTuner's line was: tuner = keras_tuner.RandomSearch(
+    tuner = tunekit.Tuner(
+        hypermodel=build_model,
+        objective="val_accuracy",
+        max_trials=3,
+        overwrite=True,
+        directory=root / "my_dir",
+        project_name="helloworld",
+        progress=False,
+        tracking={"uri": f"sqlite:///{root / 'mlflow.db'}"},
+    )
+    tuner.search(x_train, y_train, epochs=2, validation_data=(x_val, y_val))
+    return tuner, time.monotonic() - began
+
+
+def test_the_search_writes_a_tunekit_experiment_with_the_space_found_in_the_code(
+    ported: tuple[tunekit.Tuner, float],
+) -> None:
+    tuner, _ = ported
+    results = tuner.results
+    assert results.experiment_dir == (tuner.project_dir) and tuner.project_dir.name == "helloworld"
+    assert len(results.trials) == 3 and set(results.trials["status"]) <= {"completed", "pruned"}
+    space = yaml.safe_load((results.experiment_dir / "spec.yaml").read_text())["space"]
+    assert list(space) == ["num_layers", "units_0", "activation", "dropout", "lr", "units_1", "units_2"]
+    assert space["units_2"] == {"type": "int", "low": 32, "high": 512, "step": 32, "when": {"num_layers": [3]}}
+    assert space["lr"] == {"type": "loguniform", "low": 1e-4, "high": 1e-2}
+    # A layer that did not exist in a trial has no value in it (define-by-run), not a filled-in one.
+    for row in results.trials.to_dict("records"):
+        layers_used = int(row["params.num_layers"])
+        for i in range(3):
+            assert np.isnan(row.get(f"params.units_{i}", np.nan)) == (i >= layers_used), row
+
+
+def test_best_models_load_and_score_what_their_trial_reported(ported: tuple[tunekit.Tuner, float]) -> None:
+    tuner, _ = ported
+    _, _, x_val, y_val = digits()
+    best_model = tuner.get_best_models(num_models=1)[0]
+    best_hp = tuner.get_best_hyperparameters(1)[0]
+    assert len([layer for layer in best_model.layers if isinstance(layer, layers.Dense)]) == (
+        best_hp.values["num_layers"] + 1
+    )
+    _, accuracy = best_model.evaluate(x_val, y_val, verbose=0)
+    best = tuner.results.best
+    assert best is not None and accuracy == pytest.approx(best.metric, abs=1e-6)
+    assert best_hp.values == {k: v for k, v in best.config.items()}
+    # The hyperparameters rebuild the same architecture through the user's own build_model.
+    rebuilt = build_model(tunekit.HyperParameters(best_hp.values))
+    rebuilt.build((None, 8, 8))
+    assert rebuilt.count_params() == best_model.count_params()
+
+
+def test_summaries_print_kerastuners_sections(
+    ported: tuple[tunekit.Tuner, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tuner, seconds = ported
+    tuner.results_summary(2)
+    tuner.search_space_summary()
+    out = capsys.readouterr().out
+    assert "Results summary" in out and 'Objective(name="val_accuracy", direction="max")' in out
+    assert out.count("Score: ") == 2
+    assert "Default search space size: 7" in out
+    assert "units_2 (Int)\n{'default': 32, 'conditions': [{'num_layers': [3]}]" in out
+    print(f"the ported search took {seconds:.1f} s")
+
+
+def test_tunekit_report_reads_the_tuners_experiment(ported: tuple[tunekit.Tuner, float]) -> None:
+    from tunekit.cli import main
+
+    tuner, _ = ported
+    assert main(["report", str(tuner.project_dir)]) == 0

@@ -1,0 +1,151 @@
+"""tunekit.Tuner's pieces that need neither Ray nor TensorFlow: objectives, the spec it runs,
+the data split, what travels to the trials, and the refusals."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tunekit.config.spec import load_spec
+from tunekit.errors import SpecError, TunekitError
+from tunekit.hp import HyperParameters
+from tunekit.tuner import (
+    ArrayData,
+    FitOptions,
+    HyperModelBuilder,
+    Tuner,
+    _data_builder,
+    _placeholder,
+    objectives,
+)
+
+
+def build_model(hp: HyperParameters) -> dict[str, Any]:
+    layers = [hp.Int(f"units_{i}", 8, 64, step=8) for i in range(hp.Int("num_layers", 1, 2))]
+    return {"layers": layers, "lr": hp.Float("lr", 1e-4, 1e-2, sampling="log")}
+
+
+class Objective:  # keras_tuner.Objective's shape
+    def __init__(self, name: str, direction: str) -> None:
+        self.name, self.direction = name, direction
+
+
+def test_objectives_take_kerastuners_forms() -> None:
+    assert objectives("val_accuracy") == [("val_accuracy", "max")]
+    assert objectives("val_loss") == [("val_loss", "min")]
+    assert objectives("val_mean_absolute_error") == [("val_mean_absolute_error", "min")]
+    assert objectives(("val_f", "max")) == [("val_f", "max")]
+    assert objectives(Objective("val_auc", "max")) == [("val_auc", "max")]
+    assert objectives(["val_accuracy", ("model_params", "min")]) == [("val_accuracy", "max"), ("model_params", "min")]
+
+
+def test_an_objective_whose_direction_cannot_be_inferred_says_how_to_write_it() -> None:
+    with pytest.raises(SpecError) as caught:
+        objectives("val_custom")
+    assert str(caught.value) == (
+        "objective: cannot infer whether to minimise or maximise it; write ('val_custom', 'max') or "
+        "('val_custom', 'min'), got 'val_custom'"
+    )
+
+
+def test_the_tuner_runs_a_valid_spec_with_the_space_found_and_sections_over_it(tmp_path: Path) -> None:
+    tuner = Tuner(
+        build_model,
+        objective="val_accuracy",
+        max_trials=7,
+        seed=3,
+        directory=tmp_path,
+        project_name="p1",
+        budget={"max_concurrent": 2},
+        scheduler={"type": "fifo"},
+    )
+    spec = load_spec(tuner._spec({"epochs": 4, "batch_size": 64}), trainable=_placeholder())
+    assert (spec.name, spec.budget.num_samples, spec.budget.max_epochs, spec.budget.max_concurrent) == ("p1", 7, 4, 2)
+    assert (spec.search.seed, spec.training.seed, spec.training.batch_size, spec.scheduler.type) == (3, 3, 64, "fifo")
+    assert spec.space.names == ("num_layers", "units_0", "lr", "units_1")
+    assert spec.space.params[-1].when == {"num_layers": (2,)}
+    assert tuner.project_dir == tmp_path.resolve() / "p1"
+
+
+def test_a_section_the_spec_lacks_is_a_spec_error() -> None:
+    tuner = Tuner(build_model, objective="val_accuracy", budgett={"num_samples": 2})
+    with pytest.raises(SpecError, match="budgett"):
+        load_spec(tuner._spec({}), trainable=_placeholder())
+
+
+def test_several_executions_per_trial_are_refused_for_now() -> None:
+    with pytest.raises(TunekitError, match=r"^executions_per_trial=2: several fits per trial are not supported yet"):
+        Tuner(build_model, executions_per_trial=2)
+
+
+def test_a_hypermodel_with_its_own_fit_is_refused_and_one_without_builds() -> None:
+    class HyperModel:  # keras_tuner.HyperModel's shape
+        def build(self, hp: HyperParameters) -> Any:
+            return hp.Int("units", 1, 4)
+
+        def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return None
+
+    class Plain(HyperModel):
+        pass
+
+    class OwnFit(HyperModel):
+        def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return {"val_accuracy": 1.0}
+
+    assert Tuner(Plain(), objective="val_accuracy").discovery.names == ("units",)
+    with pytest.raises(TunekitError, match=r"^OwnFit.fit: a HyperModel's own fit is not supported yet"):
+        Tuner(OwnFit())
+
+
+def test_validation_split_takes_the_last_share_as_keras_does() -> None:
+    x, y = np.arange(10.0).reshape(10, 1), np.arange(10)
+    data = _data_builder({"x": x, "y": y, "validation_split": 0.2}, Path("unused"))
+    assert isinstance(data, ArrayData)
+    (_, train_y), (val_x, val_y) = data.arrays()
+    assert train_y.tolist() == list(range(8)) and val_y.tolist() == [8, 9] and val_x.shape == (2, 1)
+
+
+def test_search_without_validation_data_says_what_to_pass() -> None:
+    with pytest.raises(TunekitError) as caught:
+        _data_builder({"x": np.zeros((4, 1)), "y": np.zeros(4)}, Path("unused"))
+    assert str(caught.value) == (
+        "search: tunekit scores every trial on validation data: pass validation_data=(x_val, y_val) "
+        "or validation_split=0.2"
+    )
+
+
+def test_search_refuses_a_fit_argument_it_does_not_know(tmp_path: Path) -> None:
+    tuner = Tuner(build_model, objective="val_accuracy", directory=tmp_path)
+    with pytest.raises(TunekitError, match=r"^search: workerz is not supported; it takes x, y, validation_data"):
+        tuner.search(np.zeros((4, 1)), np.zeros(4), validation_split=0.5, workerz=3)
+    assert not (tmp_path / "untitled_project").exists()
+
+
+def test_arrays_travel_by_value_without_ray() -> None:
+    data = ArrayData((np.ones((3, 2)), np.zeros(3)), (np.ones((1, 2)), np.zeros(1)))
+    copy = pickle.loads(pickle.dumps(data))
+    assert copy.arrays()[0][0].tolist() == [[1.0, 1.0]] * 3
+    assert repr(data) == "ArrayData(3 training, 1 validation examples)"
+
+
+def test_each_trial_builds_with_its_values_and_a_missed_name_gets_its_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    builder = HyperModelBuilder(build_model, {"num_layers": "num_layers", "units_0": "units_0", "lr": "lr"})
+    built = builder({"num_layers": 2, "units_0": 16, "lr": 0.001}, None)
+    assert built == {"layers": [16, 8], "lr": 0.001}
+    assert "build_model declares units_1, which the space found before the search lacks" in capsys.readouterr().out
+    assert repr(builder) == f"HyperModelBuilder({__name__}.build_model)"
+
+
+def test_fit_options_hand_each_trial_its_own_callbacks() -> None:
+    callback = {"patience": 1}
+    options = FitOptions({"callbacks": [callback], "class_weight": {0: 1.0}})
+    first, second = options({}, None), options({}, None)
+    assert first == {"callbacks": [callback], "class_weight": {0: 1.0}}
+    assert first["callbacks"][0] is not second["callbacks"][0] is not callback

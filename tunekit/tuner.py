@@ -1,0 +1,621 @@
+"""``tunekit.Tuner``: KerasTuner's ``Tuner`` over tunekit's search, for a one-line switch.
+
+A KerasTuner script keeps its ``build_model(hp)`` (or ``HyperModel``), its ``search(x, y,
+validation_data=...)`` and its ``get_best_models()``; only the tuner line changes. The
+search itself is ``tunekit.run``'s: the space found from the code (``tunekit.hp``) becomes
+the spec's ``space``, the data becomes ``build_data``, the other ``fit`` arguments
+``fit_options``, so the experiment directory, the study and the MLflow runs are those of
+``tunekit run``, and ``tunekit report``, ``check`` and ``resume`` apply.
+
+NumPy data reaches the workers through Ray's object store: the arrays are put there once,
+when Ray first serialises the builders, and every trial reads them from it (also on other
+nodes); the driver's saved state holds only the reference. A ``tf.data.Dataset`` is saved
+once under the storage folder (``Dataset.save``) and loaded by each trial.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from tunekit.errors import SpecError, TunekitError
+from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
+
+if TYPE_CHECKING:
+    from tunekit.results.load import ExperimentResults
+
+DEFAULT_PROJECT = "untitled_project"  # KerasTuner's
+DEFAULT_OBJECTIVE = "val_loss"  # KerasTuner's
+# Metric names whose direction KerasTuner infers as "min"; any other known Keras metric is "max".
+_MINIMISED = ("loss", "error", "mse", "mae", "mape", "msle", "crossentropy", "hinge", "poisson", "kl_divergence")
+_MAXIMISED = ("accuracy", "acc", "auc", "precision", "recall", "f1", "iou", "r2", "score")
+# model.fit arguments the search passes on to every trial (fit_options), beside the data and epochs.
+_PASSED_ON = ("callbacks", "class_weight", "steps_per_epoch", "validation_steps", "validation_freq")
+# model.fit arguments that make no difference to a search here (tunekit reports every epoch itself).
+_IGNORED = ("verbose", "shuffle", "use_multiprocessing", "workers", "max_queue_size")
+
+
+class Tuner:
+    """A KerasTuner-shaped tuner: ``build_model(hp)`` in, the best models out.
+
+    Args:
+        hypermodel: a function ``build_model(hp)`` returning a compiled Keras model, or an
+            object with ``build(hp)`` (a ``keras_tuner.HyperModel``, whose own ``fit`` is not
+            supported yet).
+        objective: a metric name (its direction inferred as KerasTuner does), a ``(name,
+            "min"|"max")`` pair, a ``keras_tuner.Objective``, or a list of them: several
+            objectives make a multi-objective search (a Pareto front, not KerasTuner's sum).
+        max_trials: trials to run (``budget.num_samples``).
+        max_epochs: epochs per trial when ``search`` gets no ``epochs`` (``budget.max_epochs``;
+            ASHA's ``max_t``).
+        executions_per_trial: 1 (several fits per trial are not supported yet).
+        seed: the sampler's and Keras's seed (``search.seed``, ``training.seed``).
+        directory: where the experiment folder goes (``storage.path``; default: tunekit's).
+        project_name: the experiment's folder and name.
+        overwrite: remove an experiment of the same name first; without it, ``search``
+            continues it, grown to ``max_trials``, as KerasTuner reloads a project.
+        progress: where progress goes (True: stdout, False: nowhere).
+        address: a Ray cluster to join (as ``tunekit.run``).
+        **sections: spec sections deep-merged over the ones built here (``budget``,
+            ``search``, ``scheduler``, ``resources``, ``training``, ``tracking``, ...).
+
+    Raises:
+        SpecError: a bad objective, a section the spec lacks, or a bad ``hp`` range.
+        TunekitError: an option not supported yet.
+    """
+
+    def __init__(
+        self,
+        hypermodel: Any,
+        objective: Any = DEFAULT_OBJECTIVE,
+        max_trials: int = 10,
+        max_epochs: int | None = None,
+        executions_per_trial: int = 1,
+        seed: int | None = None,
+        directory: str | Path | None = None,
+        project_name: str | None = None,
+        overwrite: bool = False,
+        progress: TextIO | bool | None = True,
+        address: str | None = None,
+        **sections: Any,
+    ) -> None:
+        if executions_per_trial != 1:
+            raise TunekitError(
+                f"executions_per_trial={executions_per_trial}: several fits per trial are not supported yet; "
+                "use 1 (tunekit's ASHA already discounts a lucky epoch by comparing trials at each rung)"
+            )
+        self.hypermodel = hypermodel
+        self._build = _build_function(hypermodel)
+        self.objectives = objectives(objective)
+        self.max_trials = max_trials
+        self.max_epochs = max_epochs
+        self.executions_per_trial = executions_per_trial
+        self.seed = seed
+        self.directory = directory
+        self.project_name = project_name or DEFAULT_PROJECT
+        self.overwrite = overwrite
+        self.progress = progress
+        self.address = address
+        self.sections = sections
+        # As KerasTuner builds the model once when the tuner is made: the space, found now.
+        self.discovery: Discovery = discover(self._build)
+        _drop_keras_graphs()
+        self._results: ExperimentResults | None = None
+
+    # ----------------------------------------------------------------- paths
+    @property
+    def project_dir(self) -> Path:
+        """The experiment's folder: ``directory/project_name``."""
+        from tunekit.config.spec import load_spec
+
+        storage = self.directory
+        if storage is None:
+            storage = load_spec(self._spec({"epochs": 1, "batch_size": 32}), trainable=_placeholder()).storage.path
+        return Path(storage).expanduser().resolve() / self.project_name
+
+    @property
+    def results(self) -> ExperimentResults:
+        """The search's ``ExperimentResults`` (``tunekit.load`` of the project folder)."""
+        if self._results is None:
+            from tunekit.results.load import load
+
+            self._results = load(self.project_dir)
+        return self._results
+
+    # ----------------------------------------------------------------- search
+    def search(self, *fit_args: Any, **fit_kwargs: Any) -> ExperimentResults:
+        """Runs the search; takes ``model.fit``'s arguments, as KerasTuner's ``search`` does.
+
+        ``x, y`` as NumPy arrays (or lists and dicts of them), or ``x`` as a batched
+        ``tf.data.Dataset``; ``validation_data`` or ``validation_split`` (one is needed:
+        every trial is scored on validation data); ``batch_size`` (``training.batch_size``);
+        ``epochs``; ``callbacks``, ``class_weight``, ``sample_weight``, ``steps_per_epoch``.
+
+        Returns:
+            the experiment's results (also ``self.results``).
+        """
+        import tunekit
+
+        fit = _fit_arguments(fit_args, fit_kwargs)
+        data = _data_builder(fit, self._data_dir())
+        options = {k: fit.pop(k) for k in _PASSED_ON if fit.get(k) is not None}
+        for key in _IGNORED:
+            fit.pop(key, None)
+        epochs, batch_size = fit.pop("epochs", None), fit.pop("batch_size", None)
+        if fit:
+            raise TunekitError(f"search: {', '.join(sorted(fit))} is not supported; it takes {_SUPPORTED}")
+        names = {spec_name(n): n for n in self.discovery.names}
+        builder = HyperModelBuilder(self._build, names)
+        fit_options = FitOptions(options) if options else None
+        spec = self._spec({"epochs": epochs, "batch_size": batch_size})
+        directory = self.project_dir
+        if directory.exists() and self.overwrite:
+            _remove_experiment(directory)
+        self._results = None
+        if directory.exists():
+            self._results = tunekit.resume(
+                directory,
+                overrides=self._grown(directory),
+                progress=self.progress,
+                build_data=data,
+                build_model=builder,
+                fit_options=fit_options,
+            )
+        else:
+            self._results = tunekit.run(
+                spec,
+                name=self.project_name,
+                storage=directory.parent,
+                address=self.address,
+                progress=self.progress,
+                build_data=data,
+                build_model=builder,
+                fit_options=fit_options,
+            )
+        return self._results
+
+    def _grown(self, directory: Path) -> list[str]:
+        from tunekit.config.spec import load_spec
+
+        recorded = load_spec(directory / "spec.yaml", trainable=_placeholder()).budget.num_samples
+        return [f"budget.num_samples={self.max_trials}"] if self.max_trials > recorded else []
+
+    def _data_dir(self) -> Path:
+        return self.project_dir.parent / ".tunekit-data" / self.project_name
+
+    def _spec(self, fit: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec ``search`` runs: this tuner's settings, then ``sections`` merged over them."""
+        epochs = fit.get("epochs") or self.max_epochs or 1  # model.fit's default is one epoch
+        metric: Any = [{"name": n, "mode": m} for n, m in self.objectives]
+        spec: dict[str, Any] = {
+            "name": self.project_name,
+            "metric": metric[0] if len(metric) == 1 else metric,
+            "budget": {"num_samples": self.max_trials, "max_epochs": int(epochs)},
+            "search": {"seed": self.seed or 0},
+            "training": {"batch_size": int(fit.get("batch_size") or 32), "seed": self.seed or 0},
+            "space": self.discovery.to_space(),
+        }
+        if self.directory is not None:
+            spec["storage"] = {"path": str(self.directory)}
+        return _merged(spec, self.sections)
+
+    # ----------------------------------------------------------------- results
+    def get_best_hyperparameters(self, num_trials: int = 1) -> list[HyperParameters]:
+        """The best trials' hyperparameters, best first: objects with ``.values``, as KerasTuner's."""
+        return [hp for _, hp in self._best(num_trials)]
+
+    def get_best_models(self, num_models: int = 1) -> list[Any]:
+        """The best trials' trained models, best first.
+
+        Each is the model its trial saved at its end (``model.keras``, or ``build_model``'s
+        model with the saved weights when Keras could not save it whole). Trials that
+        saved none (pruned or stopped early) are passed over, so fewer models may come back.
+        """
+        import keras
+
+        models = []
+        results = self.results
+        for trial_id, hp in self._best(len(results.trials)):
+            path = results.model_path(trial_id)
+            if path is None:
+                continue
+            if path.suffix == ".keras":
+                models.append(keras.saving.load_model(path))
+            else:
+                model = self._build(HyperParameters(hp.values))
+                model.load_weights(path)
+                models.append(model)
+            if len(models) == num_models:
+                break
+        return models
+
+    def results_summary(self, num_trials: int = 10) -> None:
+        """Prints the best trials as KerasTuner does: each one's hyperparameters and score."""
+        results = self.results
+        name, mode = self.objectives[0]
+        lines = [
+            "Results summary",
+            f"Results in {results.experiment_dir}",
+            f"Showing {num_trials} best trials",
+            f'Objective(name="{name}", direction="{mode}")',
+        ]
+        ranked = results.ranked()
+        for row, (_, hp) in zip(ranked.head(num_trials).itertuples(), self._best(num_trials), strict=False):
+            lines += ["", f"Trial {row.trial_id} summary ({row.status})", "Hyperparameters:"]
+            lines += [f"{k}: {v}" for k, v in hp.values.items()]
+            lines.append(f"Score: {row.final_metric}")
+        print("\n".join(lines))
+
+    def search_space_summary(self) -> None:
+        """Prints the space found in ``build_model``, as KerasTuner's summary does."""
+        lines = ["Search space summary", f"Default search space size: {len(self.discovery.params)}"]
+        for name, declared in self.discovery.params.items():
+            conditions = tuple(self.discovery.when.get(name, {}).items())
+            shown = dataclasses.replace(declared, conditions=conditions)
+            lines += [f"{name} ({declared.kind})", shown.describe()]
+        lines += [f"note: {note}" for note in self.discovery.notes]
+        print("\n".join(lines))
+
+    def _best(self, count: int) -> list[tuple[str, HyperParameters]]:
+        """(trial id, hyperparameters) of the best trials that reported the objective, best first."""
+        import math
+
+        results = self.results
+        ranked = results.ranked()
+        names = {spec_name(n): n for n in self.discovery.names}
+        found = []
+        for row in ranked.to_dict("records"):
+            score = row.get("final_metric")
+            if score is None or (isinstance(score, float) and math.isnan(score)):
+                continue
+            values = {}
+            for column, value in row.items():
+                if not str(column).startswith("params."):
+                    continue
+                key = str(column).removeprefix("params.")
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    continue  # inactive in this trial
+                name = names.get(key, key)
+                declared = self.discovery.params.get(name)
+                values[name] = value if declared is None else _as_declared(declared, value)
+            hp = HyperParameters(values)
+            hp.values = dict(values)
+            found.append((str(row["trial_id"]), hp))
+            if len(found) == count:
+                break
+        return found
+
+
+_SUPPORTED = (
+    "x, y, validation_data, validation_split, batch_size, epochs, sample_weight, "
+    + ", ".join(_PASSED_ON)
+    + " (and ignores "
+    + ", ".join(_IGNORED)
+    + ")"
+)
+
+
+# --------------------------------------------------------------------------- objectives
+
+
+def objectives(objective: Any) -> list[tuple[str, str]]:
+    """``[(name, "min"|"max"), ...]`` from KerasTuner's forms of an objective."""
+    items = objective if isinstance(objective, list) else [objective]
+    if not items:
+        raise SpecError("objective", "must name at least one metric", objective)
+    return [
+        _objective(item, f"objective[{i}]" if isinstance(objective, list) else "objective")
+        for i, item in enumerate(items)
+    ]
+
+
+def _objective(item: Any, path: str) -> tuple[str, str]:
+    if isinstance(item, tuple) and len(item) == 2:
+        name, direction = item
+    elif hasattr(item, "name") and hasattr(item, "direction"):  # keras_tuner.Objective
+        name, direction = item.name, item.direction
+    elif isinstance(item, str):
+        name, direction = item, infer_direction(item, path)
+    else:
+        raise SpecError(path, "must be a metric name, a (name, direction) pair or a keras_tuner.Objective", item)
+    if direction not in ("min", "max"):
+        raise SpecError(f"{path}.direction", "must be 'min' or 'max'", direction)
+    return str(name), str(direction)
+
+
+def infer_direction(name: str, path: str = "objective") -> str:
+    """KerasTuner's inference: losses and errors are minimised, accuracies and scores maximised."""
+    bare = name.removeprefix("val_").lower()
+    if any(bare == m or bare.endswith(m) for m in _MINIMISED):
+        return "min"
+    if any(bare == m or bare.endswith(m) or bare.startswith(m) for m in _MAXIMISED):
+        return "max"
+    raise SpecError(
+        path,
+        f"cannot infer whether to minimise or maximise it; write ({name!r}, 'max') or ({name!r}, 'min')",
+        name,
+    )
+
+
+# --------------------------------------------------------------------------- what travels to the trials
+
+
+@dataclass(frozen=True)
+class HyperModelBuilder:
+    """``build_model(config, ctx)`` for tunekit: the user's ``build_model(hp)`` with the trial's values.
+
+    Attributes:
+        build: the user's ``build_model(hp)`` (or a HyperModel's ``build``).
+        names: spec name → ``hp`` name, for every parameter of the space.
+    """
+
+    build: Callable[[HyperParameters], Any]
+    names: Mapping[str, str]
+
+    def __repr__(self) -> str:  # spec.yaml's trainable line
+        owner = getattr(self.build, "__self__", None)
+        name = getattr(self.build, "__qualname__", type(self.build).__name__)
+        return f"HyperModelBuilder({getattr(owner or self.build, '__module__', '?')}.{name})"
+
+    def __call__(self, config: Mapping[str, Any], ctx: Any) -> Any:
+        values = {self.names.get(key, key): value for key, value in config.items()}
+        hp = HyperParameters(values, known=list(self.names.values()))
+        model = self.build(hp)
+        if hp.unknown:  # into the trial's output.log
+            print(
+                f"tunekit: build_model declares {', '.join(hp.unknown)}, which the space found before the search "
+                "lacks (a branch its exploration did not reach): the default is used"
+            )
+        return model
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """``fit_options(config, ctx)``: ``search``'s further ``model.fit`` arguments, a fresh copy per trial."""
+
+    options: Mapping[str, Any]
+
+    def __repr__(self) -> str:
+        return f"FitOptions({', '.join(self.options)})"
+
+    def __call__(self, config: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
+        options = dict(self.options)
+        if "callbacks" in options:
+            options["callbacks"] = [copy.deepcopy(c) for c in options["callbacks"]]
+        return options
+
+
+class ArrayData:
+    """``build_data(config, ctx)`` over NumPy arrays that travel through Ray's object store.
+
+    The arrays go into the object store once, the first time Ray serialises this object
+    (when ``tunekit.run`` hands the builders to Ray Tune); every later copy, in a trial or in
+    the driver's saved state, carries the reference only. Serialised with no Ray running
+    (a deep copy), it carries the arrays themselves.
+
+    Args:
+        train: ``(x, y)`` or ``(x, y, sample_weight)``; x and y may be arrays, lists or dicts of arrays.
+        validation: the same for the validation set.
+        shuffle: reshuffle the training set every epoch (``model.fit``'s default for arrays).
+    """
+
+    def __init__(self, train: tuple[Any, ...], validation: tuple[Any, ...], shuffle: bool = True) -> None:
+        self.train = train
+        self.validation = validation
+        self.shuffle = shuffle
+        self._refs: tuple[str, Any] | None = None  # (Ray job, the object reference)
+
+    def __repr__(self) -> str:
+        if self.train is None:
+            return "ArrayData(in Ray's object store)"
+        return f"ArrayData({_length(self.train)} training, {_length(self.validation)} validation examples)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        ref = self._object_ref()
+        if ref is None:
+            return (ArrayData, (self.train, self.validation, self.shuffle))
+        return (_from_object_store, (ref, self.shuffle))
+
+    def _object_ref(self) -> Any:
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized() or self.train is None:
+            return self._refs[1] if self._refs else None
+        job = ray.get_runtime_context().get_job_id()
+        if self._refs is None or self._refs[0] != job:  # a new Ray: the old reference is gone
+            self._refs = (job, ray.put((self.train, self.validation)))
+        return self._refs[1]
+
+    def arrays(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        if self.train is None:
+            import ray
+
+            return ray.get(self._refs[1])
+        return self.train, self.validation
+
+    def __call__(self, config: Mapping[str, Any], ctx: Any) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        train, validation = self.arrays()
+        train_ds = tf.data.Dataset.from_tensor_slices(train)
+        if self.shuffle:
+            train_ds = train_ds.shuffle(_length(train), seed=ctx.seed, reshuffle_each_iteration=True)
+        val_ds = tf.data.Dataset.from_tensor_slices(validation)
+        return (
+            train_ds.batch(ctx.batch_size).prefetch(tf.data.AUTOTUNE),
+            val_ds.batch(ctx.batch_size).prefetch(tf.data.AUTOTUNE),
+        )
+
+
+def _from_object_store(ref: Any, shuffle: bool) -> ArrayData:
+    data = ArrayData(None, None, shuffle)  # type: ignore[arg-type]
+    data._refs = ("", ref)
+    return data
+
+
+@dataclass(frozen=True)
+class SavedDatasets:
+    """``build_data(config, ctx)`` over ``tf.data.Dataset``s saved once under the storage folder."""
+
+    train: str
+    validation: str
+
+    def __repr__(self) -> str:
+        return f"SavedDatasets({Path(self.train).parent})"
+
+    def __call__(self, config: Mapping[str, Any], ctx: Any) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        return tf.data.Dataset.load(self.train), tf.data.Dataset.load(self.validation)
+
+
+def _fit_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    names = ("x", "y", "batch_size", "epochs")
+    fit = dict(kwargs)
+    for name, value in zip(names, args, strict=False):
+        if name in fit:
+            raise TypeError(f"search() got multiple values for argument {name!r}")
+        fit[name] = value
+    if len(args) > len(names):
+        raise TypeError(f"search() takes at most {len(names)} positional arguments (x, y, batch_size, epochs)")
+    return fit
+
+
+def _data_builder(fit: dict[str, Any], data_dir: Path) -> Callable[..., Any]:
+    """``build_data`` for ``search``'s data; pops the arguments it used from ``fit``."""
+    x, y = fit.pop("x", None), fit.pop("y", None)
+    sample_weight = fit.pop("sample_weight", None)
+    validation_data = fit.pop("validation_data", None)
+    split = fit.pop("validation_split", None) or 0.0
+    shuffle = fit.pop("shuffle", True)
+    if x is None:
+        raise TunekitError("search: x (the training data) is required")
+    if _is_dataset(x):
+        if validation_data is None or not _is_dataset(validation_data):
+            raise TunekitError("search: with x a tf.data.Dataset, validation_data must be a tf.data.Dataset too")
+        return _saved_datasets(x, validation_data, data_dir)
+    train: tuple[Any, ...] = (x, y) if sample_weight is None else (x, y, sample_weight)
+    if validation_data is not None:
+        validation = tuple(validation_data)
+    elif split:
+        train, validation = _split(train, float(split))
+    else:
+        raise TunekitError(
+            "search: tunekit scores every trial on validation data: pass validation_data=(x_val, y_val) "
+            "or validation_split=0.2"
+        )
+    return ArrayData(train, validation, shuffle=bool(shuffle))
+
+
+def _split(arrays: tuple[Any, ...], split: float) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Keras's ``validation_split``: the last ``split`` share, before any shuffling."""
+    if not 0.0 < split < 1.0:
+        raise SpecError("validation_split", "must lie between 0 and 1", split)
+    at = int(_length(arrays) * (1.0 - split))
+    return _sliced(arrays, slice(0, at)), _sliced(arrays, slice(at, None))
+
+
+def _sliced(structure: Any, part: slice) -> Any:
+    if isinstance(structure, dict):
+        return {k: _sliced(v, part) for k, v in structure.items()}
+    if isinstance(structure, list | tuple):
+        return type(structure)(_sliced(v, part) for v in structure)
+    return None if structure is None else structure[part]
+
+
+def _length(structure: Any) -> int:
+    if isinstance(structure, dict):
+        return _length(next(iter(structure.values())))
+    if isinstance(structure, list | tuple):
+        return _length(structure[0])
+    return len(structure)
+
+
+def _is_dataset(value: Any) -> bool:
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(value, tf.data.Dataset)
+
+
+def _saved_datasets(train: Any, validation: Any, data_dir: Path) -> SavedDatasets:
+    """Saves both datasets once (a random augmentation is frozen at its saved draw)."""
+    paths = []
+    for name, dataset in (("train", train), ("validation", validation)):
+        digest = hashlib.sha1(repr(dataset.element_spec).encode() + name.encode()).hexdigest()[:8]
+        path = data_dir / f"{name}-{digest}"
+        if path.exists():
+            shutil.rmtree(path)
+        dataset.save(str(path))
+        paths.append(str(path))
+    return SavedDatasets(paths[0], paths[1])
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _build_function(hypermodel: Any) -> Callable[[HyperParameters], Any]:
+    build = getattr(hypermodel, "build", None)
+    if build is None:
+        if not callable(hypermodel):
+            raise SpecError("hypermodel", "must be a build_model(hp) function or have a build(hp) method", hypermodel)
+        return hypermodel
+    owner = next((klass for klass in type(hypermodel).__mro__ if "fit" in vars(klass)), None)
+    if owner is not None and owner.__name__ != "HyperModel":  # keras_tuner.HyperModel's fit only calls model.fit
+        raise TunekitError(
+            f"{type(hypermodel).__name__}.fit: a HyperModel's own fit is not supported yet; tunekit runs model.fit "
+            "itself (pass callbacks and class_weight to search)"
+        )
+    return build  # type: ignore[no-any-return,unused-ignore]
+
+
+def _drop_keras_graphs() -> None:
+    """The exploring builds' layers, freed (only where the user's code imported Keras)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "backend"):
+        keras.backend.clear_session()
+
+
+def _placeholder() -> Any:
+    from tunekit.contract import Builders
+
+    def nothing(config: Any, ctx: Any) -> None:
+        return None
+
+    return Builders(nothing, nothing)
+
+
+def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _remove_experiment(directory: Path) -> None:
+    if not (directory / "spec.yaml").is_file() and any(directory.iterdir()):
+        raise TunekitError(f"overwrite=True: {directory} holds no tunekit experiment; not removed")
+    shutil.rmtree(directory)
+
+
+def _as_declared(declared: Declared, value: Any) -> Any:
+    """A value read back from trials.csv (an int as a float beside empty cells, a bool as text) as declared."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if declared.kind == "Int":
+        return int(value)
+    if declared.kind == "Float":
+        return float(value)
+    if declared.kind == "Boolean":
+        return value in (True, "True", "true", 1)
+    for option in declared.values() or ():
+        if option == value or str(option) == str(value):
+            return option
+    return value
