@@ -164,14 +164,8 @@ def _run_kerastuner(seed: int, settings: dict[str, Any], t0: float, workdir: Pat
             kwargs["verbose"] = 0
             return model.fit(train_ds, validation_data=val_ds, callbacks=callbacks, **kwargs)
 
-    class Hyperband(keras_tuner.Hyperband):
-        def _configure_tensorboard_dir(self, callbacks: Any, trial: Any, execution: int = 0) -> None:
-            # keras-tuner 1.4.8 imports tensorboard here on every trial with the TensorFlow
-            # backend, and TensorFlow 2.21 no longer installs it; no TensorBoard callback is
-            # used, so there is nothing to configure.
-            return None
-
-    tuner = Hyperband(
+    # keras-tuner imports tensorboard's HParams plugin on every trial: tensorboard is in the stack.
+    tuner = keras_tuner.Hyperband(
         DigitsHyperModel(),
         objective="val_accuracy",
         max_epochs=max_epochs,

@@ -36,6 +36,10 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "optuna": ("optuna",),
     "mlflow": ("mlflow", "mlflow-skinny"),
+    # keras.callbacks.TensorBoard needs it (TensorFlow 2.21 does not install it); tunekit's
+    # own TensorBoard logs are written with tensorboardX, which needs no TensorFlow.
+    "tensorboard": ("tensorboard", "tb-nightly"),
+    "tensorboardX": ("tensorboardX",),
     "numpy": ("numpy",),
     "tunekit": ("tunekit",),
     # CUDA/cuDNN as pip wheels (tensorflow[and-cuda]); a trainable may report the
@@ -44,7 +48,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "cudnn_wheel": ("nvidia-cudnn-cu12", "nvidia-cudnn-cu11"),
 }
 # The stack tunekit is built on: the doctor checks each against tunekit's requirements.
-STACK = ("tensorflow", "keras", "ray", "optuna", "mlflow")
+STACK = ("tensorflow", "keras", "ray", "optuna", "mlflow", "tensorboard", "tensorboardX")
 
 REDACTED = "***"
 # Query parameters whose value is a credential: tokens, keys and signatures of presigned

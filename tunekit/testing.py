@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 MLFLOW = Path(sys.executable).with_name("mlflow")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -177,3 +178,78 @@ def postgres_bin() -> Path | None:
     candidates = [Path(found).resolve().parent] if found else []
     candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
     return next((c for c in candidates if all((c / tool).is_file() for tool in ("initdb", "pg_ctl", "createdb"))), None)
+
+
+TENSORBOARD = Path(sys.executable).with_name("tensorboard")
+
+
+class TensorBoardServer:
+    """A real ``tensorboard --logdir`` on 127.0.0.1, reading ``logdir`` (tunekit's logs of an experiment)."""
+
+    def __init__(self, logdir: Path, log: Path) -> None:
+        self.logdir = logdir
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 120.0) -> TensorBoardServer:
+        command = [str(TENSORBOARD), "--logdir", str(self.logdir), "--host", "127.0.0.1", "--port", str(self.port)]
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tensorboard exited: {self.log.read_text()[-2000:]}")
+            if self.answers():
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"tensorboard did not answer in {timeout:.0f} s: {self.log.read_text()[-2000:]}")
+
+    def answers(self) -> bool:
+        import requests
+
+        try:
+            return requests.get(f"{self.uri}/data/environment", timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    def post(self, route: str, body: dict[str, Any]) -> Any:
+        """A POST to one of the HParams plugin's data routes (``experiment``, ``session_groups``), as JSON."""
+        import requests
+
+        answer = requests.post(f"{self.uri}/data/plugin/hparams/{route}", json=body, timeout=30)
+        answer.raise_for_status()
+        return answer.json()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=20)
+
+
+def read_events(run_dir: Path) -> list[Any]:
+    """Every event of a TensorBoard run's event files, in the order TensorBoard reads them.
+
+    Event files are TFRecords (length, its CRC, the event, its CRC); tensorboardX's protos parse
+    the events, so neither TensorFlow nor TensorBoard's reader is needed.
+    """
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    events: list[Any] = []
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        at = 0
+        while at + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            events.append(Event.FromString(data[at + 12 : at + 12 + length]))
+            at += 12 + length + 4
+    return events

@@ -60,7 +60,7 @@ def test_healthy_setup_passes_every_check(tmp_path: Path, clean_env: pytest.Monk
     text = out.getvalue()
     assert status == 0, text
     assert lines_of(text)[0] == "tunekit doctor"
-    for name in ("python", "tensorflow", "keras", "ray", "optuna", "mlflow"):
+    for name in ("python", "tensorflow", "keras", "ray", "optuna", "mlflow", "tensorboard", "tensorboardX"):
         assert re.fullmatch(rf"ok\s+{name}: \d+\.\d+\S*.*", line_for(text, f"{name}:")), text
     assert line_for(text, "tracking") == (
         f"ok       tracking sqlite:///{tmp_path}/mlflow.db: directory {tmp_path} writable; the database will be created"

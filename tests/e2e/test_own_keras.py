@@ -122,6 +122,28 @@ def test_trainable_output_lands_in_each_trial_folder(project_run: tunekit.Experi
         assert "tunekit: steps_per_execution 1 (auto: the trainable compiled the model" in log
 
 
+def test_the_users_tensorboard_callback_logs_into_each_trial_folder_beside_tunekits_logs(
+    project_run: tunekit.ExperimentResults, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from tunekit.testing import read_events
+
+    # keras.callbacks.TensorBoard() with its relative default log_dir, "logs": in the trial's
+    # folder, not in the directory the search ran from.
+    assert not any(tmp_path_factory.getbasetemp().glob("elsewhere*/logs"))
+    for row in project_run.trials.itertuples():
+        logs = project_run.experiment_dir / row.trial_id / "logs"
+        for split in ("train", "validation"):
+            assert list((logs / split).glob("events.out.tfevents.*")), (row.trial_id, split)
+        # tunekit's own logs of the same trial, one run per trial number.
+        steps = [
+            event.step
+            for event in read_events(project_run.experiment_dir / "tensorboard" / f"trial-{row.number}")
+            for value in event.summary.value
+            if value.tag == "val_accuracy"
+        ]
+        assert steps == list(range(1, row.epochs + 1)), (row.number, steps)
+
+
 def test_spec_yaml_records_where_the_trainable_file_was_found(project_run: tunekit.ExperimentResults) -> None:
     trainable = Path(project_run.spec["trainable"])
     assert trainable.is_absolute() and trainable.name == "model.py"

@@ -928,3 +928,51 @@ def test_resume_of_a_finished_search_sends_what_its_killed_driver_had_not(
     tunekit.resume(directory, progress=shown)
     assert shown.getvalue().splitlines()[1:] == closing
     assert histories(server.uri, EXPERIMENT, directory) == before
+
+
+# ------------------------------------------- the same search in a real TensorBoard
+
+
+@pytest.mark.slow
+def test_tensorboard_lists_every_trial_with_its_params_final_metric_and_status(
+    tracked: tunekit.ExperimentResults, tmp_path: Path
+) -> None:
+    """tunekit's TensorBoard logs of the tracked search, read by a real ``tensorboard`` on
+    127.0.0.1 through its HParams plugin's HTTP API, and rendered by headless chromium."""
+    from tunekit.testing import CHROMIUM, TensorBoardServer, chromium, page_text
+
+    logdir = tracked.experiment_dir / "tensorboard"
+    server = TensorBoardServer(logdir, tmp_path / "tensorboard.log").start()
+    try:
+        experiment = server.post("experiment", {"experimentName": ""})
+        statuses = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
+        body = {"experimentName": "", "allowedStatuses": statuses, "colParams": [], "startIndex": 0, "sliceSize": 100}
+        groups = server.post("session_groups", body)
+        text = ""
+        if CHROMIUM is not None:
+            text = page_text(f"{server.uri}/#timeseries", tmp_path, r"trial-\d.*val_accuracy")
+            chromium(f"{server.uri}/#hparams", tmp_path, f"--screenshot={tmp_path / 'hparams.png'}")
+    finally:
+        server.stop()
+
+    assert isinstance(experiment, dict) and isinstance(groups, dict)
+    domains = {info["name"]: info for info in experiment["hparamInfos"]}
+    assert domains["learning_rate"]["domainInterval"] == {"minValue": 1e-4, "maxValue": 1e-2}
+    assert domains["units"]["domainDiscrete"] == [32.0, 64.0, 128.0, 256.0]
+    assert [m["name"]["tag"] for m in experiment["metricInfos"]] == [tracked.metric]
+    by_name = {group["name"]: group for group in groups["sessionGroups"]}
+    assert sorted(by_name) == sorted(f"trial-{n}" for n in tracked.trials["number"]), sorted(by_name)
+    expected_status = {"completed": "STATUS_SUCCESS", "failed": "STATUS_FAILURE", "pruned": "STATUS_UNKNOWN"}
+    for row in tracked.trials.to_dict("records"):
+        group = by_name[f"trial-{row['number']}"]
+        for column in (c for c in row if c.startswith("params.")):
+            assert group["hparams"][column[len("params.") :]] == pytest.approx(row[column]), column
+        (final,) = group["metricValues"]
+        assert final["value"] == pytest.approx(row["final_metric"], rel=1e-6)  # TensorBoard keeps float32
+        assert final["trainingStep"] == row["epochs"]
+        assert group["sessions"][0]["status"] == expected_status[row["status"]], row
+    assert "pruned" in set(tracked.trials["status"])  # ASHA stopped some: their status is tested
+    if CHROMIUM is not None:
+        for number in tracked.trials["number"]:
+            assert f"trial-{number}" in text, text[:2000]
+        assert (tmp_path / "hparams.png").stat().st_size > 10_000

@@ -33,7 +33,7 @@ def check_versions() -> list[Check]:
             continue
         distribution, version = found
         label = version if distribution == name else f"{version} ({distribution})"
-        specifier = requirements.get(name, "")
+        specifier = requirements.get(name.lower(), "")  # requirement names are lower-cased
         if specifier and not _satisfies(version, specifier):
             checks.append(problem(name, f"{label}; tunekit needs {name}{specifier}", INSTALL_FIX))
         else:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 from typing import Any
 
 from tunekit.contract import Builders, TrialContext
 from tunekit.errors import FatalTrialError, TrialFailure
+from tunekit.worker.scaling import rescaled_twice
 
 # Arguments of model.fit that tunekit sets itself, and why a trainable cannot.
 OWNED_FIT_ARGUMENTS = {
@@ -47,7 +49,23 @@ def checked_fit_options(builders: Builders, model: Any, config: dict[str, Any], 
         raise FatalTrialError(
             f"fit_options' callbacks must be a list of keras.callbacks.Callback; got {_kind(callbacks)}"
         )
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            in_trial_dir(callback, ctx.trial_dir)
     return {**options, "callbacks": list(callbacks)}
+
+
+def in_trial_dir(callback: Any, trial_dir: str) -> None:
+    """A ``keras.callbacks.TensorBoard`` given a relative ``log_dir`` (Keras' default ``logs``)
+    writes under the trial's folder in the experiment, not the launch directory, where every
+    trial's runs would land in one folder. An absolute ``log_dir`` is the user's choice and kept.
+    The path the user gave is remembered, so a callback reused by the next trial moves again."""
+    import os
+
+    given = str(getattr(callback, "_tunekit_given_log_dir", callback.log_dir))
+    callback._tunekit_given_log_dir = given
+    if trial_dir and not os.path.isabs(given):
+        callback.log_dir = os.path.join(trial_dir, given)
 
 
 def checked_data(data: Any) -> tuple[Any, Any]:
@@ -111,6 +129,8 @@ def check_model_takes_data(model: Any, dataset: Any, name: str) -> None:
                 f"build_data's {name} set gives inputs of shape {_shape(spec.shape)} but the model takes "
                 f"{_shape(model_input.shape)}"
             )
+    if name == "train" and (note := rescaled_twice(model, dataset)):
+        print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
 
 
 def _kind(value: Any) -> str:

@@ -57,6 +57,8 @@ def fit_options(config: dict[str, Any], ctx: Any) -> dict[str, Any]:
     callbacks: list[keras.callbacks.Callback] = [
         # val_loss never falls by 100, so the learning rate halves after every epoch but the first.
         keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=0, min_delta=100.0),
+        # Keras' own TensorBoard logs, at its default relative log_dir ("logs").
+        keras.callbacks.TensorBoard(),
     ]
     if config["early_stop"]:
         # val_accuracy never rises by 0.5 after the first epoch: training stops after epoch 2,
