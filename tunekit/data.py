@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tunekit.worker.scaling import mark_unit_range
+
 if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
@@ -411,7 +413,7 @@ def _after_decode(
         )
     # Full training batches keep one shape, so XLA compiles the step once (tensorflow#62198).
     drop = training and (size is None or size >= ctx.batch_size)
-    return _finish(dataset, ctx, drop_remainder=drop)
+    return mark_unit_range(_finish(dataset, ctx, drop_remainder=drop))  # the worker warns of a Rescaling(1/255)
 
 
 def _to_float(image: tf.Tensor) -> tf.Tensor:
