@@ -10,6 +10,7 @@ importing a trainable imports TensorFlow, which costs seconds.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib
 import importlib.machinery
@@ -83,6 +84,8 @@ class TrainableRef:
     source: Path
     import_root: Path
     installed: bool = False
+    # The space's parameter names, which the builders' reads are checked against (load_builders).
+    space_names: tuple[str, ...] | None = None
 
     @property
     def is_file(self) -> bool:
@@ -103,6 +106,8 @@ class Builders:
     build_data: Callable[..., Any]
     build_model: Callable[..., Any]
     fit_options: Callable[..., Any] | None = None
+    # As TrainableRef's: the space's names, which the builders' reads are checked against.
+    space_names: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         names = [_qualified(f) for f in (self.build_data, self.build_model, self.fit_options) if f is not None]
@@ -171,15 +176,38 @@ def builders_from(
 
 
 def load_builders(trainable: Trainable) -> Builders:
-    """The builder functions (in a worker). Import errors propagate to the caller."""
-    if isinstance(trainable, Builders):
-        return trainable
+    """The builder functions (in a worker). Import errors propagate to the caller.
+
+    With the space's names known (``with_space_names``), each builder's reads are checked:
+    a key the space lacks is a fatal ``UnknownParameterError`` naming the space's keys, and a
+    ``build_model(hp)`` gets KerasTuner's ``hp`` over the trial's values (``tunekit.hp``).
+    """
     if isinstance(trainable, RecordedTrainable):
         raise SpecError(
             "trainable", "was read from a finished experiment's record, not located; load the spec again", got=False
         )
-    module = _import(trainable)
-    return Builders(module.build_data, module.build_model, getattr(module, "fit_options", None))
+    if isinstance(trainable, Builders):
+        builders = trainable
+    else:
+        module = _import(trainable)
+        builders = Builders(module.build_data, module.build_model, getattr(module, "fit_options", None))
+    if trainable.space_names is None:
+        return builders
+    from tunekit.hp import NameChecked
+
+    names = trainable.space_names
+    return Builders(
+        NameChecked(builders.build_data, names, "build_data"),
+        NameChecked(builders.build_model, names, "build_model"),
+        None if builders.fit_options is None else NameChecked(builders.fit_options, names, "fit_options"),
+    )
+
+
+def with_space_names(trainable: Trainable, names: tuple[str, ...]) -> Trainable:
+    """The trainable, told the space's names so that its builders' reads are checked in trials."""
+    if isinstance(trainable, RecordedTrainable):
+        return trainable
+    return dataclasses.replace(trainable, space_names=names)
 
 
 def _import(ref: TrainableRef) -> ModuleType:
@@ -262,9 +290,17 @@ def _find_spec(reference: str, path: str) -> importlib.machinery.ModuleSpec | No
 
 
 def _builder(name: str, function: object) -> Callable[..., Any]:
+    if callable(function) and name == "build_model" and _takes_hp(function):
+        return function  # KerasTuner's build_model(hp), or build_model(hp, ctx)
     if not callable(function) or not _takes_two_arguments(function):
         raise SpecError(name, "must be a function of (config, ctx)", _shown(function))
     return function
+
+
+def _takes_hp(function: Callable[..., Any]) -> bool:
+    from tunekit.hp import takes_hp
+
+    return takes_hp(function)
 
 
 def _takes_two_arguments(function: Callable[..., Any]) -> bool:

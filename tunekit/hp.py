@@ -513,3 +513,64 @@ def check_names(declared: Sequence[str], space: Sequence[str], where: str = "bui
         if name not in space:
             raise SpecError("space", unknown_parameter_message(name, list(space), where), got=False)
     return [f"space.{name}: {where} never reads it" for name in space if name not in declared]
+
+
+# --------------------------------------------------------------------------- a spec's builders, checked
+
+
+class CheckedConfig(dict[str, Any]):
+    """A trial's configuration whose missing keys say why: not in the space (a spec/code mismatch,
+    fatal), or a conditional parameter inactive in this trial (this trial's failure)."""
+
+    def __init__(self, config: Mapping[str, Any], space: Sequence[str], where: str) -> None:
+        super().__init__(config)
+        self.space = tuple(space)
+        self.where = where
+
+    def __missing__(self, key: str) -> Any:
+        if key in self.space:
+            raise KeyError(
+                f"{self.where} reads {key!r}, a conditional parameter this trial does not have (its `when` "
+                f"does not hold); read it with config.get({key!r})"
+            )
+        raise UnknownParameterError(unknown_parameter_message(str(key), self.space, self.where))
+
+    def __reduce__(self) -> Any:  # a plain dict once it leaves the builder
+        return (dict, (dict(self),))
+
+
+@dataclass(frozen=True)
+class NameChecked:
+    """A builder whose reads are checked against the space's names (``tunekit.contract.load_builders``).
+
+    ``build_model(config, ctx)`` gets a ``CheckedConfig``; ``build_model(hp)`` or
+    ``build_model(hp, ctx)`` gets a strict ``HyperParameters`` over the trial's values.
+    """
+
+    function: Callable[..., Any]
+    space: tuple[str, ...]
+    where: str
+
+    def __call__(self, config: Mapping[str, Any], ctx: Any) -> Any:
+        if takes_hp(self.function):
+            hp = HyperParameters(config, known=self.space, strict=True)
+            return self.function(hp, ctx) if _positional_count(self.function) >= 2 else self.function(hp)
+        return self.function(CheckedConfig(config, self.space, self.where), ctx)
+
+
+def takes_hp(function: Callable[..., Any]) -> bool:
+    """Whether a builder is KerasTuner-style: its first parameter is named ``hp``."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(parameters) and parameters[0] == "hp"
+
+
+def _positional_count(function: Callable[..., Any]) -> int:
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in kinds for p in inspect.signature(function).parameters.values())

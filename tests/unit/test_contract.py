@@ -14,6 +14,7 @@ import pytest
 from tunekit.config.spec import load_spec
 from tunekit.contract import Builders, TrainableRef, builders_from, load_builders, locate_trainable
 from tunekit.errors import SpecError
+from tunekit.hp import NameChecked
 
 BUILDERS = """
 from {helper} import answer
@@ -141,7 +142,9 @@ def test_functions_from_python_need_no_trainable_in_the_spec(clean_imports: None
 
     assert isinstance(spec.trainable, Builders)
     assert spec.raw["trainable"] == "python: __main__.build_data, __main__.build_model"
-    assert load_builders(spec.trainable) is spec.trainable
+    loaded = load_builders(spec.trainable)  # the functions, their reads checked against the space
+    assert isinstance(loaded.build_data, NameChecked) and isinstance(loaded.build_model, NameChecked)
+    assert (loaded.build_data.function, loaded.build_model.function) == (cell.build_data, cell.build_model)
 
 
 @pytest.mark.parametrize(

@@ -228,3 +228,70 @@ def test_check_names_refuses_code_names_and_warns_of_unread_space_names() -> Non
     with pytest.raises(SpecError, match="space: build_model reads 'units_2', which the space lacks; the space has: "):
         check_names(["units_2"], ["units_two"])
     assert check_names(["a"], ["a", "b"]) == ["space.b: build_model never reads it"]
+
+
+# --------------------------------------------------------------------------- a spec's builders
+
+
+def spec_with(build_model: Any, space: dict[str, Any]) -> Any:
+    from tunekit.config.spec import load_spec
+    from tunekit.contract import builders_from
+
+    trainable = builders_from(build_data=lambda config, ctx: (config, ctx), build_model=build_model)
+    raw = {
+        "name": "s",
+        "metric": {"name": "val_accuracy", "mode": "max"},
+        "budget": {"num_samples": 1, "max_epochs": 1},
+    }
+    return load_spec({**raw, "space": space}, trainable=trainable)
+
+
+SPACE = {
+    "layers": {"type": "choice", "values": [1, 2]},
+    "units_two": {"type": "int", "low": 8, "high": 16, "when": {"layers": 2}},
+    "learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
+}
+
+
+def test_a_spec_builder_reading_a_key_the_space_lacks_fails_fatally_naming_the_keys() -> None:
+    from tunekit.contract import load_builders
+
+    def build_model(config: dict[str, Any], ctx: Any) -> Any:
+        return config["units_2"] if config["layers"] == 2 else None
+
+    builders = load_builders(spec_with(build_model, SPACE).trainable)
+    assert builders.build_model({"layers": 1, "learning_rate": 0.01}, None) is None
+    with pytest.raises(UnknownParameterError) as caught:
+        builders.build_model({"layers": 2, "units_two": 8, "learning_rate": 0.01}, None)
+    assert str(caught.value) == (
+        "build_model reads 'units_2', which the space lacks; the space has: layers, units_two, learning_rate; "
+        "did you mean 'units_two'?"
+    )
+
+
+def test_reading_an_inactive_conditional_parameter_is_the_trials_own_failure() -> None:
+    from tunekit.contract import load_builders
+
+    builders = load_builders(spec_with(lambda config, ctx: config["units_two"], SPACE).trainable)
+    with pytest.raises(KeyError) as caught:
+        builders.build_model({"layers": 1, "learning_rate": 0.01}, None)
+    assert not isinstance(caught.value, FatalTrialError)
+    assert "reads 'units_two', a conditional parameter this trial does not have" in str(caught.value)
+    assert builders.build_data({"layers": 1}, "ctx") == ({"layers": 1}, "ctx")
+
+
+def test_a_spec_builder_may_take_hp_and_reads_the_trials_values_strictly() -> None:
+    from tunekit.contract import load_builders
+
+    def build_model(hp: HyperParameters, ctx: Any) -> Any:
+        units = hp.Int("units_two", 8, 16) if hp.Choice("layers", [1, 2]) == 2 else None
+        return units, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log"), ctx
+
+    builders = load_builders(spec_with(build_model, SPACE).trainable)
+    assert builders.build_model({"layers": 2, "units_two": 12, "learning_rate": 0.01}, "ctx") == (12, 0.01, "ctx")
+
+    def renamed(hp: HyperParameters) -> Any:
+        return hp.Int("units_2", 8, 16)
+
+    with pytest.raises(UnknownParameterError, match="did you mean 'units_two'"):
+        load_builders(spec_with(renamed, SPACE).trainable).build_model({"layers": 2}, None)

@@ -45,7 +45,7 @@ from tunekit.config.objectives import (
 from tunekit.config.objectives import MetricMode as MetricMode
 from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
 from tunekit.config.warm_start import check_sources, parse_sources
-from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable
+from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable, with_space_names
 from tunekit.errors import SpecError
 
 # The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
@@ -341,6 +341,7 @@ def parse_spec(
     # A record without its space (MLflow params leave it out) still describes the search.
     recorded_without_space = not locate_trainable and not raw.get("space")
     space = SearchSpace(()) if recorded_without_space else parse_space(raw.get("space"), "space")
+    trainable = with_space_names(trainable, space.names)  # trials check their builders' reads against it
     objectives = parse_objectives(v.require(raw, "metric", ""))
     search = _search(_optional(raw, "search"), space, spec_dir)
     budget = _budget(v.require(raw, "budget", ""), search, space)
