@@ -61,7 +61,7 @@ KEY_RULES: dict[str, str] = {
     "resources.gpu_memory": "`growth`, or `cap`: a hard limit of the trial's share of GPU memory",
     "training.batch_size": "per replica; may also be searched in `space`",
     "training.precision": "`auto`, `float32`, `mixed_float16` or `mixed_bfloat16`; may also be searched",
-    "training.jit_compile": "XLA; may also be searched",
+    "training.jit_compile": "XLA; may also be searched; refused with `resources.gpu` 2 or more (MirroredStrategy)",
     "training.steps_per_execution": "batches per compiled call: `auto` (16 for a model tunekit compiles, 1 when a "
     "`fit_options` callback acts on batches, the data's length is unknown or under MirroredStrategy) or an integer "
     "for every model",
@@ -240,7 +240,12 @@ def cli_reference() -> str:
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
+            # An alias (`tunekit list` for `tunekit ls`) is the same parser: one section, under its first name.
+            found: dict[str, argparse.ArgumentParser] = {}
+            for name, command in action.choices.items():
+                if all(command is not other for other in found.values()):
+                    found[name] = command
+            return found
     return {}
 
 
