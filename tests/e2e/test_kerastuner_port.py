@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -24,6 +25,7 @@ from sklearn.datasets import load_digits
 
 import tunekit
 from tunekit.driver.session import ray_init_options
+from tunekit.results.check import check_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +104,9 @@ def test_the_search_writes_a_tunekit_experiment_with_the_space_found_in_the_code
     assert list(space) == ["num_layers", "units_0", "activation", "dropout", "lr", "units_1", "units_2"]
     assert space["units_2"] == {"type": "int", "low": 32, "high": 512, "step": 32, "when": {"num_layers": [3]}}
     assert space["lr"] == {"type": "loguniform", "low": 1e-4, "high": 1e-2}
+    # Made in a module fixture, before the suite's own check starts watching: checked here.
+    report = check_experiment(results.experiment_dir)
+    assert report.ok, report.describe()
     # A layer that did not exist in a trial has no value in it (define-by-run), not a filled-in one.
     for row in results.trials.to_dict("records"):
         layers_used = int(row["params.num_layers"])
@@ -146,3 +151,52 @@ def test_tunekit_report_reads_the_tuners_experiment(ported: tuple[tunekit.Tuner,
 
     tuner, _ = ported
     assert main(["report", str(tuner.project_dir)]) == 0
+
+
+# --------------------------------------------------------------------------- a spec and code that disagree
+def digits_data(config: dict[str, Any], ctx: Any) -> Any:
+    import tensorflow as tf
+
+    x_train, y_train, x_val, y_val = digits()
+    return (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(ctx.batch_size),
+        tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(ctx.batch_size),
+    )
+
+
+def mlp_reading_units_2(config: dict[str, Any], ctx: Any) -> keras.Model:
+    model = keras.Sequential([keras.Input((8, 8)), layers.Flatten(), layers.Dense(16, activation="relu")])
+    if config["layers"] == 2:
+        model.add(layers.Dense(config["units_2"], activation="relu"))  # the space calls it units_two
+    model.add(layers.Dense(10, activation="softmax"))
+    model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def test_a_key_renamed_in_the_space_only_stops_the_search_with_the_names(tmp_path: Path) -> None:
+    spec = {
+        "name": "renamed",
+        "metric": {"name": "val_accuracy", "mode": "max"},
+        "budget": {"num_samples": 4, "max_epochs": 1},
+        # The branch that reads the key runs first, as it would for some trial sooner or later.
+        "search": {"warm_start": [{"layers": 2, "units_two": 16}]},
+        "space": {
+            "layers": {"type": "choice", "values": [1, 2]},
+            "units_two": {"type": "int", "low": 8, "high": 32, "when": {"layers": 2}},
+        },
+        "tracking": {"enabled": False},
+    }
+    with pytest.raises(tunekit.SearchAborted) as raised:
+        tunekit.run(
+            spec,
+            storage=tmp_path,
+            name="renamed",
+            progress=False,
+            build_data=digits_data,
+            build_model=mlp_reading_units_2,
+        )
+    assert (
+        "build_model reads 'units_2', which the space lacks; the space has: layers, units_two; "
+        "did you mean 'units_two'?" in str(raised.value)
+    )
+    assert list(tunekit.load(tmp_path / "renamed").trials["status"]) == ["failed"]
