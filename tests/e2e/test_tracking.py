@@ -976,3 +976,25 @@ def test_tensorboard_lists_every_trial_with_its_params_final_metric_and_status(
         for number in tracked.trials["number"]:
             assert f"trial-{number}" in text, text[:2000]
         assert (tmp_path / "hparams.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_best_models_load_and_score_what_their_trials_reported(tracked: tunekit.ExperimentResults) -> None:
+    """The top models, the pruned trial's rebuilt from its last checkpoint, each scoring on the
+    validation data what its trial reported last."""
+    from tunekit.results.models import config_of, runnable_spec, trial_data
+
+    models = tracked.best_models(5)
+    assert [m.trial_id for m in models] == list(tracked.ranked()["trial_id"])
+    spec = runnable_spec(tracked.experiment_dir)
+    rows = {row["trial_id"]: row for row in tracked.trials.to_dict("records")}
+    for found in models:
+        row = rows[found.trial_id]
+        if row["status"] == "pruned":
+            assert found.source == f"rebuilt from the checkpoint of epoch {row['epochs']} (no exported model)"
+        else:
+            assert found.source == "exported model.keras", found
+        _, val_ds = trial_data(spec, config_of(row), tracked.experiment_dir / found.trial_id)
+        score = found.model.evaluate(val_ds, verbose=0, return_dict=True)["accuracy"]
+        assert score == pytest.approx(row["final_metric"], abs=1e-6), (found.number, found.source)
+    assert {m.status for m in models} == {"completed", "pruned"}

@@ -1,13 +1,12 @@
 """tunekit's TensorBoard logs, driven with made-up trials and read back from the event files.
 
-The event files are read with a few lines of TFRecord parsing and tensorboardX's protos, so
-the tests need neither TensorFlow nor a TensorBoard server (the e2e suite runs one).
+The event files are read with ``tunekit.testing.read_events`` (tensorboardX's protos), so the
+tests need neither TensorFlow nor a TensorBoard server (the e2e suite runs one).
 """
 
 from __future__ import annotations
 
 import pickle
-import struct
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 from tensorboardX.proto.api_pb2 import DataType
-from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
 from tunekit.clock import SearchClock
@@ -23,23 +21,11 @@ from tunekit.config.spec import load_spec
 from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.errors import SpecError
 from tunekit.layout import TENSORBOARD_DIR, TrialStatus
+from tunekit.testing import read_events
 from tunekit.tracking.tensorboard import STATUS_FAILURE, STATUS_SUCCESS, STATUS_UNKNOWN, TensorBoardLogger
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
-
-
-def read_events(run_dir: Path) -> list[Any]:
-    """Every event of a run's event files, in file order (TFRecord: length, crc, data, crc)."""
-    events = []
-    for path in sorted(run_dir.glob("events.out.tfevents.*")):
-        data = path.read_bytes()
-        at = 0
-        while at < len(data):
-            (length,) = struct.unpack("<Q", data[at : at + 8])
-            events.append(Event.FromString(data[at + 12 : at + 12 + length]))
-            at += 12 + length + 4
-    return events
 
 
 def hparams(events: list[Any], tag: str) -> list[Any]:
