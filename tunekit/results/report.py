@@ -52,6 +52,7 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
 th { background: #f6f6f6; position: sticky; top: 0; }
 td.text, th.text { text-align: left; }
+td.reason { max-width: 280px; overflow: hidden; text-overflow: ellipsis; }
 tr.best td { background: #eaf6ea; font-weight: 600; }
 .status-completed { color: #1f77b4; } .status-pruned { color: #d9730d; }
 .status-failed { color: #d62728; } .status-stopped { color: #7f7f7f; }
@@ -327,7 +328,10 @@ def _trial_table(results: ExperimentResults) -> str:
     columns.insert(4, ("reason", "reason"))
     if "pareto_rank" in table.columns:  # several objectives: 1 is the front
         columns.insert(4, ("pareto rank", "pareto_rank"))
-    columns += [(c[len(PARAM_PREFIX) :], c) for c in params]
+    # The parameters right after the metric, where a page 1100 px wide still shows them (they sat
+    # off-screen to the right after the epochs, rung and throughput columns).
+    at = next(i for i, (_, key) in enumerate(columns) if key == "best_metric") + 1
+    columns[at:at] = [(c[len(PARAM_PREFIX) :], c) for c in params]
     text_columns = {"trial_id", "status", "reason"}
     head = "".join(f'<th class="{"text" if key in text_columns else ""}">{_e(label)}</th>' for label, key in columns)
     best_id = results.best.trial_id if results.best else None

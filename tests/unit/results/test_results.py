@@ -348,3 +348,11 @@ def test_learning_curves_name_the_best_and_the_top_trials_in_the_legend_and_at_t
     assert ends == [" 1", " 2", " 3"]
     legend = plots.learning_curves(results, top=1).axes[0].get_legend()
     assert legend is not None and len(legend.get_texts()) == 3
+
+
+def test_report_table_shows_the_parameters_right_after_the_metric(tmp_path: Path) -> None:
+    page = render_html(made_up(tmp_path), {})
+    table = page[page.index('<table class="trials">') :]
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", table[: table.index("</table>")])
+    at = head.index("best score")
+    assert head[at + 1 : at + 3] == ["lr", "optimizer"] and head[-2:] == ["wall s", "samples/s"], head
