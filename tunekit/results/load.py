@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 
     from tunekit.results.importance import Importance
+    from tunekit.results.models import TrialModel
 
 @dataclass(frozen=True)
 class ExperimentResults:
@@ -207,6 +208,18 @@ class ExperimentResults:
             raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
         return final_model_path(self.experiment_dir, str(trial))
 
+
+    def best_models(self, n: int = 3) -> list[TrialModel]:
+        """The Keras models of the ``n`` best trials (``ranked()``'s order), loaded, best first.
+
+        Each is a ``TrialModel`` (trial id and number, status, final metric, ``model``, and
+        ``source``: the exported model, or, for a trial without one (pruned, stopped), "rebuilt
+        from the checkpoint of epoch N": ``build_model`` with its configuration and the
+        checkpoint's weights). Imports TensorFlow, and the trainable for a rebuild.
+        """
+        from tunekit.results.models import best_models
+
+        return best_models(self, n)
 
 def load(experiment_dir: str | Path) -> ExperimentResults:
     """Loads a finished (or interrupted) experiment from its directory.
