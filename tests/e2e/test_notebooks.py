@@ -43,6 +43,18 @@ def images(notebook: Any) -> int:
     )
 
 
+def html(notebook: Any) -> str:
+    return "\n".join(
+        output.get("data", {}).get("text/html", "") for cell in notebook.cells for output in cell.get("outputs", [])
+    )
+
+
+def tunekit_name(experiment: Path) -> str:
+    import yaml
+
+    return str(yaml.safe_load((experiment / "spec.yaml").read_text())["name"])
+
+
 def text(notebook: Any) -> str:
     parts = []
     for cell in notebook.cells:
@@ -105,11 +117,22 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
     failed.mkdir()
     for table in ("trials.csv", "epochs.csv"):
         (failed / table).write_text((experiment / table).read_text().splitlines()[0] + "\n")
+    # Last week's search, for the comparison cell: the same experiment under another name, older.
+    earlier = storage / "last-week"
+    shutil.copytree(experiment, earlier, ignore=shutil.ignore_patterns("report.html"))
+    for path in earlier.rglob("*"):
+        os.utime(path, (path.stat().st_atime - 7 * 86400, path.stat().st_mtime - 7 * 86400))
     try:
         notebook = execute(copy, {"TUNEKIT_NB_STORAGE": relative, "MLFLOW_TRACKING_URI": uri}, where=copy.parent)
     finally:
         shutil.rmtree(failed)
+        shutil.rmtree(earlier)
     assert images(notebook) == 4  # curves, best so far, parallel coordinates, importance
+    shown = html(notebook)
+    assert f"<b>{tunekit_name(experiment)}</b>" in shown and "top trials" in shown  # the results' own view
+    # Both experiments listed, and compared side by side with their figure inline.
+    assert "last-week" in shown and experiment.name in shown and "time to best" in shown
+    assert shown.count('alt="best so far"') == 1
     output = text(notebook)
     assert "4 child runs; the same trials as the directory: True" in output
     assert re.search(r"PosixPath\('.*/checkpoint_\d+/model\.keras'\)", output), output[:3000]
@@ -117,7 +140,8 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
     assert (experiment / "report.html").is_file()
     # 4 trials are too few for parameter importance: the one warning expected, and no other.
     few = re.compile(
-        r".*FewTrialsWarning: parameter importance needs at least 5 completed trials, this study has \d .*\n.*\n"
+        r".*FewTrialsWarning: parameter importance needs at least 5 trials at one epoch: \d trained to the end, "
+        r"at most \d reached an ASHA rung\n.*\n"
     )
     assert len(few.findall(output)) == 1, output[-3000:]
     assert "Traceback" not in output and "Warning" not in few.sub("", output)

@@ -73,14 +73,17 @@ def test_plots_of_a_real_experiment(experiment: tuple[ExperimentResults, str], t
         assert (tmp_path / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
     curves = plots.learning_curves(results).axes[0].get_lines()
     assert len([line for line in curves if line.get_marker() == "x"]) == stopped
+    # Importance counts the pruned trials too: all 6 reached rung 0 (epoch 1), however few completed.
     completed = (results.trials["status"] == "completed").sum()
-    if completed >= MIN_TRIALS_FOR_IMPORTANCE:
-        importance = plots.param_importance(results).axes[0]
-        assert len(importance.patches) == len([c for c in results.trials if c.startswith("params.")])
-    else:
-        with pytest.warns(plots.FewTrialsWarning, match=f"this study has {completed} "):
-            importance = plots.param_importance(results).axes[0]
-        assert "needs at least" in importance.texts[0].get_text()
+    found = results.importance()
+    assert found.trials >= MIN_TRIALS_FOR_IMPORTANCE and set(found) == {
+        c[len("params.") :] for c in results.trials if c.startswith("params.")
+    }
+    deeper = results.epochs.groupby("epoch")["trial_id"].nunique()
+    assert found.epoch is not None and (completed >= MIN_TRIALS_FOR_IMPORTANCE) == (found.epoch == 3), found.note
+    assert deeper[found.epoch] >= MIN_TRIALS_FOR_IMPORTANCE, found.note
+    importance = plots.param_importance(results).axes[0]
+    assert len(importance.patches) == len(found)
 
 
 @pytest.mark.slow

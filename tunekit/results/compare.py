@@ -247,6 +247,7 @@ _ROW_NAMES = {
     "time_to_best_s": "time to best",
     "active_seconds": "active time",
     "epochs_spent": "epochs spent",
+    "slot_hours": "slot-hours",
     "best_trial": "best trial",
 }
 

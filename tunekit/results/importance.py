@@ -126,6 +126,15 @@ def importance(
     """
     import warnings
 
+    with warnings.catch_warnings():
+        # optuna's importance module imports tqdm.auto, which warns in Jupyter without ipywidgets;
+        # imported here, under the filter, whether or not an estimate follows (as before: other
+        # cells, MLflow's among them, then find it imported and quiet)
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import optuna
+        import optuna.importance
+        import tqdm.auto  # noqa: F401
+
     metric = results.metric
     chosen = _deepest_epoch(results, min_trials)
     if isinstance(chosen, str):
@@ -137,12 +146,6 @@ def importance(
     distributions, configs = _configurations(results, values)
     if not distributions:
         return Importance({}, metric, epoch, rung, len(values), 0, "the space has no searched parameter")
-    with warnings.catch_warnings():
-        # optuna's importance module imports tqdm.auto, which warns in Jupyter without ipywidgets
-        warnings.filterwarnings("ignore", message="IProgress not found")
-        import optuna
-        import optuna.importance
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize" if results.mode == "max" else "minimize")
     for trial_id, value in values.items():
