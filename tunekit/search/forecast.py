@@ -302,7 +302,31 @@ def measured_parts(spec: ExperimentSpec, target: str) -> dict[str, Any]:
     """
     raw = spec.raw
     relevant = {key: raw.get(key) for key in MEASURED_SECTIONS}
-    return {**relevant, "max_concurrent": spec.budget.max_concurrent, "target": target}
+    return {**relevant, "max_concurrent": spec.budget.max_concurrent, "target": target, "code": trainable_code(spec)}
+
+
+def trainable_code(spec: ExperimentSpec) -> str | None:
+    """A short hash of the trainable's source: its module file, or the builders passed from Python.
+
+    An edit to the model or the data pipeline changes what an epoch costs, so it forces a new
+    probe, as a changed spec does. Only the trainable's own file counts, not the modules it
+    imports. None when the source cannot be read (a recorded spec, a builder without source).
+    """
+    import inspect
+
+    trainable = spec.trainable
+    try:
+        source = getattr(trainable, "source", None)
+        if isinstance(source, Path):
+            data = source.read_bytes()
+        else:
+            functions = [getattr(trainable, name, None) for name in ("build_data", "build_model", "fit_options")]
+            if not any(callable(f) for f in functions):
+                return None
+            data = "".join(inspect.getsource(f) for f in functions if callable(f)).encode()
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
 def measurement_path(storage_root: Path, spec: ExperimentSpec, target: str) -> Path:
@@ -359,7 +383,9 @@ def _changes(probed: dict[str, Any], now: dict[str, Any]) -> list[str]:
         before = probed.get(key)
         if before == value:
             continue
-        if isinstance(before, dict) and isinstance(value, dict):
+        if key == "code":
+            changes.append("the trainable's code as it was then (it changed since)")
+        elif isinstance(before, dict) and isinstance(value, dict):
             for name in sorted(before.keys() | value.keys()):
                 if before.get(name) != value.get(name):
                     changes.append(f"{key}.{name} {_brief(before.get(name))}, not {_brief(value.get(name))}")

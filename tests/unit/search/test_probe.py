@@ -266,3 +266,23 @@ def test_a_probe_whose_trials_failed_says_why_not_that_it_needs_more_time(tmp_pa
     (tmp_path / TRIALS_FILE).write_text(header + "\n" + rows[1] + "\n")  # only stopped: time ran out
     with pytest.raises(TunekitError, match=r"reported no epoch in 14 s; allow more with --probe-seconds"):
         measure(load(tmp_path), {"launched_at": 1000.0}, slots=2, target="local", elapsed=14)
+
+
+def test_an_edit_to_the_trainables_code_forces_a_new_probe(tmp_path: Path) -> None:
+    import shutil
+
+    from tunekit.search.forecast import why_no_prediction
+
+    source = REPO / "trainables" / "digits_mlp.py"
+    copy = tmp_path / "my_mlp.py"
+    shutil.copy(source, copy)
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text((REPO / "search_spaces" / "digits_mlp.yaml").read_text())
+    spec = load_spec(spec_file, [f"trainable={copy}"])
+    save_measurement(tmp_path, spec, COSTS)
+    assert load_measurement(tmp_path, load_spec(spec_file, [f"trainable={copy}"]), "local") == COSTS
+    copy.write_text(copy.read_text() + "\n# a wider first layer\n")
+    edited = load_spec(spec_file, [f"trainable={copy}"])
+    assert load_measurement(tmp_path, edited, "local") is None
+    why = why_no_prediction(tmp_path, edited, "local")
+    assert why is not None and "the trainable's code as it was then (it changed since)" in why
