@@ -442,13 +442,13 @@ def _short_reason(value: object) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
+    from tunekit.storage import readable
     from tunekit.store import table_rows
 
-    directory = Path(args.experiment_dir).expanduser().resolve()
+    directory = readable(args.experiment_dir)
     table = directory / TRIALS_FILE
     if not table.is_file():
         raise StorageError(f"{directory}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")

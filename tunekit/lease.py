@@ -34,14 +34,15 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tunekit.errors import LeaseHeldError
 from tunekit.layout import LEASE_FILE
-from tunekit.store import write_json
+from tunekit.store import write_text
 
 # Leases this process holds, by file, with how many holders: a driver's own steps that need it
 # again (the search's closing sync to MLflow) share it.
-_HELD: dict[Path, int] = {}
+_HELD: dict[str, int] = {}
 
 BEAT_S = 2.0  # the holder rewrites its heartbeat this often
 STALE_S = 20.0  # a heartbeat this old (on another host) is a dead driver's
@@ -88,8 +89,10 @@ class DriverLease:
     stalled past ``STALE_S``, say a suspended process): this driver must stop writing.
     """
 
-    def __init__(self, experiment_dir: Path, command: str) -> None:
-        self.path = Path(experiment_dir) / LEASE_FILE
+    def __init__(self, experiment: Path | str, command: str) -> None:
+        self.file = lease_file(experiment)
+        self.path = self.file.key
+        self.where = self.file.where
         self.command = command
         self.took_over: Holder | None = None
         self.lost: Holder | None = None
@@ -134,36 +137,29 @@ class DriverLease:
                 continue  # released meanwhile, or torn: _read removed a torn one
             if not self._dead(holder, stale_s):
                 raise LeaseHeldError(
-                    f"{self.path.parent}: another driver is writing this experiment: {holder.describe()} "
+                    f"{self.where}: another driver is writing this experiment: {holder.describe()} "
                     f"(last heartbeat {time.time() - holder.beat:.0f} s ago); one writer at a time, "
                     f"readers (`tunekit status`, `report`, `check`) need no lease"
                 )
             if self._set_aside(holder):
                 self.took_over = holder
-        raise LeaseHeldError(f"{self.path.parent}: could not take the driver's lease ({self.path}); try again")
+        raise LeaseHeldError(f"{self.where}: could not take the driver's lease; try again")
 
     def _create(self, holder: Holder) -> bool:
-        try:
-            descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(json.dumps(asdict(holder)))
-        return True
+        return self.file.create(json.dumps(asdict(holder)))
 
     def _read(self) -> Holder | None:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
+        read = self.file.read()
+        if read is None:
             return None
+        text, age_s = read
         try:
             return Holder(**json.loads(text))
         except (ValueError, TypeError):
             # A lease torn by a crash as it was created: written by no live driver once it is
             # older than a heartbeat (a live holder rewrites it whole).
-            with contextlib.suppress(OSError):
-                if time.time() - self.path.stat().st_mtime > BEAT_S * 3:
-                    self.path.unlink()
+            if age_s > BEAT_S * 3:
+                self.file.remove()
             return None
 
     def _dead(self, holder: Holder, stale_s: float) -> bool:
@@ -179,24 +175,8 @@ class DriverLease:
         return True
 
     def _set_aside(self, stale: Holder) -> bool:
-        """Renames a dead holder's lease aside, if it is still the one read (one taker wins)."""
-        aside = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.stale")
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False  # another driver took it first
-        try:
-            moved = Holder(**json.loads(aside.read_text()))
-        except (OSError, ValueError, TypeError):
-            moved = None
-        if moved is not None and moved.token != stale.token:
-            # Between our read and the rename another driver took it over: give it back.
-            with contextlib.suppress(OSError):
-                os.link(aside, self.path)
-            aside.unlink(missing_ok=True)
-            return False
-        aside.unlink(missing_ok=True)
-        return True
+        """Removes a dead holder's lease, if it is still the one read (one taker wins)."""
+        return self.file.set_aside(stale.token)
 
     # ------------------------------------------------------------ holding and release
 
@@ -220,7 +200,7 @@ class DriverLease:
             return
         self._holder = holder = Holder(**{**asdict(holder), "beat": time.time()})
         with contextlib.suppress(OSError):  # a full disk: the heartbeat goes stale, the search ends on its own error
-            write_json(self.path, asdict(holder))
+            self.file.replace(json.dumps(asdict(holder)))
 
     def release(self) -> None:
         """Stops the heartbeat and removes the lease, if it is still this driver's."""
@@ -238,7 +218,7 @@ class DriverLease:
         _HELD.pop(self.path, None)
         current = self._read()
         if current is not None and current.token == holder.token:
-            self.path.unlink(missing_ok=True)
+            self.file.remove()
 
 
 @contextlib.contextmanager
@@ -246,3 +226,128 @@ def driver_lease(experiment_dir: Path, command: str) -> Iterator[DriverLease]:
     """Holds the experiment's lease for the block (see ``DriverLease``)."""
     with DriverLease(experiment_dir, command) as lease:
         yield lease
+
+
+# ------------------------------------------------------------------- where the lease lives
+
+
+class LocalLeaseFile:
+    """``driver.lease`` in a local or shared folder: ``O_EXCL`` to create, a rename to set aside."""
+
+    def __init__(self, experiment_dir: Path) -> None:
+        self.path = Path(experiment_dir) / LEASE_FILE
+        self.key = str(self.path)
+        self.where = str(experiment_dir)
+
+    def create(self, text: str) -> bool:
+        try:
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(text)
+        return True
+
+    def read(self) -> tuple[str, float] | None:
+        """The lease's text and its age in seconds, or None when there is none."""
+        try:
+            return self.path.read_text(), time.time() - self.path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def replace(self, text: str) -> None:
+        write_text(self.path, text)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def set_aside(self, token: str) -> bool:
+        aside = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.stale")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return False  # another driver took it first
+        try:
+            moved = json.loads(aside.read_text()).get("token")
+        except (OSError, ValueError, AttributeError):
+            moved = None
+        if moved is not None and moved != token:
+            # Between our read and the rename another driver took it over: give it back.
+            with contextlib.suppress(OSError):
+                os.link(aside, self.path)
+            aside.unlink(missing_ok=True)
+            return False
+        aside.unlink(missing_ok=True)
+        return True
+
+
+class BucketLeaseFile:
+    """``driver.lease`` as an object of a bucket experiment.
+
+    Object stores have no ``O_EXCL`` or rename; S3's conditional writes (``If-None-Match: *``)
+    are not reachable through pyarrow. A creation writes the lease, waits ``SETTLE_S`` and
+    reads it back: of two drivers that wrote it together, the one whose lease is read back
+    wins and the other sees a live holder (a last-writer-wins store settles on one object).
+    """
+
+    SETTLE_S = 0.5
+
+    def __init__(self, bucket: Any) -> None:
+        self.bucket = bucket
+        self.key = f"{bucket.uri}#{LEASE_FILE}"
+        self.where = bucket.uri
+
+    def create(self, text: str) -> bool:
+        if self.read() is not None:
+            return False
+        self.replace(text)
+        time.sleep(self.SETTLE_S)
+        read = self.read()
+        return read is not None and read[0] == text
+
+    def read(self) -> tuple[str, float] | None:
+        from pyarrow import fs
+
+        filesystem, path = self.bucket.filesystem()
+        info = filesystem.get_file_info(f"{path}/{LEASE_FILE}")
+        if info.type != fs.FileType.File:
+            return None
+        try:
+            with filesystem.open_input_stream(f"{path}/{LEASE_FILE}") as stream:
+                text = stream.read().decode("utf-8", "replace")
+        except (FileNotFoundError, OSError):
+            return None
+        age = time.time() - info.mtime.timestamp() if info.mtime is not None else 0.0
+        return text, age
+
+    def replace(self, text: str) -> None:
+        filesystem, path = self.bucket.filesystem()
+        with filesystem.open_output_stream(f"{path}/{LEASE_FILE}") as stream:
+            stream.write(text.encode("utf-8"))
+
+    def remove(self) -> None:
+        self.bucket.delete(LEASE_FILE)
+
+    def set_aside(self, token: str) -> bool:
+        read = self.read()
+        if read is None:
+            return False
+        try:
+            current = json.loads(read[0]).get("token")
+        except (ValueError, AttributeError):
+            current = None
+        if current not in (token, None):
+            return False
+        self.remove()
+        return True
+
+
+def lease_file(experiment: Path | str) -> LocalLeaseFile | BucketLeaseFile:
+    """Where an experiment's lease lives: beside a local one, in the bucket of a bucket's
+    (given as its URI, or as this machine's cache of it)."""
+    from tunekit.storage import Bucket, bucket_of, is_uri
+
+    if is_uri(str(experiment)):
+        return BucketLeaseFile(Bucket(str(experiment)))
+    bucket = bucket_of(Path(experiment))
+    return BucketLeaseFile(bucket) if bucket is not None else LocalLeaseFile(Path(experiment))

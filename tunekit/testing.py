@@ -253,3 +253,66 @@ def read_events(run_dir: Path) -> list[Any]:
             events.append(Event.FromString(data[at + 12 : at + 12 + length]))
             at += 12 + length + 4
     return events
+
+
+class S3Server:
+    """A real S3 API on 127.0.0.1: moto's server mode (``moto_server``), in memory.
+
+    ``env`` holds what a process needs to use it the usual way (``AWS_ENDPOINT_URL`` and
+    test credentials); ``make_bucket`` creates a bucket (tunekit never creates buckets).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log = root / "moto.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.env = {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def start(self, timeout: float = 60.0) -> S3Server:
+        self.root.mkdir(parents=True, exist_ok=True)
+        command = [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(self.port)]
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"moto_server exited: {self.log.read_text()[-2000:]}")
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"moto_server did not answer in {timeout:.0f} s")
+
+    def make_bucket(self, name: str) -> str:
+        """Creates ``name``; returns its URI."""
+        from pyarrow import fs
+
+        filesystem = fs.S3FileSystem(
+            access_key=self.env["AWS_ACCESS_KEY_ID"],
+            secret_key=self.env["AWS_SECRET_ACCESS_KEY"],
+            endpoint_override=self.endpoint,
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
+        filesystem.create_dir(name)
+        return f"s3://{name}"
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=20)

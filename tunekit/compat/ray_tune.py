@@ -434,10 +434,18 @@ def new_trials_in(generator: SearchGenerator, experiment_dir: Path) -> None:
     (``SearchGenerator._experiment``, ``Experiment.storage``, ``StorageContext.storage_fs_path``
     and ``experiment_dir_name``; a ``Trial`` copies its creator's storage).
     """
+    from tunekit.storage import bucket_of
+
     storage = getattr(getattr(generator, "_experiment", None), "storage", None)
-    if storage is not None:
-        storage.storage_fs_path = Path(experiment_dir).parent.as_posix()
-        storage.experiment_dir_name = Path(experiment_dir).name
+    if storage is None:
+        return
+    bucket = bucket_of(Path(experiment_dir))
+    if bucket is not None:  # a bucket's cache: the trials' storage is the bucket (its file system's path)
+        storage.storage_fs_path = bucket.filesystem()[1].rsplit("/", 1)[0]
+        storage.experiment_dir_name = bucket.name
+        return
+    storage.storage_fs_path = Path(experiment_dir).parent.as_posix()
+    storage.experiment_dir_name = Path(experiment_dir).name
 
 
 def forget_live_trials(limiter: ConcurrencyLimiter, trial_ids: set[str]) -> None:

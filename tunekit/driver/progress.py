@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 from tunekit.driver.records import epochs_text, reason_beside_epochs
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus, stopped_for_good
+from tunekit.storage import shown
 from tunekit.worker import heartbeat
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class ConsoleProgress:
     def header(self, experiment_dir: Path, tracking_uri: str | None) -> None:
         """The first lines: where the results go, before anything slow starts."""
         self._experiment_dir = experiment_dir
-        self._line(f"experiment: {experiment_dir}")
+        self._line(f"experiment: {shown(experiment_dir)}")  # a bucket experiment by its URI
         self._line(f"tracking: {tracking_uri}" if tracking_uri else "tracking: off")
 
     def phase(self, text: str) -> None:

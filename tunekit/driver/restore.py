@@ -26,6 +26,7 @@ from tunekit.compat.ray_saved_state import (
 from tunekit.compat.ray_tune import restored_run_config, restored_tune_config
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
+from tunekit.storage import location_of
 
 
 def restored_tuner(
@@ -42,7 +43,10 @@ def restored_tuner(
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
 
-    tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_unfinished=True, resume_errored=True)
+    # A bucket experiment is restored from the bucket (its trials' checkpoints are there), not the cache.
+    tuner = tune.Tuner.restore(
+        location_of(experiment_dir), trainable=trainable, resume_unfinished=True, resume_errored=True
+    )
     # Ray restores searcher, scheduler and callbacks from its pickle; listeners
     # (console, tracker) are per process and are attached again here.
     run_config = restored_run_config(tuner)

@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -44,6 +43,7 @@ from tunekit.driver.connect import (
     resume_target,
     run_target,
 )
+from tunekit.driver.folders import create_experiment_dir, discard_if_never_started, has_tune_state
 from tunekit.driver.restore import restored_tuner
 from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
@@ -61,7 +61,7 @@ from tunekit.driver.session import (
     wait_for_released_resources,
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
-from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted, StorageError
+from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.layout import (
     DRIVER_LOG_FILE,
     ERROR_FILE,
@@ -75,6 +75,18 @@ from tunekit.lease import DriverLease
 from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
+from tunekit.storage import (
+    Bucket,
+    bucket_of,
+    check_bucket,
+    is_uri,
+    local_path,
+    location_of,
+    mirror_cache,
+    mirrored,
+    push_ray_state,
+    redacted,
+)
 from tunekit.store import no_space_error, no_space_in, table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
 
@@ -152,7 +164,7 @@ def run(
         _fit_saying_why(spec, experiment_dir, target, stream, restore=False)
     except BaseException as error:
         lease.release()
-        _discard_if_never_started(experiment_dir, error)
+        discard_if_never_started(experiment_dir, error)
         raise
     finally:
         lease.release()
@@ -167,7 +179,8 @@ def _fit_saying_why(
     storage and the space the search needs. Its running trials are held for the resume, as
     after any crash (``_fit``)."""
     try:
-        _fit(spec, experiment_dir, target, stream, restore=restore)
+        with mirrored(experiment_dir):  # a bucket's cache: uploaded as it changes, and at every stop
+            _fit(spec, experiment_dir, target, stream, restore=restore)
     except Exception as error:
         if (full := no_space_in(error)) is None:
             raise
@@ -200,19 +213,6 @@ def _join(spec: ExperimentSpec, target: Target, timeout_s: float, experiment_dir
     return joined
 
 
-def _discard_if_never_started(experiment_dir: Path, error: BaseException) -> None:
-    """A new search stopped before Ray Tune started it (no trial, no saved state) leaves nothing behind.
-
-    Its directory holds only what start-up wrote (the spec, the study, driver.log): removed,
-    and the error no longer points to it.
-    """
-    if _has_tune_state(experiment_dir) or (experiment_dir / TRIALS_FILE).exists():
-        return
-    shutil.rmtree(experiment_dir, ignore_errors=True)
-    if getattr(error, "experiment_dir", None) is not None:
-        error.experiment_dir = None  # type: ignore[attr-defined]
-
-
 def resume(
     experiment_dir: str | Path,
     *,
@@ -243,16 +243,26 @@ def resume(
     Raises:
         SpecError: an override changes anything else, or asks for fewer trials than ran.
 
-    Other errors are ``run``'s; so are the trainable's arguments.
+    Other errors are ``run``'s; so are the trainable's arguments. ``experiment_dir`` may be a
+    bucket experiment's URI (``s3://bucket/prefix/name``), resumed from any machine.
     """
-    directory = Path(experiment_dir).expanduser().resolve()
-    if not (directory / SPEC_FILE).is_file():
-        raise NotAnExperimentError(directory, SPEC_FILE)
     python_trainable = builders_from(trainable, build_data, build_model, fit_options)
     stream = sys.stdout if progress is True else (progress or None)
-    with DriverLease(directory, "resume") as lease:
+    location = str(experiment_dir)
+    bucket = Bucket(location) if is_uri(location) else None
+    if bucket is not None:
+        check_bucket(location)  # one line before anything: the scheme, credentials, the bucket, the endpoint
+        if not bucket.exists():
+            raise NotAnExperimentError(redacted(location), SPEC_FILE)
+    else:
+        location = str(local_path(location))
+        if not (Path(location) / SPEC_FILE).is_file():
+            raise NotAnExperimentError(location, SPEC_FILE)
+    with DriverLease(location, "resume") as lease:
         if lease.took_over is not None and stream is not None:
             stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
+        # A bucket's: this machine's cache of it, pulled afresh (the bucket is the source of truth).
+        directory = Path(location) if bucket is None else bucket.pull(mirror_cache(bucket, "driver", fresh=True))
         return _resume(directory, overrides, address, local, connect_timeout, stream, python_trainable)
 
 
@@ -306,7 +316,8 @@ def _resume(
         keep_ray_log(directory, joined.ray_log)
     if grown:
         write_text(directory / SPEC_FILE, spec.to_yaml())
-    stand_ins = stand_in_for_rotated_checkpoints(directory)
+    # A bucket's checkpoints are objects: Ray finds the rotated ones missing there, not here.
+    stand_ins = stand_in_for_rotated_checkpoints(directory) if bucket_of(directory) is None else []
     try:
         _fit_saying_why(spec, directory, target, stream, restore=True)
     finally:
@@ -314,19 +325,6 @@ def _resume(
             with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
                 stand_in.rmdir()
     return _closed(directory, stream)
-
-
-def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:
-    root = Path(storage or spec.storage.path).expanduser().resolve()
-    directory = root / (name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if directory.exists():
-        raise StorageError(f"{directory} already exists; pick another --name or `tunekit resume` it")
-    try:
-        directory.mkdir(parents=True)
-    except OSError as error:
-        raise StorageError(f"cannot create {directory}: {error.strerror}") from None
-    write_text(directory / SPEC_FILE, spec.to_yaml())
-    return directory
 
 
 def _fit(
@@ -359,8 +357,9 @@ def _fit(
         record_address(
             experiment_dir, joined_address() if target.address is not None else None, callers_ray=callers_ray()
         )
-        check_storage_shared(experiment_dir)
-        if restore and not _has_tune_state(experiment_dir):
+        if bucket_of(experiment_dir) is None:  # a bucket is every node's by its nature
+            check_storage_shared(experiment_dir)
+        if restore and not has_tune_state(experiment_dir):
             restore = False  # stopped during start-up, before Ray Tune saved anything: start afresh
         if console:
             console.phase("preparing the study and the Tuner")
@@ -440,11 +439,9 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)
-    return restored_tuner(spec, experiment_dir, listeners, _trainable(spec, experiment_dir))
-
-
-def _has_tune_state(experiment_dir: Path) -> bool:
-    return any(experiment_dir.glob("experiment_state-*.json"))
+    restored = restored_tuner(spec, experiment_dir, listeners, _trainable(spec, experiment_dir))
+    push_ray_state(experiment_dir)  # a bucket's: the state as the resume mended it, before Ray reads it
+    return restored
 
 
 def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequence[Any], elapsed: float) -> str:
@@ -540,7 +537,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
         ),
         run_config=tune.RunConfig(
             name=experiment_dir.name,
-            storage_path=str(experiment_dir.parent),
+            storage_path=bucket.parent_uri if (bucket := bucket_of(experiment_dir)) else str(experiment_dir.parent),
             callbacks=[recorder],
             stop=guard,
             verbose=0,
@@ -566,7 +563,9 @@ def _trainable(spec: ExperimentSpec, experiment_dir: Path) -> Any:
 
     trial = _BENCHMARK_SEAM[0] if _BENCHMARK_SEAM else run_trial
     return tune.with_resources(
-        tune.with_parameters(trial, spec=spec, experiment_dir=str(experiment_dir)), trial_resources(spec.resources)
+        # A bucket experiment's workers write their trial files to the bucket, not to this cache.
+        tune.with_parameters(trial, spec=spec, experiment_dir=location_of(experiment_dir)),
+        trial_resources(spec.resources),
     )
 
 

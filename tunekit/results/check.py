@@ -65,6 +65,7 @@ from tunekit.search.attrs import (
     epoch_results,
 )
 from tunekit.search.forecast import slot_units
+from tunekit.storage import readable
 from tunekit.tracking.record import TrackingRecord
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def check_experiment(
         mlflow: compare MLflow's runs too, when the experiment was tracked (``tracking.json``).
         tracking_uri: where its runs are, when not the URI ``tracking.json`` recorded.
     """
-    results = load(experiment_dir)
+    results = load(readable(experiment_dir, payloads=True))  # a bucket's: its checkpoints' files too
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
     clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age

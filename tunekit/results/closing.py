@@ -13,11 +13,12 @@ from tunekit.layout import ENDED_STATUSES, TrialStatus
 from tunekit.results.best import INHERITED, config_text, describe_lineage, no_best_reason
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
+from tunekit.storage import shown
 
 
 def closing_text(results: ExperimentResults) -> str:
     """The experiment's folder, ``closing_lines``, and its MLflow page when tracking went to a server."""
-    lines = [f"experiment: {results.experiment_dir}", *closing_lines(results, summarize(results))]
+    lines = [f"experiment: {shown(results.experiment_dir)}", *closing_lines(results, summarize(results))]
     if link := mlflow_link(results.experiment_dir):
         lines.append(f"mlflow: {link}")
     return "\n".join(lines) + "\n"

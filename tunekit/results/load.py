@@ -26,14 +26,15 @@ from tunekit.layout import (
 )
 from tunekit.results.best import BestTrial, best_trial
 from tunekit.results.pareto import pareto_of
+from tunekit.storage import model_of, readable
 from tunekit.store import check_table
 
 if TYPE_CHECKING:
     import pandas as pd
 
-
     from tunekit.results.importance import Importance
     from tunekit.results.models import TrialModel
+
 
 @dataclass(frozen=True)
 class ExperimentResults:
@@ -153,7 +154,6 @@ class ExperimentResults:
             columns="_order"
         )
 
-    def model_path(self, trial: str | int | None = None) -> Path | None:
     def importance(self, *, evaluator: Any = None, min_trials: int = 5) -> Importance:
         """Parameter importance from every trial, pruned ones included, at the deepest epoch enough reached.
 
@@ -180,7 +180,11 @@ class ExperimentResults:
 
         return results_html(self)
 
+    def model_path(self, trial: str | int | None = None) -> Path | None:
         """The final model a trial saved, from its newest checkpoint that holds one.
+
+        For an experiment in a bucket, the file is fetched into this machine's read cache
+        (``$TUNEKIT_CACHE``, default ``~/.cache/tunekit``) the first time it is asked for.
 
         That is ``model.keras``, or ``model.weights.h5`` when Keras could not save the
         model whole (rebuild it with the trainable's ``build_model``, then
@@ -193,21 +197,18 @@ class ExperimentResults:
         Raises:
             TunekitError: no such trial in this experiment.
         """
-        from tunekit.tracking.artifacts import final_model_path
-
         if trial is None:
-            return None if self.best is None else final_model_path(self.experiment_dir, self.best.trial_id)
+            return None if self.best is None else model_of(self.experiment_dir, self.best.trial_id)
         ids = [] if self.trials.empty else [str(t) for t in self.trials["trial_id"]]
         if isinstance(trial, int) and not isinstance(trial, bool):
             matches = [] if self.trials.empty else list(self.trials.loc[self.trials["number"] == trial, "trial_id"])
             if not matches:
                 raise TunekitError(f"no trial number {trial} in {self.experiment_dir}")
-            return final_model_path(self.experiment_dir, str(matches[0]))
+            return model_of(self.experiment_dir, str(matches[0]))
         if str(trial) not in ids:
             shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
             raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
-        return final_model_path(self.experiment_dir, str(trial))
-
+        return model_of(self.experiment_dir, str(trial))
 
     def best_models(self, n: int = 3) -> list[TrialModel]:
         """The Keras models of the ``n`` best trials (``ranked()``'s order), loaded, best first.
@@ -221,6 +222,7 @@ class ExperimentResults:
 
         return best_models(self, n)
 
+
 def load(experiment_dir: str | Path) -> ExperimentResults:
     """Loads a finished (or interrupted) experiment from its directory.
 
@@ -230,7 +232,7 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     """
     import pandas as pd
 
-    directory = Path(experiment_dir).expanduser().resolve()
+    directory = readable(experiment_dir)  # a bucket's: its records pulled into this machine's read cache
     spec_path = directory / SPEC_FILE
     if not spec_path.is_file():
         raise NotAnExperimentError(directory, SPEC_FILE)

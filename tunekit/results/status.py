@@ -29,6 +29,7 @@ from tunekit.layout import (
 )
 from tunekit.results.completion import search_complete
 from tunekit.results.load import recorded_spec
+from tunekit.storage import readable
 from tunekit.store import table_rows
 from tunekit.worker.heartbeat import read_heartbeat
 
@@ -128,7 +129,7 @@ def read_status(experiment_dir: str | Path) -> Status:
     Raises:
         NotAnExperimentError: the directory holds no ``spec.yaml``.
     """
-    directory = Path(experiment_dir).expanduser().resolve()
+    directory = readable(experiment_dir)
     if not (directory / SPEC_FILE).is_file():
         raise NotAnExperimentError(directory, SPEC_FILE)
     spec = yaml.safe_load((directory / SPEC_FILE).read_text()) or {}

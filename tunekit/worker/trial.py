@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from tunekit.layout import (
     NO_SPACE_FAILURE,
     OUTPUT_FILE,
 )
+from tunekit.storage import Bucket, is_uri
 from tunekit.store import no_space_in
 from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
@@ -64,7 +66,7 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
     # The trial's folder in the experiment (shared storage on a cluster), not Ray's local
     # staging directory, which Ray never copies back.
     trial_id = tune.get_context().get_trial_id()
-    trial_dir = Path(experiment_dir) / trial_id
+    trial_dir = _trial_dir(experiment_dir, trial_id)
     profile = TrialProfile.for_trial(trial_id)
     with _output_to(trial_dir / OUTPUT_FILE):
         try:
@@ -80,6 +82,23 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
         finally:
             _release_trial_state()
             profile.write()
+    if is_uri(experiment_dir):  # its log and error into the bucket, beside its checkpoints
+        _upload_trial_files(experiment_dir, trial_dir)
+
+
+def _trial_dir(experiment_dir: str, trial_id: str) -> Path:
+    """The trial's folder: in the experiment (a shared folder on a cluster), or, for a bucket
+    experiment, on this node (uploaded as each attempt ends: ``_upload_trial_files``)."""
+    if is_uri(experiment_dir):
+        return Path(tempfile.gettempdir()) / "tunekit-trials" / Bucket(experiment_dir).name / trial_id
+    return Path(experiment_dir) / trial_id
+
+
+def _upload_trial_files(experiment_dir: str, trial_dir: Path) -> None:
+    bucket = Bucket(experiment_dir)
+    names = [name for name in (OUTPUT_FILE, ERROR_FILE) if (trial_dir / name).is_file()]
+    with contextlib.suppress(OSError):  # the trial's result stands without its log
+        bucket.push(trial_dir.parent, [f"{trial_dir.name}/{name}" for name in names])
 
 
 @contextlib.contextmanager

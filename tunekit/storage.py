@@ -1,0 +1,415 @@
+"""Where experiments live: a local or shared folder, or a bucket (``s3://``, ``gs://``, any URI
+pyarrow's file systems open).
+
+A bucket experiment is the source of truth; tunekit works on a local mirror of its small
+files, the experiment's *cache*:
+
+* **The driver** (``run``, ``resume``) keeps its live records (tables, study journal, clock,
+  records) in the cache and uploads what changed every ``PUSH_EVERY_S`` seconds and at every
+  stop (``BucketMirror``); a SIGKILLed driver loses at most those seconds, as Ray's own saved
+  state does. Ray Tune writes its saved state and every trial's checkpoints straight to the
+  bucket (``storage_path``), from whichever node runs the trial.
+* **A resume from anywhere** pulls the experiment's files but the checkpoints' payloads into a
+  fresh cache, mends Ray's saved state there, and pushes the mended files back before Ray
+  reads them.
+* **Readers** (``report``, ``status``, ``check``, ``logs``, ``tunekit.load``) pull the small
+  files into a read cache; a model is fetched when asked for (``model_path``).
+
+The caches live under ``$TUNEKIT_CACHE`` (default ``~/.cache/tunekit``), in ``buckets/{driver,read}/
+<scheme>/<bucket>/<prefix>/<experiment>``. Credentials and endpoints come from the usual
+environment (``AWS_*``, ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``) or the URI's
+query (``?endpoint_override=127.0.0.1:9000&scheme=http``); a URI never goes through ``Path``
+(``Path("s3://b/x").resolve()`` is a local folder named ``s3:``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunekit.errors import StorageError
+
+PUSH_EVERY_S = 2.0
+CACHE_ENV = "TUNEKIT_CACHE"
+# A checkpoint's payloads: fetched when asked for, never pulled with the records.
+PAYLOAD_SUFFIXES = (".npz", ".keras", ".h5")
+# What the driver never uploads: temporary files, and the lease (kept in the bucket directly).
+NOT_PUSHED = (".partial", ".stale")
+
+
+def is_uri(text: str | os.PathLike[str]) -> bool:
+    """A ``scheme://`` storage location (``file://`` is a local directory)."""
+    text = str(text)
+    return "://" in text and not text.startswith("file://")
+
+
+def local_path(location: str | os.PathLike[str]) -> Path:
+    """A local location as an absolute path (``file://`` stripped); never call it on a URI."""
+    text = str(location)
+    if text.startswith("file://"):
+        text = urllib.parse.urlparse(text).path
+    return Path(text).expanduser().resolve()
+
+
+def join_uri(base: str, name: str) -> str:
+    """``base``/``name``, the query (``?endpoint_override=...``) kept at the end."""
+    head, _, query = base.partition("?")
+    joined = head.rstrip("/") + "/" + name.strip("/")
+    return f"{joined}?{query}" if query else joined
+
+
+def without_query(uri: str) -> str:
+    return uri.partition("?")[0]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tunekit").expanduser()
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """An experiment folder in object storage: ``uri`` is ``scheme://bucket/prefix/name[?query]``."""
+
+    uri: str
+
+    @property
+    def name(self) -> str:
+        return without_query(self.uri).rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent_uri(self) -> str:
+        """The storage URI the experiment lives under (Ray Tune's ``storage_path``)."""
+        head, _, query = self.uri.partition("?")
+        parent = head.rstrip("/").rsplit("/", 1)[0]
+        return f"{parent}?{query}" if query else parent
+
+    def cache(self, role: str) -> Path:
+        """This machine's mirror of the experiment: ``driver`` (a search's live files) or ``read``."""
+        parsed = urllib.parse.urlparse(without_query(self.uri))
+        # Named as the experiment (its last part), as Ray Tune names the experiment after its folder.
+        return cache_root() / "buckets" / role / parsed.scheme / parsed.netloc / parsed.path.strip("/")
+
+    def filesystem(self) -> tuple[Any, str]:
+        """pyarrow's file system and the experiment's path in it."""
+        from pyarrow import fs
+
+        try:
+            filesystem, path = fs.FileSystem.from_uri(self.uri)
+        except (OSError, ValueError) as error:
+            raise StorageError(f"{redacted(self.uri)}: cannot open ({error})") from None
+        return filesystem, path.rstrip("/")
+
+    def exists(self) -> bool:
+        """Whether an experiment is there (its ``spec.yaml``)."""
+        from pyarrow import fs
+
+        from tunekit.layout import SPEC_FILE
+
+        filesystem, path = self.filesystem()
+        return bool(filesystem.get_file_info(f"{path}/{SPEC_FILE}").type == fs.FileType.File)
+
+    def listing(self) -> dict[str, tuple[int, float]]:
+        """Every file of the experiment: relative path -> (size, modification time)."""
+        from pyarrow import fs
+
+        filesystem, path = self.filesystem()
+        found: dict[str, tuple[int, float]] = {}
+        for info in filesystem.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True)):
+            if info.type == fs.FileType.File:
+                mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+                found[info.path[len(path) + 1 :]] = (info.size or 0, mtime)
+        return found
+
+    def pull(self, cache: Path, *, payloads: bool = False, fresh: bool = False) -> Path:
+        """Downloads the experiment's files into ``cache`` (what changed since the last pull);
+        without ``payloads``, checkpoints' weights and models stay in the bucket (``fetch``)."""
+        filesystem, path = self.filesystem()
+        if fresh and cache.exists():
+            shutil.rmtree(cache)
+        cache.mkdir(parents=True, exist_ok=True)
+        for relative, (size, _) in self.listing().items():
+            if not payloads and _is_payload(relative):
+                continue
+            target = cache / relative
+            if target.is_file() and target.stat().st_size == size and not _changes(relative):
+                continue
+            _download(filesystem, f"{path}/{relative}", target)
+        return cache
+
+    def fetch(self, cache: Path, relative: str) -> Path:
+        """One file of the experiment in ``cache`` (downloaded when missing)."""
+        target = cache / relative
+        if not target.is_file():
+            filesystem, path = self.filesystem()
+            _download(filesystem, f"{path}/{relative}", target)
+        return target
+
+    def push(self, cache: Path, relatives: list[str]) -> None:
+        """Uploads these files of ``cache`` (each whole: an object store replaces objects whole)."""
+        filesystem, path = self.filesystem()
+        for relative in relatives:
+            source = cache / relative
+            with contextlib.suppress(FileNotFoundError), source.open("rb") as handle:
+                data = handle.read()
+                with filesystem.open_output_stream(f"{path}/{relative}") as stream:
+                    stream.write(data)
+
+    def delete(self, relative: str) -> None:
+        filesystem, path = self.filesystem()
+        with contextlib.suppress(FileNotFoundError, OSError):
+            filesystem.delete_file(f"{path}/{relative}")
+
+
+def _is_payload(relative: str) -> bool:
+    return "/" in relative and relative.endswith(PAYLOAD_SUFFIXES)
+
+
+def _changes(relative: str) -> bool:
+    """Files rewritten in place with the same size can still differ: always pull the records."""
+    return "/" not in relative
+
+
+def _download(filesystem: Any, source: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    with filesystem.open_input_stream(source) as stream, partial.open("wb") as out:
+        while chunk := stream.read(1 << 20):
+            out.write(chunk)
+    os.replace(partial, target)
+
+
+# In a bucket experiment's cache: the experiment's URI, so every module that gets the cache
+# as its experiment directory can find the bucket (never uploaded).
+ORIGIN_FILE = ".bucket"
+
+
+def bucket_of(experiment_dir: Path) -> Bucket | None:
+    """The bucket a cache mirrors, or None for a local experiment."""
+    try:
+        return Bucket((Path(experiment_dir) / ORIGIN_FILE).read_text().strip())
+    except OSError:
+        return None
+
+
+def location_of(experiment_dir: Path) -> str:
+    """Where the experiment is for a process on any node: its URI, or its folder."""
+    bucket = bucket_of(experiment_dir)
+    return bucket.uri if bucket is not None else str(experiment_dir)
+
+
+def shown(experiment_dir: Path) -> str:
+    """How to name an experiment to the user: its URI (credentials removed) for a bucket's cache."""
+    bucket = bucket_of(experiment_dir)
+    return redacted(bucket.uri) if bucket is not None else str(experiment_dir)
+
+
+def mirror_cache(bucket: Bucket, role: str, *, fresh: bool) -> Path:
+    """The cache of ``bucket`` for ``role`` ("driver", "read"), marked with its origin."""
+    cache = bucket.cache(role)
+    if fresh and cache.exists():
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / ORIGIN_FILE).write_text(bucket.uri + "\n")
+    return cache
+
+
+def readable(location: str | os.PathLike[str], *, payloads: bool = False) -> Path:
+    """An experiment to read: a local folder as it is, a bucket's files pulled into its read
+    cache (the checkpoints' weights and models only with ``payloads``)."""
+    from tunekit.errors import NotAnExperimentError
+    from tunekit.layout import SPEC_FILE
+
+    if not is_uri(location):
+        return local_path(location)
+    bucket = Bucket(str(location))
+    if not bucket.exists():
+        raise NotAnExperimentError(redacted(bucket.uri), SPEC_FILE)
+    cache = mirror_cache(bucket, "read", fresh=False)
+    return bucket.pull(cache, payloads=payloads)
+
+
+# Ray Tune's own files in an experiment: Ray writes them to the bucket itself; the driver's
+# mirror never uploads its cache's copies (a resume pushes them once, after mending them).
+RAY_STATE_PREFIXES = (
+    "experiment_state-",
+    "search_gen_state-",
+    "searcher-state-",
+    "callback-states-",
+    "basic-variant-state-",
+    "tuner.pkl",
+)
+
+
+def is_ray_state(name: str) -> bool:
+    return name.startswith(RAY_STATE_PREFIXES)
+
+
+def push_ray_state(experiment_dir: Path) -> None:
+    """A resume's mended copies of Ray's saved state, back to the bucket before Ray reads them."""
+    bucket = bucket_of(experiment_dir)
+    if bucket is not None:
+        bucket.push(experiment_dir, [p.name for p in experiment_dir.iterdir() if p.is_file() and is_ray_state(p.name)])
+
+
+def model_of(experiment_dir: Path, trial_id: str) -> Path | None:
+    """A trial's final model (``tunekit.tracking.artifacts.final_model_path``); for a bucket's
+    read cache, the newest checkpoint's model is fetched from the bucket when first asked for."""
+    from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
+    from tunekit.tracking.artifacts import checkpoint_order, final_model_path
+
+    bucket = bucket_of(experiment_dir)
+    if bucket is None:
+        return final_model_path(experiment_dir, trial_id)
+    held: dict[str, set[str]] = {}  # checkpoint folder -> its model files
+    for relative in bucket.listing():
+        parts = relative.split("/")
+        if len(parts) == 3 and parts[0] == trial_id and parts[2] in (FINAL_MODEL, FINAL_WEIGHTS):
+            held.setdefault(parts[1], set()).add(parts[2])
+    for checkpoint in sorted(held, key=lambda name: checkpoint_order(Path(name)), reverse=True):
+        name = FINAL_MODEL if FINAL_MODEL in held[checkpoint] else FINAL_WEIGHTS
+        return bucket.fetch(experiment_dir, f"{trial_id}/{checkpoint}/{name}")
+    return None
+
+
+def redacted(uri: str) -> str:
+    from tunekit.environment import redact_uri
+
+    return redact_uri(uri)
+
+
+class BucketMirror:
+    """Uploads the driver's live files from its cache to the bucket: what changed, every
+    ``PUSH_EVERY_S`` seconds from a thread, and all of it at ``close`` (every stop)."""
+
+    def __init__(self, bucket: Bucket, cache: Path) -> None:
+        self.bucket, self.cache = bucket, cache
+        self._sent: dict[str, tuple[int, int]] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.problem: str | None = None
+
+    def start(self) -> BucketMirror:
+        self._thread = threading.Thread(target=self._run, name="tunekit-bucket", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(PUSH_EVERY_S):
+            self.push_changed()
+
+    def push_changed(self) -> None:
+        """Uploads the cache's top-level files that changed since they were last sent."""
+        with self._lock:
+            changed = []
+            for path in self.cache.iterdir():
+                if not _pushed(path):
+                    continue
+                stat = path.stat()
+                mark = (stat.st_size, stat.st_mtime_ns)
+                if self._sent.get(path.name) != mark:
+                    changed.append((path.name, mark))
+            try:
+                self.bucket.push(self.cache, [name for name, _ in changed])
+            except OSError as error:  # the next push tries again; close() says it
+                self.problem = str(error)
+                return
+            self.problem = None
+            self._sent.update(changed)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.push_changed()
+
+
+def _pushed(path: Path) -> bool:
+    """Whether the mirror uploads this file of the cache: tunekit's own records only."""
+    from tunekit.layout import LEASE_FILE
+
+    name = path.name
+    return (
+        path.is_file()
+        and not name.endswith(NOT_PUSHED)
+        and name not in (LEASE_FILE, ORIGIN_FILE)
+        and not is_ray_state(name)
+    )
+
+
+@contextlib.contextmanager
+def mirrored(experiment_dir: Path) -> Iterator[BucketMirror | None]:
+    """A bucket experiment's cache uploaded while the block runs and once more at its end (a
+    local experiment: nothing to do)."""
+    bucket = bucket_of(experiment_dir)
+    if bucket is None:
+        yield None
+        return
+    mirror = BucketMirror(bucket, experiment_dir).start()
+    try:
+        yield mirror
+    finally:
+        mirror.close()
+
+
+# ------------------------------------------------------------------ before anything starts
+
+BUCKET_PROBE_TIMEOUT_S = 20.0
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "GOOGLE_APPLICATION_CREDENTIALS")
+
+
+def check_bucket(location: str, timeout_s: float = BUCKET_PROBE_TIMEOUT_S) -> None:
+    """Refuses an unusable storage URI in one line naming it (credentials removed) and the fix:
+    an unknown scheme, missing credentials, no such bucket, no permission, an endpoint that
+    does not answer within ``timeout_s``. A probe object is written and deleted, in a child
+    process with a deadline (as ``tunekit doctor --storage`` does)."""
+    from tunekit.doctor.child import probe
+
+    shown_uri = redacted(location)
+    result = probe("storage-uri", (location,), timeout_s).result()
+    error = str(result.get("error") or "")
+    if not error:
+        return
+    raise StorageError(f"storage {shown_uri}: {_refusal(location, error, timeout_s)}")
+
+
+def _refusal(location: str, error: str, timeout_s: float) -> str:
+    scheme = location.partition("://")[0]
+    bucket = urllib.parse.urlparse(location).netloc
+    lowered = error.lower()
+    if "unrecognized filesystem type" in lowered or "unknown filesystem" in lowered:
+        return (
+            f"unknown scheme '{scheme}://'; fix: a local folder, or a URI pyarrow's file systems open "
+            "(s3://, gs://, hdfs://, abfs://)"
+        )
+    if "did not answer" in lowered or "timed out" in lowered or "timeout" in lowered:
+        return (
+            f"did not answer within {timeout_s:g} s; fix: check the endpoint (AWS_ENDPOINT_URL or the URI's "
+            "endpoint_override) and that it is reachable from here"
+        )
+    if "network_connection" in lowered or "could not connect" in lowered or "connection refused" in lowered:
+        return (
+            "its endpoint refused the connection; fix: check the endpoint (AWS_ENDPOINT_URL or the URI's "
+            "endpoint_override) and that the service runs"
+        )
+    if ("not found" in lowered and "bucket" in lowered) or "no_such_bucket" in lowered:
+        return f"no such bucket '{bucket}'; fix: create it (tunekit does not create buckets)"
+    if "access_denied" in lowered or "access denied" in lowered or "forbidden" in lowered or "403" in lowered:
+        if not any(os.environ.get(name) for name in _CREDENTIAL_ENV):
+            return (
+                "access denied, and no credentials were found; fix: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, a role, GOOGLE_APPLICATION_CREDENTIALS for gs://)"
+            )
+        return (
+            "access denied: these credentials may not write there; fix: allow them to put, get, list and "
+            "delete objects under it"
+        )
+    return f"not usable ({error}); fix: `tunekit doctor --storage {redacted(location)}` says more"
