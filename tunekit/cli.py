@@ -368,14 +368,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     """``tunekit ls FOLDER``."""
-    from tunekit.results.compare import describe_experiments, experiments
+    from tunekit.results.compare import describe_experiments, experiments, experiments_json
 
     table = experiments(args.folder)
-    print(
-        table.to_json(orient="records", date_format="iso", double_precision=15)
-        if args.format == "json"
-        else describe_experiments(table, args.folder)
-    )
+    print(experiments_json(table) if args.format == "json" else describe_experiments(table, args.folder))
     return 0
 
 

@@ -135,6 +135,13 @@ def describe_experiments(table: pd.DataFrame, folder: str | Path) -> str:
     return "\n".join(lines)
 
 
+def experiments_json(table: pd.DataFrame) -> str:
+    """``tunekit ls --format json``: the rows, numbers exact (pandas' own JSON rounds them to 15 digits)."""
+    shown = table.assign(started=[None if _when(v) == "" else v.isoformat() for v in table["started"]])
+    rows = shown.astype(object).where(shown.notna(), None).to_dict("records")
+    return json.dumps(rows, indent=2, default=_plain)
+
+
 def _counts(row: dict[str, Any]) -> str:
     """``10: 4 completed, 6 pruned`` (the statuses that occur)."""
     parts = [f"{int(row[s])} {s}" for s in map(str, COUNTED) if finite(row.get(s)) and int(row[s])]

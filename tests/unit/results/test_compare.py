@@ -143,3 +143,11 @@ def test_cli_report_of_two_experiments_and_ls_agree_with_the_api(
 def test_one_experiment_report_is_unchanged(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(folder / "week-1")]) == 0
     assert capsys.readouterr().out.splitlines()[0].split()[:3] == ["number", "status", "epochs"]
+
+
+def test_ls_json_keeps_every_digit_and_the_start_as_iso(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ls", str(folder), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    table = tunekit.experiments(folder)
+    assert [r["best"] for r in rows] == list(table["best"])
+    assert rows[0]["started"] == "1970-01-01T00:16:40"
