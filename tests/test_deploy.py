@@ -108,3 +108,42 @@ def test_dockerfile_installs_with_the_constraints_and_copies_what_the_job_needs(
     assert installs and all("-c .ci/constraints.txt" in line for line in installs)
     for path in ("tunekit", "trainables", "search_spaces", "pyproject.toml", ".ci/constraints.txt"):
         assert any(line.startswith("COPY") and path in line for line in lines), path
+
+
+BUCKET_JOB = "rayjob-bucket.yaml"
+BUCKET = "s3://tunekit-experiments/results"
+
+
+def test_the_bucket_job_has_no_shared_volume_and_every_ray_node_its_bucket_credentials_from_a_secret() -> None:
+    docs = documents(BUCKET_JOB)
+    assert [doc["kind"] for doc in docs] == ["RayJob"]  # no PersistentVolumeClaim: no ReadWriteMany needed
+    for group, pod in pod_specs(BUCKET_JOB):
+        assert not [v for v in pod.get("volumes", []) if "persistentVolumeClaim" in v], group
+        for container in pod["containers"]:
+            env = env_of(container)
+            assert env["RAY_AUTH_TOKEN"] == {"secretKeyRef": {"name": "tunekit-ray-token", "key": "auth_token"}}
+            assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "tunekit-bucket", "key": "access_key_id"}}
+            assert env["AWS_SECRET_ACCESS_KEY"] == {
+                "secretKeyRef": {"name": "tunekit-bucket", "key": "secret_access_key"}
+            }
+            assert not str(env["MLFLOW_TRACKING_URI"]).startswith("sqlite:"), group  # a file needs a shared volume
+    assert cluster_spec(BUCKET_JOB)["rayVersion"] == cluster_spec("rayjob.yaml")["rayVersion"]
+
+
+def test_the_bucket_job_checks_the_bucket_then_resumes_its_experiment_or_runs_it() -> None:
+    (job,) = documents(BUCKET_JOB)
+    entrypoint = job["spec"]["entrypoint"]
+    doctor, rest = entrypoint.split("&&")
+    assert shlex.split(doctor) == ["tunekit", "doctor", "--storage", BUCKET]
+    resume, run = rest.strip().strip("()").split("||")
+    assert shlex.split(resume) == ["tunekit", "resume", f"{BUCKET}/digits-k8s"]
+    assert shlex.split(run) == [
+        "tunekit",
+        "run",
+        "search_spaces/digits_mlp.yaml",
+        "--storage",
+        BUCKET,
+        "--name",
+        "digits-k8s",
+    ]
+    assert job["spec"]["backoffLimit"] >= 1  # a retry resumes: one driver at a time by the lease

@@ -285,8 +285,9 @@ def redacted(uri: str) -> str:
 
 
 class BucketMirror:
-    """Uploads the driver's live files from its cache to the bucket: what changed, every
-    ``PUSH_EVERY_S`` seconds from a thread, and all of it at ``close`` (every stop)."""
+    """Uploads the driver's live files from its cache to the bucket: its records and its
+    TensorBoard logs, what changed, every ``PUSH_EVERY_S`` seconds from a thread, and all of it
+    at ``close`` (every stop)."""
 
     def __init__(self, bucket: Bucket, cache: Path) -> None:
         self.bucket, self.cache = bucket, cache
@@ -307,15 +308,19 @@ class BucketMirror:
 
     def push_changed(self) -> None:
         """Uploads the cache's top-level files that changed since they were last sent."""
+        from tunekit.layout import TENSORBOARD_DIR
+
         with self._lock:
             changed = []
-            for path in self.cache.iterdir():
+            candidates = [*self.cache.iterdir(), *(self.cache / TENSORBOARD_DIR).rglob("*")]
+            for path in candidates:
                 if not _pushed(path):
                     continue
+                relative = path.relative_to(self.cache).as_posix()
                 stat = path.stat()
                 mark = (stat.st_size, stat.st_mtime_ns)
-                if self._sent.get(path.name) != mark:
-                    changed.append((path.name, mark))
+                if self._sent.get(relative) != mark:
+                    changed.append((relative, mark))
             try:
                 self.bucket.push(self.cache, [name for name, _ in changed])
             except OSError as error:  # the next push tries again; close() says it

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.errors import StorageError
+from tunekit.errors import SpecError, StorageError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE
 from tunekit.storage import Bucket, bucket_of, check_bucket, is_uri, join_uri, local_path, mirror_cache, redacted
 from tunekit.store import write_text
@@ -34,6 +34,8 @@ def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str |
 
 
 def _create_in_bucket(spec: ExperimentSpec, location: str, name: str) -> Path:
+    if spec.scheduler.type == "pbt":  # its exploits copy checkpoints on the driver's file system
+        raise SpecError("scheduler.type", f"pbt needs a shared folder as storage, not a bucket ({redacted(location)})")
     check_bucket(location)  # one line and nothing written: a scheme, credentials, the bucket, the endpoint
     bucket = Bucket(join_uri(location, name))
     if bucket.exists():
