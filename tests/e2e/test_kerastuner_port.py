@@ -200,3 +200,70 @@ def test_a_key_renamed_in_the_space_only_stops_the_search_with_the_names(tmp_pat
         "did you mean 'units_two'?" in str(raised.value)
     )
     assert list(tunekit.load(tmp_path / "renamed").trials["status"]) == ["failed"]
+
+
+# --------------------------------------------------------------------------- against keras_tuner itself
+def many_calls(hp: Any) -> list[Any]:
+    """Every kind of call, with and without conditions, as KerasTuner's docs show them."""
+    got = [
+        hp.Int("n_layers", min_value=6, max_value=12),
+        hp.Int("stepped", min_value=6, max_value=13, step=3),
+        hp.Int("batch", min_value=2, max_value=32, step=2, sampling="log"),
+        hp.Float("rate", min_value=0.0, max_value=1.0, step=0.2),
+        hp.Float("lr", min_value=1e-4, max_value=1e-2, sampling="log"),
+        hp.Choice("act", ["relu", "tanh"]),
+        hp.Choice("width", [64, 32, 128], default=128),
+        hp.Boolean("flag"),
+        hp.Fixed("k", 3),
+    ]
+    with hp.conditional_scope("act", ["tanh"]):
+        got.append(hp.Int("only_tanh", 1, 4))
+    got.append(hp.Int("only_relu", 1, 4, parent_name="act", parent_values=["relu"]))
+    return got
+
+
+@pytest.mark.parametrize("values", [{}, {"act": "tanh", "n_layers": 9, "flag": True}])
+def test_hp_answers_as_kerastuners_own(values: dict[str, Any]) -> None:
+    import keras_tuner
+
+    theirs = keras_tuner.HyperParameters()
+    for name, value in values.items():
+        theirs.values[name] = value  # how KerasTuner's oracle hands a trial its values
+    ours = tunekit.HyperParameters(values)
+    assert many_calls(ours) == many_calls(theirs)
+    assert ours.values == theirs.values
+    for name in ("only_tanh", "only_relu", "act"):
+        assert ours.is_active(name) == theirs.is_active(name)
+
+
+def test_stepped_ranges_have_kerastuners_values() -> None:
+    import keras_tuner
+
+    theirs = keras_tuner.HyperParameters()
+    many_calls(theirs)
+    ours = tunekit.HyperParameters()
+    many_calls(ours)
+    for name in ("stepped", "batch"):
+        assert list(ours.declared[name].values() or ()) == list(theirs._hps[name][0].values), name
+    # KerasTuner's docs give 0, 0.2, ..., 1.0 for this range; its code drops 1.0 ((1.0 - 0.0) // 0.2
+    # is 4.0 in floating point). tunekit follows the docs.
+    assert list(ours.declared["rate"].values() or ()) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert list(theirs._hps["rate"][0].values) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
+
+
+def test_kerastuners_hypermodel_and_objective_are_taken() -> None:
+    import keras_tuner
+
+    class MyHyperModel(keras_tuner.HyperModel):
+        def build(self, hp: Any) -> keras.Model:
+            return build_model(hp)
+
+    class OwnFit(MyHyperModel):
+        def fit(self, hp: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            return model.fit(*args, **kwargs)
+
+    tuner = tunekit.Tuner(MyHyperModel(), objective=keras_tuner.Objective("val_auc", direction="max"))
+    assert tuner.objectives == [("val_auc", "max")]
+    assert tuner.discovery.names == ("num_layers", "units_0", "activation", "dropout", "lr", "units_1", "units_2")
+    with pytest.raises(tunekit.TunekitError, match=r"^OwnFit\.fit: a HyperModel's own fit is not supported yet"):
+        tunekit.Tuner(OwnFit(), objective="val_accuracy")
