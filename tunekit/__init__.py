@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ExperimentResults",
     "ExperimentSpec",
+    "HyperParameters",
     "NoResultError",
     "NotAnExperimentError",
     "Plan",
@@ -46,6 +47,7 @@ __all__ = [
     "StorageError",
     "TrialContext",
     "TunekitError",
+    "Tuner",
     "compare",
     "experiments",
     "load",
@@ -197,6 +199,11 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module("tunekit.plots")
+    if name in ("Tuner", "HyperParameters"):  # KerasTuner's shapes (tunekit.tuner, tunekit.hp)
+        from tunekit.hp import HyperParameters
+        from tunekit.tuner import Tuner
+
+        return {"Tuner": Tuner, "HyperParameters": HyperParameters}[name]
     if name == "ray_init_options":  # the driver's own function, imported only when asked for
         from tunekit.driver.session import ray_init_options
 
