@@ -124,6 +124,7 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
         os.utime(path, (path.stat().st_atime - 7 * 86400, path.stat().st_mtime - 7 * 86400))
     try:
         notebook = execute(copy, {"TUNEKIT_NB_STORAGE": relative, "MLFLOW_TRACKING_URI": uri}, where=copy.parent)
+        the_same_from_the_command_line(storage, earlier, experiment, tmp_path)
     finally:
         shutil.rmtree(failed)
         shutil.rmtree(earlier)
@@ -145,6 +146,41 @@ def test_explore_results_ranks_plots_and_finds_the_runs_in_mlflow(
     )
     assert len(few.findall(output)) == 1, output[-3000:]
     assert "Traceback" not in output and "Warning" not in few.sub("", output)
+
+
+def the_same_from_the_command_line(storage: Path, earlier: Path, experiment: Path, tmp_path: Path) -> None:
+    """`tunekit ls` and `tunekit report A B --html` agree with experiments() and compare() on bests and counts."""
+    import contextlib
+    import io
+    import json
+
+    import tunekit
+    from tunekit.cli import main
+
+    listing = tunekit.experiments(storage)
+    comparison = tunekit.compare(earlier, experiment)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["ls", str(storage), "--format", "json"]) == 0
+    rows = {row["experiment"]: row for row in json.loads(out.getvalue())}
+    assert set(rows) == set(listing["experiment"]) == {earlier.name, experiment.name}
+    out = io.StringIO()
+    page = tmp_path / "compare.html"
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(earlier), str(experiment), "--format", "json"]) == 0
+        assert main(["report", str(earlier), str(experiment), "--html", str(page)]) == 0
+    record = json.loads(out.getvalue()[: out.getvalue().index("\n}\n") + 2])
+    for row in record["experiments"]:
+        name = row["experiment"]
+        assert (
+            row["best"]
+            == rows[name]["best"]
+            == comparison.table.loc[name, "best"]
+            == tunekit.load(storage / name).best_metric
+        )
+        assert row["completed"] == rows[name]["completed"] == comparison.table.loc[name, "completed"]
+        assert row["trials"] == rows[name]["trials"] == len(tunekit.load(storage / name).trials)
+    assert "time to best" in page.read_text() and "data:image/png;base64," in page.read_text()
 
 
 @pytest.mark.slow
