@@ -13,15 +13,8 @@ import pytest
 from tunekit.config.spec import load_spec
 from tunekit.errors import SpecError, TunekitError
 from tunekit.hp import HyperParameters
-from tunekit.tuner import (
-    ArrayData,
-    FitOptions,
-    HyperModelBuilder,
-    Tuner,
-    _data_builder,
-    _placeholder,
-    objectives,
-)
+from tunekit.tuner import FitOptions, HyperModelBuilder, Tuner, _placeholder, objectives
+from tunekit.tuner_data import ArrayData, data_builder
 
 
 def build_model(hp: HyperParameters) -> dict[str, Any]:
@@ -104,7 +97,7 @@ def test_a_hypermodel_with_its_own_fit_is_refused_and_one_without_builds() -> No
 
 def test_validation_split_takes_the_last_share_as_keras_does() -> None:
     x, y = np.arange(10.0).reshape(10, 1), np.arange(10)
-    data = _data_builder({"x": x, "y": y, "validation_split": 0.2}, Path("unused"))
+    data = data_builder({"x": x, "y": y, "validation_split": 0.2}, Path("unused"))
     assert isinstance(data, ArrayData)
     (_, train_y), (val_x, val_y) = data.arrays()
     assert train_y.tolist() == list(range(8)) and val_y.tolist() == [8, 9] and val_x.shape == (2, 1)
@@ -112,7 +105,7 @@ def test_validation_split_takes_the_last_share_as_keras_does() -> None:
 
 def test_search_without_validation_data_says_what_to_pass() -> None:
     with pytest.raises(TunekitError) as caught:
-        _data_builder({"x": np.zeros((4, 1)), "y": np.zeros(4)}, Path("unused"))
+        data_builder({"x": np.zeros((4, 1)), "y": np.zeros(4)}, Path("unused"))
     assert str(caught.value) == (
         "search: tunekit scores every trial on validation data: pass validation_data=(x_val, y_val) "
         "or validation_split=0.2"
