@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, FINAL_MODEL, SPEC_FILE
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tunekit.config.spec import ExperimentSpec
-    from tunekit.results.load import ExperimentResults
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,19 @@ class TrialModel:
     source: str
 
 
-def best_models(results: ExperimentResults, n: int = 3) -> list[TrialModel]:
+class RankedExperiment(Protocol):
+    """What ``best_models`` reads of an ``ExperimentResults`` (named so, this module does not
+    import the results loader that imports it)."""
+
+    @property
+    def experiment_dir(self) -> Path: ...
+
+    def ranked(self) -> pd.DataFrame: ...
+
+    def model_path(self, trial: str | int | None = None) -> Path | None: ...
+
+
+def best_models(results: RankedExperiment, n: int = 3) -> list[TrialModel]:
     """The models of the ``n`` best trials (``results.ranked()``'s order), best first.
 
     Trials with neither an exported model nor a checkpoint (failed before their first
