@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tunekit.errors import SpecError, TunekitError
 from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
 from tunekit.layout import SPEC_FILE
-from tunekit.tuner_data import data_builder, fit_arguments
+from tunekit.tuner_data import data_builder, fit_arguments, rebatched
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
@@ -46,8 +46,10 @@ class Tuner:
 
     Args:
         hypermodel: a function ``build_model(hp)`` returning a compiled Keras model, or an
-            object with ``build(hp)`` (a ``keras_tuner.HyperModel``, whose own ``fit`` is not
-            supported yet).
+            object with ``build(hp)`` (a ``keras_tuner.HyperModel``). Its own ``fit(hp, model,
+            *args, **kwargs)`` is called in place of ``model.fit`` and must call
+            ``model.fit(*args, **kwargs)`` (tunekit's callbacks report every epoch); the
+            ``hp`` calls in it are searched too (a ``batch_size`` it passes rebatches the data).
         objective: a metric name (its direction inferred as KerasTuner does), a ``(name,
             "min"|"max")`` pair, a ``keras_tuner.Objective``, or a list of them: several
             objectives make a multi-objective search (a Pareto front, not KerasTuner's sum).
@@ -92,6 +94,7 @@ class Tuner:
             )
         self.hypermodel = hypermodel
         self._build = _build_function(hypermodel)
+        self._fit = _fit_function(hypermodel)
         self.objectives = objectives(objective)
         self.max_trials = max_trials
         self.max_epochs = max_epochs
@@ -104,7 +107,9 @@ class Tuner:
         self.address = address
         self.sections = sections
         # As KerasTuner builds the model once when the tuner is made: the space, found now.
-        self.discovery: Discovery = discover(self._build)
+        failures: list[str] = []
+        self.discovery: Discovery = discover(_with_dry_fit(self._build, self._fit, failures))
+        self.discovery.notes += failures
         _drop_keras_graphs()
         self._results: ExperimentResults | None = None
 
@@ -151,7 +156,7 @@ class Tuner:
         if fit:
             raise TunekitError(f"search: {', '.join(sorted(fit))} is not supported; it takes {_SUPPORTED}")
         names = {spec_name(n): n for n in self.discovery.names}
-        builder = HyperModelBuilder(self._build, names)
+        builder = HyperModelBuilder(self._build, names, self._fit)
         fit_options = FitOptions(options) if options else None
         spec = self._spec({"epochs": epochs, "batch_size": batch_size})
         directory = self.project_dir
@@ -357,6 +362,7 @@ class HyperModelBuilder:
 
     build: Callable[[HyperParameters], Any]
     names: Mapping[str, str]
+    fit: Callable[..., Any] | None = None  # a HyperModel's own fit(hp, model, *args, **kwargs)
 
     def __repr__(self) -> str:  # spec.yaml's trainable line
         owner = getattr(self.build, "__self__", None)
@@ -372,7 +378,50 @@ class HyperModelBuilder:
                 f"tunekit: build_model declares {', '.join(hp.unknown)}, which the space found before the search "
                 "lacks (a branch its exploration did not reach): the default is used"
             )
+        if self.fit is not None:
+            route_fit(model, self.fit, hp)
         return model
+
+
+def route_fit(model: Any, fit: Callable[..., Any], hp: HyperParameters) -> None:
+    """``model.fit``, as the trial calls it, goes through the HyperModel's ``fit(hp, model, ...)``.
+
+    The HyperModel's own ``model.fit(*args, **kwargs)`` then reaches Keras's ``fit`` with
+    tunekit's arguments (its callbacks report every epoch); a ``batch_size`` it adds rebatches
+    the datasets, as Keras would batch arrays.
+
+    Raises:
+        FatalTrialError: the HyperModel's fit never called ``model.fit`` (its own training loop).
+    """
+    import functools
+
+    from tunekit.errors import FatalTrialError
+
+    original = model.fit
+    called: list[bool] = []
+
+    def plain_fit(*args: Any, **kwargs: Any) -> Any:
+        called.append(True)
+        batch_size = kwargs.pop("batch_size", None)
+        if batch_size is not None:
+            args, kwargs = rebatched(args, kwargs, int(batch_size))
+        return original(*args, **kwargs)
+
+    @functools.wraps(original)  # its signature: the trial checks fit_options against it
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        model.fit = plain_fit
+        try:
+            returned = fit(hp, model, *args, **kwargs)
+        finally:
+            model.fit = routed
+        if not called:
+            raise FatalTrialError(
+                f"{getattr(fit, '__qualname__', 'fit')} returned without calling model.fit: tunekit reports each "
+                "epoch from model.fit's callbacks, so a fit with a training loop of its own is not supported yet"
+            )
+        return returned
+
+    model.fit = routed
 
 
 @dataclass(frozen=True)
@@ -400,13 +449,52 @@ def _build_function(hypermodel: Any) -> Callable[[HyperParameters], Any]:
         if not callable(hypermodel):
             raise SpecError("hypermodel", "must be a build_model(hp) function or have a build(hp) method", hypermodel)
         return hypermodel
+    return build
+
+
+def _fit_function(hypermodel: Any) -> Callable[..., Any] | None:
+    """A HyperModel's own ``fit``; None when it has none (keras_tuner.HyperModel's only calls model.fit)."""
     owner = next((klass for klass in type(hypermodel).__mro__ if "fit" in vars(klass)), None)
-    if owner is not None and owner.__name__ != "HyperModel":  # keras_tuner.HyperModel's fit only calls model.fit
-        raise TunekitError(
-            f"{type(hypermodel).__name__}.fit: a HyperModel's own fit is not supported yet; tunekit runs model.fit "
-            "itself (pass callbacks and class_weight to search)"
-        )
-    return build  # type: ignore[no-any-return,unused-ignore]
+    if owner is None or owner.__name__ == "HyperModel" or not hasattr(hypermodel, "build"):
+        return None
+    return hypermodel.fit
+
+
+class _DryModel:
+    """The model as a HyperModel's fit sees it while the space is found: its ``fit`` trains nothing."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def fit(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def _with_dry_fit(
+    build: Callable[[HyperParameters], Any], fit: Callable[..., Any] | None, failures: list[str]
+) -> Callable[[HyperParameters], Any]:
+    """``build``, then a HyperModel's own fit on a model that does not train, so the ``hp`` calls in
+    fit (a searched ``batch_size``) are part of the space too."""
+    if fit is None:
+        return build
+
+    def build_and_fit(hp: HyperParameters) -> Any:
+        model = build(hp)
+        try:
+            fit(hp, _DryModel(model))
+        except Exception as error:  # it needs the data: its hp calls after this point are not found
+            note = (
+                f"the HyperModel's fit failed without data ({type(error).__name__}: {error}); "
+                "the hp calls after that point are not searched"
+            )
+            if note not in failures:
+                failures.append(note)
+        return model
+
+    return build_and_fit
 
 
 def _drop_keras_graphs() -> None:

@@ -181,3 +181,18 @@ def _saved_datasets(train: Any, validation: Any, data_dir: Path) -> SavedDataset
         dataset.save(str(path))
         paths.append(str(path))
     return SavedDatasets(paths[0], paths[1])
+
+
+def rebatched(args: tuple[Any, ...], kwargs: dict[str, Any], size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``model.fit``'s datasets (``x`` and ``validation_data``) batched by ``size`` instead."""
+
+    def rebatch(data: Any) -> Any:
+        return data.unbatch().batch(size) if _is_dataset(data) else data
+
+    if args:
+        args = (rebatch(args[0]), *args[1:])
+    elif "x" in kwargs:
+        kwargs["x"] = rebatch(kwargs["x"])
+    if "validation_data" in kwargs:
+        kwargs["validation_data"] = rebatch(kwargs["validation_data"])
+    return args, kwargs

@@ -251,19 +251,32 @@ def test_stepped_ranges_have_kerastuners_values() -> None:
     assert list(theirs._hps["rate"][0].values) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
 
 
-def test_kerastuners_hypermodel_and_objective_are_taken() -> None:
+def test_kerastuners_hypermodel_with_its_own_fit_trains_through_it() -> None:
+    """KerasTuner's "tune model training" example: the HyperModel's fit searches the batch size."""
     import keras_tuner
+    import tensorflow as tf
+
+    from tunekit.contract import TrialContext
+    from tunekit.tuner import HyperModelBuilder
 
     class MyHyperModel(keras_tuner.HyperModel):
         def build(self, hp: Any) -> keras.Model:
             return build_model(hp)
 
-    class OwnFit(MyHyperModel):
         def fit(self, hp: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-            return model.fit(*args, **kwargs)
+            return model.fit(*args, batch_size=hp.Choice("batch_size", [16, 32]), **kwargs)
 
     tuner = tunekit.Tuner(MyHyperModel(), objective=keras_tuner.Objective("val_auc", direction="max"))
     assert tuner.objectives == [("val_auc", "max")]
-    assert tuner.discovery.names == ("num_layers", "units_0", "activation", "dropout", "lr", "units_1", "units_2")
-    with pytest.raises(tunekit.TunekitError, match=r"^OwnFit\.fit: a HyperModel's own fit is not supported yet"):
-        tunekit.Tuner(OwnFit(), objective="val_accuracy")
+    assert {"batch_size", "units_2"} <= set(tuner.discovery.names)
+    # What a trial does with it: build, then tunekit's model.fit call, which the HyperModel's fit makes.
+    builder = HyperModelBuilder(tuner._build, {n: n for n in tuner.discovery.names}, tuner._fit)
+    config = {"num_layers": 1, "units_0": 32, "activation": "relu", "dropout": False, "lr": 0.01, "batch_size": 16}
+    ctx = TrialContext(32, 32, 1, "float32", 0, "", 1, 1, False)
+    x_train, y_train, _, _ = digits()
+    train = tf.data.Dataset.from_tensor_slices((x_train[:320], y_train[:320])).batch(32)
+    model = builder(config, ctx)
+    steps: list[int] = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch))
+    history = model.fit(train, epochs=1, verbose=0, callbacks=[counter])
+    assert len(steps) == 320 // 16 and set(history.history) == {"loss", "accuracy"}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tunekit.config.spec import load_spec
-from tunekit.errors import SpecError, TunekitError
+from tunekit.errors import FatalTrialError, SpecError, TunekitError
 from tunekit.hp import HyperParameters
 from tunekit.tuner import FitOptions, HyperModelBuilder, Tuner, _placeholder, objectives
 from tunekit.tuner_data import ArrayData, data_builder
@@ -75,24 +75,59 @@ def test_several_executions_per_trial_are_refused_for_now() -> None:
         Tuner(build_model, executions_per_trial=2)
 
 
-def test_a_hypermodel_with_its_own_fit_is_refused_and_one_without_builds() -> None:
-    class HyperModel:  # keras_tuner.HyperModel's shape
-        def build(self, hp: HyperParameters) -> Any:
-            return hp.Int("units", 1, 4)
+class HyperModel:  # keras_tuner.HyperModel's shape: its fit only calls model.fit
+    def build(self, hp: HyperParameters) -> Any:
+        return FakeModel(hp.Int("units", 1, 4))
 
-        def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
-            return None
+    def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
+        return model.fit(*args, **kwargs)
 
-    class Plain(HyperModel):
-        pass
 
-    class OwnFit(HyperModel):
-        def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
-            return {"val_accuracy": 1.0}
+class BatchSizeInFit(HyperModel):
+    """KerasTuner's "tune model training" example: fit searches the batch size."""
 
-    assert Tuner(Plain(), objective="val_accuracy").discovery.names == ("units",)
-    with pytest.raises(TunekitError, match=r"^OwnFit.fit: a HyperModel's own fit is not supported yet"):
-        Tuner(OwnFit())
+    def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
+        return model.fit(*args, batch_size=hp.Choice("batch_size", [16, 32]), shuffle=hp.Boolean("shuffle"), **kwargs)
+
+
+class OwnLoop(HyperModel):
+    def fit(self, hp: HyperParameters, model: Any, *args: Any, **kwargs: Any) -> Any:
+        return 0.5  # trains in a loop of its own and returns a score
+
+
+class FakeModel:
+    def __init__(self, units: int) -> None:
+        self.units = units
+        self.fitted: list[Any] = []
+
+    def fit(self, x: Any = None, epochs: int = 1, shuffle: bool = True, callbacks: Any = None) -> str:
+        self.fitted.append((x, epochs, shuffle, callbacks))
+        return "history"
+
+
+def test_a_hypermodels_build_is_used_and_its_fit_only_when_it_has_its_own() -> None:
+    plain = Tuner(HyperModel(), objective="val_accuracy")
+    assert plain.discovery.names == ("units",) and plain._fit is None
+    tuner = Tuner(BatchSizeInFit(), objective="val_accuracy")
+    # fit's hp calls are found too, with a model that does not train
+    assert tuner.discovery.names == ("units", "batch_size", "shuffle")
+
+
+def test_the_trials_model_fit_goes_through_the_hypermodels_fit_with_the_trials_hp() -> None:
+    tuner = Tuner(BatchSizeInFit(), objective="val_accuracy")
+    builder = HyperModelBuilder(tuner._build, {n: n for n in tuner.discovery.names}, tuner._fit)
+    model = builder({"units": 3, "batch_size": 32, "shuffle": True}, None)
+    assert model.fit("data", epochs=2, callbacks=["reporter"]) == "history"
+    assert model.fitted == [("data", 2, True, ["reporter"])]  # batch_size rebatches datasets (none here)
+    assert model.fit("again", epochs=1, callbacks=[]) == "history"  # routed again on the next call
+    assert len(model.fitted) == 2
+
+
+def test_a_hypermodel_fit_that_never_calls_model_fit_is_fatal_saying_why() -> None:
+    tuner = Tuner(OwnLoop(), objective="val_accuracy")
+    model = HyperModelBuilder(tuner._build, {"units": "units"}, tuner._fit)({"units": 2}, None)
+    with pytest.raises(FatalTrialError, match=r"^OwnLoop\.fit returned without calling model\.fit: tunekit reports"):
+        model.fit("data")
 
 
 def test_validation_split_takes_the_last_share_as_keras_does() -> None:
