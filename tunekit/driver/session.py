@@ -27,6 +27,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children
 from tunekit.errors import ClusterError, ResourceError, StorageError
+from tunekit.tracking.prepare import prepare_in_background
 from tunekit.worker.devices import LOGICAL_GPUS_ENV
 
 logger = logging.getLogger(__name__)
@@ -230,6 +231,8 @@ def ray_session(
     global OWNED_RAY, _ATEXIT_REGISTERED
     import ray
 
+    # MLflow's imports and store opened while Ray starts, which mostly waits (tunekit.tracking.prepare).
+    prepare_in_background(spec)
     options = ray_init_options(spec, cluster=address is not None)
     key = json.dumps({"address": address, "runtime_env": options["runtime_env"]}, sort_keys=True, default=str)
     if ray.is_initialized():

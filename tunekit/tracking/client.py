@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from tunekit.environment import sqlite_database
@@ -155,8 +157,10 @@ class MlflowRunClient:
     def __init__(self, tracking_uri: str) -> None:
         from mlflow import MlflowClient
 
-        self._client = MlflowClient(tracking_uri=tracking_uri)
         database = sqlite_database(tracking_uri)
+        if database is not None and not database.exists():
+            new_sqlite_store(database)
+        self._client = MlflowClient(tracking_uri=tracking_uri)
         # MLflow puts a SQLite store's artifacts in ./mlruns of whichever directory the
         # experiment was first created from; beside the database they stay with the runs.
         self._artifact_location = (database.parent / ARTIFACTS_FOLDER).as_uri() if database else None
@@ -249,6 +253,54 @@ class MlflowRunClient:
     def create_model_version(self, name: str, source: str, run_id: str, description: str) -> None:
         with _mlflow_errors():
             self._client.create_model_version(name, source, run_id=run_id, description=description)
+
+
+def new_sqlite_store(database: Path) -> bool:
+    """Makes a new SQLite store's schema quickly: in a scratch file beside it, SQLite's syncs off,
+    then one fsync and a link to ``database`` (never over a file another process made meanwhile).
+
+    MLflow makes a new store by running its schema migrations one by one (69 in MLflow 3.17),
+    each a commit that SQLite syncs to disk: 2.7-9 s on a busy 2-core machine, against 0.7-1.2 s
+    this way, with the same schema and the same Default experiment (MLflow's own code makes
+    both; only the syncs differ). A crash meanwhile leaves no half-made store: the link is made
+    only once the schema is whole. Returns whether it made the store; on any failure (another
+    MLflow, workspaces, a read-only folder) it leaves the store to MLflow.
+    """
+    if os.environ.get("MLFLOW_ENABLE_WORKSPACES", "").lower() in ("1", "true") or not database.parent.is_dir():
+        return False
+    scratch = database.with_name(f".{database.name}.{os.getpid()}.new")
+    try:
+        import sqlalchemy
+        from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        def unsynced(connection: object, _record: object) -> None:
+            cursor = connection.cursor()  # type: ignore[attr-defined]
+            # Only the scratch file's connections: another engine in this process keeps its syncs.
+            if any(Path(row[2]) == scratch for row in cursor.execute("PRAGMA database_list") if row[2]):
+                cursor.execute("PRAGMA synchronous=OFF")
+                cursor.execute("PRAGMA journal_mode=MEMORY")
+            cursor.close()
+
+        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", unsynced)
+        try:
+            # MLflow's default artifact root, as it resolves it for a store it makes from a URI.
+            root = os.environ.get("_MLFLOW_SERVER_ARTIFACT_ROOT", DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+            SqlAlchemyStore(f"sqlite:///{scratch}", root).engine.dispose()
+        finally:
+            sqlalchemy.event.remove(sqlalchemy.engine.Engine, "connect", unsynced)
+        descriptor = os.open(scratch, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.link(scratch, database)  # FileExistsError: another process made it first; theirs stays
+        return True
+    except Exception:  # any failure leaves the store to MLflow, as before
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            scratch.unlink()
 
 
 def default_tracking_uri() -> str:

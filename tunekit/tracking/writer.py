@@ -11,7 +11,6 @@ sorting), ``artifacts`` and ``client`` (the only door to MLflow).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import queue
 import threading
@@ -22,6 +21,7 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
+from tunekit.tracking import prepare
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MlflowRunClient, RunClient, absent_platforms_skipped, default_tracking_uri
 from tunekit.tracking.events import Flush, Stop, TrackerEvent
@@ -29,6 +29,7 @@ from tunekit.tracking.runs import RunBook
 from tunekit.tracking.values import brief, logger
 
 PROBE_TIMEOUT_S = 5.0
+PREPARE_WAIT_S = 60.0  # a preparation stuck longer (a store on a hung disk) is left behind
 RETRY_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # Gather a burst of events for this long into one sync. A trial whose start, epochs and end
 # fall in one sync costs MLflow 3 requests (create, one batch, end); at 0.2 s, trials of the
@@ -208,17 +209,15 @@ class MlflowWriter:
 
     def _connect(self) -> None:
         """Resolves the URI, checks the server answers, and opens experiment and parent run."""
+        # The store opened while Ray started (tunekit.tracking.prepare), when it was: not twice at once.
+        prepare.wait(PREPARE_WAIT_S)
         raw_uri = self._raw_uri() or default_tracking_uri()
         self.uri = redact_uri(raw_uri)
         self._client_settings.enter_context(absent_platforms_skipped())
         if urlsplit(raw_uri).scheme in ("http", "https"):
             self._client_settings.enter_context(quick_http_retries())
             probe(raw_uri)
-        # A new SQLite store announces its table migrations at INFO, mid-way through the
-        # search's progress lines; unless the user configured that logger, keep it quiet.
-        migrations = logging.getLogger("mlflow.store.db.utils")
-        if migrations.level == logging.NOTSET:
-            migrations.setLevel(logging.WARNING)
+        prepare.quiet_store_logs()
         self._runs.sender = BatchSender(self._client_factory(raw_uri), self.uri)
         self._runs.open_parent()
 
