@@ -103,9 +103,11 @@ def build_model(config: dict[str, Any], ctx: Any) -> Any:
     # ctx.workdir is the trial's scratch directory in Ray's session folder (its files do not
     # reach the experiment directory), so the timings go to a folder the driver names.
     trial_id = Path(ctx.workdir).name  # tunekit names trial directories after the trial id
-    Path(os.environ[TIMING_DIR_ENV], f"{trial_id}.json").write_text(
-        json.dumps({"trial_id": trial_id, "build_started": started, "build_ended": ended, "pid": os.getpid()})
-    )
+    import psutil
+
+    record = {"trial_id": trial_id, "build_started": started, "build_ended": ended, "pid": os.getpid()}
+    record["process_started"] = psutil.Process().create_time()  # the worker's start (benchmarks.cold_start)
+    Path(os.environ[TIMING_DIR_ENV], f"{trial_id}.json").write_text(json.dumps(record))
     return model
 
 

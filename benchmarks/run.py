@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "pipeline": "input pipeline (benchmarks/pipeline.py)",
     "logging_cost": "cost of MLflow tracking (benchmarks/logging_cost.py)",
     "tracking_cost": "MLflow tracking's cost in the default search: tracked against untracked, run after run",
+    "cold_start": "launch to the first epoch: tunekit's critical path against KerasTuner's in-process first epoch",
     "warm": "a second tunekit.run in one process (warm Ray) vs the first",
     "eta": "tunekit plan --probe's predicted wall time against the default search's actual",
     "pbt": "PBT vs TPE + ASHA at equal compute (epochs) on the digits MLP",

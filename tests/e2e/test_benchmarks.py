@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from benchmarks import common, overhead, pareto, quality, regressions, run, scale
+from benchmarks import cold_start, common, overhead, pareto, quality, regressions, run, scale, tracking_cost
 
 # ------------------------------------------------------------- fast, no Ray or TF
 
@@ -383,6 +383,48 @@ def test_regressions_refuse_to_compare_a_tracked_publication_with_an_untracked_r
     capsys.readouterr()
     assert regressions.main(["--out", str(tmp_path)]) == 2
     assert "has no tracking on row" in capsys.readouterr().out
+
+
+def test_cold_start_pieces_follow_the_marks_and_the_pairs_give_the_ratio() -> None:
+    marks = {"imported": 1.0, "run_called": 1.1, "ray_init_started": 1.3, "ray_init_ended": 3.3,
+             "tuner_started": 3.4, "tuner_ended": 4.0, "loop_started": 4.5, "build_started": 8.0,
+             "build_ended": 8.2, "first_epoch": 9.0}  # fmt: skip
+    tk = cold_start.pieces(marks, cold_start.TUNEKIT_PIECES)
+    assert tk["imports (tunekit, the spec)"] == pytest.approx(1.0)
+    assert tk["ray.init"] == pytest.approx(2.0)
+    assert tk["to the trial's build_data (actor, TensorFlow import, trial module)"] == pytest.approx(3.5)
+    assert tk["first epoch (compile, tracing, steps, report)"] == pytest.approx(0.8)
+    assert cold_start.pieces({}, cold_start.KERASTUNER_PIECES)["tuner built"] is None
+    runs = [
+        {"side": "tunekit", "marks": {**marks, "first_epoch": 9.0}},
+        {"side": "kerastuner", "marks": {"first_epoch": 6.0}},
+        {"side": "tunekit", "marks": {**marks, "first_epoch": 12.0}},
+        {"side": "kerastuner", "marks": {"first_epoch": 6.0}},
+    ]
+    result = cold_start.analyse(runs)
+    assert result["ratios"] == pytest.approx([1.5, 2.0])
+    assert result["ratio"] == pytest.approx(1.75)
+    assert result["met"] is False
+
+
+def test_tracking_cost_pairs_tracked_with_the_untracked_run_after_it() -> None:
+    def side(tracked: bool, seconds: float, epochs: int, **pieces: float) -> dict[str, Any]:
+        return {"tracked": tracked, "process_s": seconds, "epochs_trained": epochs, "pieces": pieces,
+                "run_s": seconds - 2, "last_epoch_s": seconds - 2.5, "driver_cpu_s": 5.0 if tracked else 3.0}  # fmt: skip
+
+    sides = [
+        side(True, 21.0, 100, writer_cpu_s=2.0),
+        side(False, 20.0, 100),
+        side(True, 33.0, 110),
+        side(False, 30.0, 100),
+    ]
+    result = tracking_cost.analyse(sides)
+    assert result["ratios"] == pytest.approx([1.05, 1.1])
+    assert result["ratio"] == pytest.approx(1.075)
+    assert result["per_epoch_ratios"] == pytest.approx([1.05, 1.0])
+    assert result["same_work"] == [True, False]
+    assert result["writer_cpu_s"] == pytest.approx(2.0)
+    assert result["met"] is False
 
 
 def test_median_counts_missing_as_worst() -> None:
