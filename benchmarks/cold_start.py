@@ -38,7 +38,8 @@ SEED = 0
 DEFINITIONS = {
     "first epoch": "seconds from launching the side's Python process to its first trained epoch: for tunekit the "
     "driver's receipt of the first epoch's report, for KerasTuner the end of its first trial's first epoch",
-    "pieces (tunekit)": "imports: launch to tunekit and the spec loaded; before Ray: the experiment folder, lease, "
+    "pieces (tunekit)": "imports: launch to tunekit.run called (tunekit, the spec, Ray and tunekit's driver modules, "
+    "which tunekit.run would import itself); before Ray: the experiment folder, lease, "
     "checks; ray.init; study and Tuner; Tune's start: Tuner.fit to Tune's loop calling the recorder's setup; to the "
     "trial's build_data: the trial actor's start (its process, TensorFlow's import, tunekit's trial module) "
     "after Tune's loop asked for it; build: build_data and build_model; first epoch: compile, the first epoch "
@@ -184,7 +185,7 @@ def _run_kerastuner(launched: float, workdir: Path, result: Path) -> dict[str, A
 # -------------------------------------------------------------------------------- analysis
 
 TUNEKIT_PIECES = (  # (name, from mark, to mark); "" is the launch
-    ("imports (tunekit, the spec)", "", "imported"),
+    ("imports (tunekit, the spec, Ray and the driver's modules)", "", "run_called"),
     ("before Ray (folder, lease, checks)", "run_called", "ray_init_started"),
     ("ray.init", "ray_init_started", "ray_init_ended"),
     ("study and Tuner", "tuner_started", "tuner_ended"),
