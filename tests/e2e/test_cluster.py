@@ -33,7 +33,7 @@ import pytest
 import tunekit
 from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, TRACKING_FILE, TRIALS_FILE
 from tunekit.search.plan import study_storage
-from tunekit.testing import free_port
+from tunekit.testing import S3Server, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +51,8 @@ class Cluster:
     token: str
     worker: subprocess.Popen[bytes]  # the second node's `ray start --block`
     ray_tmpdir: Path  # RAY_TMPDIR under which the head recorded itself (<it>/ray/ray_current_cluster)
+    s3: S3Server  # the bucket store every node reaches with the usual AWS_* environment
+    node_env: dict[str, str]  # a node's `ray start` environment
 
     def driver_env(self, **extra: str) -> dict[str, str]:
         """A driver's environment as a user's on this cluster: the token, no RAY_ADDRESS."""
@@ -104,14 +106,17 @@ def _stop(process: subprocess.Popen[bytes], temp_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # Every node gets the S3 server's endpoint and credentials, as a KubeRay pod gets them from a Secret.
+    s3 = S3Server(tmp_path_factory.mktemp("moto")).start()
+    s3.make_bucket("exps")
     port = _free_port()
     # Short paths: Ray's sockets live in the temp dir, and a Unix socket path has 107 characters.
     root = Path(tempfile.mkdtemp(prefix="tk-cluster-", dir="/tmp"))
     head_temp, worker_temp = root / "ray", root / "node2"
     # The cluster's own token: ~/.ray/auth_token is shared by every Ray started on the
     # machine, and another start can rewrite it between our head's start and our driver's.
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, **s3.env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     env["RAY_raylet_start_wait_time_s"] = "120"  # Ray's own hint when a loaded machine registers a node late
     # The GCS declares a killed node dead after 5 failed health checks a second apart (a dead
@@ -125,12 +130,13 @@ def cluster() -> Iterator[Cluster]:
         head = _start_until_up([*head_args, "--resources", '{"head_node": 1}'], env, root / "head.log", head_temp)
         worker_args = ["--address", address, "--num-cpus", "1", "--resources", '{"node2": 1}']
         worker = _start_until_up(worker_args, env, root / "node2.log", worker_temp)
-        yield Cluster(address, env["RAY_AUTH_TOKEN"], worker, root)
+        yield Cluster(address, env["RAY_AUTH_TOKEN"], worker, root, s3, env)
     finally:
         if worker is not None:
             _stop(worker, worker_temp)
         if head is not None:
             _stop(head, head_temp)
+        s3.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -413,3 +419,79 @@ def _resume_runs_where_it_ran(cluster: Cluster, experiment: Path, tmp_path: Path
         "(ray start --head on the head node) or fix --address / RAY_ADDRESS; or resume elsewhere: "
         "--address ADDRESS, or --local",
     )
+
+
+def test_a_search_in_a_bucket_survives_a_lost_node_and_a_killed_driver(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The experiment only in the bucket: each node and each driver has its own folders (no
+    shared experiment path). A node is lost mid-trial (its trial retried from its checkpoint in
+    the bucket), the driver is killed, the search is resumed from another folder, and read from
+    a third. Runs after the node-loss test, on a second node started again."""
+    from tunekit.results.status import read_status
+
+    node3 = cluster.ray_tmpdir / "node3"
+    worker_args = ["--address", cluster.address, "--num-cpus", "1", "--resources", '{"node2": 1}']
+    worker = _start_until_up(worker_args, cluster.node_env, cluster.ray_tmpdir / "node3.log", node3)
+    uri = "s3://exps/cluster/bucket-run"
+    folders = [Path(tempfile.mkdtemp(prefix=f"tk-bucket-{n}-")) for n in ("first", "second", "third")]
+    envs = [cluster.driver_env(**cluster.s3.env, RAY_ADDRESS=cluster.address, TUNEKIT_CACHE=str(f)) for f in folders]
+    try:
+        lost_id = _node_id(node3)
+        command = [
+            sys.executable, "-m", "tunekit.cli", "run", str(DEFAULT_SPEC),
+            "--storage", "s3://exps/cluster", "--name", "bucket-run",
+            "--set", f"trainable={SLOW_DIGITS}", "--set", "data.epoch_seconds=3",
+            "--set", "budget.num_samples=3", "--set", "budget.max_epochs=5", "--set", "budget.max_concurrent=2",
+            "--set", "training.checkpoint_every_s=1", *QUIET,
+        ]  # fmt: skip
+        log = folders[0] / "driver.out"
+        with log.open("wb") as out:
+            driver = subprocess.Popen(
+                command, cwd=folders[0], env=envs[0], stdout=out, stderr=out, start_new_session=True
+            )
+        for key, value in {**cluster.s3.env, "TUNEKIT_CACHE": str(folders[2])}.items():
+            monkeypatch.setenv(key, value)  # this process reads the bucket as the third folder
+        deadline, victim = time.monotonic() + 300, None
+        while victim is None and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+            with contextlib.suppress(tunekit.TunekitError):
+                running = read_status(uri).running
+                victim = next((r for r in running if r.node_id == lost_id and r.epoch >= 1), None)
+        assert victim is not None, log.read_text()[-3000:]
+        _raylet(node3).kill()  # the node is lost: its trial goes on from its checkpoint in the bucket
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(1.0)
+            with contextlib.suppress(tunekit.TunekitError):
+                epochs = tunekit.load(uri).epochs
+                if (epochs[epochs["trial_id"] == victim.trial_id]["attempt"] >= 2).any():
+                    break
+        assert driver.poll() is None, "the search ended before its driver could be killed: " + log.read_text()[-3000:]
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+
+        resumed = subprocess.run(
+            [sys.executable, "-m", "tunekit.cli", "resume", uri],
+            cwd=folders[1], env=envs[1], capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+        checked = subprocess.run(
+            [sys.executable, "-m", "tunekit.cli", "check", uri],
+            cwd=folders[2], env=envs[2], capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stdout[-3000:]
+        results = tunekit.load(uri)
+        trials = results.trials.set_index("trial_id")
+        assert len(trials) == 3 and (trials["status"] == "completed").all(), trials[["status", "reason"]]
+        assert trials.loc[victim.trial_id, "attempts"] >= 2
+        epochs = results.epochs[results.epochs["trial_id"] == victim.trial_id].sort_values("epoch")
+        assert list(epochs["epoch"]) == [1, 2, 3, 4, 5]  # each epoch once, retried from the bucket's checkpoint
+        assert int(epochs[epochs["attempt"] == 2]["resumed_from_epoch"].dropna().iloc[0]) >= 1
+        assert not any((folder / "s3:").exists() for folder in folders)
+    finally:
+        if "driver" in locals() and driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        _stop(worker, node3)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
