@@ -45,6 +45,9 @@ KEY_RULES: dict[str, str] = {
     "search.n_startup_trials": "random trials before TPE models the space",
     "search.tpe_history": "TPE models only this many most recent finished trials, and infers its search space "
     "from them (default: all; at least `n_startup_trials`): a proposal's cost stops growing with the search",
+    "search.reproducible": "`K`: trial n's proposal waits until trials 0 to n-K-1 have ended and sees only their "
+    "results (later ones count as running), so the same seed and results give the same configurations in any "
+    "order, at any `max_concurrent` up to K+1 (default: proposals see whatever has ended)",
     "search.warm_start": "configurations run first, in order",
     "search.warm_start_from": "earlier experiments (a directory or a list, relative to the spec file's folder) "
     "whose finished trials become the study's history; they must have the same metric and mode (with several "

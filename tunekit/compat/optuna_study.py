@@ -1,5 +1,5 @@
 """Reaches into private Optuna APIs: trials reopened, the journal's listings, TPE's history
-view (see ``tunekit.compat``)."""
+view and ``search.reproducible``'s lagged view (see ``tunekit.compat``)."""
 
 from __future__ import annotations
 
@@ -259,3 +259,84 @@ class _RecentTrials:
         if states is not None and _FINISHED.issuperset(states):
             return trials[cut:]
         return [t for t in trials[:cut] if t.state not in _FINISHED] + trials[cut:]
+
+
+# --------------------------------------------------------------------------- search.reproducible
+# With several trials at once, what TPE proposes depends on which earlier trials have ended when
+# it is asked, which depends on the machine's load: the same seed gives other configurations from
+# one run to the next. With ``search.reproducible: K``, the proposal made when the study holds
+# ``m`` trials waits until every trial numbered below ``m - K`` has ended, and the sampler is shown
+# those as they are and every later trial as RUNNING (constant liar's "being tried": its
+# parameters, no value), whatever it really is. What the sampler sees is then the same in every
+# run that got the same results, at any concurrency up to ``K + 1``. Nothing is written to the study.
+
+WAITING = object()  # ask_lagged's answer while earlier trials must end first
+
+
+def ask_lagged(study: optuna.Study, lag: int | None, ask: Any) -> Any:
+    """``ask()`` with the study's sampler shown only the trials numbered below ``m - lag``, or
+    ``WAITING`` until they have all ended; ``ask()`` itself when ``lag`` is None.
+
+    The sampler (``tunekit.search.searcher._PinnableSampler``) applies ``lagged_study`` while
+    its ``lag_cut`` is set.
+    """
+    if lag is None:
+        return ask()
+    trials = study.get_trials(deepcopy=False)
+    # Enqueued (WAITING) trials hold the lowest numbers and are taken first: the proposal's
+    # number is the count of the others.
+    cut = sum(t.state != TrialState.WAITING for t in trials) - lag
+    if any(t.state not in _FINISHED for t in trials if t.number < cut):
+        return WAITING
+    sampler: Any = study.sampler
+    sampler.lag_cut = cut
+    try:
+        return ask()
+    finally:
+        sampler.lag_cut = None
+
+
+def lagged_study(study: Any, sampler: Any) -> Any:
+    """``study`` (or a view of one) as the sampler may see it under ``ask_lagged``: trials numbered
+    ``sampler.lag_cut`` or more shown RUNNING, without values; ``study`` itself when no cut is set
+    (a sampler pickled before ``search.reproducible`` existed has none).
+
+    Checked against Optuna 5.0: ``TPESampler`` (constant liar included) and
+    ``IntersectionSearchSpace`` read trials through ``study._get_trials(deepcopy=..., states=...,
+    use_cache=...)``.
+    """
+    cut = getattr(sampler, "lag_cut", None)
+    return study if cut is None else _Lagged(study, cut)
+
+
+def shown_running(frozen: FrozenTrial) -> FrozenTrial:
+    """A finished trial as one still being tried: its parameters, no value, no end."""
+    running = copy.copy(frozen)
+    running.state = TrialState.RUNNING
+    running.values = None
+    running.datetime_complete = None
+    running.intermediate_values = {}
+    return running
+
+
+class _Lagged:
+    """The view ``lagged_study`` returns; every other attribute is the study's."""
+
+    def __init__(self, study: Any, cut: int) -> None:
+        self._study, self._cut = study, cut
+        self._shown: dict[int, FrozenTrial] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
+        visible = []
+        for trial in self._study._get_trials(deepcopy=False, states=None, use_cache=use_cache):
+            # A trial still running is shown without the epochs it has reported so far, too.
+            if trial.number >= self._cut and trial.state != TrialState.WAITING:
+                if trial.number not in self._shown:
+                    self._shown[trial.number] = shown_running(trial)
+                trial = self._shown[trial.number]
+            if states is None or trial.state in states:
+                visible.append(trial)
+        return copy.deepcopy(visible) if deepcopy else visible

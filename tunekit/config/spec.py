@@ -82,7 +82,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "metric": ("name", "mode"),
     "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
-    "search": ("algorithm", "seed", "n_startup_trials", "tpe_history", "warm_start", "warm_start_from"),
+    "search": ("algorithm", "seed", "n_startup_trials", "tpe_history", "warm_start", "warm_start_from", "reproducible"),
     "scheduler": (
         "type",
         "grace_period",
@@ -127,6 +127,8 @@ class SearchSettings:
     warm_start_from: tuple[str, ...] = ()
     # TPE models only this many most recent finished trials (None: all of them).
     tpe_history: int | None = None
+    # Trial n's proposal sees only trials < n - K ended (it waits for them); None: whatever ended.
+    reproducible: int | None = None
 
 
 @dataclass(frozen=True)
@@ -457,8 +459,10 @@ def _search(raw: object, space: SearchSpace, spec_dir: Path | None) -> SearchSet
     sources = parse_sources(section.get("warm_start_from"), spec_dir, algorithm)
     if algorithm == "grid":
         space.grid_size()  # every parameter expands, and the grid is of a sane size
+    lag = section.get("reproducible")
+    reproducible = None if lag is None else v.integer(lag, "search.reproducible", minimum=0)
     return SearchSettings(
-        algorithm, seed, startup, tuple(warm_start), sources, _tpe_history(section, algorithm, startup)
+        algorithm, seed, startup, tuple(warm_start), sources, _tpe_history(section, algorithm, startup), reproducible
     )
 
 
@@ -490,6 +494,9 @@ def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSp
         num_samples = v.integer(v.require(section, "num_samples", "budget"), "budget.num_samples", minimum=1)
     max_epochs = v.integer(v.require(section, "max_epochs", "budget"), "budget.max_epochs", minimum=1)
     max_concurrent = v.integer(section.get("max_concurrent", 1), "budget.max_concurrent", minimum=1)
+    if (lag := search.reproducible) is not None and max_concurrent > lag + 1:
+        rule = f"must be at most {lag + 1}: search.reproducible {lag} runs no more at once"
+        raise SpecError("budget.max_concurrent", rule, max_concurrent)
     time_budget = section.get("time_budget_s")
     time_budget_s = None if time_budget is None else v.number(time_budget, "budget.time_budget_s", above=0)
     return BudgetSpec(num_samples, max_epochs, max_concurrent, time_budget_s)

@@ -35,7 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from tunekit.compat.optuna_failures import failures_as_infeasible
-from tunekit.compat.optuna_study import recent_trials_study, reopen_trial
+from tunekit.compat.optuna_study import WAITING, ask_lagged, lagged_study, recent_trials_study, reopen_trial
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
@@ -90,7 +90,8 @@ class _PinnableSampler(optuna.samplers.BaseSampler):
         self.shown_failures: dict[int, FrozenTrial] | None = {} if teach_failures else None
 
     def _modelled(self, study: optuna.Study) -> optuna.Study:
-        modelled = study if self.history is None else recent_trials_study(study, self.history)
+        # search.reproducible: the trials a proposal may not see yet are shown RUNNING (ask_lagged).
+        modelled = lagged_study(study if self.history is None else recent_trials_study(study, self.history), self)
         if self.shown_failures is None:
             return modelled
         return failures_as_infeasible(modelled, teaches, self.shown_failures)
@@ -266,9 +267,9 @@ class OptunaStudySearcher(Searcher):
         if self._spec.search.algorithm == "grid":
             trial, config = self._ask_grid(len(self._numbers))
         else:
-            asked = self._ask_new()
-            if asked is None:
-                return Searcher.FINISHED  # type: ignore[return-value]
+            asked = ask_lagged(self.study, self._spec.search.reproducible, self._ask_new)
+            if asked is None or asked is WAITING:  # WAITING: Ray asks again once earlier trials ended
+                return None if asked is WAITING else Searcher.FINISHED  # type: ignore[return-value]
             trial, config = asked
             self._runs().setdefault(self._spec.space.key(config), trial.number)
         trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
