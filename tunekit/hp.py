@@ -332,14 +332,15 @@ class HyperParameters:
         return self.values[name]
 
     def _holds(self, conditions: tuple[tuple[str, tuple[Any, ...]], ...]) -> bool:
-        return all(parent in self.values and _among(self.values[parent], allowed) for parent, allowed in conditions)
+        return all(parent in self.values and among(self.values[parent], allowed) for parent, allowed in conditions)
 
 
 def _as_tuple(values: Any) -> tuple[Any, ...]:
     return tuple(values) if isinstance(values, list | tuple | set | frozenset) else (values,)
 
 
-def _among(value: Any, allowed: tuple[Any, ...]) -> bool:
+def among(value: Any, allowed: tuple[Any, ...]) -> bool:
+    """Whether ``value`` is one of ``allowed``, True and 1 told apart."""
     return any(type(value) is type(a) and value == a if isinstance(a, bool) else value == a for a in allowed)
 
 
@@ -444,7 +445,7 @@ def discover(build: Callable[[HyperParameters], Any], max_builds: int = MAX_BUIL
             appeared: dict[str, list[Any]] = {}
             children = []
             for value in options:
-                if _among(value, (hp.values[name],)):
+                if among(value, (hp.values[name],)):
                     continue
                 child = {**assigned, name: value}
                 if _key(child) in tried:
@@ -493,7 +494,7 @@ def _add(found: Discovery, declared: Declared, implicit: Mapping[str, tuple[Any,
     when: dict[str, tuple[Any, ...]] = {}
     for parent, allowed in [*implicit.items(), *declared.conditions]:
         if parent in when:
-            allowed = tuple(v for v in when[parent] if _among(v, allowed))
+            allowed = tuple(v for v in when[parent] if among(v, allowed))
         when[parent] = allowed
     if when:
         found.when[declared.name] = when

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tunekit.errors import SpecError, TunekitError
 from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
+from tunekit.hp_given import restricted
 from tunekit.layout import SPEC_FILE
 from tunekit.tuner_data import data_builder, fit_arguments, rebatched
 
@@ -64,6 +65,11 @@ class Tuner:
             continues it, grown to ``max_trials``, as KerasTuner reloads a project.
         progress: where progress goes (True: stdout, False: nowhere).
         address: a Ray cluster to join (as ``tunekit.run``).
+        hyperparameters: a ``HyperParameters`` (tunekit's or keras_tuner's) whose parameters
+            replace the code's of the same name and are searched even if the code never
+            declares them (``tunekit.hp_given``).
+        tune_new_entries: False: parameters ``hyperparameters`` lacks keep their default.
+        allow_new_entries: False: the code may declare no parameter ``hyperparameters`` lacks.
         **sections: spec sections deep-merged over the ones built here (``budget``,
             ``search``, ``scheduler``, ``resources``, ``training``, ``tracking``, ...).
 
@@ -85,6 +91,9 @@ class Tuner:
         overwrite: bool = False,
         progress: TextIO | bool | None = True,
         address: str | None = None,
+        hyperparameters: Any = None,
+        tune_new_entries: bool = True,
+        allow_new_entries: bool = True,
         **sections: Any,
     ) -> None:
         if executions_per_trial != 1:
@@ -108,8 +117,11 @@ class Tuner:
         self.sections = sections
         # As KerasTuner builds the model once when the tuner is made: the space, found now.
         failures: list[str] = []
-        self.discovery: Discovery = discover(_with_dry_fit(self._build, self._fit, failures))
-        self.discovery.notes += failures
+        found = discover(_with_dry_fit(self._build, self._fit, failures))
+        found.notes += failures
+        self.discovery: Discovery = restricted(
+            found, hyperparameters, tune_new_entries=tune_new_entries, allow_new_entries=allow_new_entries
+        )
         _drop_keras_graphs()
         self._results: ExperimentResults | None = None
 

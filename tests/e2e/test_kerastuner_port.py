@@ -280,3 +280,19 @@ def test_kerastuners_hypermodel_with_its_own_fit_trains_through_it() -> None:
     counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: steps.append(batch))
     history = model.fit(train, epochs=1, verbose=0, callbacks=[counter])
     assert len(steps) == 320 // 16 and set(history.history) == {"loss", "accuracy"}
+
+
+def test_kerastuners_given_hyperparameters_restrict_the_space() -> None:
+    """KerasTuner's "tune a subset": one parameter searched, or one pinned, with its own HyperParameters."""
+    import keras_tuner
+
+    only_lr = keras_tuner.HyperParameters()
+    only_lr.Float("lr", min_value=1e-4, max_value=1e-2, sampling="log")
+    tuner = tunekit.Tuner(build_model, objective="val_accuracy", hyperparameters=only_lr, tune_new_entries=False)
+    space = tuner.discovery.to_space()
+    assert space["lr"] == {"type": "loguniform", "low": 1e-4, "high": 1e-2}
+    assert space["num_layers"] == {"type": "fixed", "value": 1} and "units_1" not in space  # never active
+    pinned = keras_tuner.HyperParameters()
+    pinned.Fixed("lr", value=1e-4)
+    space = tunekit.Tuner(build_model, objective="val_accuracy", hyperparameters=pinned).discovery.to_space()
+    assert space["lr"] == {"type": "fixed", "value": 1e-4} and space["units_2"]["when"] == {"num_layers": [3]}
