@@ -128,8 +128,15 @@ def data_builder(fit: dict[str, Any], data_dir: Path) -> Callable[..., Any]:
         if validation_data is None or not _is_dataset(validation_data):
             raise TunekitError("search: with x a tf.data.Dataset, validation_data must be a tf.data.Dataset too")
         return _saved_datasets(x, validation_data, data_dir)
+    if y is None:
+        raise TunekitError("search: y is required when x is arrays (a tf.data.Dataset carries its own targets)")
     train: tuple[Any, ...] = (x, y) if sample_weight is None else (x, y, sample_weight)
     if validation_data is not None:
+        if not isinstance(validation_data, tuple | list) or len(validation_data) not in (2, 3):
+            raise TunekitError(
+                "search: with x as arrays, validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight); "
+                f"got {type(validation_data).__name__}"
+            )
         validation = tuple(validation_data)
     elif split:
         train, validation = _split(train, float(split))

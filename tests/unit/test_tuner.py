@@ -177,3 +177,27 @@ def test_fit_options_hand_each_trial_its_own_callbacks() -> None:
     first, second = options({}, None), options({}, None)
     assert first == {"callbacks": [callback], "class_weight": {0: 1.0}}
     assert first["callbacks"][0] is not second["callbacks"][0] is not callback
+
+
+@pytest.mark.parametrize(
+    ("fit", "message"),
+    [
+        ({"x": np.zeros((4, 1))}, "search: y is required when x is arrays"),
+        (
+            {"x": np.zeros((4, 1)), "y": np.zeros(4), "validation_data": object()},
+            "search: with x as arrays, validation_data must be (x_val, y_val) or (x_val, y_val, sample_weight); "
+            "got object",
+        ),
+        ({"y": np.zeros(4)}, "search: x (the training data) is required"),
+    ],
+)
+def test_search_data_that_cannot_be_trained_on_is_refused_saying_why(fit: dict[str, Any], message: str) -> None:
+    with pytest.raises(TunekitError) as caught:
+        data_builder(dict(fit), Path("unused"))
+    assert str(caught.value).startswith(message)
+
+
+def test_several_objectives_make_a_valid_multi_objective_spec() -> None:
+    tuner = Tuner(build_model, objective=["val_accuracy", ("model_params", "min")])
+    spec = load_spec(tuner._spec({"epochs": 2}), trainable=_placeholder())
+    assert [(o.name, o.mode) for o in spec.objectives] == [("val_accuracy", "max"), ("model_params", "min")]
