@@ -169,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     before = dict(published["pieces_ms"])
     print(
         f"against the published figures of commit {published['commit']} ({published['date']}, {published['mode']} run, "
-        f"tracking {tracking} on both sides' row):"
+        + (
+            f"the row with tracking {tracking} for both sides):"
+            if "tracking" in published
+            else "tunekit untracked, from before the equal-terms change):"
+        )
     )
     pace = _pace(
         "plain Keras's later epoch",
