@@ -1,17 +1,15 @@
-"""Experiments in object storage, on a real S3 API (moto's server on 127.0.0.1): refusals before
-anything starts, a search into a bucket killed and resumed from another machine's folder, and
-every reader from a third. Each "machine" is its own working directory and tunekit cache."""
+"""Experiments in object storage, on a real S3 API (moto's server on 127.0.0.1): an unusable URI
+is refused before anything starts. (A search in a bucket that loses a node, is killed and is
+resumed from another folder: tests/e2e/test_cluster.py.) Each "machine" is its own working
+directory and tunekit cache."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,53 +114,3 @@ def test_resuming_a_uri_that_holds_no_experiment_says_so(s3: S3Server) -> None:
         1,
         "tunekit: error: s3://exps/team/nothing-here: not a tunekit experiment (no spec.yaml)",
     )
-
-
-def test_a_search_in_a_bucket_killed_and_resumed_elsewhere_reads_the_same_from_a_third_folder(s3: S3Server) -> None:
-    uri = "s3://exps/team/killed"
-    first, first_env = _machine(s3, "first")
-    command = [*TUNEKIT, "run", str(DEFAULT_SPEC), "--storage", "s3://exps/team", "--name", "killed", *_sets(SEARCH)]
-    with (first / "driver.out").open("wb") as out:
-        driver = subprocess.Popen(command, cwd=first, env=first_env, stdout=out, stderr=out, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while (_bucket_file(s3, "exps/team/killed/trials.csv") or b"").count(b",completed,") < 2:
-        assert driver.poll() is None, (first / "driver.out").read_text()[-3000:]
-        assert time.monotonic() < deadline, "no trial ended in the bucket in time"
-        time.sleep(0.5)
-    os.killpg(driver.pid, signal.SIGKILL)  # the driver and its Ray: a lost machine
-    driver.wait()
-    assert b"experiment: s3://exps/team/killed" in (first / "driver.out").read_bytes()
-
-    second, second_env = _machine(s3, "second")
-    resumed = _tunekit(["resume", uri], second, second_env)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-    assert f"experiment: {uri}" in resumed.stdout
-
-    third, third_env = _machine(s3, "third")
-    report = _tunekit(["report", uri], third, third_env, timeout=120)
-    status = _tunekit(["status", uri], third, third_env, timeout=120)
-    check = _tunekit(["check", uri], third, third_env, timeout=120)
-    for done in (report, status, check):
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert f"trials: {SAMPLES} completed" in status.stdout or f"of {SAMPLES} planned" in status.stdout, status.stdout
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import json, sys, tunekit; r = tunekit.load(sys.argv[1]); "
-            "print(json.dumps([len(r.trials), sorted(set(r.trials['status'])), r.best.trial_id, str(r.model_path())]))",
-            uri,
-        ],
-        cwd=third,
-        env=third_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    count, statuses, best, model = json.loads(loaded.stdout.strip().splitlines()[-1])
-    assert count == SAMPLES and set(statuses) <= {"completed", "pruned"}
-    assert model.startswith(str(third / "cache")) and zipfile.is_zipfile(model)  # fetched when asked for
-    assert best in report.stdout or best in resumed.stdout
-    for machine in (first, second, third):
-        assert not (machine / "s3:").exists()

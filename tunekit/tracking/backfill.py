@@ -44,6 +44,7 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.lease import DriverLease
+from tunekit.storage import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted
 from tunekit.store import table_rows
 from tunekit.tracking.events import (
     STOP,
@@ -92,7 +93,7 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
     second sync adds nothing, and a search that logged only part of itself is completed.
 
     Args:
-        experiment_dir: the experiment directory.
+        experiment_dir: the experiment directory, or a bucket experiment's URI.
         tracking_uri: where to send (default: the spec's ``tracking.uri``, else MLflow's default).
 
     Raises:
@@ -100,7 +101,16 @@ def sync(experiment_dir: str | Path, tracking_uri: str | None = None) -> SyncRes
         LeaseHeldError: a driver is writing the experiment now (a search runs, or another sync).
         TunekitError: MLflow cannot be used, or did not take everything.
     """
-    directory = Path(experiment_dir).expanduser().resolve()
+    location = str(experiment_dir)
+    if is_uri(location):  # a bucket's: synced from this machine's cache, its records written back
+        bucket = Bucket(location)
+        if not bucket.exists():
+            raise NotAnExperimentError(redacted(location), SPEC_FILE)
+        with DriverLease(location, "sync"):
+            directory = bucket.pull(mirror_cache(bucket, "driver", fresh=True))
+            with mirrored(directory):
+                return _sync(directory, _recorded_spec(directory), tracking_uri)
+    directory = local_path(location)
     spec = _recorded_spec(directory)
     with DriverLease(directory, "sync"):  # it writes the ledger and tracking.json: one writer at a time
         return _sync(directory, spec, tracking_uri)
