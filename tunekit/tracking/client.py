@@ -270,12 +270,16 @@ def new_sqlite_store(database: Path) -> bool:
         return False
     scratch = database.with_name(f".{database.name}.{os.getpid()}.new")
     try:
+        import sqlite3
+
         import sqlalchemy
         from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
         def unsynced(connection: object, _record: object) -> None:
-            cursor = connection.cursor()  # type: ignore[attr-defined]
+            if not isinstance(connection, sqlite3.Connection):
+                return  # another thread's engine on another database: not ours to touch
+            cursor = connection.cursor()
             # Only the scratch file's connections: another engine in this process keeps its syncs.
             if any(Path(row[2]) == scratch for row in cursor.execute("PRAGMA database_list") if row[2]):
                 cursor.execute("PRAGMA synchronous=OFF")
