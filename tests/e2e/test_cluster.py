@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -476,12 +477,21 @@ def test_a_search_in_a_bucket_survives_a_lost_node_and_a_killed_driver(
             cwd=folders[1], env=envs[1], capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
-        checked = subprocess.run(
-            [sys.executable, "-m", "tunekit.cli", "check", uri],
+        for reader in ("check", "report", "status"):  # every reader, from a third folder
+            read = subprocess.run(
+                [sys.executable, "-m", "tunekit.cli", reader, uri],
+                cwd=folders[2], env=envs[2], capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            assert read.returncode == 0, (reader, read.stdout[-3000:], read.stderr[-2000:])
+        synced = subprocess.run(  # sent to MLflow afterwards, its record written back to the bucket
+            [sys.executable, "-m", "tunekit.cli", "sync", uri, "--tracking-uri", f"sqlite:///{folders[2] / 'mlflow.db'}"],
             cwd=folders[2], env=envs[2], capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-        assert checked.returncode == 0, checked.stdout[-3000:]
+        assert synced.returncode == 0 and "holds all 3 trials" in synced.stdout, synced.stderr[-3000:]
         results = tunekit.load(uri)
+        assert (results.experiment_dir / TRACKING_FILE).is_file()  # pulled back from the bucket
+        model = results.model_path()  # fetched from the bucket when asked for
+        assert model is not None and model.is_relative_to(folders[2]) and zipfile.is_zipfile(model)
         trials = results.trials.set_index("trial_id")
         assert len(trials) == 3 and (trials["status"] == "completed").all(), trials[["status", "reason"]]
         assert trials.loc[victim.trial_id, "attempts"] >= 2
