@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tunekit.errors import SpecError, TunekitError
 from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
 from tunekit.hp_given import restricted
+from tunekit.hypermodel import HyperModel, build_function, fit_function, route_fit, with_dry_fit
 from tunekit.layout import SPEC_FILE
-from tunekit.tuner_data import data_builder, fit_arguments, rebatched
+from tunekit.tuner_data import data_builder, fit_arguments
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
@@ -71,7 +72,10 @@ class Tuner:
         tune_new_entries: False: parameters ``hyperparameters`` lacks keep their default.
         allow_new_entries: False: the code may declare no parameter ``hyperparameters`` lacks.
         **sections: spec sections deep-merged over the ones built here (``budget``,
-            ``search``, ``scheduler``, ``resources``, ``training``, ``tracking``, ...).
+            ``search``, ``scheduler``, ``resources``, ``training``, ``tracking``, ...). KerasTuner's
+            ``factor`` (Hyperband's) becomes ``scheduler.reduction_factor`` and
+            ``num_initial_points`` ``search.n_startup_trials``; ``KERASTUNER_IGNORED`` ones are
+            taken and have no effect.
 
     Raises:
         SpecError: a bad objective, a section the spec lacks, or a bad ``hp`` range.
@@ -101,9 +105,10 @@ class Tuner:
                 f"executions_per_trial={executions_per_trial}: several fits per trial are not supported yet; "
                 "use 1 (tunekit's ASHA already discounts a lucky epoch by comparing trials at each rung)"
             )
-        self.hypermodel = hypermodel
-        self._build = _build_function(hypermodel)
-        self._fit = _fit_function(hypermodel)
+        self._build = build_function(hypermodel)
+        self._fit = fit_function(hypermodel)
+        # tuner.hypermodel.build(best_hps), as KerasTuner's tutorials rebuild the best model.
+        self.hypermodel = hypermodel if hasattr(hypermodel, "build") else HyperModel(hypermodel)
         self.objectives = objectives(objective)
         self.max_trials = max_trials
         self.max_epochs = max_epochs
@@ -114,10 +119,10 @@ class Tuner:
         self.overwrite = overwrite
         self.progress = progress
         self.address = address
-        self.sections = sections
+        self.sections = _kerastuner_arguments(sections)
         # As KerasTuner builds the model once when the tuner is made: the space, found now.
         failures: list[str] = []
-        found = discover(_with_dry_fit(self._build, self._fit, failures))
+        found = discover(with_dry_fit(self._build, self._fit, failures))
         found.notes += failures
         self.discovery: Discovery = restricted(
             found, hyperparameters, tune_new_entries=tune_new_entries, allow_new_entries=allow_new_entries
@@ -318,6 +323,35 @@ _SUPPORTED = (
 )
 
 
+# KerasTuner's tuner arguments with a tunekit counterpart (spec section, key), and those that
+# have none here (Hyperband's iterations, the Gaussian process's settings, retries: tunekit's
+# failure guard decides). Spec sections given as keywords win over the mapped ones.
+KERASTUNER_MAPPED = {"factor": ("scheduler", "reduction_factor"), "num_initial_points": ("search", "n_startup_trials")}
+KERASTUNER_IGNORED = (
+    "hyperband_iterations",
+    "alpha",
+    "beta",
+    "max_retries_per_trial",
+    "max_consecutive_failed_trials",
+    "distribution_strategy",
+    "logger",
+    "tuner_id",
+)
+
+
+def _kerastuner_arguments(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec sections among the ``Tuner``'s further keywords, KerasTuner's own mapped or dropped."""
+    sections: dict[str, Any] = {}
+    for name, value in keywords.items():
+        if name in KERASTUNER_MAPPED:
+            section, key = KERASTUNER_MAPPED[name]
+            sections.setdefault(section, {})[key] = value
+    for name, value in keywords.items():
+        if name not in KERASTUNER_MAPPED and name not in KERASTUNER_IGNORED:
+            sections[name] = _merged(sections[name], value) if isinstance(sections.get(name), dict) else value
+    return sections
+
+
 # --------------------------------------------------------------------------- objectives
 
 
@@ -395,47 +429,6 @@ class HyperModelBuilder:
         return model
 
 
-def route_fit(model: Any, fit: Callable[..., Any], hp: HyperParameters) -> None:
-    """``model.fit``, as the trial calls it, goes through the HyperModel's ``fit(hp, model, ...)``.
-
-    The HyperModel's own ``model.fit(*args, **kwargs)`` then reaches Keras's ``fit`` with
-    tunekit's arguments (its callbacks report every epoch); a ``batch_size`` it adds rebatches
-    the datasets, as Keras would batch arrays.
-
-    Raises:
-        FatalTrialError: the HyperModel's fit never called ``model.fit`` (its own training loop).
-    """
-    import functools
-
-    from tunekit.errors import FatalTrialError
-
-    original = model.fit
-    called: list[bool] = []
-
-    def plain_fit(*args: Any, **kwargs: Any) -> Any:
-        called.append(True)
-        batch_size = kwargs.pop("batch_size", None)
-        if batch_size is not None:
-            args, kwargs = rebatched(args, kwargs, int(batch_size))
-        return original(*args, **kwargs)
-
-    @functools.wraps(original)  # its signature: the trial checks fit_options against it
-    def routed(*args: Any, **kwargs: Any) -> Any:
-        model.fit = plain_fit
-        try:
-            returned = fit(hp, model, *args, **kwargs)
-        finally:
-            model.fit = routed
-        if not called:
-            raise FatalTrialError(
-                f"{getattr(fit, '__qualname__', 'fit')} returned without calling model.fit: tunekit reports each "
-                "epoch from model.fit's callbacks, so a fit with a training loop of its own is not supported yet"
-            )
-        return returned
-
-    model.fit = routed
-
-
 @dataclass(frozen=True)
 class FitOptions:
     """``fit_options(config, ctx)``: ``search``'s further ``model.fit`` arguments, a fresh copy per trial."""
@@ -453,60 +446,6 @@ class FitOptions:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _build_function(hypermodel: Any) -> Callable[[HyperParameters], Any]:
-    build = getattr(hypermodel, "build", None)
-    if build is None:
-        if not callable(hypermodel):
-            raise SpecError("hypermodel", "must be a build_model(hp) function or have a build(hp) method", hypermodel)
-        return hypermodel
-    return build
-
-
-def _fit_function(hypermodel: Any) -> Callable[..., Any] | None:
-    """A HyperModel's own ``fit``; None when it has none (keras_tuner.HyperModel's only calls model.fit)."""
-    owner = next((klass for klass in type(hypermodel).__mro__ if "fit" in vars(klass)), None)
-    if owner is None or owner.__name__ == "HyperModel" or not hasattr(hypermodel, "build"):
-        return None
-    return hypermodel.fit
-
-
-class _DryModel:
-    """The model as a HyperModel's fit sees it while the space is found: its ``fit`` trains nothing."""
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-
-    def fit(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-
-def _with_dry_fit(
-    build: Callable[[HyperParameters], Any], fit: Callable[..., Any] | None, failures: list[str]
-) -> Callable[[HyperParameters], Any]:
-    """``build``, then a HyperModel's own fit on a model that does not train, so the ``hp`` calls in
-    fit (a searched ``batch_size``) are part of the space too."""
-    if fit is None:
-        return build
-
-    def build_and_fit(hp: HyperParameters) -> Any:
-        model = build(hp)
-        try:
-            fit(hp, _DryModel(model))
-        except Exception as error:  # it needs the data: its hp calls after this point are not found
-            note = (
-                f"the HyperModel's fit failed without data ({type(error).__name__}: {error}); "
-                "the hp calls after that point are not searched"
-            )
-            if note not in failures:
-                failures.append(note)
-        return model
-
-    return build_and_fit
 
 
 def _drop_keras_graphs() -> None:

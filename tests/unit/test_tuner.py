@@ -201,3 +201,24 @@ def test_several_objectives_make_a_valid_multi_objective_spec() -> None:
     tuner = Tuner(build_model, objective=["val_accuracy", ("model_params", "min")])
     spec = load_spec(tuner._spec({"epochs": 2}), trainable=_placeholder())
     assert [(o.name, o.mode) for o in spec.objectives] == [("val_accuracy", "max"), ("model_params", "min")]
+
+
+def test_a_function_becomes_tuner_hypermodel_whose_build_rebuilds_from_best_hps() -> None:
+    tuner = Tuner(build_model, objective="val_accuracy")
+    hp = HyperParameters({"num_layers": 2, "units_0": 16, "units_1": 24, "lr": 0.001})
+    assert tuner.hypermodel.build(hp) == {"layers": [16, 24], "lr": 0.001}  # TensorFlow's tutorial's way
+    assert tuner._fit is None  # its fit only calls model.fit
+
+
+def test_kerastuners_tuner_arguments_map_onto_the_spec_or_are_taken_without_effect() -> None:
+    tuner = Tuner(
+        build_model,
+        objective="val_accuracy",
+        factor=2,  # Hyperband's
+        num_initial_points=4,  # BayesianOptimization's
+        hyperband_iterations=2,
+        max_retries_per_trial=1,
+        scheduler={"grace_period": 2},
+    )
+    spec = load_spec(tuner._spec({"epochs": 6}), trainable=_placeholder())
+    assert (spec.scheduler.reduction_factor, spec.scheduler.grace_period, spec.search.n_startup_trials) == (2, 2, 4)
