@@ -37,8 +37,9 @@ MODES: dict[str, dict[str, int]] = {
 DEFINITIONS = {
     "process wall": "seconds from starting the side's Python process to its exit, as the parent sees it "
     "(imports, Ray's start and stop, the search, MLflow's last flush)",
-    "tracked / untracked": "a pair's tracked process wall over its untracked one; the pairs alternate, tracked "
-    "first; the median over pairs is the figure",
+    "tracked / untracked": "per trained epoch: a pair's (tracked process wall / epochs) over (untracked wall / "
+    "epochs); the pairs alternate, tracked first; the median over pairs is the figure. A raw wall ratio only "
+    "for pairs whose two searches trained the same epochs (ASHA's decisions move with timing)",
     "writer connect": "in the tracker's thread: importing MLflow, then opening the store and the experiment "
     "and the parent run (a new SQLite store's schema migrations); since the store is prepared while Ray "
     "starts, the wait for that preparation to end is in it",
@@ -165,10 +166,14 @@ def analyse(sides: list[dict[str, Any]]) -> dict[str, Any]:
         values = [s["pieces"].get(key) if key in s.get("pieces", {}) else s.get(key) for s in of]
         return common.median(v for v in values if v is not None)
 
-    ratio = common.median(r for r in ratios if r is not None)
+    # A raw wall ratio only between searches that did the same work (ASHA's decisions move with
+    # timing); every pair is compared per trained epoch, the figure the target reads.
+    same = [r for r, equal in zip(ratios, same_work, strict=False) if equal and r is not None]
+    ratio = common.median(per_epoch)
     return {
         "ratio": ratio,
         "ratios": ratios,
+        "same_work_ratios": same,
         "per_epoch_ratios": per_epoch,
         "same_work": same_work,
         "tracked_s": [s["process_s"] for s in tracked],
@@ -227,18 +232,21 @@ def main(argv: list[str] | None = None) -> int:
     a = analyse(sides)
     figures = [
         common.figure(
-            "tracked / untracked process wall (median of pairs)",
+            "tracked / untracked process wall per trained epoch (median of pairs)",
             a["ratio"],
             "x",
             f"<= {TARGET:g}x",
             a["met"],
-            note="pairs: " + ", ".join(common.fmt(r) for r in a["ratios"]),
+            note="pairs: " + ", ".join(common.fmt(r) for r in a["per_epoch_ratios"]),
+        ),
+        common.figure(
+            "tracked / untracked process wall, pairs that trained the same epochs",
+            common.median(a["same_work_ratios"]),
+            "x",
+            note="pairs: " + (", ".join(common.fmt(r) for r in a["same_work_ratios"]) or "none"),
         ),
         common.figure("tracked process wall", common.median(a["tracked_s"]), "s"),
         common.figure("untracked process wall", common.median(a["untracked_s"]), "s"),
-        common.figure(
-            "tracked / untracked per trained epoch (median of pairs)", common.median(a["per_epoch_ratios"]), "x"
-        ),
         common.figure("writer: MLflow import", a["mlflow_import_s"], "s"),
         common.figure("writer: open the store, experiment and parent run", a["open_store_and_parent_s"], "s"),
         common.figure("writer: connect CPU", a["connect_cpu_s"], "s"),
@@ -254,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         common.figure("driver CPU, untracked", a["driver_cpu_untracked_s"], "s"),
     ]
     ratios = [
-        f"pair {i + 1}: tracked {common.fmt(t['process_s'])} s vs untracked {common.fmt(u['process_s'])} s -> "
-        f"{common.fmt(r)}x ({t['epochs_trained']} vs {u['epochs_trained']} epochs trained)"
+        f"pair {i + 1}: tracked {common.fmt(t['process_s'])} s vs untracked {common.fmt(u['process_s'])} s, "
+        f"{t['epochs_trained']} vs {u['epochs_trained']} epochs trained -> "
+        + (f"{common.fmt(r)}x" if t["epochs_trained"] == u["epochs_trained"] else "different work: per epoch only")
         for i, (t, u, r) in enumerate(
             zip([s for s in sides if s["tracked"]], [s for s in sides if not s["tracked"]], a["ratios"], strict=False)
         )
