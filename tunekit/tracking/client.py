@@ -10,7 +10,9 @@ pages through ``search_runs`` (the writer and ``tunekit.results.mlflow`` both us
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -269,6 +271,10 @@ def new_sqlite_store(database: Path) -> bool:
     if os.environ.get("MLFLOW_ENABLE_WORKSPACES", "").lower() in ("1", "true") or not database.parent.is_dir():
         return False
     scratch = database.with_name(f".{database.name}.{os.getpid()}.new")
+    # A process ending meanwhile (a signal during start-up) stops this thread where it is: the
+    # scratch file goes at exit all the same, and the link, if still to come, then fails.
+    cleanup = functools.partial(_remove, scratch)  # its own: unregistered alone
+    atexit.register(cleanup)
     try:
         import sqlite3
 
@@ -303,8 +309,13 @@ def new_sqlite_store(database: Path) -> bool:
     except Exception:  # any failure leaves the store to MLflow, as before
         return False
     finally:
-        with contextlib.suppress(OSError):
-            scratch.unlink()
+        atexit.unregister(cleanup)
+        cleanup()
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def default_tracking_uri() -> str:
