@@ -25,6 +25,7 @@ query (``?endpoint_override=127.0.0.1:9000&scheme=http``); a URI never goes thro
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import threading
@@ -97,14 +98,8 @@ class Bucket:
         return cache_root() / "buckets" / role / parsed.scheme / parsed.netloc / parsed.path.strip("/")
 
     def filesystem(self) -> tuple[Any, str]:
-        """pyarrow's file system and the experiment's path in it."""
-        from pyarrow import fs
-
-        try:
-            filesystem, path = fs.FileSystem.from_uri(self.uri)
-        except (OSError, ValueError) as error:
-            raise StorageError(f"{redacted(self.uri)}: cannot open ({error})") from None
-        return filesystem, path.rstrip("/")
+        """pyarrow's file system and the experiment's path in it (one client per URI and process)."""
+        return _filesystem(self.uri)
 
     def exists(self) -> bool:
         """Whether an experiment is there (its ``spec.yaml``)."""
@@ -165,6 +160,19 @@ class Bucket:
         filesystem, path = self.filesystem()
         with contextlib.suppress(FileNotFoundError, OSError):
             filesystem.delete_file(f"{path}/{relative}")
+
+
+@functools.lru_cache(maxsize=64)
+def _filesystem(uri: str) -> tuple[Any, str]:
+    """Why cached: opening a URI makes a new S3 client (credentials, region, connection pool),
+    and the driver's mirror opens its bucket every 2 s: 1.4x the driver's CPU in a 12-trial search."""
+    from pyarrow import fs
+
+    try:
+        filesystem, path = fs.FileSystem.from_uri(uri)
+    except (OSError, ValueError) as error:
+        raise StorageError(f"{redacted(uri)}: cannot open ({error})") from None
+    return filesystem, path.rstrip("/")
 
 
 def _is_payload(relative: str) -> bool:
@@ -376,14 +384,33 @@ def check_bucket(location: str, timeout_s: float = BUCKET_PROBE_TIMEOUT_S) -> No
     an unknown scheme, missing credentials, no such bucket, no permission, an endpoint that
     does not answer within ``timeout_s``. A probe object is written and deleted, in a child
     process with a deadline (as ``tunekit doctor --storage`` does)."""
-    from tunekit.doctor.child import probe
+    error = _probe_within(location, timeout_s)
+    if error:
+        raise StorageError(f"storage {redacted(location)}: {_refusal(location, error, timeout_s)}")
 
-    shown_uri = redacted(location)
-    result = probe("storage-uri", (location,), timeout_s).result()
-    error = str(result.get("error") or "")
-    if not error:
-        return
-    raise StorageError(f"storage {shown_uri}: {_refusal(location, error, timeout_s)}")
+
+def _probe_within(location: str, timeout_s: float) -> str:
+    """``tunekit doctor``'s storage probe, run here in a thread with a deadline: "" or the error.
+
+    In this process, not a child's: the search needs pyarrow's S3 client anyway, and a child
+    costs a Python start and pyarrow's import (1-2 s of every run). A thread still hung at the
+    deadline (an endpoint that never answers) is left behind: the command ends with its refusal.
+    """
+    from tunekit.doctor.probes import storage_uri_probe
+
+    answer: list[str] = []
+
+    def run() -> None:
+        try:
+            storage_uri_probe(location)
+            answer.append("")
+        except Exception as error:  # every failure is the answer
+            answer.append(f"{type(error).__name__}: {error}")
+
+    thread = threading.Thread(target=run, name="tunekit-storage-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return answer[0] if answer else f"did not answer in {timeout_s:g} s"
 
 
 def _refusal(location: str, error: str, timeout_s: float) -> str:

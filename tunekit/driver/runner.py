@@ -50,6 +50,7 @@ from tunekit.driver.session import (
     SAVE_STATE_AT_MOST_EVERY_S,
     SAVE_STATE_EVERY_S,
     SAVE_STATE_SHARE,
+    SAVE_STATE_TO_A_BUCKET_EVERY_S,
     callers_ray,
     check_cluster_fits,
     check_storage_shared,
@@ -433,7 +434,9 @@ def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, rest
 
     See ``tunekit.driver.restore`` for what a restore mends before ``fit``.
     """
-    bound_experiment_state_saves(SAVE_STATE_EVERY_S, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
+    # In a bucket each save is an upload of Ray's whole state: every few seconds, not every second.
+    every_s = SAVE_STATE_TO_A_BUCKET_EVERY_S if bucket_of(experiment_dir) else SAVE_STATE_EVERY_S
+    bound_experiment_state_saves(every_s, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
     whole_file_state_uploads()
     no_trailing_averages()
     listeners = _listeners(spec, experiment_dir, console)
