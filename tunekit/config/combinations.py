@@ -5,7 +5,9 @@ Each check names both settings in one line, as every spec error does (path, rule
 
 from __future__ import annotations
 
-from tunekit.config.space import Choice, Fixed, SearchSpace
+from collections.abc import Collection
+
+from tunekit.config.space import Choice, Fixed, IntRange, SearchSpace, kind_name
 from tunekit.errors import SpecError
 
 # Why XLA and MirroredStrategy are refused together: every trial failed at its first step with
@@ -39,3 +41,27 @@ def check_combinations(gpu: float, jit_compile: bool, space: SearchSpace) -> Non
             if value is True:
                 path = f"space.jit_compile.values[{index}]" if isinstance(dist, Choice) else "space.jit_compile.value"
                 raise SpecError(path, XLA_WITH_REPLICAS.replace("set training.jit_compile", "search only"), True)
+
+
+def check_searched_training_keys(space: SearchSpace, precisions: Collection[str]) -> None:
+    """Training settings named in the space must only take values the training section allows
+    (``precisions``: the ``training.precision`` values there are)."""
+    checks = {
+        "batch_size": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
+        "precision": lambda x: x in precisions,
+        "jit_compile": lambda x: isinstance(x, bool),
+    }
+    for param in space.params:
+        if param.name not in checks:
+            continue
+        dist = param.distribution
+        if isinstance(dist, IntRange) and param.name == "batch_size" and dist.low >= 1:
+            continue
+        if not isinstance(dist, Choice | Fixed):
+            raise SpecError(
+                f"space.{param.name}.type", "must be choice or fixed for a training setting", kind_name(dist)
+            )
+        values = dist.values if isinstance(dist, Choice) else (dist.value,)
+        for index, value in enumerate(values):
+            if not checks[param.name](value):
+                raise SpecError(f"space.{param.name}.values[{index}]", f"is not a valid training.{param.name}", value)

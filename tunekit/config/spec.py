@@ -18,7 +18,7 @@ import yaml
 
 from tunekit.config import _validate as v
 from tunekit.config import pbt
-from tunekit.config.combinations import check_combinations
+from tunekit.config.combinations import check_combinations, check_searched_training_keys
 from tunekit.config.files import (
     DEFAULT_STORAGE,
     RESOLVED_HEADER,
@@ -43,7 +43,7 @@ from tunekit.config.objectives import (
     raw_extras,
 )
 from tunekit.config.objectives import MetricMode as MetricMode
-from tunekit.config.space import REPEAT_SEED_KEY, Choice, Fixed, IntRange, SearchSpace, kind_name, parse_space
+from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace, parse_space
 from tunekit.config.warm_start import check_sources, parse_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable, with_space_names
 from tunekit.errors import SpecError
@@ -353,7 +353,7 @@ def parse_spec(
     selection = parse_selection(raw.get("select"), objectives)
     resources = _resources(_optional(raw, "resources"))
     training = _training(_optional(raw, "training"))
-    _check_searched_training_keys(space)
+    check_searched_training_keys(space, PRECISIONS)
     check_combinations(resources.gpu, training.jit_compile, space)
     storage = _storage(_optional(raw, "storage"))
     tracking = _tracking(_optional(raw, "tracking"))
@@ -554,29 +554,6 @@ def _steps_per_execution(value: object) -> int | Literal["auto"]:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     raise SpecError("training.steps_per_execution", "must be auto or an integer >= 1", value)
-
-
-def _check_searched_training_keys(space: SearchSpace) -> None:
-    """Training settings named in the space must only take values the training section allows."""
-    checks = {
-        "batch_size": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1,
-        "precision": lambda x: x in PRECISIONS,
-        "jit_compile": lambda x: isinstance(x, bool),
-    }
-    for param in space.params:
-        if param.name not in checks:
-            continue
-        dist = param.distribution
-        if isinstance(dist, IntRange) and param.name == "batch_size" and dist.low >= 1:
-            continue
-        if not isinstance(dist, Choice | Fixed):
-            raise SpecError(
-                f"space.{param.name}.type", "must be choice or fixed for a training setting", kind_name(dist)
-            )
-        values = dist.values if isinstance(dist, Choice) else (dist.value,)
-        for index, value in enumerate(values):
-            if not checks[param.name](value):
-                raise SpecError(f"space.{param.name}.values[{index}]", f"is not a valid training.{param.name}", value)
 
 
 def _storage(raw: object) -> StorageSpec:

@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
-from tunekit.tracking import prepare
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MlflowRunClient, RunClient, absent_platforms_skipped, default_tracking_uri
 from tunekit.tracking.events import Flush, Stop, TrackerEvent
+from tunekit.tracking.prepare import quiet_store_logs
+from tunekit.tracking.prepare import wait as wait_for_the_store
 from tunekit.tracking.runs import RunBook
 from tunekit.tracking.values import brief, logger
 
@@ -210,14 +211,14 @@ class MlflowWriter:
     def _connect(self) -> None:
         """Resolves the URI, checks the server answers, and opens experiment and parent run."""
         # The store opened while Ray started (tunekit.tracking.prepare), when it was: not twice at once.
-        prepare.wait(PREPARE_WAIT_S)
+        wait_for_the_store(PREPARE_WAIT_S)
         raw_uri = self._raw_uri() or default_tracking_uri()
         self.uri = redact_uri(raw_uri)
         self._client_settings.enter_context(absent_platforms_skipped())
         if urlsplit(raw_uri).scheme in ("http", "https"):
             self._client_settings.enter_context(quick_http_retries())
             probe(raw_uri)
-        prepare.quiet_store_logs()
+        quiet_store_logs()
         self._runs.sender = BatchSender(self._client_factory(raw_uri), self.uri)
         self._runs.open_parent()
 
