@@ -181,6 +181,20 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("trial", help="the trial's number (as in `tunekit report`) or its Ray trial id")
     logs.set_defaults(handler=_logs)
 
+    retrain = commands.add_parser(
+        "retrain", help="train the best configuration (or trial N's) again and export it beside the experiment"
+    )
+    retrain.add_argument("experiment_dir")
+    retrain.add_argument("--trial", help="the trial's number or Ray trial id (default: the best trial)")
+    retrain.add_argument(
+        "--data",
+        choices=("train+validation", "train"),
+        default="train+validation",
+        help="train plus validation data (default), or train only: the trial again",
+    )
+    retrain.add_argument("--epochs", type=int, help="epochs to train (default: as many as the trial trained)")
+    retrain.set_defaults(handler=_retrain)
+
     doctor = commands.add_parser("doctor", help="check the stack, GPUs, cluster, tracking and storage")
     doctor.add_argument("--address", help="Ray cluster address to inspect")
     doctor.add_argument("--tracking-uri", help="MLflow tracking URI to check")
@@ -381,6 +395,18 @@ def _check(args: argparse.Namespace) -> int:
     report = check_experiment(args.experiment_dir, mlflow=not args.no_mlflow, tracking_uri=args.tracking_uri)
     print(report.describe())
     return 0 if report.ok else EXIT_FAILURE
+
+
+def _retrain(args: argparse.Namespace) -> int:
+    from tunekit.results.load import load
+    from tunekit.results.retrain import closing_line, epoch_line, retrain
+
+    def show(epoch: int, epochs: int, metrics: dict[str, float]) -> None:
+        print(epoch_line(epoch, epochs, metrics), flush=True)
+
+    done = retrain(load(args.experiment_dir), args.trial, data=args.data, epochs=args.epochs, on_epoch=show)
+    print(closing_line(done))
+    return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:

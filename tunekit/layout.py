@@ -11,6 +11,7 @@ An experiment directory holds::
     <trial id>/checkpoint_<n>/{weights.npz, state.json, model.keras | model.weights.h5}
     <trial id>/output.log     the trainable's stdout and stderr, every attempt
     <trial id>/error.txt      the full traceback of a failed trial
+    retrain/<n>-trial-<number>/{retrain.json, model.keras | model.weights.h5}   retrains (tunekit retrain)
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ CLUSTER_FILE = "cluster.json"
 # TensorBoard's log directory of the experiment: one run per trial (``trial-<number>``), the
 # HParams plugin's experiment in the directory itself (tunekit.tracking.tensorboard).
 TENSORBOARD_DIR = "tensorboard"
+# Retrains of a trial's configuration (tunekit.results.retrain): one folder each,
+# ``retrain/<n>-trial-<number>/``, holding its model (``model.keras`` or ``model.weights.h5``)
+# and ``retrain.json`` (trial, config, epochs, data, metrics, seconds, MLflow run).
+RETRAIN_DIR = "retrain"
+RETRAIN_FILE = "retrain.json"
 DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (never the console)
 # {"host", "pid", "process_started", "command", "since", "beat", "token"}: the driver that
 # writes the experiment now, with its heartbeat; absent when none does (tunekit.lease).
@@ -233,6 +239,11 @@ OLD_PREFIX = "old."
 NEW_PREFIX = "new."
 # In a trial's folder: the source checkpoint an exploit copied, restarted from.
 EXPLOITED_CHECKPOINT_PREFIX = "exploited_checkpoint_"
+
+
+def retrain_folder(index: int, trial: int | str) -> str:
+    """The name of a retrain's folder under ``RETRAIN_DIR``: its order, then the trial it retrains."""
+    return f"{index}-trial-{trial}"
 
 
 def study_file(experiment_dir: str | Path) -> Path:

@@ -43,7 +43,9 @@ from tunekit.tracking.preflight import TrackingIncomplete, check_complete
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
+    RETRAIN_ROLE,
     TAG_EXPERIMENT_DIR,
+    TAG_RETRAIN_TRIAL_ID,
     TAG_ROLE,
     TAG_RUNG,
     TAG_STATUS,
@@ -145,7 +147,11 @@ def runs_of(uri: str, experiment: str, experiment_dir: Path | None = None) -> tu
         and (experiment_dir is None or r.data.tags[TAG_EXPERIMENT_DIR] == str(experiment_dir))
     ]
     assert len(parents) == 1, [r.data.tags for r in parents]
-    children = [r for r in runs if r.data.tags.get(PARENT_RUN_TAG) == parents[0].info.run_id]
+    children = [
+        r
+        for r in runs
+        if r.data.tags.get(PARENT_RUN_TAG) == parents[0].info.run_id and r.data.tags.get(TAG_ROLE) != RETRAIN_ROLE
+    ]
     return parents[0], children
 
 
@@ -998,3 +1004,41 @@ def test_best_models_load_and_score_what_their_trials_reported(tracked: tunekit.
         score = found.model.evaluate(val_ds, verbose=0, return_dict=True)["accuracy"]
         assert score == pytest.approx(row["final_metric"], abs=1e-6), (found.number, found.source)
     assert {m.status for m in models} == {"completed", "pruned"}
+
+
+@pytest.mark.slow
+def test_retrain_reproduces_the_best_trial_and_logs_a_linked_run(
+    tracked: tunekit.ExperimentResults, server: MlflowServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On train only, a retrain is the best trial again (same seed, epochs, compile): it scores
+    what the trial reported. On train plus validation (the default) it exports its model and
+    logs an MLflow run under the search's parent, and the experiment still agrees with itself.
+    Last in the module: it adds a folder and a run to the shared search."""
+    best = tracked.best
+    assert best is not None
+    again = tracked.retrain(data="train", track=False)
+    assert again.epochs == best.epochs and again.run_id is None
+    assert again.metrics[tracked.metric] == pytest.approx(best.metric, abs=0.02)
+
+    assert cli_main(["retrain", str(tracked.experiment_dir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in out[:-1]] == [f"epoch {e}/{best.epochs}" for e in range(1, best.epochs + 1)]
+    folder = tracked.experiment_dir / "retrain" / f"2-trial-{best.number}"
+    assert out[-1].startswith(f"retrained trial {best.number} for {best.epochs} epochs on train+validation in ")
+    assert f": {folder / FINAL_MODEL}; MLflow run " in out[-1]
+    record = json.loads((folder / "retrain.json").read_text())
+    assert record["trial_id"] == best.trial_id and record["data"] == "train+validation"
+    assert record["epochs"] == best.epochs and record["model"] == FINAL_MODEL
+    assert "val_accuracy" not in record["metrics"] and record["metrics"]["accuracy"] > 0.5
+
+    parent_id = TrackingRecord.read(tracked.experiment_dir).parent_run_id  # type: ignore[union-attr]
+    run = client(server.uri).get_run(record["mlflow_run_id"])
+    assert run.data.tags[PARENT_RUN_TAG] == parent_id and run.data.tags[TAG_ROLE] == RETRAIN_ROLE
+    assert run.data.tags[TAG_RETRAIN_TRIAL_ID] == best.trial_id and run.info.status == "FINISHED"
+    steps = [p.step for p in client(server.uri).get_metric_history(run.info.run_id, "accuracy")]
+    assert steps == list(range(1, best.epochs + 1))
+    assert client(server.uri).list_artifacts(run.info.run_id, "model")[0].path == f"model/{FINAL_MODEL}"
+    # The retrain is no trial: the files, the checker and MLflow's copy of the search say so.
+    assert len(load_from_mlflow(EXPERIMENT, server.uri, run_id=parent_id).trials) == len(tracked.trials)
+    report = check_experiment(tracked.experiment_dir)
+    assert report.ok, report.describe()

@@ -26,8 +26,10 @@ from tunekit.results.summary import Summary
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
+    RETRAIN_ROLE,
     TAG_BEST_TRIAL,
     TAG_BEST_TRIAL_NUMBER,
+    TAG_ROLE,
     TAG_STATUS,
     TAG_TRIAL_ID,
     TAG_WALL_SECONDS,
@@ -93,6 +95,8 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
     children = list(search_all_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'"))
     runs: dict[str, list[Any]] = {}
     for run in children:
+        if run.data.tags.get(TAG_ROLE) == RETRAIN_ROLE:  # a retrain of a trial, no trial of the search
+            continue
         runs.setdefault(str(run.data.tags.get(TAG_TRIAL_ID)), []).append(run)
     rows = {str(r["trial_id"]): r for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(runs) - set(rows)):

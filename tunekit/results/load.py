@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from tunekit.results.importance import Importance
     from tunekit.results.models import TrialModel
+    from tunekit.results.retrain import Retrained
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,27 @@ class ExperimentResults:
         from tunekit.results.models import best_models
 
         return best_models(self, n)
+
+    def retrain(
+        self,
+        trial: int | str | None = None,
+        *,
+        data: Any = "train+validation",
+        epochs: int | None = None,
+        track: bool = True,
+    ) -> Retrained:
+        """Trains the best configuration (or ``trial``'s) again, in this process, and exports it.
+
+        By default on the trainable's train plus validation data, for as many epochs as the trial
+        trained; ``data="train"`` trains the trial again exactly (seed, precision, compile), and
+        a ``(train_ds, val_ds)`` pair trains on your own data. The model and ``retrain.json`` go
+        to ``retrain/<n>-trial-<number>/`` in the experiment; a tracked search gets an MLflow run,
+        a child of its parent run tagged ``tunekit.role=retrain``. See
+        ``tunekit.results.retrain.retrain``. Imports TensorFlow and the trainable.
+        """
+        from tunekit.results.retrain import retrain
+
+        return retrain(self, trial, data=data, epochs=epochs, track=track)
 
 
 def load(experiment_dir: str | Path) -> ExperimentResults:

@@ -64,7 +64,7 @@ def load_from_mlflow(
     from mlflow import MlflowClient
 
     from tunekit.tracking.client import search_all_runs
-    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_EXPERIMENT_DIR, TAG_ROLE
+    from tunekit.tracking.tags import PARENT_RUN_TAG, RETRAIN_ROLE, TAG_EXPERIMENT_DIR, TAG_ROLE
 
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment = client.get_experiment_by_name(experiment_name)
@@ -96,7 +96,8 @@ def load_from_mlflow(
         raise TunekitError(ambiguity_message(experiment_name, candidates))
     parent = parents[0]
     spec = _spec_from_mlflow(client, parent)
-    children = children_of[parent.info.run_id]
+    # A retrain's run is a child of the parent too, but no trial of the search.
+    children = [run for run in children_of[parent.info.run_id] if run.data.tags.get(TAG_ROLE) != RETRAIN_ROLE]
     parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
     trial_rows, epoch_rows = [], []
     clock = _recorded_clock(parent)

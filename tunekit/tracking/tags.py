@@ -6,6 +6,17 @@ from __future__ import annotations
 TAG_ROLE = "tunekit.role"  # "experiment" on parent runs, "trial" on child runs
 
 
+# tunekit.role's value on a retrain's run (tunekit.results.retrain): a child of the parent
+# that is no trial; readers of the parent's children (check, load_from_mlflow) leave it out.
+RETRAIN_ROLE = "retrain"
+# On a retrain's run: the trial it retrained (never TAG_TRIAL_ID, which names a trial's own run),
+# and the data it trained on ("train", "train+validation", "given").
+TAG_RETRAIN_TRIAL_ID = "tunekit.retrain.trial_id"
+TAG_RETRAIN_TRIAL_NUMBER = "tunekit.retrain.trial_number"
+TAG_RETRAIN_DATA = "tunekit.retrain.data"
+TAG_RETRAIN_FOLDER = "tunekit.retrain.folder"  # its folder in the experiment
+
+
 TAG_EXPERIMENT_DIR = "tunekit.experiment_dir"
 
 
