@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.text import Annotation
 
 from tunekit.config.spec import ExperimentSpec, parse_spec
 from tunekit.results.best import best_trial
@@ -138,7 +140,9 @@ def test_the_pareto_figure_and_the_html_page() -> None:
     two = results_of(spec())
     assert isinstance(plots.pareto(two), Figure)
     assert plots.pareto(two).axes[0].get_title() == "Pareto front: 3 of 6 trials (star: the selected best)"
-    legend = [text.get_text() for text in plots.pareto(two).axes[0].get_legend().get_texts()]
+    drawn = plots.pareto(two).axes[0].get_legend()
+    assert drawn is not None
+    legend = [text.get_text() for text in drawn.get_texts()]
     # a, b, c on the front (c the pick), d behind it, e breaks the latency constraint, f pruned.
     assert legend == [
         "the selected best",
@@ -168,8 +172,8 @@ def test_trials_with_the_same_scores_share_one_solid_mark_counted_beside_it() ->
     best = best_trial(trials, pd.DataFrame(), "max", the_spec)
     ax = plots.pareto(ExperimentResults(Path("/nowhere"), the_spec, trials, pd.DataFrame(), best)).axes[0]
     # h scored as a did: one mark for both, "×2" beside it; g reported nothing, so 6 marks for 7 rows.
-    assert [(text.get_text(), text.xy) for text in ax.texts] == [("×2", (0.90, 5000.0))]
-    points = [tuple(collection.get_offsets()[0]) for collection in ax.collections]
+    assert [(text.get_text(), cast(Annotation, text).xy) for text in ax.texts] == [("×2", (0.90, 5000.0))]
+    points = [tuple(np.asarray(collection.get_offsets())[0]) for collection in ax.collections]
     assert len(points) == len(set(points)) == 6
     # No translucent marks: where two overlap, no colour appears that the legend lacks.
     assert all(collection.get_alpha() is None for collection in ax.collections)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
@@ -125,8 +126,8 @@ def test_learning_curves_draw_each_trial_and_cross_out_early_stops(
     fig = plots.learning_curves(results, path=tmp_path / "curves.png")
     lines = fig.axes[0].get_lines()
     crosses = [line for line in lines if line.get_marker() == "x"]
-    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [1]  # trial b, stopped at epoch 1
-    assert any(list(line.get_xdata()) == [1, 2, 3] for line in lines)  # trial a's curve
+    assert len(crosses) == 1 and list(np.asarray(crosses[0].get_xdata())) == [1]  # trial b, stopped at epoch 1
+    assert any(list(np.asarray(line.get_xdata())) == [1, 2, 3] for line in lines)  # trial a's curve
     assert (tmp_path / "curves.png").read_bytes().startswith(PNG_MAGIC)
 
 
@@ -135,9 +136,9 @@ def test_best_so_far_never_gets_worse(tmp_path: Path) -> None:
         results = made_up(tmp_path, mode=mode)
         step = max(
             plots.best_so_far(results).axes[0].get_lines(),
-            key=lambda line: len(line.get_ydata()),
+            key=lambda line: len(np.asarray(line.get_ydata())),
         )
-        values = list(step.get_ydata())
+        values = [float(v) for v in np.asarray(step.get_ydata())]
         assert values == sorted(values, reverse=mode == "min")
 
 
@@ -151,7 +152,7 @@ def test_parallel_coordinates_one_line_per_trial_with_log_and_categorical_axes(
         "optimizer",
         "score",
     ]
-    trial_lines = [line for line in ax.get_lines() if len(line.get_xdata()) == 3]
+    trial_lines = [line for line in ax.get_lines() if len(np.asarray(line.get_xdata())) == 3]
     assert len(trial_lines) == 3
     labels = {t.get_text() for t in ax.texts}
     assert {"adam", "sgd", "0.0001", "0.1"} <= labels
