@@ -91,8 +91,6 @@ class DriverLease:
 
     def __init__(self, experiment: Path | str, command: str) -> None:
         self.file = lease_file(experiment)
-        self.path = self.file.key
-        self.where = self.file.where
         self.command = command
         self.took_over: Holder | None = None
         self.lost: Holder | None = None
@@ -112,8 +110,8 @@ class DriverLease:
 
     def acquire(self, *, stale_s: float = STALE_S) -> None:
         """Takes the lease, or raises ``LeaseHeldError`` naming its live holder."""
-        if self.path in _HELD:  # this process holds it already: shared
-            _HELD[self.path] += 1
+        if self.file.key in _HELD:  # this process holds it already: shared
+            _HELD[self.file.key] += 1
             self._nested = True
             return
         now = time.time()
@@ -129,7 +127,7 @@ class DriverLease:
         for _ in range(20):  # each pass ends in a win, a refusal, or a race lost to another taker
             if self._create(mine):
                 self._holder = mine
-                _HELD[self.path] = 1
+                _HELD[self.file.key] = 1
                 self._start_beating()
                 return
             holder = self._read()
@@ -137,13 +135,13 @@ class DriverLease:
                 continue  # released meanwhile, or torn: _read removed a torn one
             if not self._dead(holder, stale_s):
                 raise LeaseHeldError(
-                    f"{self.where}: another driver is writing this experiment: {holder.describe()} "
+                    f"{self.file.where}: another driver is writing this experiment: {holder.describe()} "
                     f"(last heartbeat {time.time() - holder.beat:.0f} s ago); one writer at a time, "
                     f"readers (`tunekit status`, `report`, `check`) need no lease"
                 )
             if self._set_aside(holder):
                 self.took_over = holder
-        raise LeaseHeldError(f"{self.where}: could not take the driver's lease; try again")
+        raise LeaseHeldError(f"{self.file.where}: could not take the driver's lease; try again")
 
     def _create(self, holder: Holder) -> bool:
         return self.file.create(json.dumps(asdict(holder)))
@@ -206,7 +204,7 @@ class DriverLease:
         """Stops the heartbeat and removes the lease, if it is still this driver's."""
         if self._nested:
             self._nested = False
-            _HELD[self.path] -= 1
+            _HELD[self.file.key] -= 1
             return
         self._stop.set()
         if self._beating is not None:
@@ -215,7 +213,7 @@ class DriverLease:
         holder, self._holder = self._holder, None
         if holder is None:
             return
-        _HELD.pop(self.path, None)
+        _HELD.pop(self.file.key, None)
         current = self._read()
         if current is not None and current.token == holder.token:
             self.file.remove()

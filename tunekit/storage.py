@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import StorageError
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, SPEC_FILE, TENSORBOARD_DIR
 
 PUSH_EVERY_S = 2.0
 CACHE_ENV = "TUNEKIT_CACHE"
@@ -104,8 +105,6 @@ class Bucket:
     def exists(self) -> bool:
         """Whether an experiment is there (its ``spec.yaml``)."""
         from pyarrow import fs
-
-        from tunekit.layout import SPEC_FILE
 
         filesystem, path = self.filesystem()
         return bool(filesystem.get_file_info(f"{path}/{SPEC_FILE}").type == fs.FileType.File)
@@ -232,7 +231,6 @@ def readable(location: str | os.PathLike[str], *, payloads: bool = False) -> Pat
     """An experiment to read: a local folder as it is, a bucket's files pulled into its read
     cache (the checkpoints' weights and models only with ``payloads``)."""
     from tunekit.errors import NotAnExperimentError
-    from tunekit.layout import SPEC_FILE
 
     if not is_uri(location):
         return local_path(location)
@@ -269,7 +267,6 @@ def push_ray_state(experiment_dir: Path) -> None:
 def model_of(experiment_dir: Path, trial_id: str) -> Path | None:
     """A trial's final model (``tunekit.tracking.artifacts.final_model_path``); for a bucket's
     read cache, the newest checkpoint's model is fetched from the bucket when first asked for."""
-    from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS
     from tunekit.tracking.artifacts import checkpoint_order, final_model_path
 
     bucket = bucket_of(experiment_dir)
@@ -316,8 +313,6 @@ class BucketMirror:
 
     def push_changed(self) -> None:
         """Uploads the cache's top-level files that changed since they were last sent."""
-        from tunekit.layout import TENSORBOARD_DIR
-
         with self._lock:
             changed = []
             candidates = [*self.cache.iterdir(), *(self.cache / TENSORBOARD_DIR).rglob("*")]
@@ -347,8 +342,6 @@ class BucketMirror:
 
 def _pushed(path: Path) -> bool:
     """Whether the mirror uploads this file of the cache: tunekit's own records only."""
-    from tunekit.layout import LEASE_FILE
-
     name = path.name
     return (
         path.is_file()

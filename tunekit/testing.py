@@ -50,6 +50,18 @@ def page_text(url: str, workdir: Path, expect: str, attempts: int = 3) -> str:
     return text
 
 
+def stop_group(process: subprocess.Popen[bytes] | None) -> None:
+    """Stops a server started in its own session: SIGTERM to its group, SIGKILL after 20 s."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=20)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -114,14 +126,7 @@ class MlflowServer:
             return False
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=20)
+        stop_group(self.process)
 
 
 class PostgresServer:
@@ -224,14 +229,7 @@ class TensorBoardServer:
         return answer.json()
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=20)
+        stop_group(self.process)
 
 
 def read_events(run_dir: Path) -> list[Any]:
@@ -308,11 +306,4 @@ class S3Server:
         return f"s3://{name}"
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=20)
+        stop_group(self.process)

@@ -41,8 +41,9 @@ from tunekit.doctor.gpus import check_tensorflow, nvidia_gpus
 from tunekit.doctor.ray_errors import join_error_in
 from tunekit.doctor.report import Check, hide_secrets
 from tunekit.doctor.stack import check_import_costs, check_versions
-from tunekit.doctor.storage import check_storage, is_uri
+from tunekit.doctor.storage import check_storage
 from tunekit.doctor.tracking import check_tracking, default_tracking_uri
+from tunekit.storage import is_uri
 
 TENSORFLOW_TIMEOUT_S = 120.0
 RAY_TIMEOUT_S = 90.0

@@ -12,16 +12,12 @@ from typing import Any
 from tunekit.doctor.child import probe
 from tunekit.doctor.report import Check, ok, problem
 from tunekit.environment import STORAGE_PROBE_PREFIX, redact_uri
+from tunekit.storage import is_uri
 
 logger = logging.getLogger(__name__)
 
 STORAGE_URI_TIMEOUT_S = 30.0
 STORAGE_FIX = "choose a writable --storage or fix permissions"
-
-
-def is_uri(text: str) -> bool:
-    """A ``scheme://`` storage URI (``file://`` is a local directory)."""
-    return "://" in text and not text.startswith("file://")
 
 
 def check_storage(storage: str) -> Check:
