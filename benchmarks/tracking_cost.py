@@ -10,6 +10,12 @@ Inside the tracked process the tracker's writer thread is timed piece by piece: 
 MLflow, opening the store and the parent run (a new store's schema migrations happen here),
 the thread's own CPU over the search, and how long the search's end waits for its last
 flush. The driver process's CPU is read on both sides.
+
+``--compare tensorboard`` runs the same pairs for tunekit's TensorBoard logs instead: the
+default search as shipped (MLflow's default store, new, on both sides) with
+``tracking.tensorboard: true`` (the default) against ``false``, nothing else changed. Inside
+the side with TensorBoard on, the logger's hooks are timed on the driver's thread (what an
+epoch's report costs the loop that drives Ray) and its writer thread's CPU is read.
 """
 
 from __future__ import annotations
@@ -26,7 +32,14 @@ from benchmarks import common
 
 NAME = "tracking_cost"
 TITLE = "MLflow tracking's cost in the default search: tracked against untracked, run after run"
+TENSORBOARD_TITLE = "TensorBoard logging's share of the default search: on against off, run after run"
 TARGET = 1.05  # tracked wall at most 5 % over untracked
+TENSORBOARD_SHARE_TARGET = 0.02  # TensorBoard logging at most 2 % of the default search's wall
+# What each comparison turns on and off, and the words its sides are called by.
+COMPARISONS: dict[str, dict[str, Any]] = {
+    "mlflow": {"on": "tracked", "off": "untracked", "off_tracking": {"enabled": False}},
+    "tensorboard": {"on": "TensorBoard on", "off": "TensorBoard off", "off_tracking": {"tensorboard": False}},
+}
 
 MODES: dict[str, dict[str, int]] = {
     "smoke": {"num_samples": 3, "max_epochs": 2, "pairs": 1},
@@ -50,6 +63,14 @@ DEFINITIONS = {
     "driver CPU": "the driver process's own user + system CPU seconds (Ray's daemons and workers not counted)",
     "first epoch received": "seconds from calling tunekit.run to the driver's receipt of the search's first epoch",
     "last epoch to return": "seconds from the driver's receipt of the last epoch to tunekit.run's return",
+    "TensorBoard share": "1 - 1/r, r the median per-trained-epoch ratio of the pairs (on / off): the part of "
+    "the search's wall with TensorBoard on that its logging adds",
+    "TensorBoard hooks on the driver's thread": "the logger's listener hooks (trial started, epoch reported, "
+    "trial ended, experiment started), timed where the recorder calls them: on the thread that drives Ray's "
+    "loop; per epoch = their total over the epochs reported",
+    "TensorBoard writer CPU": "the logger's writer thread's own CPU seconds (time.thread_time), tensorboardX's "
+    "import and every event file's writes and flushes",
+    "TensorBoard final wait": "seconds the search's end waits for the writer to write the rest and close its files",
 }
 
 
@@ -109,7 +130,48 @@ def _instrument(pieces: dict[str, float]) -> None:
     tracker.MlflowTracker.experiment_ended = timed_ended  # type: ignore[method-assign]
 
 
-def _run_side(settings: dict[str, int], workdir: Path, tracked: bool) -> dict[str, Any]:
+def _instrument_tensorboard(pieces: dict[str, float]) -> None:
+    """Times the TensorBoard logger's hooks on the driver's thread and its writer's CPU (tunekit is not changed)."""
+    from tunekit.tracking import tensorboard
+
+    logger = tensorboard.TensorBoardLogger
+    pieces.update(tb_hooks_s=0.0, tb_epochs=0.0)
+
+    def timed(hook: Any, counts_epoch: bool = False) -> Any:
+        def wrapper(self: Any, *args: Any) -> None:
+            began = time.perf_counter()
+            try:
+                hook(self, *args)
+            finally:
+                pieces["tb_hooks_s"] += time.perf_counter() - began
+                pieces["tb_epochs"] += counts_epoch
+
+        return wrapper
+
+    for name in ("experiment_started", "trial_started", "trial_ended"):
+        setattr(logger, name, timed(getattr(logger, name)))
+    logger.epoch_reported = timed(logger.epoch_reported, counts_epoch=True)  # type: ignore[method-assign]
+    ended, run = logger.experiment_ended, tensorboard._Writer.run
+
+    def timed_ended(self: Any, recorder: Any) -> None:
+        began = time.perf_counter()
+        try:
+            ended(self, recorder)
+        finally:
+            pieces["tb_final_wait_s"] = time.perf_counter() - began
+
+    def timed_run(self: Any) -> None:
+        cpu = time.thread_time()
+        try:
+            run(self)
+        finally:
+            pieces["tb_writer_cpu_s"] = time.thread_time() - cpu
+
+    logger.experiment_ended = timed_ended  # type: ignore[method-assign]
+    tensorboard._Writer.run = timed_run  # type: ignore[method-assign]
+
+
+def _run_side(settings: dict[str, int], workdir: Path, tracked: bool, compare: str = "mlflow") -> dict[str, Any]:
     # A user's first `tunekit run` in a fresh folder: MLflow's default store is created there.
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
@@ -118,12 +180,12 @@ def _run_side(settings: dict[str, int], workdir: Path, tracked: bool) -> dict[st
 
     pieces: dict[str, float] = {}
     if tracked:
-        _instrument(pieces)
+        (_instrument if compare == "mlflow" else _instrument_tensorboard)(pieces)
     sections: dict[str, Any] = {
         "budget": {"num_samples": settings["num_samples"], "max_epochs": settings["max_epochs"], "max_concurrent": 2}
     }
     if not tracked:
-        sections["tracking"] = {"enabled": False}
+        sections["tracking"] = COMPARISONS[compare]["off_tracking"]
     spec = tunekit.load_spec(common.digits_spec(**sections))
     started = time.time()
     results = tunekit.run(spec, name="search", storage=workdir / "experiments", progress=False)
@@ -196,7 +258,87 @@ def analyse(sides: list[dict[str, Any]]) -> dict[str, Any]:
         "driver_cpu_tracked_s": med("driver_cpu_s", tracked),
         "driver_cpu_untracked_s": med("driver_cpu_s", untracked),
         "met": None if ratio is None else ratio <= TARGET,
+        **_tensorboard_pieces(tracked),
     }
+
+
+def _tensorboard_pieces(on: list[dict[str, Any]]) -> dict[str, Any]:
+    """The TensorBoard logger's timed pieces over the sides that logged (none for MLflow's pairs)."""
+    timed = [s["pieces"] for s in on if s.get("pieces", {}).get("tb_epochs")]
+    return {
+        "tb_hooks_per_epoch_ms": [1000 * p["tb_hooks_s"] / p["tb_epochs"] for p in timed],
+        "tb_writer_cpu_per_epoch_ms": [
+            1000 * p["tb_writer_cpu_s"] / p["tb_epochs"] for p in timed if "tb_writer_cpu_s" in p
+        ],
+        "tb_writer_cpu_s": [p["tb_writer_cpu_s"] for p in timed if "tb_writer_cpu_s" in p],
+        "tb_final_wait_s": [p["tb_final_wait_s"] for p in timed if "tb_final_wait_s" in p],
+    }
+
+
+def tensorboard_share(ratio: float | None) -> float | None:
+    """The part of the search's wall with TensorBoard on that its logging adds: 1 - off / on."""
+    return None if not ratio else 1 - 1 / ratio
+
+
+def tensorboard_figures(a: dict[str, Any]) -> list[dict[str, Any]]:
+    """The TensorBoard comparison's figures: its share of the search's wall, and the micro-measures."""
+    share = tensorboard_share(a["ratio"])
+
+    def spread(values: list[float], digits: int = 3) -> str:
+        return ", ".join(common.fmt(v, digits) for v in values) or "none"
+
+    return [
+        common.figure(
+            "TensorBoard's share of the default search's wall (per trained epoch, median of pairs)",
+            None if share is None else 100 * share,
+            "%",
+            f"<= {100 * TENSORBOARD_SHARE_TARGET:g}%",
+            None if share is None else share <= TENSORBOARD_SHARE_TARGET,
+            note="pairs' shares: " + spread([100 * (1 - 1 / r) for r in a["per_epoch_ratios"] if r]) + " %",
+        ),
+        common.figure(
+            "TensorBoard on / off process wall per trained epoch (median of pairs)",
+            a["ratio"],
+            "x",
+            note="pairs: " + spread(a["per_epoch_ratios"]),
+        ),
+        common.figure(
+            "TensorBoard on / off process wall, pairs that trained the same epochs",
+            common.median(a["same_work_ratios"]),
+            "x",
+            note="pairs: " + spread(a["same_work_ratios"]),
+        ),
+        common.figure("TensorBoard on: process wall", common.median(a["tracked_s"]), "s"),
+        common.figure("TensorBoard off: process wall", common.median(a["untracked_s"]), "s"),
+        common.figure(
+            "TensorBoard hooks on the driver's thread, per epoch reported",
+            common.median(a["tb_hooks_per_epoch_ms"]),
+            "ms",
+            note="sides: " + spread(a["tb_hooks_per_epoch_ms"]),
+        ),
+        common.figure(
+            "TensorBoard writer thread's CPU, per epoch reported",
+            common.median(a["tb_writer_cpu_per_epoch_ms"]),
+            "ms",
+            note="sides: " + spread(a["tb_writer_cpu_per_epoch_ms"]),
+        ),
+        common.figure("TensorBoard writer thread's CPU over the search", common.median(a["tb_writer_cpu_s"]), "s"),
+        common.figure("TensorBoard final wait at the search's end", common.median(a["tb_final_wait_s"]), "s"),
+        common.figure("driver CPU, TensorBoard on", a["driver_cpu_tracked_s"], "s"),
+        common.figure("driver CPU, TensorBoard off", a["driver_cpu_untracked_s"], "s"),
+    ]
+
+
+def pair_lines(sides: list[dict[str, Any]], a: dict[str, Any], words: dict[str, Any]) -> list[str]:
+    """One line per pair: both walls, the epochs each trained, and the raw ratio when they did the same work."""
+    on, off = [s for s in sides if s["tracked"]], [s for s in sides if not s["tracked"]]
+    return [
+        f"pair {i + 1}: {words['on']} {common.fmt(t['process_s'])} s (load {common.fmt(t.get('load_before'))}) "
+        f"vs {words['off']} {common.fmt(u['process_s'])} s (load {common.fmt(u.get('load_before'))}), "
+        f"{t['epochs_trained']} vs {u['epochs_trained']} epochs trained -> "
+        + (f"{common.fmt(r)}x" if t["epochs_trained"] == u["epochs_trained"] else "different work: per epoch only")
+        for i, (t, u, r) in enumerate(zip(on, off, a["ratios"], strict=False))
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,25 +346,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--side", choices=("tracked", "untracked"), help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--pairs", type=int, help="tracked/untracked pairs (default: by mode)")
+    p.add_argument("--pairs", type=int, help="on/off pairs (default: by mode)")
+    p.add_argument(
+        "--compare",
+        choices=tuple(COMPARISONS),
+        default="mlflow",
+        help="mlflow: tracked against tracking.enabled: false (default); tensorboard: tracking.tensorboard true "
+        "against false, MLflow as shipped on both sides (writes tracking_cost_tensorboard.json)",
+    )
     args = p.parse_args(argv)
     settings = MODES[args.mode]
     if args.side:
-        common.write_json(args.result, common.clean(_run_side(settings, args.workdir, args.side == "tracked")))
+        outcome = _run_side(settings, args.workdir, args.side == "tracked", args.compare)
+        common.write_json(args.result, common.clean(outcome))
         return 0
 
-    report = common.Report(NAME, TITLE, args.mode, args.out)
+    words = COMPARISONS[args.compare]
+    if args.compare == "tensorboard":
+        report = common.Report(f"{NAME}_tensorboard", TENSORBOARD_TITLE, args.mode, args.out)
+    else:
+        report = common.Report(NAME, TITLE, args.mode, args.out)
     sides: list[dict[str, Any]] = []
     with common.Workdir(NAME, args.keep) as workdir:
         for pair in range(args.pairs or settings["pairs"]):
             for side in ("tracked", "untracked"):  # one after the other, never at the same time
-                print(f"[{NAME}] pair {pair + 1}: the {side} search ({args.mode}) ...", flush=True)
+                label = words["on"] if side == "tracked" else words["off"]
+                print(f"[{NAME}] pair {pair + 1}: the {label} search ({args.mode}) ...", flush=True)
                 side_dir = workdir / f"{pair}-{side}"
                 load = os.getloadavg()[0]
                 began = time.time()
                 result = common.run_child(
                     f"benchmarks.{NAME}",
-                    [f"--{args.mode}", "--side", side, "--workdir", str(side_dir)],
+                    [f"--{args.mode}", "--side", side, "--compare", args.compare, "--workdir", str(side_dir)],
                     side_dir,
                     side,
                 )
@@ -230,6 +385,26 @@ def main(argv: list[str] | None = None) -> int:
                 result["load_before"] = load
                 sides.append(result)
     a = analyse(sides)
+    if args.compare == "tensorboard":
+        return report.finish(
+            tensorboard_figures(a),
+            pair_lines(sides, a, words),
+            DEFINITIONS,
+            {
+                "search": "search_spaces/digits_mlp.yaml as shipped"
+                + ("" if args.mode != "smoke" else f" at {settings['num_samples']} x {settings['max_epochs']}"),
+                "TensorBoard on": "tracking.tensorboard: true (the default); MLflow's default store, new",
+                "TensorBoard off": "tracking.tensorboard: false; MLflow's default store, new",
+                "order": "on, off, on, off ...: each in its own process",
+            },
+            [
+                "Both sides track to MLflow as shipped (a new sqlite:///mlflow.db in a fresh folder); only "
+                "tracking.tensorboard differs. ASHA's decisions can fall differently with timing, so each "
+                "pair's epochs trained are shown with it, and the per-epoch ratio beside the raw one.",
+                "Other processes shared the CPU during this run; see load_before/load_after and each side's load.",
+            ],
+            {"sides": sides, "analysis": a},
+        )
     figures = [
         common.figure(
             "tracked / untracked process wall per trained epoch (median of pairs)",
@@ -261,14 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         common.figure("driver CPU, tracked", a["driver_cpu_tracked_s"], "s"),
         common.figure("driver CPU, untracked", a["driver_cpu_untracked_s"], "s"),
     ]
-    ratios = [
-        f"pair {i + 1}: tracked {common.fmt(t['process_s'])} s vs untracked {common.fmt(u['process_s'])} s, "
-        f"{t['epochs_trained']} vs {u['epochs_trained']} epochs trained -> "
-        + (f"{common.fmt(r)}x" if t["epochs_trained"] == u["epochs_trained"] else "different work: per epoch only")
-        for i, (t, u, r) in enumerate(
-            zip([s for s in sides if s["tracked"]], [s for s in sides if not s["tracked"]], a["ratios"], strict=False)
-        )
-    ]
+    ratios = pair_lines(sides, a, words)
     setup = {
         "search": "search_spaces/digits_mlp.yaml as shipped"
         + ("" if args.mode != "smoke" else f" at {settings['num_samples']} trials x {settings['max_epochs']} epochs"),

@@ -38,6 +38,41 @@ def test_curve_metrics_area_and_times() -> None:
     assert metrics["epochs_reported"] == 3 and metrics["trials_reporting"] == 2
 
 
+def test_quality_reads_each_task_against_its_own_threshold_and_meets_on_ties() -> None:
+    settings = {"budget_s": 40.0, "max_epochs": 2}
+
+    def run(method: str, task: str, accuracy: float) -> dict[str, Any]:
+        points = [{"t": 10.0, "val_accuracy": accuracy, "epoch": 1, "trial": "a"}]
+        return {"method": method, "task": task, "seed": 0, "points": points}
+
+    # 0.96 reaches digits' 0.95 but not breast cancer's 0.97; equal curves meet "at least".
+    digits = quality.analyse([run("tunekit", "digits", 0.96), run("kerastuner", "digits", 0.96)], settings, "digits")
+    assert digits["medians"]["tunekit"]["time_to_accuracy_s"] == 10.0
+    met = {f["name"]: f["met"] for f in digits["figures"] if f["met"] is not None}
+    assert met == {
+        "digits, 40 s: tunekit (TPE + ASHA): area under best-so-far curve (median)": True,
+        "digits, 40 s: tunekit (TPE + ASHA): time to val_accuracy 0.95 (median)": True,
+    }
+    cancer = quality.analyse([run("tunekit", "breast_cancer", 0.96)], settings, "breast_cancer")
+    assert cancer["medians"]["tunekit"]["time_to_accuracy_s"] is None
+    spec = quality.task_spec("breast_cancer", training={"seed": 1})
+    assert spec["trainable"] == "benchmarks.quality" and spec["space"] == quality.CANCER_SPACE
+
+
+def test_tracking_cost_reads_tensorboard_s_share_and_its_driver_thread_cost_per_epoch() -> None:
+    def side(on: bool, seconds: float, **pieces: float) -> dict[str, Any]:
+        return {"tracked": on, "process_s": seconds, "epochs_trained": 200, "pieces": pieces,
+                "run_s": seconds, "last_epoch_s": seconds - 1, "driver_cpu_s": 3.0}  # fmt: skip
+
+    on = {"tb_hooks_s": 0.02, "tb_epochs": 200.0, "tb_writer_cpu_s": 0.4, "tb_final_wait_s": 0.05}
+    result = tracking_cost.analyse([side(True, 51.0, **on), side(False, 50.0)])
+    assert tracking_cost.tensorboard_share(result["ratio"]) == pytest.approx(1 / 51)
+    assert result["tb_hooks_per_epoch_ms"] == pytest.approx([0.1])
+    assert result["tb_writer_cpu_per_epoch_ms"] == pytest.approx([2.0])
+    share = tracking_cost.tensorboard_figures(result)[0]
+    assert share["value"] == pytest.approx(100 / 51) and share["met"] is True
+
+
 def test_pareto_hypervolume_follows_the_epochs_as_trials_end() -> None:
     # Parameters are scaled by 60,000: 6,000 is 0.1, 30,000 is 0.5. Reference (accuracy 0, 1.0).
     trials = [
