@@ -108,6 +108,8 @@ class Builders:
     fit_options: Callable[..., Any] | None = None
     # As TrainableRef's: the space's names, which the builders' reads are checked against.
     space_names: tuple[str, ...] | None = None
+    # The space names the checked builders of a trial have read so far (``load_builders``).
+    reads: set[str] | None = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         names = [_qualified(f) for f in (self.build_data, self.build_model, self.fit_options) if f is not None]
@@ -196,10 +198,12 @@ def load_builders(trainable: Trainable) -> Builders:
     from tunekit.hp import NameChecked
 
     names = trainable.space_names
+    reads: set[str] = set()  # one set for the three: the search's end warns of names none read
     return Builders(
-        NameChecked(builders.build_data, names, "build_data"),
-        NameChecked(builders.build_model, names, "build_model"),
-        None if builders.fit_options is None else NameChecked(builders.fit_options, names, "fit_options"),
+        NameChecked(builders.build_data, names, "build_data", reads),
+        NameChecked(builders.build_model, names, "build_model", reads),
+        None if builders.fit_options is None else NameChecked(builders.fit_options, names, "fit_options", reads),
+        reads=reads,
     )
 
 

@@ -504,29 +504,45 @@ def _key(assigned: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, (type(v).__name__, v)) for k, v in assigned.items()))
 
 
-def check_names(declared: Sequence[str], space: Sequence[str], where: str = "build_model") -> list[str]:
-    """Names of a YAML space and of the code's ``hp`` calls, checked against each other.
-
-    Returns one line per space name the code never declares (a warning: the branch may not
-    have run). Raises ``SpecError`` for a name the code declares that the space lacks.
-    """
-    for name in declared:
-        if name not in space:
-            raise SpecError("space", unknown_parameter_message(name, list(space), where), got=False)
-    return [f"space.{name}: {where} never reads it" for name in space if name not in declared]
-
-
 # --------------------------------------------------------------------------- a spec's builders, checked
 
 
 class CheckedConfig(dict[str, Any]):
     """A trial's configuration whose missing keys say why: not in the space (a spec/code mismatch,
-    fatal), or a conditional parameter inactive in this trial (this trial's failure)."""
+    fatal), or a conditional parameter inactive in this trial (this trial's failure).
 
-    def __init__(self, config: Mapping[str, Any], space: Sequence[str], where: str) -> None:
+    Every key the builder looks at (an item, ``get``, ``in``, or all of them by iterating) joins
+    ``reads``: the search's end warns of space keys no completed trial read (``tunekit.results.unread``).
+    """
+
+    def __init__(self, config: Mapping[str, Any], space: Sequence[str], where: str, reads: set[str]) -> None:
         super().__init__(config)
         self.space = tuple(space)
         self.where = where
+        self.reads = reads
+
+    def __getitem__(self, key: str) -> Any:
+        self.reads.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.reads.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.reads.add(str(key))
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:  # a loop reads every key; dict(config) then reads each item
+        self.reads.update(super().keys())
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self.reads.update(super().keys())
+        return super().items()
+
+    def copy(self) -> CheckedConfig:  # the copy's reads count too
+        return CheckedConfig(dict(dict.items(self)), self.space, self.where, self.reads)
 
     def __missing__(self, key: str) -> Any:
         if key in self.space:
@@ -536,8 +552,8 @@ class CheckedConfig(dict[str, Any]):
             )
         raise UnknownParameterError(unknown_parameter_message(str(key), self.space, self.where))
 
-    def __reduce__(self) -> Any:  # a plain dict once it leaves the builder
-        return (dict, (dict(self),))
+    def __reduce__(self) -> Any:  # a plain dict once it leaves the builder (pickling reads nothing)
+        return (dict, (dict(dict.items(self)),))
 
 
 @dataclass(frozen=True)
@@ -551,12 +567,17 @@ class NameChecked:
     function: Callable[..., Any]
     space: tuple[str, ...]
     where: str
+    # The space names read so far, shared by a trial's builders (``load_builders``).
+    reads: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def __call__(self, config: Mapping[str, Any], ctx: Any) -> Any:
         if takes_hp(self.function):
             hp = HyperParameters(config, known=self.space, strict=True)
-            return self.function(hp, ctx) if _positional_count(self.function) >= 2 else self.function(hp)
-        return self.function(CheckedConfig(config, self.space, self.where), ctx)
+            try:
+                return self.function(hp, ctx) if _positional_count(self.function) >= 2 else self.function(hp)
+            finally:
+                self.reads.update(hp.declared)
+        return self.function(CheckedConfig(config, self.space, self.where, self.reads), ctx)
 
 
 def takes_hp(function: Callable[..., Any]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,17 +108,30 @@ def test_warm_start_points_run_first(tmp_path: Path) -> None:
         {"learning_rate": 0.005, "units": 128, "dropout": 0.1, "batch_size": 32},
         {"learning_rate": 0.001, "units": 32},
     ]
+    shown = io.StringIO()
     results = tunekit.run(
         DEFAULT_SPEC,
-        overrides=["budget.num_samples=3", "budget.max_epochs=1", "scheduler.type=fifo", "tracking.enabled=false"],
+        overrides=[
+            "budget.num_samples=3",
+            "budget.max_epochs=1",
+            "scheduler.type=fifo",
+            "tracking.enabled=false",
+            "space.momentum={type: uniform, low: 0.0, high: 0.9}",  # which digits_mlp never reads
+        ],
         search={"warm_start": points},
         storage=tmp_path,
         name="warm",
-        progress=False,
+        progress=shown,
     )
     first_two = results.trials.sort_values("number").head(2)
     assert first_two.iloc[0]["params.learning_rate"] == 0.005 and first_two.iloc[0]["params.units"] == 128
     assert first_two.iloc[1]["params.learning_rate"] == 0.001 and first_two.iloc[1]["params.units"] == 32
+    # Each trial recorded the names read for it (its builders', and tunekit's compile and batch size).
+    assert set(results.trials["info.space_read"]) == {"batch_size;dropout;learning_rate;units"}
+    assert (
+        "warning: space.momentum: no completed trial's builders read it, so the search varied it for nothing"
+        in shown.getvalue()
+    )
 
 
 @pytest.mark.parametrize(("checkpoint_every_s", "resumed_from"), [(0, 3), (30, 0)])

@@ -11,7 +11,7 @@ import pytest
 
 from tunekit.config.space import parse_space
 from tunekit.errors import FatalTrialError, SpecError
-from tunekit.hp import HyperParameters, UnknownParameterError, check_names, discover, spec_name
+from tunekit.hp import HyperParameters, UnknownParameterError, discover, spec_name
 
 
 def kerastuner_mlp(hp: HyperParameters) -> dict[str, Any]:
@@ -224,20 +224,14 @@ def test_outside_strict_mode_an_unknown_name_gets_its_default_and_is_noted() -> 
     assert hp.unknown == ["b"]
 
 
-def test_check_names_refuses_code_names_and_warns_of_unread_space_names() -> None:
-    with pytest.raises(SpecError, match="space: build_model reads 'units_2', which the space lacks; the space has: "):
-        check_names(["units_2"], ["units_two"])
-    assert check_names(["a"], ["a", "b"]) == ["space.b: build_model never reads it"]
-
-
 # --------------------------------------------------------------------------- a spec's builders
 
 
-def spec_with(build_model: Any, space: dict[str, Any]) -> Any:
+def spec_with(build_model: Any, space: dict[str, Any], build_data: Any = None) -> Any:
     from tunekit.config.spec import load_spec
     from tunekit.contract import builders_from
 
-    trainable = builders_from(build_data=lambda config, ctx: (config, ctx), build_model=build_model)
+    trainable = builders_from(build_data=build_data or (lambda config, ctx: (config, ctx)), build_model=build_model)
     raw = {
         "name": "s",
         "metric": {"name": "val_accuracy", "mode": "max"},
@@ -295,3 +289,40 @@ def test_a_spec_builder_may_take_hp_and_reads_the_trials_values_strictly() -> No
 
     with pytest.raises(UnknownParameterError, match="did you mean 'units_two'"):
         load_builders(spec_with(renamed, SPACE).trainable).build_model({"layers": 2}, None)
+
+
+def test_a_trials_builders_share_one_record_of_the_space_names_they_read() -> None:
+    from tunekit.contract import load_builders
+
+    def build_data(config: dict[str, Any], ctx: Any) -> Any:
+        return config.get("learning_rate"), "layers" in config
+
+    def build_model(config: dict[str, Any], ctx: Any) -> Any:
+        copied = config.copy()  # a copy's reads count too
+        return copied["layers"]
+
+    builders = load_builders(spec_with(build_model, SPACE, build_data).trainable)
+    assert builders.reads == set()
+    builders.build_data({"layers": 1, "learning_rate": 0.01}, None)
+    assert builders.reads == {"learning_rate", "layers"}
+    builders.build_model({"layers": 1, "learning_rate": 0.01}, None)
+    assert builders.reads == {"learning_rate", "layers"}  # units_two: inactive, never read
+    import pickle
+
+    unread = load_builders(spec_with(lambda config, ctx: pickle.dumps(config), SPACE).trainable)
+    unread.build_model({"layers": 1}, None)
+    assert unread.reads == set()  # pickling the config reads nothing
+    everything = load_builders(spec_with(lambda config, ctx: dict(config), SPACE).trainable)
+    everything.build_model({"layers": 2, "units_two": 8}, None)
+    assert everything.reads == {"layers", "units_two"}
+
+
+def test_an_hp_builder_reads_what_it_declares() -> None:
+    from tunekit.contract import load_builders
+
+    def build_model(hp: HyperParameters) -> Any:
+        return hp.Choice("layers", [1, 2])
+
+    builders = load_builders(spec_with(build_model, SPACE).trainable)
+    builders.build_model({"layers": 2}, None)
+    assert builders.reads == {"layers"}

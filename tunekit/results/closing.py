@@ -13,6 +13,7 @@ from tunekit.layout import ENDED_STATUSES, TrialStatus
 from tunekit.results.best import INHERITED, config_text, describe_lineage, no_best_reason
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
+from tunekit.results.unread import unread_warning
 from tunekit.storage import shown
 
 
@@ -57,6 +58,8 @@ def closing_lines(results: ExperimentResults, summary: Summary) -> list[str]:
             f"best including warm-start history: trial {inherited.number} of {inherited.source} "
             f"{scores or f'{results.metric}={inherited.metric:.4f}'} ({config_text(inherited.config)})"
         )
+    if warning := unread_warning(results):
+        lines.append(warning)
     return lines
 
 

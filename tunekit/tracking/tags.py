@@ -102,6 +102,7 @@ INFO_TAGS = {  # trial info key -> child-run tag
     "batch_size": "tunekit.global_batch_size",
     "jit_compile": "tunekit.jit_compile",
     "scaled_learning_rate": "tunekit.scaled_learning_rate",  # training.scale_lr: the rate trained with
+    "space_read": "tunekit.space_read",  # the space names the trial read (tunekit.results.unread)
     "ray_gpu_ids": "tunekit.ray_gpu_ids",
     "node_ip": "tunekit.node_ip",
     "node_id": "tunekit.node_id",

@@ -208,3 +208,5 @@ class TrialProgress:
     config: dict[str, Any] = field(default_factory=dict)  # the trial's config; saved in checkpoints
     # training.scale_lr's learning rate, the one the trainable was given (None: not scaled).
     scaled_learning_rate: float | None = None
+    # The space names read for the trial so far (tunekit.worker.reads); None: not checked.
+    space_read: set[str] | None = None

@@ -150,6 +150,8 @@ class EpochReporter(keras.callbacks.Callback):
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch
             bookkeeping["info"] = trial_info(self._ctx, self._devices, self._progress.scaled_learning_rate)
+            if self._progress.space_read is not None:  # what a builder read during the first epoch counts
+                bookkeeping["info"]["space_read"] = sorted(self._progress.space_read)
         self._progress.epoch = completed
         if completed < self._spec.budget.max_epochs and not self.model.stop_training:
             self._report(completed, metrics, bookkeeping, final=False)

@@ -51,6 +51,7 @@ from tunekit.worker.checks import check_model_takes_data, checked_data, checked_
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
 from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
 from tunekit.worker.profile import TrialProfile
+from tunekit.worker.reads import space_read
 
 if TYPE_CHECKING:
     from tunekit.worker.measures import Measures
@@ -187,6 +188,7 @@ def _train(
     with profile.piece("start.build"), devices.strategy.scope():
         build_training_state(model, train_ds.element_spec)
     progress.config = trial_config
+    progress.space_read = space_read(builders, config, compiled_by_tunekit=compiled_by_tunekit)
     with profile.piece("start.restore"):
         progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, trial_config, config)
     if progress.epoch >= spec.budget.max_epochs:
