@@ -4,8 +4,10 @@ Each round runs, one after the other, as a user would: ``tunekit plan SPEC --pro
 real probe; its measurement is kept under the storage root), then ``tunekit run SPEC`` (which
 files the prediction with the experiment), and compares the predicted wall time, epochs and
 CPU-hours with the experiment's actual ones (``tunekit report``'s predicted-against-actual).
-The spec is the shipped default, ``search_spaces/digits_mlp.yaml``, with MLflow tracking to a
-SQLite file in the work directory. The CIFAR specs need a download and are left out.
+Two held-out shapes, each with MLflow tracking to a SQLite file in the work directory: the
+shipped default, ``search_spaces/digits_mlp.yaml``, and a small CNN on the same digits as 8x8
+images whose epoch cost grows about 3x with its ``filters`` (``benchmarks.eta_cnn``). The
+CIFAR specs need a download and are left out.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, eta_cnn
 
 NAME = "eta"
-TITLE = "tunekit plan --probe: predicted against actual wall time of the default search"
+TITLE = "tunekit plan --probe: predicted against actual wall time, the default search and a CNN whose epochs cost 3x"
 TARGET = 35.0  # per cent, either way
 
 MODES: dict[str, dict[str, Any]] = {
@@ -29,6 +31,7 @@ MODES: dict[str, dict[str, Any]] = {
     "quick": {"rounds": 2, "set": [], "probe_seconds": 150},
     "full": {"rounds": 4, "set": [], "probe_seconds": 150},
 }
+SHAPES = ("default", "cnn")  # each mode's rounds run per shape
 
 DEFINITIONS = {
     "predicted wall time": "plan --probe's predicted_wall_seconds: from the search's start (tunekit.run called, "
@@ -57,8 +60,18 @@ def _tunekit(args: list[str], workdir: Path, log: Path) -> float:
     return time.time() - started
 
 
-def one_round(index: int, settings: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    spec = str(common.DIGITS_SPEC)
+def spec_of(shape: str, workdir: Path) -> str:
+    """The shape's spec file: the shipped default, or the CNN's, written into the work directory."""
+    if shape == "default":
+        return str(common.DIGITS_SPEC)
+    path = workdir / "eta_cnn.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(eta_cnn.SPEC)
+    return str(path)
+
+
+def one_round(index: int, settings: dict[str, Any], workdir: Path, shape: str = "default") -> dict[str, Any]:
+    spec = spec_of(shape, workdir)
     overrides = [f"--set={item}" for item in settings["set"]]
     storage = ["--storage", str(workdir / f"round{index}")]
     workdir.mkdir(parents=True, exist_ok=True)
@@ -79,6 +92,7 @@ def one_round(index: int, settings: dict[str, Any], workdir: Path) -> dict[str, 
     )
     compared = {row["figure"]: row for row in json.loads(report.stdout)["predicted_vs_actual"] or []}
     return {
+        "shape": shape,
         "probe_seconds": probe_s,
         "process_wall_seconds": run_s,
         "compared": compared,
@@ -91,25 +105,30 @@ RAY_START_FAILED = "timed out during startup"  # Ray's own words when an overloa
 ATTEMPTS = 3
 
 
-def _round_with_retries(index: int, settings: dict[str, Any], workdir: Path, retried: list[str]) -> dict[str, Any]:
+def _round_with_retries(
+    index: int, settings: dict[str, Any], workdir: Path, retried: list[str], shape: str
+) -> dict[str, Any]:
     """One round; run again from its probe when Ray itself failed to start (a round measures tunekit, not that)."""
     for attempt in range(1, ATTEMPTS):
         try:
-            return one_round(index, settings, workdir / f"attempt{attempt}")
+            return one_round(index, settings, workdir / f"attempt{attempt}", shape)
         except common.ChildFailed as error:
             if RAY_START_FAILED not in str(error):
                 raise
-            retried.append(f"round {index}, attempt {attempt}: Ray did not start (load {os.getloadavg()[0]:.1f})")
+            retried.append(
+                f"{shape} round {index}, attempt {attempt}: Ray did not start (load {os.getloadavg()[0]:.1f})"
+            )
             print(f"[{NAME}] {retried[-1]}; again", flush=True)
-    return one_round(index, settings, workdir / f"attempt{ATTEMPTS}")
+    return one_round(index, settings, workdir / f"attempt{ATTEMPTS}", shape)
 
 
 def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     errors = [r["compared"]["wall seconds"]["error_percent"] for r in rounds]
     worst = max(errors, key=abs)
     figures = []
-    for index, r in enumerate(rounds):
+    for r in rounds:
         wall, epochs, hours = (r["compared"][k] for k in ("wall seconds", "epochs", "CPU-hours"))
+        index = f"{r.get('shape', 'default')} {r.get('index', '')}".strip()
         figures += [
             common.figure(
                 f"round {index}: wall time predicted / actual",
@@ -135,11 +154,20 @@ def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                 "s",
             ),
         ]
+    for shape in SHAPES:
+        of_shape = [e for r, e in zip(rounds, errors, strict=True) if r.get("shape", "default") == shape]
+        if of_shape:
+            largest = max(of_shape, key=abs)
+            target = f"within ±{TARGET:.0f}%"
+            figures.append(
+                common.figure(f"{shape}: largest wall-time error", largest, "%", target, abs(largest) <= TARGET)
+            )
     figures.append(common.figure("largest wall-time error", worst, "%", f"within ±{TARGET:.0f}%", abs(worst) <= TARGET))
+    walls = [r["compared"]["wall seconds"] for r in rounds]
     ratios = [
-        f"round {i}: predicted {r['compared']['wall seconds']['predicted']:.1f} s against "
-        f"{r['compared']['wall seconds']['actual']:.1f} s actual ({e:+.1f}%)"
-        for i, (r, e) in enumerate(zip(rounds, errors, strict=True))
+        f"{r.get('shape', 'default')} round {r.get('index', i)}: predicted {wall['predicted']:.1f} s "
+        f"against {wall['actual']:.1f} s actual ({e:+.1f}%)"
+        for i, (r, wall, e) in enumerate(zip(rounds, walls, errors, strict=True))
     ]
     return {"figures": figures, "ratios": ratios}
 
@@ -152,11 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     retried: list[str] = []
     with common.Workdir(NAME, args.keep) as workdir:
         for index in range(settings["rounds"]):
-            print(f"[{NAME}] round {index}: plan --probe, then the search ...", flush=True)
-            rounds.append(_round_with_retries(index, settings, workdir, retried))
+            for shape in SHAPES:  # alternating, so the machine's load moves both alike
+                print(f"[{NAME}] {shape} round {index}: plan --probe, then the search ...", flush=True)
+                done = _round_with_retries(index, settings, workdir / shape, retried, shape)
+                rounds.append({**done, "index": index})
     analysis = analyse(rounds)
+    with_set = f" with {', '.join(settings['set'])}" if settings["set"] else ""
     setup = {
-        "spec": "search_spaces/digits_mlp.yaml" + (f" with {', '.join(settings['set'])}" if settings["set"] else ""),
+        "spec": "search_spaces/digits_mlp.yaml" + with_set,
+        "cnn_spec": "benchmarks/eta_cnn.py's SPEC (filters 8..64, log; 12 trials x 9 epochs)" + with_set,
         "rounds": settings["rounds"],
         "probe_seconds": settings["probe_seconds"],
         "tracking": "MLflow, SQLite in the work directory",

@@ -319,10 +319,12 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
 
     seconds = args.probe_seconds or DEFAULT_SECONDS
     slots = probe_slots(spec, args.address)
-    budget = probe_sections(spec, slots)["budget"]
+    sections = probe_sections(spec, slots)
+    budget = sections["budget"]
+    chosen = "at the corners of the space's cost" if sections.get("search", {}).get("warm_start") else "sampled"
     # Said before anything runs, on stderr when stdout carries JSON.
     print(
-        f"probing {target_of(args.address)}: {budget['num_samples']} sampled configurations, up to "
+        f"probing {target_of(args.address)}: {budget['num_samples']} configurations {chosen}, up to "
         f"{budget['max_epochs']} epochs each, {slots} at a time; at most {seconds:g} s (a hard stop)",
         file=sys.stderr if args.format == "json" else sys.stdout,
         flush=True,

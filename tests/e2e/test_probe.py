@@ -50,7 +50,8 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
         timeout=PROBE_SECONDS + 30,
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
-    assert f"4 sampled configurations, up to 3 epochs each, 2 at a time; at most {PROBE_SECONDS} s" in probe.stderr
+    announced = "4 configurations at the corners of the space's cost, up to 3 epochs each, 2 at a time"
+    assert f"{announced}; at most {PROBE_SECONDS} s" in probe.stderr
     predicted = json.loads(probe.stdout)
     measured = predicted["measurement"]
     assert (measured["probe_trials"], measured["probe_epochs"]) == (4, 12)

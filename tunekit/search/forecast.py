@@ -32,6 +32,7 @@ from typing import Any
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import PREDICTION_FILE, PROBES_DIR
+from tunekit.search.costs import CostModel, fit
 from tunekit.search.plan import spec_milestones
 from tunekit.store import write_json
 
@@ -66,11 +67,23 @@ class Measurement:
     probe_epochs: int
     probe_seconds: float  # how long the probe ran
     notes: tuple[str, ...] = ()
+    # Per configuration the probe ran: {"config": its parameters, "epoch_s": its later epochs' mean}.
+    config_costs: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        known = {field.name for field in fields(cls)} - {"notes"}  # a stored probe also names what it measured
-        return cls(**{key: value for key, value in data.items() if key in known}, notes=tuple(data.get("notes", ())))
+        # A stored probe also names what it measured.
+        known = {field.name for field in fields(cls)} - {"notes", "config_costs"}
+        return cls(
+            **{key: value for key, value in data.items() if key in known},
+            notes=tuple(data.get("notes", ())),
+            config_costs=tuple(data.get("config_costs", ())),
+        )
+
+    def cost_model(self, spec: ExperimentSpec) -> CostModel | None:
+        """Epoch seconds by configuration, from the configurations the probe ran (None before any)."""
+        samples = [(c["config"], float(c["epoch_s"])) for c in self.config_costs if isinstance(c.get("config"), dict)]
+        return fit(spec.space, samples)
 
 
 @dataclass(frozen=True)
@@ -134,7 +147,9 @@ def predict(spec: ExperimentSpec, measurement: Measurement, simulations: int = S
     units, unit = slot_units(spec)
     rng = random.Random(spec.search.seed)
     searches = min(simulations, max(10, SIMULATED_TRIALS // spec.budget.num_samples))
-    runs = [_simulate(spec, measurement, slots, rng) for _ in range(searches)]
+    model = measurement.cost_model(spec)
+    costs = model.pool(spec.search.seed) if model is not None else None
+    runs = [_simulate(spec, measurement, slots, rng, costs) for _ in range(searches)]
     return Prediction(
         wall_seconds=statistics.fmean(r.wall for r in runs),
         epochs=statistics.fmean(r.epochs for r in runs),
@@ -213,15 +228,20 @@ class _Run:
 class _Trial:
     score: float
     started: float
+    epoch_s: float  # what a later epoch of its configuration costs
     epochs: int = 0
 
 
-def _simulate(spec: ExperimentSpec, m: Measurement, slots: int, rng: random.Random) -> _Run:
+def _simulate(
+    spec: ExperimentSpec, m: Measurement, slots: int, rng: random.Random, costs: list[float] | None = None
+) -> _Run:
     """One search: trials fill the slots, report epochs, and ASHA stops them by Ray's rule.
 
     Each trial has one random score for all its epochs (its rank among trials is what ASHA
     sees). At a rung, a trial stops when its score is below the (1 - 1/rf) quantile of
-    the scores recorded there before it; the first trial at a rung always goes on.
+    the scores recorded there before it; the first trial at a rung always goes on. A trial's
+    epochs cost one of ``costs`` (its configuration's, drawn from the space), else the
+    probe's mean; its first epoch is the probe's first epoch with the mean epoch swapped for its own.
     """
     n, max_epochs = spec.budget.num_samples, spec.budget.max_epochs
     milestones = set(spec_milestones(spec))
@@ -236,9 +256,10 @@ def _simulate(spec: ExperimentSpec, m: Measurement, slots: int, rng: random.Rand
     def start(at: float, reused: bool) -> None:
         if len(trials) >= n or at >= deadline:
             return
-        trials.append(_Trial(rng.random(), at))
-        first = m.reused_first_epoch_s if reused else m.new_worker_first_epoch_s
-        heapq.heappush(events, (at + first, len(trials) - 1, 1))
+        epoch_s = rng.choice(costs) if costs else m.epoch_s
+        trials.append(_Trial(rng.random(), at, epoch_s))
+        first = (m.reused_first_epoch_s if reused else m.new_worker_first_epoch_s) + epoch_s - m.epoch_s
+        heapq.heappush(events, (at + max(first, epoch_s), len(trials) - 1, 1))
 
     def end(index: int, at: float) -> None:
         nonlocal slot_seconds
@@ -263,7 +284,7 @@ def _simulate(spec: ExperimentSpec, m: Measurement, slots: int, rng: random.Rand
         if stop:
             end(index, at + m.end_s)
         else:
-            heapq.heappush(events, (at + m.epoch_s, index, epoch + 1))
+            heapq.heappush(events, (at + trial.epoch_s, index, epoch + 1))
     return _Run(max(ends, default=m.startup_s), [t.epochs for t in trials], slot_seconds)
 
 

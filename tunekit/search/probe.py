@@ -36,7 +36,8 @@ from tunekit.clock import duration
 from tunekit.config.resources import local_gpu_count
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import TunekitError
-from tunekit.layout import PROBES_DIR, TrialStatus
+from tunekit.layout import PARAM_PREFIX, PROBES_DIR, TrialStatus
+from tunekit.search.costs import probe_points
 from tunekit.search.forecast import Measurement, Prediction, concurrency, target_of
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ class ProbeSettings:
 
 
 def probe_sections(spec: ExperimentSpec, slots: int) -> dict[str, Any]:
-    """The spec's changes for a probe: a few short trials, FIFO, no tracking, random or TPE sampling."""
+    """The spec's changes for a probe: a few short trials, FIFO, no tracking, random or TPE sampling,
+    at the corners of the space's cost when it has size-like parameters (``costs.probe_points``)."""
     sections: dict[str, Any] = {
         "budget": {
             "num_samples": slots * TRIALS_PER_SLOT,
@@ -71,8 +73,16 @@ def probe_sections(spec: ExperimentSpec, slots: int) -> dict[str, Any]:
         "scheduler": {"type": "fifo"},
         "tracking": {"enabled": False},
     }
+    search: dict[str, Any] = {}
     if spec.search.algorithm == "grid":  # a grid fixes num_samples; sample its space instead
-        sections["search"] = {"algorithm": "random"}
+        search["algorithm"] = "random"
+    # Run first, before the sampler's own picks: TPE's first picks said nothing of the costly
+    # corner its later trials went to (the module docstring of tunekit.search.costs).
+    points = probe_points(spec.space, slots * TRIALS_PER_SLOT, spec.search.seed)
+    if points:
+        search["warm_start"] = points
+    if search:
+        sections["search"] = search
     return sections
 
 
@@ -164,15 +174,21 @@ def measure(
     first_epochs: list[tuple[bool, float]] = []  # (in a new worker, trial start -> first report)
     later: list[float] = []
     ends: list[float] = []
-    for position, row in enumerate(order.itertuples(index=False)):
-        rows = reports.get(str(row.trial_id))
+    config_costs: list[dict[str, Any]] = []
+    params = [c for c in order.columns if str(c).startswith(PARAM_PREFIX)]
+    for position, (_, row) in enumerate(order.iterrows()):
+        rows = reports.get(str(row["trial_id"]))
         if rows is None or rows.empty:
             continue
         times = [origin + float(t) for t in rows["time"]]
-        first_epochs.append((position < slots, times[0] - float(row.started_at)))
-        later += [b - a for a, b in itertools.pairwise(times)]
-        if row.ended_at == row.ended_at:  # not NaN: the trial ended before the probe stopped
-            ends.append(float(row.ended_at) - times[-1])
+        first_epochs.append((position < slots, times[0] - float(row["started_at"])))
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        later += gaps
+        if gaps:
+            config = {str(c)[len(PARAM_PREFIX) :]: _plain(row[c]) for c in params if row[c] == row[c]}  # not NaN
+            config_costs.append({"config": config, "epoch_s": statistics.fmean(gaps)})
+        if row["ended_at"] == row["ended_at"]:  # not NaN: the trial ended before the probe stopped
+            ends.append(float(row["ended_at"]) - times[-1])
     new = [s for fresh, s in first_epochs if fresh]
     reused = [s for fresh, s in first_epochs if not fresh]
     notes = []
@@ -196,7 +212,14 @@ def measure(
         probe_epochs=len(epochs),
         probe_seconds=elapsed,
         notes=tuple(notes),
+        config_costs=tuple(config_costs),
     )
+
+
+def _plain(value: Any) -> Any:
+    """A table's cell as the space's own value: numpy's numbers as Python's, a whole float as an int."""
+    value = value.item() if hasattr(value, "item") else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _no_epoch(trials: Any, elapsed: float, tail: str) -> TunekitError:
@@ -251,6 +274,9 @@ def describe(spec: ExperimentSpec, measurement: Measurement, prediction: Predict
         ("each later epoch (train, validate, checkpoint, report)", f"{m.epoch_s:.3f} s"),
         ("between a trial's end and the next trial's start", f"{m.gap_s:.2f} s"),
     ]
+    if len(m.config_costs) > 1:  # what the forecast prices each configuration by
+        costs = [float(c["epoch_s"]) for c in m.config_costs]
+        rows.insert(4, (f"  by configuration ({len(costs)} measured)", f"{min(costs):.3f} to {max(costs):.3f} s"))
     width = max(len(label) for label, _ in rows)
     lines = [
         f"probe: {m.probe_trials} trials, {m.probe_epochs} epochs in {m.probe_seconds:.0f} s on {m.target} "

@@ -163,7 +163,11 @@ def test_the_probe_runs_short_fifo_trials_at_the_specs_concurrency() -> None:
     sections = probe_sections(digits(), slots=2)
     assert sections["budget"] == {"num_samples": 4, "max_epochs": 3, "max_concurrent": 2, "time_budget_s": None}
     assert (sections["scheduler"], sections["tracking"]) == ({"type": "fifo"}, {"enabled": False})
-    assert "search" not in sections
+    # The space's cost corners run first: units and batch_size are named like what costs.
+    corners = [(p["units"], p["batch_size"]) for p in sections["search"]["warm_start"]]
+    assert corners == [(256, 16), (32, 64), (32, 16), (256, 64)]
+    assert "algorithm" not in sections["search"]  # the spec's own sampler goes on after them
+    assert load_spec(DIGITS, [], sections).search.warm_start[0]["units"] == 256  # points the spec accepts
 
 
 def test_the_users_set_values_shape_the_prediction_never_the_probes_own_budget() -> None:
