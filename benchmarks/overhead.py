@@ -684,7 +684,7 @@ def analyse(
         f"best val_accuracy: tunekit {common.fmt(a['best_val_accuracy'])} vs plain "
         f"{common.fmt(b['best_val_accuracy'])}",
     ]
-    ratios[0] = f"tracked, {TRACKING_OF_ROW['tracked']}: " + ratios[0]
+    ratios[0] = f"tracked, {TRACKING_OF_ROW['tracked']}: " + ratios[0] + side_loads(tk, plain)
     pieces = {"tunekit": breakdown(tk), "plain_ray_tune": breakdown(plain), "plain_keras": breakdown(keras_side)}
     result: dict[str, Any] = {
         "figures": figures,
@@ -729,6 +729,16 @@ def analyse(
     return result
 
 
+def side_loads(tk: dict[str, Any], plain: dict[str, Any]) -> str:
+    """The 1-minute load before and after each side, when the run noted them."""
+    if "load_before" not in tk or "load_before" not in plain:
+        return ""
+    return (
+        f" (load: tunekit {tk['load_before'][0]:.1f} -> {tk['load_after'][0]:.1f}, "
+        f"plain {plain['load_before'][0]:.1f} -> {plain['load_after'][0]:.1f})"
+    )
+
+
 def _pct(share: float | None) -> float | None:
     return None if share is None else 100 * share
 
@@ -769,12 +779,15 @@ def main(argv: list[str] | None = None) -> int:
         for side in wanted:  # one after the other, never at the same time
             print(f"[{NAME}] running the {side} side ({args.mode}) ...", flush=True)
             side_dir = workdir / side
+            load = os.getloadavg()
             sides[side] = common.run_child(
                 f"benchmarks.{NAME}",
                 [f"--{args.mode}", "--side", side, "--workdir", str(side_dir)],
                 side_dir,
                 side,
             )
+            # Each side's own load: a load spike during one side moves the ratio, not the other side.
+            sides[side]["load_before"], sides[side]["load_after"] = list(load), list(os.getloadavg())
     analysis = analyse(
         sides["tunekit"],
         sides["plain"],

@@ -384,6 +384,11 @@ def test_overhead_pairs_only_sides_that_did_the_same_about_tracking() -> None:
     assert cost["wall_ratio"] == pytest.approx(1.05)
     assert cost["per_epoch_ratio"] == pytest.approx(1.05)
     assert cost["same_epochs"] and cost["epochs"] == (100, 100)
+    # Each side's own load goes with the headline: a spike during one side moves the ratio.
+    loaded = {"load_before": [0.1, 0, 0], "load_after": [2.0, 0, 0]}
+    busy = {"load_before": [7.6, 0, 0], "load_after": [14.9, 0, 0]}
+    assert overhead.side_loads(loaded, busy) == " (load: tunekit 0.1 -> 2.0, plain 7.6 -> 14.9)"
+    assert overhead.side_loads({}, busy) == ""
 
 
 def test_regressions_compare_the_row_that_tracked_as_the_published_one_did() -> None:
