@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -158,6 +159,12 @@ def test_workers_that_die_before_reporting_stop_the_search_at_the_third_trial(tm
     trials = tunekit.load(tmp_path / "dying").trials
     assert (trials["status"] == "failed").sum() == 3, (trials[["status", "reason"]], str(raised.value))
     assert len(trials) <= 4  # the third failure stops the search at Ray's next step
+    # Each worker said where it ran as its trial started, before the model it died building:
+    # what `tunekit status` showed of these trials, which never reported.
+    from tunekit.worker.heartbeat import STARTING, read_heartbeat
+
+    beats = [read_heartbeat(tmp_path / "dying" / t, max_age=None) for t in trials["trial_id"]]
+    assert all(b is not None and b.phase == STARTING and b.node_id and b.pid not in (None, os.getpid()) for b in beats)
 
 
 def _ended_trials(trials_csv: Path) -> list[dict[str, str]]:

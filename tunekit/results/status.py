@@ -187,7 +187,9 @@ def _on_workers(directory: Path, rows: list[dict[str, str]], active_now: float) 
     for row in on_workers:
         span = dict(spans.get(row["trial_id"], {}))
         if not span.get("node_id"):  # before its first report: the worker's heartbeat says where
-            beat = read_heartbeat(directory / row["trial_id"])
+            # Of any age: the worker writes it as the trial starts, and not again before a long
+            # epoch's batches, however long its data, model and TensorFlow's import take.
+            beat = read_heartbeat(directory / row["trial_id"], max_age=None)
             if beat is not None and beat.node_id:
                 span["node_id"], span["pid"] = beat.node_id, str(beat.pid or "")
         began = _float(span.get("start")) or 0.0

@@ -45,6 +45,7 @@ from tunekit.layout import (
 )
 from tunekit.storage import Bucket, is_uri
 from tunekit.store import no_space_in
+from tunekit.worker import heartbeat
 from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
@@ -70,6 +71,7 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
     trial_dir = _trial_dir(experiment_dir, trial_id)
     profile = TrialProfile.for_trial(trial_id)
     with _output_to(trial_dir / OUTPUT_FILE):
+        heartbeat.announce(trial_dir)  # `tunekit status` shows where it runs from now on
         try:
             _train(dict(config), spec, progress, trial_dir, profile)
         except (FatalTrialError, ImportError, SyntaxError) as error:

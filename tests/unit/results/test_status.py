@@ -38,6 +38,23 @@ def test_a_running_trial_shows_its_worker_from_its_heartbeat_before_its_first_re
     assert "search: running" in status.describe()
 
 
+def test_a_trial_shows_its_worker_from_its_start_however_long_its_data_and_model_take(tmp_path: Path) -> None:
+    # The worker announces itself as the trial starts (tunekit.worker.heartbeat.announce), then
+    # writes nothing until a long epoch's batches: 3 minutes of data loading still show where.
+    from tunekit.worker.heartbeat import announce, read_heartbeat
+
+    root = experiment(tmp_path / "e", running=True, heard_s_ago=1.0)
+    (root / "t1").mkdir()
+    announce(root / "t1")
+    beat = json.loads((root / "t1" / HEARTBEAT_FILE).read_text())
+    assert (beat["epoch"], beat["phase"], beat["pid"]) == (0, "start", os.getpid())
+    (root / "t1" / HEARTBEAT_FILE).write_text(json.dumps({**beat, "node_id": "feed0001", "at": time.time() - 180}))
+    assert read_heartbeat(root / "t1") is None  # too old to say where inside an epoch it is...
+    status = read_status(root)
+    assert [(r.node_id, r.pid) for r in status.running] == [("feed0001", str(os.getpid()))]  # ...not where it runs
+    assert f"feed0001  {os.getpid():>7}" in status.describe()
+
+
 def test_a_session_its_driver_ended_is_not_running_however_recent(tmp_path: Path) -> None:
     # Right after a Ctrl-C the clock's end is seconds old: it said "running" for 15 s.
     ended = read_status(experiment(tmp_path / "ended", running=False, heard_s_ago=1.0))
