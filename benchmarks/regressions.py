@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.overhead import side_loads
 
 PUBLISHED = Path(__file__).resolve().parent / "published" / "overhead.json"
 THRESHOLD = 0.20
@@ -175,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
             else "tunekit untracked, from before the equal-terms change):"
         )
     )
+    sides = run["details"].get("sides") or {}
+    loads = side_loads(sides.get("tunekit", {}), sides.get("plain", {}))
+    if loads:
+        # The yardsticks run in the same process as their side: a side run busier than the other skews both.
+        print(f"  this run's sides{loads}")
     pace = _pace(
         "plain Keras's later epoch",
         published.get("yardstick_ms"),
