@@ -25,6 +25,25 @@ def asha_rungs(scheduler: ASHAScheduler) -> list[tuple[float, dict[str, float]]]
     return [(milestone, recorded) for bracket in scheduler._brackets for milestone, recorded in bracket._rungs]
 
 
+def bracket_rungs(scheduler: ASHAScheduler) -> list[list[tuple[float, dict[str, float]]]]:
+    """Each bracket's (milestone, {trial id: signed metric}) rungs, as ``asha_rungs`` but bracket by bracket.
+
+    Why: a resumed Hyperband refills each trial's own bracket only. Checked against Ray 2.60
+    (``_brackets`` in bracket order, ``_Bracket._rungs``).
+    """
+    return [list(bracket._rungs) for bracket in scheduler._brackets]
+
+
+def assign_bracket(scheduler: ASHAScheduler, trial_id: str, index: int) -> None:
+    """Puts a trial in bracket ``index`` of an ASHA scheduler with several brackets (Hyperband).
+
+    Why: Ray's ``on_trial_add`` draws the bracket with numpy's global random state, which a
+    resume cannot replay and the search's seed does not fix. Checked against Ray 2.60
+    (``_trial_info``: trial id -> ``_Bracket``, read by ``on_trial_result``/``on_trial_complete``).
+    """
+    scheduler._trial_info[trial_id] = scheduler._brackets[index]
+
+
 def asha_metric_sign(scheduler: ASHAScheduler) -> float:
     """+1 when ASHA maximises its metric, -1 when it minimises: how it stores rung values.
 

@@ -30,7 +30,10 @@ MAX_OBJECTIVES = 4
 # as objectives, in constraints and in select without user code.
 MEASURED = ("model_params", "model_size_mb", "latency_ms", "peak_memory_mb")
 # Schedulers that rank trials by one number; what to use instead with several objectives.
-SINGLE_METRIC_SCHEDULERS = {"pbt": "use asha (MO-ASHA early stopping) or fifo"}
+SINGLE_METRIC_SCHEDULERS = {
+    "pbt": "use asha (MO-ASHA early stopping) or fifo",
+    "hyperband": "use asha (MO-ASHA early stopping, one bracket) or fifo",
+}
 _CONSTRAINT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w./-]*)\s*(?P<op><=|>=)\s*(?P<limit>[-+0-9.eE]+)\s*$")
 _CONSTRAINT_RULE = "must read 'NAME <= NUMBER' or 'NAME >= NUMBER'"
 

@@ -43,6 +43,7 @@ from tunekit.config.objectives import (
     raw_extras,
 )
 from tunekit.config.objectives import MetricMode as MetricMode
+from tunekit.config.rungs import parse_rungs
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace, parse_space
 from tunekit.config.warm_start import check_sources, parse_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable, with_space_names
@@ -50,7 +51,7 @@ from tunekit.errors import SpecError
 
 # The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
 Algorithm = Literal["tpe", "random", "grid", "nsga2"]
-SchedulerType = Literal["asha", "fifo", "pbt"]
+SchedulerType = Literal["asha", "hyperband", "fifo", "pbt"]
 Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
 # "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
 GpuMemoryMode = Literal["growth", "cap"]
@@ -91,6 +92,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "quantile_fraction",
         "resample_probability",
         "mutate",
+        "brackets",
     ),
     "resources": ("cpu", "gpu", "gpu_memory"),
     "training": (
@@ -143,6 +145,7 @@ class SchedulerSpec:
     quantile_fraction: float = 0.25
     resample_probability: float = 0.25
     mutate: tuple[str, ...] = ()
+    brackets: int = 1  # Hyperband's (tunekit.config.rungs); 1 for ASHA
 
 
 @dataclass(frozen=True)
@@ -510,17 +513,15 @@ def _scheduler(raw: object, budget: BudgetSpec, search: SearchSettings, space: S
         pbt.check_searched_by(search.algorithm)
         return SchedulerSpec("pbt", 1, 3.0, **settings, mutate=pbt.parse_mutate(section.get("mutate"), space))
     pbt.check_asha_section(section)
-    grace = v.integer(section.get("grace_period", 1), "scheduler.grace_period", minimum=1)
-    if kind == "asha" and grace > budget.max_epochs:
-        raise SpecError("scheduler.grace_period", f"must be <= budget.max_epochs ({budget.max_epochs})", grace)
-    factor = v.number(section.get("reduction_factor", 3), "scheduler.reduction_factor", above=1)
-    return SchedulerSpec(kind, grace, factor)
+    grace, factor, brackets = parse_rungs(section, kind, budget.max_epochs)
+    return SchedulerSpec(kind, grace, factor, brackets=brackets)
 
 
 def _scheduler_raw(scheduler: SchedulerSpec) -> dict[str, Any]:
     """The scheduler section as the experiment records it: the settings of its type only."""
     filled = asdict(scheduler)
-    unused = pbt.ASHA_KEYS if scheduler.type == "pbt" else pbt.PBT_KEYS
+    kind = scheduler.type
+    unused = (pbt.ASHA_KEYS if kind == "pbt" else pbt.PBT_KEYS) + ("brackets",) * (kind != "hyperband")
     return {key: list(value) if key == "mutate" else value for key, value in filled.items() if key not in unused}
 
 

@@ -161,7 +161,7 @@ def settle_ended(
     elif pruned:
         record.status = TrialStatus.PRUNED
         record.rung = rung_of(record.epochs, spec)
-        scheduler = "MO-ASHA" if spec.multi_objective else "ASHA"
+        scheduler = "MO-ASHA" if spec.multi_objective else "Hyperband" if spec.scheduler.type == "hyperband" else "ASHA"
         record.reason = f"pruned by {scheduler} at rung {record.rung} (epoch {record.epochs})"
     else:
         # Neither finished nor pruned: the search stopped around it.

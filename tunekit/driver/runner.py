@@ -522,7 +522,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
 
     searcher = OptunaStudySearcher(spec, experiment_dir)
     searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
-    scheduler = build_scheduler(spec, experiment_dir)
+    scheduler = build_scheduler(spec, experiment_dir, searcher.trial_number)
     guard = FailureGuard()
     recorder = Recorder(spec, experiment_dir, searcher, scheduler, [*listeners, guard])
     tuner = tune.Tuner(

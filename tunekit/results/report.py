@@ -231,9 +231,10 @@ def _summary(results: ExperimentResults, summary: Summary) -> str:
         ),
     ]
     scheduler, search = spec.scheduler, spec.search
+    brackets = f", {_e(scheduler.brackets)} brackets" if scheduler.type == "hyperband" else ""
     asha = (
-        f" (grace {_e(scheduler.grace_period)}, reduction factor {_e(scheduler.reduction_factor)})"
-        if scheduler.type == "asha"
+        f" (grace {_e(scheduler.grace_period)}, reduction factor {_e(scheduler.reduction_factor)}{brackets})"
+        if scheduler.type in ("asha", "hyperband")
         else ""
     )
     settings = (

@@ -15,18 +15,19 @@ from tunekit.layout import INFO_PREFIX, TrialStatus
 from tunekit.results.load import ExperimentResults
 
 SPACE_READ_COLUMN = f"{INFO_PREFIX}space_read"
+REPORTED_COLUMN = f"{INFO_PREFIX}precision"  # every first report of an attempt carries it
 
 
 def unread_names(results: ExperimentResults) -> list[str]:
     """The space's names, in its order, that no completed trial read; none when the reads were not
     recorded (an experiment from before they were, or builders whose reads are not checked)."""
     trials = results.trials
-    if trials.empty or SPACE_READ_COLUMN not in trials.columns:
+    if trials.empty or SPACE_READ_COLUMN not in trials.columns or REPORTED_COLUMN not in trials.columns:
         return []
     completed = trials[trials["status"] == TrialStatus.COMPLETED]
     # A completed trial whose attempt reported nothing (it resumed from its last checkpoint) has no info.
-    reported = completed[completed[f"{INFO_PREFIX}precision"].notna()] if f"{INFO_PREFIX}precision" in trials else []
-    if len(reported) == 0:
+    reported = completed[completed[REPORTED_COLUMN].notna()]
+    if reported.empty:
         return []
     read = set().union(*(_names(cell) for cell in reported[SPACE_READ_COLUMN]))
     return [name for name in results.spec.space.names if name not in read]

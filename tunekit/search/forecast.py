@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from tunekit.config.rungs import bracket_of
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import PREDICTION_FILE, PROBES_DIR
 from tunekit.search.costs import CostModel, fit
@@ -244,10 +245,12 @@ def _simulate(
     probe's mean; its first epoch is the probe's first epoch with the mean epoch swapped for its own.
     """
     n, max_epochs = spec.budget.num_samples, spec.budget.max_epochs
-    milestones = set(spec_milestones(spec))
+    # Hyperband: trial i is in bracket i mod B, compared from ASHA's rung b on (tunekit.config.rungs).
+    brackets, ordered = spec.scheduler.brackets, spec_milestones(spec)
+    milestones = {(b, epoch) for b in range(brackets) for epoch in ordered[b:]}
     quantile = 1 - 1 / spec.scheduler.reduction_factor
     deadline = m.startup_s + spec.budget.time_budget_s if spec.budget.time_budget_s else math.inf
-    recorded: dict[int, list[float]] = {epoch: [] for epoch in milestones}
+    recorded: dict[tuple[int, int], list[float]] = {rung: [] for rung in milestones}
     events: list[tuple[float, int, int]] = []  # (time, trial index, epoch reported)
     trials: list[_Trial] = []
     ends: list[float] = []
@@ -277,8 +280,8 @@ def _simulate(
             continue
         trial.epochs = epoch
         stop = epoch >= max_epochs
-        if epoch in milestones:
-            seen = recorded[epoch]  # kept sorted: a sort per comparison made 10,000 trials take seconds
+        if (rung := (bracket_of(index, brackets), epoch)) in milestones:
+            seen = recorded[rung]  # kept sorted: a sort per comparison made 10,000 trials take seconds
             stop = stop or (bool(seen) and trial.score < _quantile(seen, quantile))
             bisect.insort(seen, trial.score)
         if stop:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from tunekit.config.rungs import asha_milestones, bracket_of
 from tunekit.config.spec import ExperimentSpec, MetricMode
 from tunekit.layout import SQLITE_STUDY_FILE, TrialStatus, finite, study_file
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     import optuna
 
 T = TypeVar("T")
+# Schedulers that compare trials at rungs and stop the weak ones.
+EARLY_STOPPING = ("asha", "hyperband")
 
 
 def study_storage(experiment_dir: str | Path) -> optuna.storages.BaseStorage:
@@ -63,6 +66,7 @@ class Plan:
     grid_size: int | None = None  # distinct configurations, for grid search
     repeats: int = 1  # how many times grid search trains each configuration
     perturbation_interval: int = 0  # PBT: epochs between rankings of the population; 0 otherwise
+    brackets: tuple[int, ...] = ()  # Hyperband: the trials in each bracket
 
     def describe(self) -> str:
         lines = []
@@ -83,6 +87,13 @@ class Plan:
         lines += [
             f"{'end' if r.epoch == self.max_epochs else r.index:>4}  {r.epoch:>8}  {r.trials:>6}" for r in self.rungs
         ]
+        if self.brackets:
+            firsts = [r.epoch for r in self.rungs]
+            shares = ", ".join(
+                f"{n} never stopped" if firsts[b] == self.max_epochs else f"{n} from epoch {firsts[b]}"
+                for b, n in enumerate(self.brackets)
+            )
+            lines.append(f"hyperband: {_count(len(self.brackets), 'bracket')} (trials compared first: {shares})")
         share = self.planned_epochs / self.exhaustive_epochs
         lines.append(
             f"epochs: about {self.planned_epochs} planned against {self.exhaustive_epochs} "
@@ -95,45 +106,44 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def asha_milestones(grace_period: int, reduction_factor: float, max_epochs: int) -> list[int]:
-    """Epochs at which ASHA compares trials: grace × rf^k below max_epochs (as Ray computes them)."""
-    count = int(math.log(max_epochs / grace_period, reduction_factor) + 1e-9) + 1
-    milestones = sorted({int(grace_period * reduction_factor**k) for k in range(count)})
-    return [m for m in milestones if m < max_epochs]
-
-
 def plan_budget(spec: ExperimentSpec) -> Plan:
-    """Predicts rung occupancy and epochs spent, assuming ASHA keeps the top 1/rf at each rung."""
+    """Predicts rung occupancy and epochs spent, assuming ASHA keeps the top 1/rf at each rung.
+
+    Under hyperband each bracket is planned so over its own trials (``bracket_of``), from its
+    first rung on, and a rung's count adds the brackets' trials that reach it.
+    """
     budget, scheduler = spec.budget, spec.scheduler
     n, max_epochs = budget.num_samples, budget.max_epochs
     grid_size = spec.space.grid_size() if spec.search.algorithm == "grid" else None
     repeats = n // grid_size if grid_size else 1
-    if scheduler.type != "asha":  # FIFO and PBT train every trial to the end
+    if scheduler.type not in EARLY_STOPPING:  # FIFO and PBT train every trial to the end
         interval = scheduler.perturbation_interval if scheduler.type == "pbt" else 0
         return Plan((), max_epochs, n, n * max_epochs, n * max_epochs, grid_size, repeats, interval)
     milestones = asha_milestones(scheduler.grace_period, scheduler.reduction_factor, max_epochs)
-    rungs = [Rung(i, m, max(1, math.ceil(n / scheduler.reduction_factor**i))) for i, m in enumerate(milestones)]
-    finishers = max(1, math.ceil(n / scheduler.reduction_factor ** len(milestones)))
-    # The epochs between two milestones are trained by the trials that reached the later one.
-    epochs, previous_epoch = 0, 0
-    for rung in rungs:
-        epochs += rung.trials * (rung.epoch - previous_epoch)
-        previous_epoch = rung.epoch
-    epochs += finishers * (max_epochs - previous_epoch)
-    rungs.append(Rung(len(rungs), max_epochs, finishers))
-    return Plan(tuple(rungs), max_epochs, n, epochs, n * max_epochs, grid_size, repeats)
+    levels = [*milestones, max_epochs]  # the last: trials that train to the end
+    reaching = [0] * len(levels)
+    sizes = [sum(bracket_of(i, scheduler.brackets) == b for i in range(n)) for b in range(scheduler.brackets)]
+    for first, size in enumerate(sizes):  # bracket b's trials all train to its first rung, ASHA's rung b
+        for level in range(len(levels)):
+            reaching[level] += math.ceil(size / scheduler.reduction_factor ** max(0, level - first)) if size else 0
+    # The epochs between two levels are trained by the trials that reached the later one.
+    epochs = sum(c * (epoch - before) for c, epoch, before in zip(reaching, levels, [0, *levels[:-1]], strict=True))
+    rungs = tuple(Rung(i, epoch, max(1, count)) for i, (epoch, count) in enumerate(zip(levels, reaching, strict=True)))
+    shown = tuple(sizes) if scheduler.type == "hyperband" else ()
+    return Plan(rungs, max_epochs, n, epochs, n * max_epochs, grid_size, repeats, brackets=shown)
 
 
 def spec_milestones(spec: ExperimentSpec) -> list[int]:
-    """The epochs of the spec's ASHA rungs; none for any other scheduler."""
-    if spec.scheduler.type != "asha":
+    """The epochs of the spec's ASHA rungs (Hyperband's brackets' are among them); none for any other scheduler."""
+    if spec.scheduler.type not in EARLY_STOPPING:
         return []
     return asha_milestones(spec.scheduler.grace_period, spec.scheduler.reduction_factor, spec.budget.max_epochs)
 
 
 def rung_of(epochs: int, spec: ExperimentSpec) -> int | None:
-    """The highest ASHA rung a trial that trained ``epochs`` epochs passed through."""
-    if spec.scheduler.type != "asha":
+    """The highest ASHA rung a trial that trained ``epochs`` epochs passed through (under hyperband,
+    numbered over ASHA's rungs whatever its bracket: ``tunekit.config.rungs``)."""
+    if spec.scheduler.type not in EARLY_STOPPING:
         return None
     milestones = spec_milestones(spec)
     reached = [i for i, m in enumerate(milestones) if epochs >= m]

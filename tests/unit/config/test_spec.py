@@ -77,7 +77,8 @@ MALFORMED = [
     (("search.seed", True), "search.seed: must be an integer >= 0, got true"),
     (("scheduler.grace_period", 30), "scheduler.grace_period: must be <= budget.max_epochs (20), got 30"),
     (("scheduler.reduction_factor", 1), "scheduler.reduction_factor: must be > 1, got 1"),
-    (("scheduler.type", "hyperband"), "scheduler.type: must be one of asha, fifo, pbt, got 'hyperband'"),
+    (("scheduler.type", "hyperbands"), "scheduler.type: must be one of asha, hyperband, fifo, pbt, got 'hyperbands'"),
+    (("scheduler.brackets", 2), "scheduler.brackets: is a hyperband setting; set scheduler.type: hyperband, got 2"),
     (("resources.gpu", 1.5), "resources.gpu: must be a fraction below 1 or a whole number of GPUs, got 1.5"),
     (("resources.cpu", 0), "resources.cpu: must be > 0, got 0"),
     (

@@ -8,7 +8,8 @@ import pytest
 from ray.tune.schedulers.async_hyperband import _Bracket
 
 from tunekit.config.spec import load_spec
-from tunekit.search.plan import asha_milestones, pick_best, plan_budget, rung_of
+from tunekit.config.rungs import asha_milestones
+from tunekit.search.plan import pick_best, plan_budget, rung_of
 
 REPO = Path(__file__).resolve().parents[3]
 
