@@ -283,8 +283,8 @@ def test_time_left_waits_for_a_second_epoch_of_each_slot_before_pricing_the_pace
 def test_time_left_is_at_least_the_trials_to_come_at_the_pace_new_trials_start() -> None:
     # A 10,000-trial search of 10-ms epochs said "about 51 s left" with 156 s to go: its
     # driver started a trial every 50 ms while each trial took its slot for 30 ms.
-    from tunekit.driver.progress import START_PACE_TRIALS
     from tunekit.driver.records import EpochRow
+    from tunekit.driver.trial_costs import START_PACE_TRIALS
 
     console = ConsoleProgress(load_spec(DEFAULT_SPEC, ["budget.num_samples=1000"]), io.StringIO())
     recorder: Any = _Recorder([], epochs=0)

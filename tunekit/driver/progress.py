@@ -10,15 +10,14 @@ condensed reason and where its full traceback is.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 from tunekit.driver.records import epochs_text, reason_beside_epochs
+from tunekit.driver.trial_costs import TrialCosts
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus, stopped_for_good
 from tunekit.storage import shown
 from tunekit.worker import heartbeat
@@ -37,12 +36,6 @@ ESTIMATE_EVERY_S = 1.0
 # the first trials to end are the ones ASHA cut at its first rung, so their mean alone made
 # the first estimates far too low (4 s left of a 70-s search).
 EXPECTED_WEIGHS_AS_TRIALS = 4
-# A search of many short trials can be bound by how fast its driver starts them, not by its
-# slots' work: the trials to come then start at the pace of the last this-many new trials,
-# and the time left is at least that (once that many started, so a small search's first,
-# bunched starts never set it). A 10,000-trial search of 10-ms epochs said "about 51 s left"
-# with 156 s to go: its slots were idle between trials, waiting for the driver.
-START_PACE_TRIALS = 64
 T = TypeVar("T")
 _STEPS_SHOWN = 2  # running trials whose step the status line names, at most
 _SILENT_BEAT_S = 3 * heartbeat.WRITE_EVERY_S  # a step older than this is said with its age
@@ -81,7 +74,7 @@ class ConsoleProgress:
         # Tune counts it: from when it starts the experiment, after Ray and the Tuner are up.
         self._time_budget = spec.budget.time_budget_s
         self._time_budget_began: float | None = None
-        self._costs = TrialCosts()
+        self._costs = TrialCosts(spec.space)
         self._epoch_began: dict[str, float] = {}  # trial id -> when its current epoch began (monotonic)
         # (trial id, attempt) said to run on a node: PBT's later restarts of one attempt are not news.
         self._attempts_placed: set[tuple[str, int]] = set()
@@ -330,11 +323,13 @@ class ConsoleProgress:
         (``forecast.trial_epochs``) says how long trials train: a trial still to come trains
         its mean, weighed with what ended trials actually trained as they accumulate
         (``EXPECTED_WEIGHS_AS_TRIALS``); a running trial, what the simulated trials that
-        got as far trained beyond it. Each trial to come costs a trial's fixed seconds and
-        its epochs at a later epoch's pace (``TrialCosts``), shared by the slots the search
-        has filled at once; until both are measured, the wall time per epoch so far. The
-        trials to come cannot start faster than new trials started lately
-        (``START_PACE_TRIALS``): a search bound by its driver is priced at that pace.
+        got as far trained beyond it. A running trial's epochs cost what its own cost so far
+        (or its configuration's, by the cost model of the trials measured); each trial to
+        come costs a trial's fixed seconds and its epochs at the mean cost of the latest
+        measured configurations (``tunekit.driver.trial_costs``), shared by the slots the
+        search has filled at once; until both are measured, the wall time per epoch so far.
+        The trials to come cannot start faster than new trials started lately
+        (``trial_costs.START_PACE_TRIALS``): a search bound by its driver is priced at that pace.
         """
         if self._recorder is None or self._first_epoch_at is None or self._stopping:
             return None
@@ -359,9 +354,13 @@ class ConsoleProgress:
                 return None
             pace = (time.monotonic() - self._first_epoch_at) / trained
             return max(0.0, (waiting * per_trial + sum(running_epochs)) * pace, starting)
-        work = waiting * (fixed_s + epoch_s * per_trial) + epoch_s * sum(running_epochs)
+        future_s = self._costs.future_epoch_s() or epoch_s
+        running_work = [
+            (self._costs.trial_epoch_s(r) or epoch_s) * left for r, left in zip(running, running_epochs, strict=True)
+        ]
+        work = waiting * (fixed_s + future_s * per_trial) + sum(running_work)
         # The slots share the work; the longest running trial is a floor the sharing cannot beat.
-        return max(work / max(1, self._costs.slots), epoch_s * max(running_epochs, default=0.0), starting)
+        return max(work / max(1, self._costs.slots), max(running_work, default=0.0), starting)
 
     def _counting_down(self) -> float | None:
         """``time_left``, estimated at most every ``ESTIMATE_EVERY_S`` and counted down in between."""
@@ -391,66 +390,6 @@ class ConsoleProgress:
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self._started)
         return f"{seconds // 60:02d}:{seconds % 60:02d}"
-
-
-class TrialCosts:
-    """What a trial of this search costs so far, in active seconds, from its recent trials: a
-    later epoch (the median gap between a trial's consecutive reports), a trial's fixed
-    part (its slot time less its epochs at that pace: building, tracing, the end) and the
-    pace at which new trials start.
-
-    A worker's first trial also imports TensorFlow: it counts only until a reused worker's
-    trial ended. The README's search said "about 7 s left" with 24 s to go: its epochs took 50
-    ms and its trials 2 s each, so the wall time per epoch of its first, long trials priced
-    the short ones to come at a third of their cost.
-    """
-
-    def __init__(self) -> None:
-        self.slots = 0  # the most trials seen running at once
-        self._last: dict[str, tuple[int, float]] = {}  # trial -> (its last epoch, reported at)
-        self._reused: dict[str, bool] = {}  # trial -> its worker had run a trial before
-        self._pids: set[object] = set()
-        self._epochs: deque[float] = deque(maxlen=256)
-        self._records: dict[bool, deque[tuple[float, int]]] = {True: deque(maxlen=64), False: deque(maxlen=64)}
-        self._starts: deque[float] = deque(maxlen=START_PACE_TRIALS)  # the latest new trials' starts
-
-    def started(self, record: TrialRecord) -> None:
-        # A new trial: its first span of its first attempt (not a retry, a resume or PBT's unpause).
-        if record.attempts == 1 and len(record.spans) == 1 and record.spans[0][0] is not None:
-            self._starts.append(record.spans[0][0])
-
-    def start_pace_s(self) -> float | None:
-        """Seconds between new trials' starts, over the last ``START_PACE_TRIALS``; None until that many started."""
-        if len(self._starts) < START_PACE_TRIALS:
-            return None
-        return (self._starts[-1] - self._starts[0]) / (len(self._starts) - 1)
-
-    def epoch(self, record: TrialRecord, row: EpochRow) -> None:
-        last = self._last.get(record.trial_id)
-        if last is not None and row.epoch == last[0] + 1:
-            self._epochs.append(row.at - last[1])
-        if record.trial_id not in self._reused:
-            pid = record.span_workers[-1].get("pid") if record.span_workers else None
-            self._reused[record.trial_id] = pid is not None and pid in self._pids
-            self._pids.add(pid)
-        self._last[record.trial_id] = (row.epoch, row.at)
-
-    def ended(self, record: TrialRecord) -> None:
-        self._last.pop(record.trial_id, None)
-        reused = self._reused.pop(record.trial_id, False)
-        if record.epochs and record.spans and record.spans[-1][1] is not None:
-            slot_seconds = sum((end or 0.0) - (start or 0.0) for start, end in record.spans)
-            self._records[reused].append((slot_seconds, record.epochs))
-
-    def epoch_s(self) -> float | None:
-        return statistics.median(self._epochs) if self._epochs else None
-
-    def fixed_s(self) -> float | None:
-        epoch_s = self.epoch_s()
-        ended = self._records[True] or self._records[False]  # reused workers' trials once there are any
-        if epoch_s is None or not ended:
-            return None
-        return statistics.median(max(0.0, seconds - epochs * epoch_s) for seconds, epochs in ended)
 
 
 class _AtMostEverySecond(Generic[T]):

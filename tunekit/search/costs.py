@@ -32,7 +32,12 @@ SIZE_WORDS = frozenset(
 )
 # ...and less: a larger batch runs an epoch in fewer steps.
 CHEAPER_WORDS = frozenset({"batch"})
-RIDGE = 0.1  # on features scaled to [0, 1]: shrinks a corner-to-corner effect by ~10% at 4 points
+# The ridge penalty on features scaled to [0, 1]: light on a parameter named like a size or a
+# choice (it shrinks a corner-to-corner effect by ~10% at 4 points), heavy on another number,
+# such as a learning rate, whose few random draws in a probe would otherwise take the credit
+# for what the sizes cost.
+RIDGE = 0.1
+RIDGE_UNNAMED = 1.0
 CLAMP = 1.25  # a predicted cost stays within this factor of the measured ones
 LOG_SPAN = 4.0  # a numeric choice whose values span this factor or more is modelled in log
 POOL = 512  # configurations drawn once to price simulated trials
@@ -126,16 +131,17 @@ def fit(space: SearchSpace, samples: Sequence[tuple[Mapping[str, Any], float]]) 
     means = [statistics.fmean(column) for column in zip(*rows, strict=True)] if axes else []
     centred = [[v - m for v, m in zip(row, means, strict=True)] for row in rows]
     target_mean = statistics.fmean(targets)
-    weights = _ridge(centred, [t - target_mean for t in targets], RIDGE)
+    penalties = [RIDGE if axis.one_hot or cost_direction(axis.name) else RIDGE_UNNAMED for axis in axes]
+    weights = _ridge(centred, [t - target_mean for t in targets], penalties)
     intercept = target_mean - sum(w * m for w, m in zip(weights, means, strict=True))
     costs = [seconds for _, seconds in samples]
     return CostModel(space, axes, intercept, tuple(weights), measured, min(costs) / CLAMP, max(costs) * CLAMP)
 
 
-def _ridge(x: list[list[float]], y: list[float], penalty: float) -> list[float]:
-    """Solves (XᵀX + penalty·I) w = Xᵀy by Gaussian elimination (a few unknowns)."""
-    k = len(x[0]) if x else 0
-    a = [[sum(r[i] * r[j] for r in x) + (penalty if i == j else 0.0) for j in range(k)] for i in range(k)]
+def _ridge(x: list[list[float]], y: list[float], penalties: list[float]) -> list[float]:
+    """Solves (XᵀX + diag(penalties)) w = Xᵀy by Gaussian elimination (a few unknowns)."""
+    k = len(penalties)
+    a = [[sum(r[i] * r[j] for r in x) + (penalties[i] if i == j else 0.0) for j in range(k)] for i in range(k)]
     b = [sum(r[i] * t for r, t in zip(x, y, strict=True)) for i in range(k)]
     for col in range(k):
         pivot = max(range(col, k), key=lambda row: abs(a[row][col]))

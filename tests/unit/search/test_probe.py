@@ -190,11 +190,11 @@ def test_the_users_set_values_shape_the_prediction_never_the_probes_own_budget()
 
 
 PROBE_TRIALS = """\
-trial_id,number,status,reason,epochs,final_metric,best_metric,rung,wall_seconds,samples_per_second,started_at,ended_at
-a,0,completed,trained all 3 epochs,3,0.9,0.9,,9,100,1012,1021
-b,1,completed,trained all 3 epochs,3,0.9,0.9,,9,100,1012,1021.2
-c,2,completed,trained all 3 epochs,3,0.9,0.9,,2,100,1021.5,1023.6
-d,3,stopped,the search was stopped after 1 epoch,1,0.9,0.9,,2,100,1021.6,
+trial_id,number,status,reason,epochs,final_metric,best_metric,rung,wall_seconds,samples_per_second,started_at,ended_at,params.units
+a,0,completed,trained all 3 epochs,3,0.9,0.9,,9,100,1012,1021,32
+b,1,completed,trained all 3 epochs,3,0.9,0.9,,9,100,1012,1021.2,256
+c,2,completed,trained all 3 epochs,3,0.9,0.9,,2,100,1021.5,1023.6,32
+d,3,stopped,the search was stopped after 1 epoch,1,0.9,0.9,,2,100,1021.6,,256
 """
 # Reports, in seconds since the search's clock started at 1005.
 PROBE_EPOCHS = """\
@@ -225,6 +225,12 @@ def test_the_measurement_read_from_a_probes_tables(tmp_path: Path) -> None:
     assert m.gap_s == pytest.approx(0.35)  # after b's end at 1021.2: c 0.3 s, d 0.4 s
     assert m.end_s == pytest.approx(0.1)  # a 1021 - 1021, b 1021.2 - 1021, c 1023.6 - 1023.5
     assert (m.probe_trials, m.probe_epochs, m.cpus, m.notes) == (4, 10, 2.0, ())
+    # Each configuration that reached a second epoch, with its own mean (d reported only one).
+    assert m.config_costs == (
+        {"config": {"units": 32}, "epoch_s": 0.5},
+        {"config": {"units": 256}, "epoch_s": 1.0},
+        {"config": {"units": 32}, "epoch_s": 0.5},
+    )
 
 
 def test_probing_code_imports_nothing_heavy(imported_after: Callable[[str], list[str]]) -> None:
@@ -258,7 +264,7 @@ def test_a_probe_whose_trials_failed_says_why_not_that_it_needs_more_time(tmp_pa
     (tmp_path / SPEC_FILE).write_text(digits().to_yaml())
     header = PROBE_TRIALS.splitlines()[0]
     reason = "metric 'val_digit_accuracy' was never reported (did you mean 'val_accuracy'?)"
-    rows = [f"a,0,failed,{reason},0,,,,3,,1012,1015", "b,1,stopped,the search was stopped,0,,,,1,,1012,1015"]
+    rows = [f"a,0,failed,{reason},0,,,,3,,1012,1015,32", "b,1,stopped,the search was stopped,0,,,,1,,1012,1015,32"]
     (tmp_path / TRIALS_FILE).write_text("\n".join([header, *rows]) + "\n")
     (tmp_path / EPOCHS_FILE).write_text(PROBE_EPOCHS.splitlines()[0] + "\n")
     (tmp_path / STARTED_FILE).write_text(json.dumps({STARTED_KEY: 1005.0}))
