@@ -52,13 +52,15 @@ KEY_RULES: dict[str, str] = {
     "search.warm_start_from": "earlier experiments (a directory or a list, relative to the spec file's folder) "
     "whose finished trials become the study's history; they must have the same metric and mode (with several "
     "objectives, the same objectives in any order)",
-    "scheduler.type": "`asha`, `fifo` or `pbt`",
-    "scheduler.grace_period": "ASHA: epochs every trial trains before its first rung",
-    "scheduler.reduction_factor": "ASHA: 1 in this many trials goes on at each rung",
+    "scheduler.type": "`asha`, `hyperband` (ASHA's brackets), `fifo` or `pbt`",
+    "scheduler.grace_period": "ASHA and Hyperband: epochs every trial trains before ASHA's first rung",
+    "scheduler.reduction_factor": "ASHA and Hyperband: 1 in this many trials goes on at each rung",
     "scheduler.perturbation_interval": "PBT: epochs between exploit steps (< `budget.max_epochs`)",
     "scheduler.quantile_fraction": "PBT: the bottom share copies the top share (0 < x <= 0.5)",
     "scheduler.resample_probability": "PBT: the chance a mutated value is resampled, else multiplied by 0.8 or 1.2",
     "scheduler.mutate": "PBT: the parameters that mutate (default: every unconditional uniform/loguniform one)",
+    "scheduler.brackets": "Hyperband: brackets; trial n is in bracket n mod brackets, and bracket b first compares "
+    "trials at ASHA's rung b (so at most one more bracket than rungs: the last stops nothing)",
     "resources.cpu": "CPUs per trial; TensorFlow's and tf.data's thread pools are capped to it",
     "resources.gpu": "0.25, 0.5 (a shared GPU) or 1, 2, 4 (whole GPUs; 2 or more: MirroredStrategy)",
     "resources.gpu_memory": "`growth`, or `cap`: a hard limit of the trial's share of GPU memory",
@@ -215,6 +217,7 @@ def _defaults() -> dict[str, str]:
     found["data"] = "`{}`"
     found["scheduler.perturbation_interval"] = "required with PBT"
     found["scheduler.mutate"] = "the mutable parameters"
+    found["scheduler.brackets"] = "`3` (fewer when the rungs are fewer)"
     return found
 
 

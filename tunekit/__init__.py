@@ -37,6 +37,7 @@ __all__ = [
     "ExperimentResults",
     "ExperimentSpec",
     "HyperParameters",
+    "Hyperband",
     "NoResultError",
     "NotAnExperimentError",
     "Plan",
@@ -199,11 +200,11 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module("tunekit.plots")
-    if name in ("Tuner", "HyperParameters"):  # KerasTuner's shapes (tunekit.tuner, tunekit.hp)
+    if name in ("Tuner", "Hyperband", "HyperParameters"):  # KerasTuner's shapes (tunekit.tuner, tunekit.hp)
         from tunekit.hp import HyperParameters
-        from tunekit.tuner import Tuner
+        from tunekit.tuner import Hyperband, Tuner
 
-        return {"Tuner": Tuner, "HyperParameters": HyperParameters}[name]
+        return {"Tuner": Tuner, "Hyperband": Hyperband, "HyperParameters": HyperParameters}[name]
     if name == "ray_init_options":  # the driver's own function, imported only when asked for
         from tunekit.driver.session import ray_init_options
 

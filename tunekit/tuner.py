@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -286,8 +287,6 @@ class Tuner:
 
     def _best(self, count: int) -> list[tuple[str, HyperParameters]]:
         """(trial id, hyperparameters) of the best trials that reported the objective, best first."""
-        import math
-
         results = self.results
         ranked = results.ranked()
         names = {spec_name(n): n for n in self.discovery.names}
@@ -312,6 +311,43 @@ class Tuner:
             if len(found) == count:
                 break
         return found
+
+
+class Hyperband(Tuner):
+    """``keras_tuner.Hyperband``'s line over tunekit: ``scheduler.type: hyperband``.
+
+    ``factor`` becomes ``scheduler.reduction_factor``, and the first rung is at epoch 1, where
+    KerasTuner's most aggressive bracket starts. ``max_trials``, which KerasTuner's Hyperband
+    does not take, is by default the trials ``hyperband_iterations`` iterations of KerasTuner's
+    brackets start (``kerastuner_trials``). The brackets are tunekit's default (3, fewer when
+    the rungs are fewer; KerasTuner runs ``floor(log_factor(max_epochs)) + 1``) unless
+    ``scheduler={"brackets": n}``. Every other argument is ``Tuner``'s.
+    """
+
+    def __init__(
+        self,
+        hypermodel: Any,
+        objective: Any = DEFAULT_OBJECTIVE,
+        max_epochs: int = 100,
+        factor: float = 3,
+        hyperband_iterations: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("max_trials", hyperband_iterations * kerastuner_trials(max_epochs, factor))
+        ours = {"type": "hyperband", "grace_period": 1, "reduction_factor": factor}
+        kwargs["scheduler"] = _merged(ours, kwargs.get("scheduler") or {})
+        super().__init__(hypermodel, objective, max_epochs=max_epochs, **kwargs)
+
+
+def kerastuner_trials(max_epochs: int, factor: float) -> int:
+    """The trials one iteration of KerasTuner's Hyperband starts: its bracket b's first round holds
+    ``ceil(ceil(1 + log_factor(max_epochs)) / (b + 1) * factor**b)`` (keras_tuner's ``HyperbandOracle``)."""
+    brackets, epochs = 0, float(max_epochs)
+    while epochs >= 1:
+        epochs /= factor
+        brackets += 1
+    end = math.ceil(1 + math.log(max_epochs, factor))
+    return sum(math.ceil(end / (b + 1) * factor**b) for b in range(brackets))
 
 
 _SUPPORTED = (

@@ -251,6 +251,17 @@ def test_stepped_ranges_have_kerastuners_values() -> None:
     assert list(theirs._hps["rate"][0].values) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
 
 
+def test_hyperbands_default_trials_are_what_kerastuners_brackets_start() -> None:
+    import keras_tuner
+
+    from tunekit.tuner import kerastuner_trials
+
+    for max_epochs, factor in ((20, 3), (100, 3), (8, 2), (2, 3), (81, 3)):
+        oracle = keras_tuner.oracles.HyperbandOracle(objective="val_loss", max_epochs=max_epochs, factor=factor)
+        theirs = sum(oracle._get_size(bracket, 0) for bracket in range(oracle._get_num_brackets()))
+        assert kerastuner_trials(max_epochs, factor) == theirs, (max_epochs, factor)
+
+
 def test_kerastuners_hypermodel_with_its_own_fit_trains_through_it() -> None:
     """KerasTuner's "tune model training" example: the HyperModel's fit searches the batch size."""
     import keras_tuner

@@ -168,3 +168,34 @@ def test_killed_worker_resumes_from_its_last_checkpoint(
     assert second_attempt.iloc[0]["resumed_from_epoch"] == resumed_from
     assert victim.iloc[0]["best_metric"] == rows["val_accuracy"].max()
     assert (results.trials["status"] == "completed").all()
+
+
+def test_hyperband_judges_each_trial_only_at_its_own_brackets_rungs(tmp_path: Path) -> None:
+    # 6 trials, 4 epochs, grace 1, rf 2: ASHA's rungs at epochs 1 and 2; 3 brackets, trial n in
+    # bracket n mod 3: bracket 0 is compared at epochs 1 and 2, bracket 1 at 2, bracket 2 never.
+    results = tunekit.run(
+        DEFAULT_SPEC,
+        overrides=[
+            "budget.num_samples=6",
+            "budget.max_epochs=4",
+            "scheduler.type=hyperband",
+            "scheduler.grace_period=1",
+            "scheduler.reduction_factor=2",
+            "search.n_startup_trials=3",
+            "tracking.enabled=false",
+        ],
+        storage=tmp_path,
+        name="hyperband",
+        progress=False,
+    )
+    assert results.spec.scheduler.brackets == 3
+    trials = results.trials
+    assert len(trials) == 6 and set(trials["status"]) <= {"completed", "pruned"}
+    rungs_of_bracket = {0: {1, 2}, 1: {2}, 2: set()}
+    for row in trials.itertuples():
+        if row.status == "pruned":
+            assert row.epochs in rungs_of_bracket[int(row.number) % 3], (row.number, row.epochs)
+            assert row.reason == f"pruned by Hyperband at rung {row.epochs - 1} (epoch {row.epochs})"
+        else:
+            assert row.epochs == 4
+    assert (trials[trials["number"] % 3 == 2]["status"] == "completed").all()  # the bracket that stops nothing

@@ -13,7 +13,7 @@ import pytest
 from tunekit.config.spec import load_spec
 from tunekit.errors import FatalTrialError, SpecError, TunekitError
 from tunekit.hp import HyperParameters
-from tunekit.tuner import FitOptions, HyperModelBuilder, Tuner, _placeholder, objectives
+from tunekit.tuner import FitOptions, Hyperband, HyperModelBuilder, Tuner, _placeholder, objectives
 from tunekit.tuner_data import ArrayData, data_builder
 
 
@@ -222,3 +222,20 @@ def test_kerastuners_tuner_arguments_map_onto_the_spec_or_are_taken_without_effe
     )
     spec = load_spec(tuner._spec({"epochs": 6}), trainable=_placeholder())
     assert (spec.scheduler.reduction_factor, spec.scheduler.grace_period, spec.search.n_startup_trials) == (2, 2, 4)
+
+
+def test_hyperband_takes_kerastuners_arguments_onto_scheduler_type_hyperband() -> None:
+    tuner = Hyperband(build_model, objective="val_accuracy", max_epochs=20, factor=3, hyperband_iterations=2)
+    spec = load_spec(tuner._spec({}), trainable=_placeholder())
+    scheduler = spec.scheduler
+    assert (scheduler.type, scheduler.grace_period, scheduler.reduction_factor, scheduler.brackets) == (
+        "hyperband",
+        1,
+        3,
+        3,
+    )
+    # KerasTuner's brackets at 20 epochs and factor 3 start 4 + 6 + 12 trials an iteration.
+    assert (spec.budget.num_samples, spec.budget.max_epochs) == (2 * 22, 20)
+    given = Hyperband(build_model, objective="val_accuracy", max_epochs=20, max_trials=5, scheduler={"brackets": 4})
+    spec = load_spec(given._spec({}), trainable=_placeholder())
+    assert (spec.budget.num_samples, spec.scheduler.brackets) == (5, 4)
