@@ -76,6 +76,9 @@ KEY_RULES: dict[str, str] = {
     "training.checkpoint_every_s": "a trial checkpoints at each ASHA rung, at its end, and once its last checkpoint "
     "is this many seconds old (`0`: every epoch; PBT: every epoch); a dead worker or a resumed search retrains "
     "the epochs since",
+    "training.keep": "which epoch a trial that trains to its end keeps: `last`, or `best` (the epoch with the best "
+    "value of the metric, KerasTuner's): its exported model, `final_metric`, the study's value, MLflow's "
+    "`tunekit.kept_epoch`; `best` needs one objective and no PBT",
     "space": "parameter -> distribution (`loguniform`, `uniform`, `int`, `choice`, `fixed`; `step`, `log`, `when`)",
     "data": "free-form settings handed to `build_data` as `ctx.data`; relative paths follow the spec's folder",
     "storage": "where experiment directories go",

@@ -51,6 +51,9 @@ class TrialContext:
             directory for a spec given as a mapping); ``tunekit.data.resolve_path`` looks
             for relative data paths there first.
         trial_dir: the trial's folder in the experiment directory, kept with its results.
+            A ``keras.callbacks.TensorBoard`` with a relative ``log_dir`` writes there.
+        trial_number: the trial's number, as in trials.csv, MLflow (``trial-7``) and
+            TensorBoard; None only outside a search (a test calling the builders).
     """
 
     batch_size: int
@@ -65,6 +68,7 @@ class TrialContext:
     data: Mapping[str, Any] = field(default_factory=dict)
     spec_dir: str = ""
     trial_dir: str = ""
+    trial_number: int | None = None
 
 
 @dataclass(frozen=True)

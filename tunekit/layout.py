@@ -45,6 +45,10 @@ CLUSTER_FILE = "cluster.json"
 # TensorBoard's log directory of the experiment: one run per trial (``trial-<number>``), the
 # HParams plugin's experiment in the directory itself (tunekit.tracking.tensorboard).
 TENSORBOARD_DIR = "tensorboard"
+# A trial's name, ``trial-<number>`` (its Optuna trial number, as in trials.csv): its
+# TensorBoard run's folder, its MLflow run's name, and Ray's trial name, from which the
+# worker reads its number back (``TrialContext.trial_number``).
+TRIAL_NAME_PREFIX = "trial-"
 # Retrains of a trial's configuration (tunekit.results.retrain): one folder each,
 # ``retrain/<n>-trial-<number>/``, holding its model (``model.keras`` or ``model.weights.h5``)
 # and ``retrain.json`` (trial, config, epochs, data, metrics, seconds, MLflow run).
@@ -56,6 +60,18 @@ DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (nev
 LEASE_FILE = "driver.lease"
 STARTED_KEY = "started_at"
 
+
+def trial_name(number: int | None, trial_id: str) -> str:
+    """``trial-<number>``, or the Ray trial id of a trial that has no number (yet)."""
+    return f"{TRIAL_NAME_PREFIX}{number if number is not None else trial_id}"
+
+
+def number_in_trial_name(name: str) -> int | None:
+    """The number in ``trial-<number>``; None for any other name."""
+    digits = name.removeprefix(TRIAL_NAME_PREFIX)
+    return int(digits) if name.startswith(TRIAL_NAME_PREFIX) and digits.isdigit() else None
+
+
 # ----------------------------------------------------------------------- trial files
 
 OUTPUT_FILE = "output.log"
@@ -66,6 +82,8 @@ ERROR_FILE = "error.txt"
 HEARTBEAT_FILE = "heartbeat.json"
 CHECKPOINT_WEIGHTS = "weights.npz"
 CHECKPOINT_STATE = "state.json"
+# training.keep: best: the best epoch so far, its weights (w0, w1, ...) with its epoch and value.
+KEPT_WEIGHTS = "kept.npz"
 FINAL_MODEL = "model.keras"  # the whole model, when Keras can serialise it
 FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with build_model
 
@@ -92,6 +110,7 @@ TRIAL_COLUMNS = (
     "epochs",
     "final_metric",
     "best_metric",
+    "kept_epoch",
     "rung",
     "wall_seconds",
     "samples_per_second",
@@ -122,6 +141,15 @@ INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resu
 STOPPED_BY_MODEL = "stopped_by_model"
 
 
+def kept_value(result: Mapping[str, Any], metric: str) -> Any:
+    """A trial's figure in its result: the kept epoch's value where the worker named one (its
+    last report, ``training.keep``), else the result's own ``metric``. Nested or flattened."""
+    info = result.get(INFO_KEY)
+    if isinstance(info, Mapping) and KEPT_VALUE in info:
+        return info[KEPT_VALUE]
+    return result.get(f"{INFO_KEY}/{KEPT_VALUE}", result.get(metric))
+
+
 def stopped_by_model(result: Mapping[str, Any]) -> bool:
     """Whether a trial's result is its last because its model stopped training. Schedulers and
     searchers get Ray's flattened results (``tunekit/stopped_by_model``); callbacks nested ones."""
@@ -133,6 +161,10 @@ def stopped_by_model(result: Mapping[str, Any]) -> bool:
 # In INFO_KEY: the model's callbacks restored earlier weights at the end (EarlyStopping's
 # restore_best_weights); the last report's validation metrics were measured on them.
 RESTORED_WEIGHTS = "restored_weights"
+# In INFO_KEY of a trial's last report (it trained to its end): the epoch whose weights its
+# exported model holds and that epoch's value of the metric (training.keep; tunekit.worker.keep).
+KEPT_EPOCH = "kept_epoch"
+KEPT_VALUE = "kept_value"
 CHECKPOINTED = "checkpointed"  # in INFO_KEY: the report carried a checkpoint (CheckpointPolicy)
 EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
 

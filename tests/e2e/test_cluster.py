@@ -32,8 +32,9 @@ import psutil
 import pytest
 
 import tunekit
-from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, TRACKING_FILE, TRIALS_FILE
+from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, RETRAIN_DIR, RETRAIN_FILE, TRACKING_FILE, TRIALS_FILE
 from tunekit.search.plan import study_storage
+from tunekit.storage import Bucket
 from tunekit.testing import S3Server, free_port
 
 pytestmark = pytest.mark.slow
@@ -501,6 +502,11 @@ def test_a_search_in_a_bucket_survives_a_lost_node_and_a_killed_driver(
         # went on from a checkpoint in the bucket, not from the first epoch.
         resumed = epochs[epochs["attempt"] >= 2]["resumed_from_epoch"].dropna()
         assert not resumed.empty and int(resumed.max()) >= 1, epochs
+        # A retrain made from a reader's copy lands in the bucket, beside the experiment.
+        retrained = results.retrain(epochs=1, track=False)
+        filesystem, root = Bucket(uri).filesystem()
+        record = filesystem.get_file_info(f"{root}/{RETRAIN_DIR}/{retrained.path.name}/{RETRAIN_FILE}")
+        assert record.type.name == "File", record
         assert not any((folder / "s3:").exists() for folder in folders)
     finally:
         if "driver" in locals() and driver.poll() is None:

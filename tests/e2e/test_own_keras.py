@@ -117,6 +117,7 @@ def test_trainable_output_lands_in_each_trial_folder(project_run: tunekit.Experi
     for row in project_run.trials.itertuples():
         log = (project_run.experiment_dir / row.trial_id / OUTPUT_FILE).read_text()
         assert "building data for units=24" in log
+        assert f"building the model of trial {row.number}\n" in log  # ctx.trial_number, as trials.csv numbers it
         assert "saved weights only (model.weights.h5): model.keras failed (NotImplementedError:" in log
         # The trainable compiled its model: tunekit leaves its compile's steps_per_execution alone.
         assert "tunekit: steps_per_execution 1 (auto: the trainable compiled the model" in log

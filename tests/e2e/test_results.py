@@ -30,7 +30,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def experiment(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[ExperimentResults, str]]:
-    """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite: (results, tracking URI)."""
+    """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite, keeping each trial's
+    best epoch (``training.keep: best``): (results, tracking URI)."""
     import ray
 
     from tunekit.driver.session import ray_init_options
@@ -50,6 +51,7 @@ def experiment(
                 "scheduler.grace_period=1",
                 "scheduler.reduction_factor=2",
                 "search.n_startup_trials=3",
+                "training.keep=best",
                 f"tracking.uri={uri}",
                 # A writer that did not send everything fails here with its reason, not in a reader below.
                 "tracking.required=true",
@@ -95,6 +97,35 @@ def test_model_path_of_a_real_experiment_is_the_best_trials_saved_model(
     path = results.model_path()
     assert path is not None and path.is_file(), path
     assert path.name == "model.keras" and path.parent.parent == results.experiment_dir / results.best.trial_id
+
+
+@pytest.mark.slow
+def test_keep_best_ranks_exports_and_tells_the_study_each_completed_trials_best_epoch(
+    experiment: tuple[ExperimentResults, str],
+) -> None:
+    """Each completed trial's figure is its best epoch's value, in trials.csv and the study, and
+    its exported model is that epoch's: it scores the figure on the validation data."""
+    import optuna
+
+    from tunekit.results.models import config_of, runnable_spec, trial_data
+    from tunekit.search.plan import study_storage
+
+    results, _ = experiment
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(results.experiment_dir))
+    values = {t.user_attrs["ray_trial_id"]: t.value for t in study.trials}
+    spec = runnable_spec(results.experiment_dir)
+    completed = results.trials[results.trials["status"] == "completed"].to_dict("records")
+    models = {m.trial_id: m for m in results.best_models(len(results.trials))}
+    assert completed
+    for row in completed:
+        epochs = results.epochs[results.epochs["trial_id"] == row["trial_id"]].sort_values("epoch")
+        scores = list(epochs[results.metric])
+        assert row["kept_epoch"] == scores.index(max(scores)) + 1, scores
+        assert row["final_metric"] == pytest.approx(max(scores)) == pytest.approx(values[row["trial_id"]])
+        _, val_ds = trial_data(spec, config_of(row), results.experiment_dir / row["trial_id"])
+        score = models[row["trial_id"]].model.evaluate(val_ds, verbose=0, return_dict=True)["accuracy"]
+        assert score == pytest.approx(row["final_metric"], abs=1e-6)
+    assert results.trials.loc[results.trials["status"] != "completed", "kept_epoch"].isna().all()
 
 
 @pytest.mark.slow
@@ -146,6 +177,7 @@ def test_load_from_mlflow_gives_the_same_tables(
         "status",
         "epochs",
         "rung",
+        "kept_epoch",
         *[c for c in results.trials if c.startswith("params.")],
     ]
     pd.testing.assert_frame_equal(mirrored.trials[same], results.trials[same], check_dtype=False)

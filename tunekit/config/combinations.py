@@ -43,6 +43,24 @@ def check_combinations(gpu: float, jit_compile: bool, space: SearchSpace) -> Non
                 raise SpecError(path, XLA_WITH_REPLICAS.replace("set training.jit_compile", "search only"), True)
 
 
+def check_keep(keep: str, scheduler: str, objectives: Collection[object], constraints: Collection[object]) -> None:
+    """``training.keep: best`` needs one best epoch and one configuration behind it.
+
+    Several objectives (or constraints) have no single best epoch, and PBT's trials change
+    their configuration as they train: the best epoch's weights would belong to a configuration
+    the trial no longer has.
+    """
+    if keep != "best":
+        return
+    if len(objectives) > 1 or constraints:
+        rule = "must be last with several objectives or constraints (no single best epoch)"
+        raise SpecError("training.keep", rule, keep)
+    if scheduler == "pbt":
+        raise SpecError(
+            "training.keep", "must be last with scheduler.type: pbt (an earlier epoch ran another configuration)", keep
+        )
+
+
 def check_searched_training_keys(space: SearchSpace, precisions: Collection[str]) -> None:
     """Training settings named in the space must only take values the training section allows
     (``precisions``: the ``training.precision`` values there are)."""

@@ -18,7 +18,7 @@ import yaml
 
 from tunekit.config import _validate as v
 from tunekit.config import pbt
-from tunekit.config.combinations import check_combinations, check_searched_training_keys
+from tunekit.config.combinations import check_combinations, check_keep, check_searched_training_keys
 from tunekit.config.files import (
     DEFAULT_STORAGE,
     RESOLVED_HEADER,
@@ -55,11 +55,13 @@ SchedulerType = Literal["asha", "hyperband", "fifo", "pbt"]
 Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
 # "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
 GpuMemoryMode = Literal["growth", "cap"]
+Keep = Literal["last", "best"]
 
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 SCHEDULERS: tuple[SchedulerType, ...] = get_args(SchedulerType)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 GPU_MEMORY_MODES: tuple[GpuMemoryMode, ...] = get_args(GpuMemoryMode)
+KEEP_CHOICES: tuple[Keep, ...] = get_args(Keep)
 # Training settings a trial may also take from its sampled config, when the space names them.
 
 # The one table of allowed keys: the section parsers and the --set checker both read it.
@@ -104,6 +106,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "seed",
         "max_failures",
         "checkpoint_every_s",
+        "keep",
     ),
     "storage": ("path",),
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required", "tensorboard"),
@@ -168,6 +171,10 @@ class TrainingSpec:
     checkpoint_every_s: float = 30.0
     # Batches per compiled call; "auto": see tunekit.worker.autocompile.steps_per_execution.
     steps_per_execution: int | Literal["auto"] = "auto"
+    # Which epoch a trial that trains to its end keeps: its model, its figure (trials.csv's
+    # final_metric, the study's value, MLflow's, TensorBoard's). "last": the last epoch's;
+    # "best": the epoch with the best value of the metric (KerasTuner's). tunekit.worker.keep.
+    keep: Keep = "last"
 
 
 @dataclass(frozen=True)
@@ -358,6 +365,7 @@ def parse_spec(
     training = _training(_optional(raw, "training"))
     check_searched_training_keys(space, PRECISIONS)
     check_combinations(resources.gpu, training.jit_compile, space)
+    check_keep(training.keep, scheduler.type, objectives, constraints)
     storage = _storage(_optional(raw, "storage"))
     tracking = _tracking(_optional(raw, "tracking"))
     data = _optional(raw, "data")
@@ -546,6 +554,7 @@ def _training(raw: object) -> TrainingSpec:
         max_failures=v.integer(section.get("max_failures", 2), "training.max_failures", minimum=0),
         checkpoint_every_s=v.number(section.get("checkpoint_every_s", 30.0), "training.checkpoint_every_s", at_least=0),
         steps_per_execution=_steps_per_execution(section.get("steps_per_execution", "auto")),
+        keep=v.one_of(section.get("keep", "last"), "training.keep", KEEP_CHOICES),
     )
 
 

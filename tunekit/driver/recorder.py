@@ -38,6 +38,7 @@ from tunekit.driver.records import (
     TrialsTable,
     TrialTally,
     apply_epoch,
+    apply_kept,
     params_of,
     settle_ended,
     settle_errored,
@@ -52,6 +53,8 @@ from tunekit.layout import (
     EXPORT_NOTE,
     FAILURE_KEY,
     INFO_KEY,
+    KEPT_EPOCH,
+    KEPT_VALUE,
     RESTORED_WEIGHTS,
     SPANS_FILE,
     STOPPED_BY_MODEL,
@@ -171,6 +174,8 @@ class Recorder(Callback):
         apply_epoch(record, row, self.spec)
         if replaced:
             self._rebest(record)
+        if KEPT_EPOCH in bookkeeping:
+            apply_kept(record, bookkeeping[KEPT_EPOCH], bookkeeping.get(KEPT_VALUE))
         for listener in self.listeners:
             listener.epoch_reported(record, row)
 

@@ -60,6 +60,9 @@ class TrialRecord:
     stopped_by_model: int | None = None  # the epoch at which the model's own callbacks ended training
     restored_weights: bool = False  # the model's callbacks put back earlier weights at the end
     checkpoint_epoch: int = 0  # the last epoch reported with a checkpoint: where a retry starts
+    # A trial that trained to its end: the epoch its exported model and final_metric come
+    # from (training.keep: the last, or the best); None for any other ending.
+    kept_epoch: int | None = None
     # Several objectives: the last value of each objective and constrained metric, and
     # whether every constraint holds on them (None before the first epoch).
     finals: dict[str, float] = field(default_factory=dict)
@@ -135,6 +138,14 @@ def apply_epoch(record: TrialRecord, row: EpochRow, spec: ExperimentSpec) -> Non
         record.rated_epochs += 1
         seen = record.samples_per_second or 0.0
         record.samples_per_second = seen + (rate - seen) / record.rated_epochs
+
+
+def apply_kept(record: TrialRecord, kept_epoch: Any, kept_value: Any) -> None:
+    """The trial's last report named the epoch its model keeps (tunekit.worker.keep): that
+    epoch's value is the trial's figure, whichever epoch came last."""
+    record.kept_epoch = int(kept_epoch)
+    if (value := finite(kept_value)) is not None:
+        record.final_metric = value
 
 
 def settle_ended(

@@ -26,6 +26,7 @@ from tunekit.compat.ray_saved_state import (
 from tunekit.compat.ray_tune import restored_run_config, restored_tune_config
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
+from tunekit.search.trial_names import name_trials_by
 from tunekit.storage import location_of
 
 
@@ -84,6 +85,7 @@ def _resumed_from(recorder: Any, experiment_dir: Path) -> None:
     """
     recorder.experiment_dir = experiment_dir
     recorder.searcher.resumed_from(experiment_dir)
+    name_trials_by(recorder.searcher.trial_number)  # the trials this session adds, trial-<number>
     if hasattr(recorder.scheduler, "experiment_dir"):  # RecordingPBT copies checkpoints in it
         recorder.scheduler.experiment_dir = experiment_dir
 

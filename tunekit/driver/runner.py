@@ -519,8 +519,10 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
     from tunekit.driver.stopper import FailureGuard
     from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
     from tunekit.search.searcher import OptunaStudySearcher
+    from tunekit.search.trial_names import name_trials_by, ray_trial_name
 
     searcher = OptunaStudySearcher(spec, experiment_dir)
+    name_trials_by(searcher.trial_number)
     searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
     scheduler = build_scheduler(spec, experiment_dir, searcher.trial_number)
     guard = FailureGuard()
@@ -537,6 +539,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
             # Reused workers pay TensorFlow's import and device set-up once, not per trial.
             reuse_actors=True,
             trial_dirname_creator=trial_dir_name,
+            trial_name_creator=ray_trial_name,
         ),
         run_config=tune.RunConfig(
             name=experiment_dir.name,

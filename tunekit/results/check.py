@@ -37,6 +37,7 @@ from tunekit.results.check_files import (
     SAVED_STATE,
     checkpoint_file_findings,
     damage,
+    kept_checkpoint_findings,
     last_checkpoints,
     saved_state_findings,
 )
@@ -192,6 +193,7 @@ def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
     known = {str(r["trial_id"]) for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(by_trial) - known):
         yield Finding(where, f"epochs of trial {trial_id}", f"a trial in {TRIALS_FILE}", "none")
+    kept_in_table = "kept_epoch" in results.trials.columns  # experiments before training.keep lack it
     for row in table_rows_of(results.trials):
         reported = sorted(by_trial.get(str(row["trial_id"]), []), key=lambda r: int(r["epoch"]))
         numbers = [int(r["epoch"]) for r in reported]
@@ -200,12 +202,45 @@ def _epochs_against_trials(results: ExperimentResults) -> Iterator[Finding]:
             yield Finding(where, f"{trial_label(row)} epochs", list(range(1, epochs_count + 1)), numbers)
         values = [v for r in reported if (v := finite(r.get(metric))) is not None]
         final, best = finite(row.get("final_metric")), finite(row.get("best_metric"))
-        if values and not same(final, values[-1]):
-            yield Finding(where, f"{trial_label(row)} final {metric}", final, values[-1])
+        kept = finite(row.get("kept_epoch"))
+        yield from _kept_epoch(results, row, reported, kept_in_table)
+        at_kept = [v for r in reported if int(r["epoch"]) == kept and (v := finite(r.get(metric))) is not None]
+        expected = at_kept[0] if kept is not None and at_kept else values[-1] if values else None
+        if expected is not None and not same(final, expected):
+            yield Finding(where, f"{trial_label(row)} final {metric}", final, expected)
         if values and not same(best, max(values) if mode == "max" else min(values)):
             yield Finding(
                 where, f"{trial_label(row)} best {metric}", best, max(values) if mode == "max" else min(values)
             )
+
+
+def _kept_epoch(
+    results: ExperimentResults, row: dict[str, Any], reported: list[dict[str, Any]], kept_in_table: bool
+) -> Iterator[Finding]:
+    """A completed trial names the epoch it kept (``training.keep``): its last, or its best
+    (the first epoch with the best value); and with ``best``, its final checkpoint holds that
+    epoch's weights (``kept.npz``), the ones its exported model was saved from."""
+    where, label = f"{TRIALS_FILE} vs {EPOCHS_FILE}", trial_label(row)
+    kept = finite(row.get("kept_epoch"))
+    if str(row["status"]) != TrialStatus.COMPLETED:
+        if kept is not None:
+            yield Finding(TRIALS_FILE, f"{label} kept_epoch of a {row['status']} trial", "none", int(kept))
+        return
+    if kept is None:
+        if kept_in_table:
+            yield Finding(TRIALS_FILE, f"{label} kept_epoch", "the epoch its model keeps", "none")
+        return
+    keep = results.spec.training.keep
+    if keep == "last":
+        expected = int(finite(row.get("epochs")) or 0)
+    else:
+        values = [(v, int(r["epoch"])) for r in reported if (v := finite(r.get(results.metric))) is not None]
+        best = (max if results.mode == "max" else min)(v for v, _ in values) if values else None
+        expected = next((epoch for v, epoch in values if v == best), 0)
+    if int(kept) != expected:
+        yield Finding(where, f"{label} kept_epoch (training.keep: {keep})", expected, int(kept))
+    if keep == "best":
+        yield from kept_checkpoint_findings(results.experiment_dir / str(row["trial_id"]), label, int(kept))
 
 
 def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Finding]:

@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.clock import died_mid_session
-from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, FINAL_MODEL, FINAL_WEIGHTS, TrialStatus
+from tunekit.layout import (
+    CHECKPOINT_STATE,
+    CHECKPOINT_WEIGHTS,
+    FINAL_MODEL,
+    FINAL_WEIGHTS,
+    KEPT_WEIGHTS,
+    TRIALS_FILE,
+    TrialStatus,
+)
 from tunekit.results.findings import Finding, table_rows_of, trial_label
 from tunekit.results.load import ExperimentResults
 
@@ -235,6 +243,23 @@ def checkpoint_file_findings(results: ExperimentResults) -> Iterator[Finding | s
                 )
                 continue
         yield Finding(CHECKPOINT_FILES, f"{trial_label(row)} {path}", *found)
+
+
+def kept_checkpoint_findings(trial_dir: Path, label: str, kept_epoch: int) -> Iterator[Finding]:
+    """``training.keep: best``: the checkpoint of the trial's export holds the kept epoch's
+    weights (``kept.npz``), the epoch trials.csv names: the model is the one its figure describes."""
+    from tunekit.tracking.artifacts import final_model_path
+    from tunekit.worker.keep import read_kept
+
+    model = final_model_path(trial_dir.parent, trial_dir.name)
+    if model is None:  # no export here (a bucket experiment's checkpoints stay in the bucket)
+        return
+    saved = read_kept(model.parent)
+    where = f"{TRIALS_FILE} vs {CHECKPOINT_FILES}"
+    if saved is None:
+        yield Finding(where, f"{label} {model.parent / KEPT_WEIGHTS}", f"epoch {kept_epoch}", "missing")
+    elif saved[0] != kept_epoch:
+        yield Finding(where, f"{label} kept epoch of its exported model", kept_epoch, saved[0])
 
 
 def last_checkpoints(trial_dir: Path, count: int = 1) -> list[Path]:

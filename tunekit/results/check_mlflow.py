@@ -126,7 +126,10 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
         steps = {int(point.step) for point in history}
         if steps != epochs.get(trial_id, set()):
             yield Finding(where, f"{label} {metric} steps", sorted(epochs.get(trial_id, set())), sorted(steps))
-        last = max(history, key=lambda p: (p.step, p.timestamp), default=None)
+        # The trial's figure is its metric at the epoch it kept (training.keep), else its last.
+        kept = finite(row.get("kept_epoch"))
+        shown = [p for p in history if kept is None or int(p.step) == int(kept)]
+        last = max(shown, key=lambda p: (p.step, p.timestamp), default=None)
         final = finite(row.get("final_metric"))
         if last is not None and not same(final, last.value):
             yield Finding(where, f"{label} final {metric}", final, last.value)

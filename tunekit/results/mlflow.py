@@ -272,6 +272,9 @@ def _trial_from_run(
     values = [row[metric] for row in epochs if metric in row]
     rates = [row["samples_per_second"] for row in epochs if "samples_per_second" in row]
     best = (max if headline.mode == "max" else min)(values) if values else None
+    kept = int(tags[t.TAG_KEPT_EPOCH]) if t.TAG_KEPT_EPOCH in tags else None
+    # The trial's figure: its metric at the kept epoch (training.keep), else at its last.
+    at_kept = [row[metric] for row in epochs if row["epoch"] == kept and metric in row]
     ended = run.info.end_time / 1000 if run.info.end_time else None
     trial = {
         "trial_id": trial_id,
@@ -279,8 +282,9 @@ def _trial_from_run(
         "status": tags.get(t.TAG_STATUS, "running"),
         "reason": tags.get(t.TAG_REASON),
         "epochs": int(tags.get(t.TAG_EPOCHS, len(epochs))),
-        "final_metric": values[-1] if values else None,
+        "final_metric": at_kept[0] if at_kept else values[-1] if values else None,
         "best_metric": best,
+        "kept_epoch": kept,
         "rung": int(tags[t.TAG_RUNG]) if t.TAG_RUNG in tags else None,
         "wall_seconds": _wall_seconds(tags.get(t.TAG_WALL_SECONDS), run.info.start_time / 1000, ended),
         "samples_per_second": sum(rates) / len(rates) if rates else None,

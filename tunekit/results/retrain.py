@@ -1,8 +1,9 @@
 """Retraining a trial's configuration after the search: ``ExperimentResults.retrain``, ``tunekit retrain``.
 
 The usual last step of a search: train the best configuration (or trial N's) again, by
-default on the trainable's train plus validation data, for as many epochs as the trial
-trained. It runs in this process (no Ray), and trains as the trial did: the same
+default on the trainable's train plus validation data, for as many epochs as the trial's
+model had (its kept epoch under ``training.keep: best``, else all it trained). It runs in
+this process (no Ray), and trains as the trial did: the same
 ``TrialContext`` (one replica), the same seed set the same way before anything is built, the
 trial's precision, the trainable's own compile or tunekit's from the config, and its
 ``fit_options``. On ``data="train"`` it is the trial again, and scores on the validation data
@@ -171,7 +172,8 @@ def plan_retrain(
     best = results.best
     # The best trial's model was trained under its final configuration (after PBT's exploits).
     config = dict(best.config) if best is not None and best.trial_id == trial_id else config_of(row)
-    trained = int(finite(row.get("epochs")) or 0)
+    # The epochs behind the trial's model and figure: its kept epoch (training.keep), else all it trained.
+    trained = int(finite(row.get("kept_epoch")) or finite(row.get("epochs")) or 0)
     if epochs is None:
         if trained < 1:
             raise RetrainError(f"{where}: {label} trained 0 epochs; give the epochs to train (epochs=N, --epochs N)")
@@ -257,7 +259,7 @@ def retrain(
         data: ``"train+validation"`` (the trainable's two datasets concatenated, no validation),
             ``"train"`` (the trial again: validated on the validation data), or a
             ``(train_ds, val_ds)`` pair of your own (``val_ds`` may be None).
-        epochs: how many epochs; the trial's when None.
+        epochs: how many epochs; when None, those behind the trial's model (its ``kept_epoch``).
         track: log an MLflow run, a child of the search's parent run, when the search was tracked.
         on_epoch: called after each epoch with (epoch, epochs, metrics).
 
@@ -295,14 +297,20 @@ def retrain(
         from dataclasses import replace
 
         done = replace(done, run_id=_log_run(results.experiment_dir, done, started))
-    _write_record(done)
+    _write_record(done, results.experiment_dir)
     return done
 
 
-def _write_record(done: Retrained) -> None:
+def _write_record(done: Retrained, experiment_dir: Path) -> None:
+    """``retrain.json`` beside the model; a bucket experiment's reader writes into its local
+    copy, so the folder then goes to the bucket too, where the experiment is."""
+    from tunekit.storage import bucket_of
     from tunekit.store import write_json
 
     write_json(done.path / RETRAIN_FILE, done.record(), indent=2)
+    if (bucket := bucket_of(experiment_dir)) is not None:
+        files = sorted(path for path in done.path.rglob("*") if path.is_file())
+        bucket.push(experiment_dir, [path.relative_to(experiment_dir).as_posix() for path in files])
 
 
 def _train(
@@ -337,6 +345,7 @@ def _train(
             data=spec.data,
             spec_dir=spec.spec_dir,
             trial_dir=str(folder),
+            trial_number=plan.number,
         )
         builders = load_builders(spec.trainable)
         if isinstance(data, tuple | list):

@@ -39,7 +39,7 @@ from tunekit.compat.optuna_study import WAITING, ask_lagged, lagged_study, recen
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY, finite, stopped_by_model, study_file
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY, finite, kept_value, stopped_by_model, study_file
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     EPOCH_RESULT_ATTR_PREFIX,
@@ -437,7 +437,7 @@ class OptunaStudySearcher(Searcher):
         # Ray skips on_trial_result for the result on which the scheduler stops a trial,
         # so that last epoch reaches the study here.
         self._report(trial, result)
-        value = finite(result.get(self._spec.metric.name))
+        value = finite(kept_value(result, self._spec.metric.name))  # training.keep's epoch
         # EarlyStopping (or any callback setting model.stop_training) ended it: the model
         # is finished as its author meant it, not cut short by the search.
         by_model = stopped_by_model(result)

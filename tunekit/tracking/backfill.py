@@ -183,6 +183,7 @@ def record_events(
             _integer(row["attempts"]) or 1,
             _number(row["ended_at"]) or started,
             _number(row["wall_seconds"]) or 0.0,
+            _integer(row.get("kept_epoch")),
         )
     yield from _progress_events(spec, trials, ended, clock)
 

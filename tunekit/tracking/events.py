@@ -56,6 +56,7 @@ class TrialEndEvent:
     attempts: int
     ended_at: float
     wall_seconds: float  # the seconds it ran, over all its spans (active time, tunekit.clock)
+    kept_epoch: int | None = None  # the epoch its model and figure come from (training.keep)
 
 
 @dataclass(frozen=True)

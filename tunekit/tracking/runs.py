@@ -60,6 +60,7 @@ from tunekit.tracking.tags import (
     TAG_BEST_TRIAL_NUMBER,
     TAG_EPOCHS,
     TAG_EXPERIMENT_DIR,
+    TAG_KEPT_EPOCH,
     TAG_OUTCOME,
     TAG_PARETO_RANK,
     TAG_PBT_EXPLOITS,
@@ -220,6 +221,7 @@ class RunBook:
                         TAG_WALL_SECONDS: f"{event.wall_seconds:.3f}",
                         RUN_NAME_TAG: trial.name,
                         **({TAG_RUNG: str(event.rung)} if event.rung is not None else {}),
+                        **({TAG_KEPT_EPOCH: str(event.kept_epoch)} if event.kept_epoch is not None else {}),
                         **({TAG_REASON: event.reason[:MAX_TAG_LENGTH]} if event.reason else {}),
                     }
                 )

@@ -39,6 +39,9 @@ TAG_RUNG = "tunekit.rung"
 
 
 TAG_EPOCHS = "tunekit.epochs"
+# On a trial's run that trained to its end: the epoch its model and final value come from
+# (training.keep: the last, or the best); its metric's value at that step is the trial's.
+TAG_KEPT_EPOCH = "tunekit.kept_epoch"
 
 
 TAG_ATTEMPTS = "tunekit.attempts"

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import Choice, Fixed, FloatRange, IntRange, SearchSpace
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import TENSORBOARD_DIR, TrialStatus, finite, stopped_for_good
+from tunekit.layout import TENSORBOARD_DIR, TrialStatus, finite, stopped_for_good, trial_name
 
 if TYPE_CHECKING:
     from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STATE_FILE = ".tunekit-written.json"
-RUN_PREFIX = "trial-"
 OUTCOME_TAG = "outcome"
 FLUSH_EVERY_S = 5.0
 FLUSH_TIMEOUT_S = 30.0
@@ -64,11 +63,6 @@ _SESSION_START_TAG = "_hparams_/session_start_info"
 _SESSION_END_TAG = "_hparams_/session_end_info"
 # tensorboard.plugins.hparams.api_pb2.Status; TensorBoard 2.21 has no "aborted".
 STATUS_UNKNOWN, STATUS_SUCCESS, STATUS_FAILURE = 0, 1, 2
-
-
-def run_name(number: int | None, trial_id: str) -> str:
-    """A trial's TensorBoard run: ``trial-<number>``, or its Ray trial id before it has a number."""
-    return f"{RUN_PREFIX}{number if number is not None else trial_id}"
 
 
 def session_status(status: TrialStatus) -> int:
@@ -167,19 +161,19 @@ class TensorBoardLogger:
                 self.trial_ended(record)
 
     def trial_started(self, record: TrialRecord) -> None:
-        self._queue.put(_Start(run_name(record.number, record.trial_id), dict(record.params), record.started_at))
+        self._queue.put(_Start(trial_name(record.number, record.trial_id), dict(record.params), record.started_at))
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         metrics = {key: number for key, value in row.metrics.items() if (number := finite(value)) is not None}
         at = self._clock.wall_at(row.at) if self._clock is not None else time.time()
-        self._queue.put(_Scalars(run_name(record.number, record.trial_id), row.epoch, metrics, at))
+        self._queue.put(_Scalars(trial_name(record.number, record.trial_id), row.epoch, metrics, at))
 
     def trial_ended(self, record: TrialRecord) -> None:
         status = TrialStatus(record.status)
         if status == TrialStatus.STOPPED and not stopped_for_good(status, record.reason):
             return  # a resume trains it on; its session end comes when it really ends
         at = record.ended_at or time.time()
-        self._queue.put(_End(run_name(record.number, record.trial_id), status, record.reason, at))
+        self._queue.put(_End(trial_name(record.number, record.trial_id), status, record.reason, at))
 
     def tick(self, recorder: Recorder) -> None:
         pass  # the recorder calls every listener's tick on each step of Ray's loop; nothing to do here

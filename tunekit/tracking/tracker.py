@@ -194,6 +194,7 @@ class MlflowTracker:
                 record.attempts,
                 record.ended_at or time.time(),
                 record.active_seconds(self._clock.now() if self._clock is not None else 0.0),
+                record.kept_epoch,
             )
         )
         self._ended_trials += 1

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import WARM_START_FILE, TrialStatus
+from tunekit.layout import TRIAL_NAME_PREFIX, WARM_START_FILE, TrialStatus
 from tunekit.tracking.client import MlflowError
 from tunekit.tracking.tags import TAG_BUDGET_PREFIX
 
@@ -55,8 +55,8 @@ def run_name(trial: int | str, status: TrialStatus, epochs: int) -> str:
     column its runs table always shows. ``@n``: after n epochs.
     """
     if status in (TrialStatus.RUNNING, TrialStatus.COMPLETED):
-        return f"trial-{trial} · {status}"
-    return f"trial-{trial} · {status}@{epochs}"
+        return f"{TRIAL_NAME_PREFIX}{trial} · {status}"
+    return f"{TRIAL_NAME_PREFIX}{trial} · {status}@{epochs}"
 
 
 def metric_key(name: str) -> str:

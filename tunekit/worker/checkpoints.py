@@ -18,7 +18,9 @@ from tunekit.layout import (
     CHECKPOINT_WEIGHTS,
     FINAL_MODEL,
     FINAL_WEIGHTS,
+    KEPT_WEIGHTS,
 )
+from tunekit.worker.keep import KeptEpoch
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,12 @@ def export_model(directory: Path, model: Any) -> str:
 
 
 def restore_checkpoint(
-    checkpoint: Any, model: Any, train_ds: Any, config: dict[str, Any], built_with: dict[str, Any] | None = None
+    checkpoint: Any,
+    model: Any,
+    train_ds: Any,
+    config: dict[str, Any],
+    built_with: dict[str, Any] | None = None,
+    kept: KeptEpoch | None = None,
 ) -> int:
     """Loads weights and optimizer state; returns the number of epochs already trained.
 
@@ -108,7 +115,8 @@ def restore_checkpoint(
     of that trial's configuration: the model was built from ``config`` already, and a new
     learning rate is set on the optimizer after its state (the source's rate) is loaded.
     ``built_with`` is the config the trainable was given when it differs from the trial's
-    (``training.scale_lr``): the rate set is its rate.
+    (``training.scale_lr``): the rate set is its rate. ``kept`` (``training.keep: best``)
+    takes the best epoch the checkpoint remembers.
     """
     if checkpoint is None:
         return 0
@@ -146,6 +154,9 @@ def restore_checkpoint(
                 with _damaged(weights):
                     value = arrays[f"o{i}"]
                 variable.assign(value)
+        if kept is not None:
+            with _damaged(stored / KEPT_WEIGHTS):
+                kept.restore(Path(directory))
     _apply_new_learning_rate(model.optimizer, state.get("config", {}), config, built_with or config)
     return int(state["epoch"])
 

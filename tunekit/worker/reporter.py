@@ -21,11 +21,20 @@ from ray import tune
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
-from tunekit.layout import CHECKPOINTED, EPOCH_KEY, EXPORT_NOTE, INFO_KEY, RESTORED_WEIGHTS, STOPPED_BY_MODEL
+from tunekit.layout import (
+    CHECKPOINTED,
+    EPOCH_KEY,
+    EXPORT_NOTE,
+    INFO_KEY,
+    KEPT_EPOCH,
+    RESTORED_WEIGHTS,
+    STOPPED_BY_MODEL,
+)
 from tunekit.worker.checkpoints import CheckpointPolicy, TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, node_id, trial_info
 from tunekit.worker.heartbeat import HeartbeatWriter
+from tunekit.worker.keep import KeptEpoch
 from tunekit.worker.measures import Measures
 from tunekit.worker.profile import TrialProfile
 
@@ -62,8 +71,10 @@ class EpochReporter(keras.callbacks.Callback):
         validation: Any,
         measures: Measures | None = None,
         profile: TrialProfile | None = None,
+        kept: KeptEpoch | None = None,
     ) -> None:
         super().__init__()
+        self._kept = kept  # training.keep: best; None: the last epoch is kept
         self._spec = spec
         self._ctx = ctx
         self._devices = devices
@@ -146,6 +157,8 @@ class EpochReporter(keras.callbacks.Callback):
         with self._profile.piece("epoch.checks"):
             for name in tracked_metrics(self._spec.objectives, self._spec.constraints, self._spec.select):
                 check_epoch_metrics(metrics, name, completed)
+        if self._kept is not None:
+            self._kept.observe(completed, metrics, self.model)
         bookkeeping: dict[str, Any] = {"metrics": sorted(metrics)}
         if completed == self._start_epoch + 1:
             bookkeeping["resumed_from_epoch"] = self._start_epoch
@@ -212,10 +225,18 @@ class EpochReporter(keras.callbacks.Callback):
             checkpoint_dir = Path(tempfile.mkdtemp(prefix="tunekit-ckpt-"))
             with self._profile.piece("epoch.checkpoint"):
                 save_checkpoint(checkpoint_dir, self.model, completed, self._progress.config)
+                if self._kept is not None:
+                    self._kept.save(checkpoint_dir)
             self._checkpointed_at = started
             bookkeeping[CHECKPOINTED] = True
         if final:
             assert checkpoint_dir is not None
+            # The checkpoint holds the last epoch (a grown budget trains on from it); the
+            # exported model and the trial's figure, the kept epoch.
+            if self._kept is not None:
+                bookkeeping.update(self._kept.put_back(self.model))
+            else:
+                bookkeeping[KEPT_EPOCH] = completed
             with self._profile.piece("end.export"):
                 note = export_model(checkpoint_dir, self.model)
             if note:

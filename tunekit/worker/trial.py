@@ -42,6 +42,7 @@ from tunekit.layout import (
     FAILURE_KIND_KEY,
     NO_SPACE_FAILURE,
     OUTPUT_FILE,
+    number_in_trial_name,
 )
 from tunekit.storage import Bucket, is_uri
 from tunekit.store import no_space_in
@@ -50,6 +51,7 @@ from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
+from tunekit.worker.keep import KeptEpoch
 from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
 from tunekit.worker.profile import TrialProfile
 from tunekit.worker.reads import space_read
@@ -166,6 +168,7 @@ def _train(
         data=spec.data,
         spec_dir=spec.spec_dir,
         trial_dir=str(trial_dir),
+        trial_number=number_in_trial_name(context.get_trial_name()),
     )
     builders = load_builders(spec.trainable)
     with profile.piece("start.build_data"):
@@ -192,7 +195,8 @@ def _train(
     progress.config = trial_config
     progress.space_read = space_read(builders, config, compiled_by_tunekit=compiled_by_tunekit)
     with profile.piece("start.restore"):
-        progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, trial_config, config)
+        kept = KeptEpoch(spec.metric.name, spec.metric.mode) if spec.training.keep == "best" else None
+        progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, trial_config, config, kept)
     if progress.epoch >= spec.budget.max_epochs:
         return
     with profile.piece("start.measures"):
@@ -205,7 +209,7 @@ def _train(
         # Read when fit makes its train and test functions, as model.jit_compile is.
         model.steps_per_execution = per_call
     print(f"tunekit: steps_per_execution {model.steps_per_execution} ({why})")  # into the trial's output.log
-    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, measures, profile)
+    reporter = EpochReporter(spec, ctx, devices, progress, steps, val_ds, measures, profile, kept)
     try:
         with _epoch_lengths_learned_quietly(options):
             model.fit(

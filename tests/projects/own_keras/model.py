@@ -44,6 +44,7 @@ def build_data(config: dict[str, Any], ctx: Any) -> tuple[tf.data.Dataset, tf.da
 
 
 def build_model(config: dict[str, Any], ctx: Any) -> keras.Model:
+    print(f"building the model of trial {ctx.trial_number}")
     model = TinyNet(config["units"])
     model.compile(
         optimizer=keras.optimizers.Adam(config["learning_rate"]),

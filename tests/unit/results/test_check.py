@@ -24,6 +24,7 @@ from tunekit.layout import (
     EPOCHS_FILE,
     FINAL_MODEL,
     FINAL_WEIGHTS,
+    KEPT_WEIGHTS,
     LEDGER_FILE,
     SPANS_FILE,
     STARTED_FILE,
@@ -531,3 +532,39 @@ def test_a_restarted_trial_pruned_before_where_its_first_attempt_reached_is_a_no
         ({"attempts": 2, "status": "completed"}, [1, 2, 3, 4], [1, 2, 3, 4, 5]),
     ):
         assert isinstance(_epochs_reported("trials.csv vs study", "trial 2", row, tables, study), Finding)
+
+
+def _kept_epochs(root: Path, kept_of_a: int) -> None:
+    """trials.csv as this tunekit writes it: a completed trial names its kept epoch (b, pruned, none)."""
+    lines = (root / TRIALS_FILE).read_text().splitlines()
+    lines[0] = lines[0].replace(",best_metric,", ",best_metric,kept_epoch,")
+    lines[1] = lines[1].replace(",0.9,0.9,", f",0.9,0.9,{kept_of_a},")
+    lines[2] = lines[2].replace(",0.6,0.6,", ",0.6,0.6,,")
+    (root / TRIALS_FILE).write_text("\n".join(lines) + "\n")
+
+
+def test_a_completed_trial_s_kept_epoch_is_its_last_and_its_figure_the_value_there(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    _kept_epochs(root, 4)
+    report = check_experiment(root)
+    assert report.ok, report.describe()
+    _kept_epochs(consistent(tmp_path / "wrong"), 2)
+    findings = [str(f) for f in check_experiment(tmp_path / "wrong").findings]
+    assert "trials.csv vs epochs.csv: trial 0 (a) kept_epoch (training.keep: last): 4 vs 2" in findings
+    assert "trials.csv vs epochs.csv: trial 0 (a) final val_accuracy: 0.9 vs 0.7" in findings  # 0.7: epoch 2's
+
+
+def test_keep_best_holds_the_kept_epoch_against_the_epochs_and_the_exported_model(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    spec = root / "spec.yaml"
+    spec.write_text(spec.read_text() + "training: {keep: best}\n")
+    _kept_epochs(root, 4)  # 0.9 at epoch 4 is a's best
+    findings = [str(f) for f in check_experiment(root).findings]
+    # Its exported model's checkpoint holds no kept epoch: the model is not shown to be epoch 4's.
+    assert findings == [f"trials.csv vs checkpoints: trial 0 (a) {root / 'a' / 'checkpoint_000003' / KEPT_WEIGHTS}: "
+                        "'epoch 4' vs 'missing'"]  # fmt: skip
+    np.savez(root / "a" / "checkpoint_000003" / KEPT_WEIGHTS, epoch=3, value=0.8, w0=np.zeros(2))
+    findings = [str(f) for f in check_experiment(root).findings]
+    assert findings == ["trials.csv vs checkpoints: trial 0 (a) kept epoch of its exported model: 4 vs 3"]
+    np.savez(root / "a" / "checkpoint_000003" / KEPT_WEIGHTS, epoch=4, value=0.9, w0=np.zeros(2))
+    assert check_experiment(root).ok
