@@ -32,7 +32,7 @@ RAW: dict[str, Any] = {
 def test_allowed_values_come_from_the_literal_types() -> None:
     assert METRIC_MODES == get_args(spec_module.MetricMode) == ("max", "min")
     assert ALGORITHMS == ("tpe", "random", "grid", "nsga2")
-    assert SCHEDULERS == ("asha", "fifo", "pbt")
+    assert SCHEDULERS == ("asha", "hyperband", "fifo", "pbt")
     assert PRECISIONS == ("auto", "float32", "mixed_float16", "mixed_bfloat16")
     assert GPU_MEMORY_MODES == ("growth", "cap")
 
