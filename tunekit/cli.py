@@ -294,6 +294,7 @@ def _plan(args: argparse.Namespace) -> int:
     from tunekit.search.plan import plan_budget
 
     spec = load_spec(args.spec, args.set)
+    _say_bf16(spec, json_out=args.format == "json")
     if args.probe:
         return _probe(args, spec)
     plan = plan_budget(spec)
@@ -306,6 +307,14 @@ def _plan(args: argparse.Namespace) -> int:
     )
     print(plan.describe())
     return 0
+
+
+def _say_bf16(spec: ExperimentSpec, *, json_out: bool) -> None:
+    """A note when the spec trains in bfloat16 on a CPU that emulates it (stderr beside JSON)."""
+    from tunekit.doctor.precision import bf16_warning, read_cpuinfo
+
+    if warning := bf16_warning(spec, read_cpuinfo()):
+        print(f"tunekit: note: {warning}", file=sys.stderr if json_out else sys.stdout, flush=True)
 
 
 def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:

@@ -38,6 +38,7 @@ from typing import TextIO
 from tunekit.doctor.child import probe
 from tunekit.doctor.cluster import check_cluster, check_local_ray, check_ray_reachable
 from tunekit.doctor.gpus import check_tensorflow, nvidia_gpus
+from tunekit.doctor.precision import check_cpu_bf16, read_cpuinfo
 from tunekit.doctor.ray_errors import join_error_in
 from tunekit.doctor.report import Check, hide_secrets
 from tunekit.doctor.stack import check_import_costs, check_versions
@@ -94,6 +95,7 @@ def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, s
     try:
         emit(check_versions())
         emit(check_import_costs())
+        emit([check_cpu_bf16(read_cpuinfo())])
         emit([check_tracking(tracking_uri)])
         emit([check_storage(storage_path)])
         nvidia = nvidia_gpus()
