@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -96,8 +97,32 @@ def one_round(index: int, settings: dict[str, Any], workdir: Path, shape: str = 
         "probe_seconds": probe_s,
         "process_wall_seconds": run_s,
         "compared": compared,
+        "parts": parts(workdir / f"round{index}" / "search"),
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
+    }
+
+
+PARTS = ("startup_s", "new_worker_first_epoch_s", "reused_first_epoch_s", "epoch_s", "gap_s")
+
+
+def parts(experiment: Path) -> dict[str, dict[str, float]]:
+    """Where a miss comes from: each part of the probe's measurement (as filed with the experiment)
+    beside the same part measured on the search itself, by the probe's own reading of its tables;
+    and the mean later epoch the forecast priced trials at (its configurations drawn from the space)."""
+    from tunekit.results.load import load
+    from tunekit.search.forecast import Measurement, read_prediction
+    from tunekit.search.probe import measure
+
+    filed = read_prediction(experiment) or {}
+    probed = Measurement.from_dict(filed.get("measurement") or {})
+    results = load(experiment)
+    searched = measure(results, {"launched_at": filed["launched_at"]}, results.spec.budget.max_concurrent, "local", 0.0)
+    model = probed.cost_model(results.spec)
+    priced = statistics.fmean(model.pool(0)) if model is not None else probed.epoch_s
+    return {
+        **{part: {"probe": getattr(probed, part), "search": getattr(searched, part)} for part in PARTS},
+        "priced_epoch_s": {"probe": priced, "search": searched.epoch_s},
     }
 
 
@@ -147,6 +172,11 @@ def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                 f"round {index}: CPU-hours predicted / actual",
                 f"{hours['predicted']:.4f} / {hours['actual']:.4f}",
                 note=f"error {hours['error_percent']:+.1f}%",
+            ),
+            common.figure(
+                f"round {index}: probe / search, per part",
+                "; ".join(f"{k} {v['probe']:.3g} / {v['search']:.3g}" for k, v in r.get("parts", {}).items()),
+                "s",
             ),
             common.figure(
                 f"round {index}: probe / whole run process",
