@@ -173,6 +173,17 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
             f"epoch {first['epoch']}: copied trial {first['source_number']} (epoch {first['source_epoch']}); "
         )
 
+    # TensorBoard: each moved trial's run steps its mutated values at its exploits' epochs,
+    # from its starting value at step 0, the resume adding its step and repeating none.
+    from tunekit.testing import read_events
+
+    for trial_id, rows in steps.groupby("trial_id"):
+        number = int(trials.loc[trials["trial_id"] == trial_id, "number"].iloc[0])
+        events = read_events(experiment_dir / "tensorboard" / f"trial-{number}")
+        rates = [(e.step, v.simple_value) for e in events for v in e.summary.value if v.tag == "pbt/learning_rate"]
+        assert [step for step, _ in rates] == [0, *rows["epoch"]], rates
+        assert [rate for _, rate in rates[1:]] == pytest.approx(list(rows[NEW_PREFIX + "learning_rate"]), rel=1e-6)
+
     figure = plots.lineage(results)
     assert figure.axes[0].get_title().startswith("PBT lineage: 2 exploit steps (dashed")
 

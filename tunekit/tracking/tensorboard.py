@@ -11,7 +11,10 @@ MLflow), holding:
   pruned, stopped for good and lost -> unknown, since TensorBoard's HParams API (2.21) has no
   aborted status;
 * a text summary ``outcome`` with the status and the reason ("pruned: pruned by ASHA at rung
-  1 (epoch 1)"), which the Text tab shows.
+  1 (epoch 1)"), which the Text tab shows;
+* under PBT, a scalar ``pbt/<parameter>`` per mutated parameter: its starting value at step 0
+  and its new value at the epoch of each exploit, so PBT's steps show beside the metrics, and
+  a text ``exploit`` there saying what was copied ("epoch 4: copied trial 2 (epoch 4); ...").
 
 The log directory itself holds the HParams experiment: the space's parameters with their
 domains (intervals for ranges, the values of a choice) and the objectives as its metrics.
@@ -93,6 +96,18 @@ class _Scalars:
 
 
 @dataclass(frozen=True)
+class _Exploit:
+    """The ``index``-th exploit of the run's trial (0, 1, ...), at ``epoch``: its mutated values."""
+
+    run: str
+    index: int
+    epoch: int
+    values: dict[str, float]
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
 class _End:
     run: str
     status: TrialStatus
@@ -106,7 +121,9 @@ class _Flush:
 
 
 _STOP = "stop"
-_Event = _Start | _Scalars | _End | _Flush | str
+_Event = _Start | _Scalars | _Exploit | _End | _Flush | str
+PBT_PREFIX = "pbt/"  # the scalars of PBT's mutated parameters
+EXPLOIT_TAG = "exploit"
 
 
 class TensorBoardLogger:
@@ -128,6 +145,7 @@ class TensorBoardLogger:
         self._queue: queue.SimpleQueue[_Event] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._clock: Any = None
+        self._exploits_seen = 0  # the recorder's exploit steps queued so far (all again on a resume)
 
     # Ray may pickle callbacks: no thread or queue in the pickle.
     def __getstate__(self) -> dict[str, Any]:
@@ -161,7 +179,10 @@ class TensorBoardLogger:
                 self.trial_ended(record)
 
     def trial_started(self, record: TrialRecord) -> None:
-        self._queue.put(_Start(trial_name(record.number, record.trial_id), dict(record.params), record.started_at))
+        run = trial_name(record.number, record.trial_id)
+        self._queue.put(_Start(run, dict(record.params), record.started_at))
+        if self.spec.scheduler.type == "pbt":  # the mutated parameters' first values, at step 0
+            self._queue.put(_Exploit(run, -1, 0, self._mutated(record.params), "", record.started_at))
 
     def epoch_reported(self, record: TrialRecord, row: EpochRow) -> None:
         metrics = {key: number for key, value in row.metrics.items() if (number := finite(value)) is not None}
@@ -176,7 +197,28 @@ class TensorBoardLogger:
         self._queue.put(_End(trial_name(record.number, record.trial_id), status, record.reason, at))
 
     def tick(self, recorder: Recorder) -> None:
-        pass  # the recorder calls every listener's tick on each step of Ray's loop; nothing to do here
+        """PBT's new exploit steps (the recorder takes them from the scheduler on each step of Ray's loop)."""
+        steps = recorder.exploits
+        if len(steps) <= self._exploits_seen:
+            return
+
+        def number_of(trial_id: str) -> int | None:
+            record = recorder.trials.get(trial_id)
+            return None if record is None else record.number
+
+        for index, step in enumerate(steps[self._exploits_seen :], start=self._exploits_seen):
+            run = trial_name(number_of(step.trial_id), step.trial_id)
+            before = sum(1 for earlier in steps[:index] if earlier.trial_id == step.trial_id)
+            text = step.describe(number_of)
+            self._queue.put(_Exploit(run, before, step.epoch, self._mutated(step.new), text, step.wall_time))
+        self._exploits_seen = len(steps)
+
+    def _mutated(self, config: Mapping[str, Any]) -> dict[str, float]:
+        return {
+            f"{PBT_PREFIX}{name}": float(config[name])
+            for name in self.spec.scheduler.mutate
+            if isinstance(config.get(name), int | float) and not isinstance(config.get(name), bool)
+        }
 
     def warning(self, message: str) -> None:
         pass  # warnings are for the console
@@ -185,6 +227,7 @@ class TensorBoardLogger:
         thread = self._thread
         if thread is None:
             return
+        self.tick(recorder)  # exploits of the loop's last step
         self._queue.put(_STOP)
         thread.join(FLUSH_TIMEOUT_S)
         if thread.is_alive():
@@ -258,6 +301,13 @@ class _Writer:
             if event.epoch > seen["epoch"]:
                 self._write(event.run, _scalars_summary(event.metrics), event.epoch, event.at)
                 seen["epoch"] = event.epoch
+        elif isinstance(event, _Exploit):
+            seen = self._run_state(event.run)
+            if event.index >= seen.setdefault("exploits", -1):  # -1: the starting values
+                self._write(event.run, _scalars_summary(event.values), event.epoch, event.at)
+                if event.text:
+                    self._write(event.run, _text_summary(EXPLOIT_TAG, event.text), event.epoch, event.at)
+                seen["exploits"] = event.index + 1
         elif isinstance(event, _End):
             seen = self._run_state(event.run)
             if not seen["ended"]:

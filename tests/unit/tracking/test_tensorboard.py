@@ -49,7 +49,7 @@ def scalars(events: list[Any]) -> dict[str, list[tuple[int, float]]]:
 def fake_recorder() -> Any:
     clock = SearchClock.new()
     clock.begin()
-    return SimpleNamespace(clock=clock, trials={}, epochs=[])
+    return SimpleNamespace(clock=clock, trials={}, epochs=[], exploits=[])
 
 
 def feed(logger: TensorBoardLogger, recorder: Any, number: int, epochs: int, status: TrialStatus, reason: str) -> None:
@@ -143,3 +143,44 @@ def test_the_spec_key_turns_it_off_and_is_checked() -> None:
     assert load_spec(DIGITS_SPEC, ["tracking.tensorboard=false"]).tracking.tensorboard is False
     with pytest.raises(SpecError, match=r"tracking\.tensorboard"):
         load_spec(DIGITS_SPEC, ["tracking.tensorboard=sometimes"])
+
+
+def test_pbt_exploits_show_as_steps_of_the_mutated_parameters_and_a_resume_adds_only_new_ones(
+    tmp_path: Path,
+) -> None:
+    from tunekit.search.pbt import ExploitStep
+
+    pbt_spec = load_spec(REPO / "search_spaces" / "digits_mlp_pbt.yaml")
+    mutated = list(pbt_spec.scheduler.mutate)
+    logger = TensorBoardLogger(pbt_spec, tmp_path)
+    recorder = fake_recorder()
+    logger.experiment_started(recorder)
+    feed(logger, recorder, 0, 2, TrialStatus.RUNNING, "")
+    feed(logger, recorder, 1, 2, TrialStatus.RUNNING, "")
+    params = recorder.trials["t0"].params
+    first = {name: params.get(name, 0.01) for name in mutated}
+    recorder.exploits.append(
+        ExploitStep("t0", 2, "t1", 2, first, {**first, mutated[0]: first[mutated[0]] * 1.2}, wall_time=time.time())
+    )
+    logger.tick(recorder)
+    logger.experiment_ended(recorder)
+
+    run = tmp_path / TENSORBOARD_DIR / "trial-0"
+    found = scalars(read_events(run))[f"pbt/{mutated[0]}"]
+    assert [step for step, _ in found] == [0, 2]
+    assert found[1][1] == pytest.approx(found[0][1] * 1.2)
+    texts = [
+        v.tensor.string_val[0].decode()
+        for e in read_events(run)
+        for v in e.summary.value
+        if v.tag.startswith("exploit")
+    ]
+    assert len(texts) == 1 and texts[0].startswith("epoch 2: copied trial 1 (epoch 2);")
+
+    # A resumed driver hears every step again; only the new exploit is written.
+    recorder.exploits.append(ExploitStep("t0", 4, "t1", 4, first, {**first, mutated[0]: 0.5}, wall_time=time.time()))
+    again = TensorBoardLogger(pbt_spec, tmp_path)
+    again.experiment_started(recorder)
+    again.tick(recorder)
+    again.experiment_ended(recorder)
+    assert [step for step, _ in scalars(read_events(run))[f"pbt/{mutated[0]}"]] == [0, 2, 4]
