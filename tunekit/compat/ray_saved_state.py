@@ -53,9 +53,10 @@ def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
 SAVED_STATE_PATTERNS = ("experiment_state-*.json", "search_gen_state-*.json", "callback-states-*.pkl")
 
 
-def damaged_saved_state(experiment_dir: Path) -> str | None:
-    """Which newest saved-state file ``Tuner.restore`` would fail to read (empty, or JSON cut
-    short), or None. Ray logs such a failure and starts a new search over the old one's files."""
+def damaged_saved_state(experiment_dir: Path) -> tuple[str, str] | None:
+    """The newest saved-state file ``Tuner.restore`` would fail to read and what is wrong with it
+    (``empty``, or JSON ``cut short``), or None. Ray logs such a failure and starts a new search
+    over the old one's files."""
     import json
 
     for pattern in SAVED_STATE_PATTERNS:
@@ -63,12 +64,12 @@ def damaged_saved_state(experiment_dir: Path) -> str | None:
         if newest is None:
             continue
         if newest.stat().st_size == 0:
-            return f"{newest.name} is empty"
+            return newest.name, "empty"
         if newest.name.startswith("experiment_state-"):  # JSON (search_gen_state, despite its name, is a pickle)
             try:
                 json.loads(newest.read_text())
             except ValueError:
-                return f"{newest.name} is cut short"
+                return newest.name, "cut short"
     return None
 
 

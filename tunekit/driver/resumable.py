@@ -47,7 +47,7 @@ def check_resumable(experiment_dir: Path) -> list[str]:
     for name in RECORDS:
         read_json(experiment_dir / name)
     if damage := damaged_saved_state(experiment_dir):  # Ray would start the search over
-        name, _, problem = damage.partition(" is ")
+        name, problem = damage
         raise DamagedFileError(
             experiment_dir / name,
             f"{problem}, as Ray's saved state (its driver was killed while Ray wrote it)",

@@ -290,7 +290,7 @@ def saved_state_findings(experiment_dir: Path) -> Iterator[Finding]:
         if path is None or (found := _saved_state_damage(path, kind)) is None:
             continue
         expected, actual = found
-        if refused is not None and path.name in refused:
+        if refused is not None and path.name == refused[0]:
             consequence = "`tunekit resume` refuses an experiment whose saved state is damaged"
         else:
             consequence = "`tunekit resume` would fail as Ray's Tuner.restore reads it"

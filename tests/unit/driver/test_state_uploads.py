@@ -102,10 +102,10 @@ def test_a_damaged_newest_save_is_named(tmp_path: Path) -> None:
     (tmp_path / "search_gen_state-2.json").write_bytes(b"\x80\x05}\x94.")  # a pickle, as Ray writes it
     assert damaged_saved_state(tmp_path) is None
     (tmp_path / "callback-states-2.pkl").write_bytes(b"")
-    assert damaged_saved_state(tmp_path) == "callback-states-2.pkl is empty"
+    assert damaged_saved_state(tmp_path) == ("callback-states-2.pkl", "empty")
     (tmp_path / "callback-states-2.pkl").write_bytes(b"\x80\x05")
     (tmp_path / "experiment_state-2.json").write_text('{"trial_data": [')
-    assert damaged_saved_state(tmp_path) == "experiment_state-2.json is cut short"
+    assert damaged_saved_state(tmp_path) == ("experiment_state-2.json", "cut short")
 
 
 def test_resume_over_a_damaged_save_refuses_before_ray_starts(tmp_path: Path) -> None:
