@@ -62,6 +62,11 @@ def stop_group(process: subprocess.Popen[bytes] | None) -> None:
         process.wait(timeout=20)
 
 
+def cli_sets(overrides: list[str]) -> list[str]:
+    """Spec overrides as ``tunekit run``'s arguments: ``["--set", "a=1", "--set", "b=2"]``."""
+    return [part for value in overrides for part in ("--set", value)]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

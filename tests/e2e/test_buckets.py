@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.testing import S3Server, free_port
+from tunekit.testing import S3Server, cli_sets, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -51,10 +51,6 @@ def _machine(s3: S3Server, name: str) -> tuple[Path, dict[str, str]]:
 
 def _tunekit(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*TUNEKIT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def _sets(values: list[str]) -> list[str]:
-    return [part for value in values for part in ("--set", value)]
 
 
 def _bucket_file(s3: S3Server, key: str) -> bytes | None:
@@ -98,7 +94,7 @@ def test_an_unusable_storage_uri_is_refused_in_one_line_before_anything_starts(
     cwd, env = _machine(s3, "refused")
     env = {key: value for key, value in {**env, **env_change}.items() if value}
     began = time.monotonic()
-    done = _tunekit(["run", str(DEFAULT_SPEC), "--storage", storage, "--name", "x", *_sets(SEARCH)], cwd, env)
+    done = _tunekit(["run", str(DEFAULT_SPEC), "--storage", storage, "--name", "x", *cli_sets(SEARCH)], cwd, env)
     assert time.monotonic() - began < 45  # bounded: no Ray, no retries without end
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"tunekit: error: {said}"), done.stderr

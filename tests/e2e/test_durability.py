@@ -29,7 +29,7 @@ from tunekit.errors import DamagedFileError, NoSpaceError
 from tunekit.results.check import check_experiment
 from tunekit.search.attrs import LOST_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.testing import MlflowServer
+from tunekit.testing import MlflowServer, cli_sets
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +56,6 @@ CHAOS_SEARCH = [
 CHAOS_SEED = 40
 STOPS = 5
 DAMAGED = pytest.mark.inconsistent_on_purpose("a copy of the chaos search, damaged on purpose")
-
-
-def _sets(values: list[str]) -> list[str]:
-    return [part for value in values for part in ("--set", value)]
 
 
 def _driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -114,7 +110,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MlflowServer)
     root = tmp_path_factory.mktemp("chaos")
     experiment, log = root / "results" / "chaos", root / "drivers.log"
     rng = random.Random(CHAOS_SEED)
-    sets = _sets([*CHAOS_SEARCH, f"tracking.uri={mlflow_server.uri}"])
+    sets = cli_sets([*CHAOS_SEARCH, f"tracking.uri={mlflow_server.uri}"])
     driver = _driver(["run", str(DEFAULT_SPEC), "--storage", str(root / "results"), "--name", "chaos", *sets], log)
     stops: list[tuple[str, int, int]] = []
     second: tuple[dict[str, subprocess.CompletedProcess[str]], float] = ({}, 0.0)
@@ -352,7 +348,7 @@ def test_a_full_disk_ends_the_search_in_one_line_and_the_resume_finishes_it(tmp_
                 str(storage),
                 "--name",
                 "full",
-                *_sets([*SEARCH, "tracking.enabled=false"]),
+                *cli_sets([*SEARCH, "tracking.enabled=false"]),
             ],
             cwd=tmp_path,
             capture_output=True,
