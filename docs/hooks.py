@@ -79,6 +79,9 @@ KEY_RULES: dict[str, str] = {
     "training.keep": "which epoch a trial that trains to its end keeps: `last`, or `best` (the epoch with the best "
     "value of the metric, KerasTuner's): its exported model, `final_metric`, the study's value, MLflow's "
     "`tunekit.kept_epoch`; `best` needs one objective and no PBT",
+    "training.executions": "fits of each configuration with seeds `seed`, `seed + 1`, ... (KerasTuner's "
+    "`executions_per_trial`), trained in lockstep: every epoch reports their mean, which ASHA decides on, and "
+    "`<metric>_std` their spread; the model exported is the first's",
     "space": "parameter -> distribution (`loguniform`, `uniform`, `int`, `choice`, `fixed`; `step`, `log`, `when`)",
     "data": "free-form settings handed to `build_data` as `ctx.data`; relative paths follow the spec's folder",
     "storage": "where experiment directories go",

@@ -59,7 +59,9 @@ class Tuner:
         max_trials: trials to run (``budget.num_samples``).
         max_epochs: epochs per trial when ``search`` gets no ``epochs`` (``budget.max_epochs``;
             ASHA's ``max_t``).
-        executions_per_trial: 1 (several fits per trial are not supported yet).
+        executions_per_trial: fits of each configuration with different seeds
+            (``training.executions``), trained in lockstep; each epoch reports their mean, which
+            ASHA decides on, and ``<metric>_std`` their spread.
         seed: the sampler's and Keras's seed (``search.seed``, ``training.seed``).
         directory: where the experiment folder goes (``storage.path``; default: tunekit's).
         project_name: the experiment's folder and name.
@@ -101,10 +103,10 @@ class Tuner:
         allow_new_entries: bool = True,
         **sections: Any,
     ) -> None:
-        if executions_per_trial != 1:
+        if executions_per_trial != 1 and fit_function(hypermodel) is not None:
             raise TunekitError(
-                f"executions_per_trial={executions_per_trial}: several fits per trial are not supported yet; "
-                "use 1 (tunekit's ASHA already discounts a lucky epoch by comparing trials at each rung)"
+                f"executions_per_trial={executions_per_trial}: a HyperModel with its own fit trains one model "
+                "per trial (tunekit trains several in lockstep through model.fit); use 1"
             )
         self._build = build_function(hypermodel)
         self._fit = fit_function(hypermodel)
@@ -221,7 +223,11 @@ class Tuner:
             "metric": metric[0] if len(metric) == 1 else metric,
             "budget": {"num_samples": self.max_trials, "max_epochs": int(epochs)},
             "search": {"seed": self.seed or 0},
-            "training": {"batch_size": int(fit.get("batch_size") or 32), "seed": self.seed or 0},
+            "training": {
+                "batch_size": int(fit.get("batch_size") or 32),
+                "seed": self.seed or 0,
+                "executions": self.executions_per_trial,
+            },
             "space": self.discovery.to_space(),
         }
         if self.directory is not None:

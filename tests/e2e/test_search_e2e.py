@@ -117,6 +117,7 @@ def test_warm_start_points_run_first(tmp_path: Path) -> None:
             "scheduler.type=fifo",
             "tracking.enabled=false",
             "space.momentum={type: uniform, low: 0.0, high: 0.9}",  # which digits_mlp never reads
+            "training.executions=2",  # each trial fits 2 models in lockstep: their mean is reported
         ],
         search={"warm_start": points},
         storage=tmp_path,
@@ -132,6 +133,8 @@ def test_warm_start_points_run_first(tmp_path: Path) -> None:
         "warning: space.momentum: no completed trial's builders read it, so the search varied it for nothing"
         in shown.getvalue()
     )
+    # The mean of 2 executions (seeds 0 and 1), and its spread, which is never 0 for every trial.
+    assert (results.epochs["val_accuracy_std"] >= 0).all() and (results.epochs["val_accuracy_std"] > 0).any()
 
 
 @pytest.mark.parametrize(("checkpoint_every_s", "resumed_from"), [(0, 3), (30, 0)])

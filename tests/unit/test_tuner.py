@@ -70,9 +70,11 @@ def test_a_section_the_spec_lacks_is_a_spec_error() -> None:
         load_spec(tuner._spec({}), trainable=_placeholder())
 
 
-def test_several_executions_per_trial_are_refused_for_now() -> None:
-    with pytest.raises(TunekitError, match=r"^executions_per_trial=2: several fits per trial are not supported yet"):
-        Tuner(build_model, executions_per_trial=2)
+def test_executions_per_trial_become_training_executions_but_not_with_a_hypermodels_own_fit() -> None:
+    tuner = Tuner(build_model, objective="val_accuracy", executions_per_trial=3)
+    assert load_spec(tuner._spec({}), trainable=_placeholder()).training.executions == 3
+    with pytest.raises(TunekitError, match=r"^executions_per_trial=2: a HyperModel with its own fit trains one model"):
+        Tuner(BatchSizeInFit(), executions_per_trial=2)
 
 
 class HyperModel:  # keras_tuner.HyperModel's shape: its fit only calls model.fit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tunekit.errors import SpecError
 
@@ -76,6 +76,15 @@ def integer(value: object, path: str, *, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise SpecError(path, f"must be an integer >= {minimum}", value)
     return value
+
+
+def count_or_auto(value: object, path: str) -> int | Literal["auto"]:
+    """``auto``, or an integer >= 1 (``training.steps_per_execution``)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise SpecError(path, "must be auto or an integer >= 1", value)
 
 
 def number(value: object, path: str, *, above: float | None = None, at_least: float | None = None) -> float:

@@ -18,6 +18,7 @@ import yaml
 
 from tunekit.config import _validate as v
 from tunekit.config import pbt
+from tunekit.config.code_space import space_in_code
 from tunekit.config.combinations import check_combinations, check_keep, check_searched_training_keys
 from tunekit.config.files import (
     DEFAULT_STORAGE,
@@ -107,6 +108,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "max_failures",
         "checkpoint_every_s",
         "keep",
+        "executions",
     ),
     "storage": ("path",),
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required", "tensorboard"),
@@ -175,6 +177,7 @@ class TrainingSpec:
     # final_metric, the study's value, MLflow's, TensorBoard's). "last": the last epoch's;
     # "best": the epoch with the best value of the metric (KerasTuner's). tunekit.worker.keep.
     keep: Keep = "last"
+    executions: int = 1  # fits of each configuration, in lockstep, reported as their mean (tunekit.worker.executions)
 
 
 @dataclass(frozen=True)
@@ -352,7 +355,8 @@ def parse_spec(
             trainable = RecordedTrainable(copy.deepcopy(raw.get("trainable") or ""))
     # A record without its space (MLflow params leave it out) still describes the search.
     recorded_without_space = not locate_trainable and not raw.get("space")
-    space = SearchSpace(()) if recorded_without_space else parse_space(raw.get("space"), "space")
+    given = raw.get("space") if raw.get("space") is not None or not locate_trainable else space_in_code(trainable, raw)
+    space = SearchSpace(()) if recorded_without_space else parse_space(given, "space")
     trainable = with_space_names(trainable, space.names)  # trials check their builders' reads against it
     objectives = parse_objectives(v.require(raw, "metric", ""))
     search = _search(_optional(raw, "search"), space, spec_dir)
@@ -385,7 +389,7 @@ def parse_spec(
         "scheduler": _scheduler_raw(scheduler),
         "resources": asdict(resources),
         "training": asdict(training),
-        "space": copy.deepcopy(dict(raw.get("space") or {})),
+        "space": copy.deepcopy(dict(given or {})),
         "data": data_section,
         "storage": asdict(storage),
         "tracking": asdict(tracking),
@@ -553,17 +557,10 @@ def _training(raw: object) -> TrainingSpec:
         seed=v.integer(section.get("seed", 0), "training.seed", minimum=0),
         max_failures=v.integer(section.get("max_failures", 2), "training.max_failures", minimum=0),
         checkpoint_every_s=v.number(section.get("checkpoint_every_s", 30.0), "training.checkpoint_every_s", at_least=0),
-        steps_per_execution=_steps_per_execution(section.get("steps_per_execution", "auto")),
+        steps_per_execution=v.count_or_auto(section.get("steps_per_execution", "auto"), "training.steps_per_execution"),
         keep=v.one_of(section.get("keep", "last"), "training.keep", KEEP_CHOICES),
+        executions=v.integer(section.get("executions", 1), "training.executions", minimum=1),
     )
-
-
-def _steps_per_execution(value: object) -> int | Literal["auto"]:
-    if value == "auto":
-        return "auto"
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    raise SpecError("training.steps_per_execution", "must be auto or an integer >= 1", value)
 
 
 def _storage(raw: object) -> StorageSpec:

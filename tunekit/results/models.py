@@ -85,7 +85,7 @@ def best_models(results: RankedExperiment, n: int = 3) -> list[TrialModel]:
             spec = spec or runnable_spec(results.experiment_dir)
             model = rebuilt_model(spec, config_of(row), results.experiment_dir / trial_id)
             if checkpoint is not None:
-                epoch = load_checkpoint_weights(model, checkpoint)
+                epoch = load_checkpoint_weights(model, checkpoint, spec.training.executions)
                 source = f"rebuilt from the checkpoint of epoch {epoch} (no exported model)"
             elif path is not None:
                 model.load_weights(path)
@@ -165,16 +165,18 @@ def last_checkpoint(trial_dir: Path) -> Path | None:
     return max(held, key=checkpoint_order, default=None)
 
 
-def load_checkpoint_weights(model: Any, checkpoint: Path) -> int:
-    """The checkpoint's model weights into ``model`` (not the optimizer's); returns its epoch."""
+def load_checkpoint_weights(model: Any, checkpoint: Path, executions: int = 1) -> int:
+    """The checkpoint's model weights into ``model`` (not the optimizer's); returns its epoch.
+    Under ``training.executions`` the checkpoint holds every execution's in turn: the first's are loaded."""
     import numpy as np
 
     with np.load(checkpoint / CHECKPOINT_WEIGHTS) as arrays:
         saved = sum(1 for name in arrays.files if name.startswith("w"))
-        if saved != len(model.weights):
+        if saved != len(model.weights) * executions:
+            times = f" (times {executions} executions)" if executions > 1 else ""
             raise ValueError(
                 f"the checkpoint in {checkpoint} holds {saved} weights but build_model's model has "
-                f"{len(model.weights)}: the trainable changed since the search"
+                f"{len(model.weights)}{times}: the trainable changed since the search"
             )
         for i, variable in enumerate(model.weights):
             variable.assign(arrays[f"w{i}"])

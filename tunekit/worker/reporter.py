@@ -33,6 +33,7 @@ from tunekit.layout import (
 from tunekit.worker.checkpoints import CheckpointPolicy, TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, node_id, trial_info
+from tunekit.worker.executions import first_execution
 from tunekit.worker.heartbeat import HeartbeatWriter
 from tunekit.worker.keep import KeptEpoch
 from tunekit.worker.measures import Measures
@@ -153,7 +154,7 @@ class EpochReporter(keras.callbacks.Callback):
             metrics["peak_memory_mb"] = metrics["memory_mb"] if self._devices.on_gpu else _peak_rss_mb()
         if self._measures is not None:
             with self._profile.piece("epoch.measures"):
-                self._measures.add(metrics, self.model)
+                self._measures.add(metrics, first_execution(self.model))
         with self._profile.piece("epoch.checks"):
             for name in tracked_metrics(self._spec.objectives, self._spec.constraints, self._spec.select):
                 check_epoch_metrics(metrics, name, completed)
@@ -238,7 +239,7 @@ class EpochReporter(keras.callbacks.Callback):
             else:
                 bookkeeping[KEPT_EPOCH] = completed
             with self._profile.piece("end.export"):
-                note = export_model(checkpoint_dir, self.model)
+                note = export_model(checkpoint_dir, first_execution(self.model))
             if note:
                 print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
                 bookkeeping[EXPORT_NOTE] = note

@@ -51,6 +51,7 @@ from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
+from tunekit.worker.executions import in_lockstep
 from tunekit.worker.keep import KeptEpoch
 from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
 from tunekit.worker.profile import TrialProfile
@@ -173,7 +174,9 @@ def _train(
     builders = load_builders(spec.trainable)
     with profile.piece("start.build_data"):
         train_ds, val_ds = checked_data(builders.build_data(config, ctx))
-    with devices.strategy.scope():
+
+    def built() -> tuple[Any, bool]:
+        """build_model's model with float32 outputs, compiled (by tunekit when it was not)."""
         with profile.piece("start.build_model"):
             model = checked_model(builders.build_model(config, ctx))
         with profile.piece("start.precision"):
@@ -186,12 +189,18 @@ def _train(
             if compiled_by_tunekit:
                 compile_from_config(model, config, ctx)
             model.jit_compile = ctx.jit_compile
+        return model, compiled_by_tunekit
+
+    with devices.strategy.scope():
+        model, compiled_by_tunekit = built()
     with profile.piece("start.checks"):
         check_model_takes_data(model, train_ds, "train")
         check_model_takes_data(model, val_ds, "validation")
         options = checked_fit_options(builders, model, config, ctx)
     with profile.piece("start.build"), devices.strategy.scope():
         build_training_state(model, train_ds.element_spec)
+        if spec.training.executions > 1:  # the configuration's other fits, trained in lockstep with this one
+            model = in_lockstep(model, spec.training.executions, seed, lambda: built()[0], train_ds.element_spec)
     progress.config = trial_config
     progress.space_read = space_read(builders, config, compiled_by_tunekit=compiled_by_tunekit)
     with profile.piece("start.restore"):
