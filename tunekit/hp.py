@@ -574,7 +574,7 @@ class NameChecked:
         if takes_hp(self.function):
             hp = HyperParameters(config, known=self.space, strict=True)
             try:
-                return self.function(hp, ctx) if _positional_count(self.function) >= 2 else self.function(hp)
+                return self.function(hp, ctx) if positional_count(self.function) >= 2 else self.function(hp)
             finally:
                 self.reads.update(hp.declared)
         return self.function(CheckedConfig(config, self.space, self.where, self.reads), ctx)
@@ -591,7 +591,7 @@ def takes_hp(function: Callable[..., Any]) -> bool:
     return bool(parameters) and parameters[0] == "hp"
 
 
-def _positional_count(function: Callable[..., Any]) -> int:
+def positional_count(function: Callable[..., Any]) -> int:
     import inspect
 
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

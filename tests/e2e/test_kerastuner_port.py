@@ -307,3 +307,67 @@ def test_kerastuners_given_hyperparameters_restrict_the_space() -> None:
     pinned.Fixed("lr", value=1e-4)
     space = tunekit.Tuner(build_model, objective="val_accuracy", hyperparameters=pinned).discovery.to_space()
     assert space["lr"] == {"type": "fixed", "value": 1e-4} and space["units_2"]["when"] == {"num_layers": [3]}
+
+
+# --------------------------------------------------------------------------- a spec without space:
+HP_TRAINABLE = """
+import keras
+import numpy as np
+import tensorflow as tf
+from sklearn.datasets import load_digits
+
+
+def build_data(config, ctx):
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype("float32")
+    train = tf.data.Dataset.from_tensor_slices((x[:1400], y[:1400])).batch(ctx.batch_size)
+    return train, tf.data.Dataset.from_tensor_slices((x[1400:], y[1400:])).batch(ctx.batch_size)
+
+
+def build_model(hp):
+    model = keras.Sequential([keras.Input((64,))])
+    if hp.Boolean("wide"):
+        model.add(keras.layers.Dense(hp.Int("units", 64, 128, step=64), activation="relu"))
+    model.add(keras.layers.Dense(10, activation="softmax"))
+    rate = hp.Float("lr", 1e-3, 1e-2, sampling="log")
+    model.compile(keras.optimizers.Adam(rate), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+"""
+
+
+def test_a_spec_without_space_searches_the_space_its_build_model_hp_declares(tmp_path: Path) -> None:
+    """``space:`` left out, ``build_model(hp)``: validate prints the space found (a child process
+    builds the model; the CLI imports no TensorFlow), and the search samples ``units`` only
+    where ``wide`` is true, recording it only for those trials."""
+    import subprocess
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "model.py").write_text(HP_TRAINABLE)
+    spec = project / "spec.yaml"
+    spec.write_text(
+        "name: code-space\ntrainable: model.py\nmetric: {name: val_accuracy, mode: max}\n"
+        "budget: {num_samples: 4, max_epochs: 1, max_concurrent: 1}\nscheduler: {type: fifo}\n"
+        "search: {warm_start: [{wide: true, units: 64, lr: 0.005}, {wide: false, lr: 0.005}]}\n"
+        "tracking: {enabled: false}\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-m", "tunekit.cli", "validate", str(spec), "--print"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    found = yaml.safe_load(shown.stdout[shown.stdout.index("name: code-space") :])["space"]
+    assert found == {
+        "wide": {"type": "choice", "values": [False, True]},
+        "units": {"type": "int", "low": 64, "high": 128, "step": 64, "when": {"wide": [True]}},
+        "lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2},
+    }
+
+    results = tunekit.run(spec, storage=tmp_path / "results", progress=False)
+    trials = results.trials.set_index("number")
+    assert set(trials["status"]) == {"completed"}, trials[["status", "reason"]]
+    assert trials.loc[0, "params.units"] == 64 and bool(trials.loc[0, "params.wide"])
+    for _, row in trials.iterrows():  # units is a value only where wide made it exist
+        assert (row["params.units"] == row["params.units"]) == bool(row["params.wide"]), row
+    saved = yaml.safe_load((results.experiment_dir / "spec.yaml").read_text())
+    assert saved["space"] == found  # a resume reads the space from here, building nothing

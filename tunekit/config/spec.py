@@ -330,7 +330,8 @@ def parse_spec(
     locate_trainable: bool = True,
     trainable_dir: Path | None = None,
 ) -> ExperimentSpec:
-    """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source.
+    """Validates a raw spec mapping. Pure: touches no files beyond reading the trainable's source
+    (a spec without ``space:`` and a ``build_model(hp)`` builds it in a child: tunekit.config.code_space).
 
     ``spec_dir`` is the spec file's folder, where relative trainable paths are looked for
     first (then the working directory); None for a spec given as a mapping.
