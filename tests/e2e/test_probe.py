@@ -58,6 +58,10 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
     assert predicted["trials"] == 8
     assert 0 < measured["startup_s"] < predicted["predicted_wall_seconds"] < PROBE_SECONDS * 8
     assert measured["new_worker_first_epoch_s"] > measured["epoch_s"] > 0
+    # Each configuration's own epoch, the space's two cost corners first (units 32 and 16, at once).
+    costs = measured["config_costs"]
+    assert {c["config"]["units"] for c in costs[:2]} == {16, 32} and len(costs) == 4
+    assert all(c["epoch_s"] > 0 and 1e-3 <= c["config"]["learning_rate"] <= 1e-2 for c in costs)
     assert 8 * 1 <= predicted["predicted_epochs"] <= 8 * 6  # at least the first rung, at most every epoch
     assert predicted["slot_hours"] > 0 and predicted["slot_unit"] == "CPU" and predicted["concurrency"] == 2
     assert Path(predicted["saved"]).parent == tmp_path / "results" / PROBES_DIR
