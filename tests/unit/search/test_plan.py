@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from ray.tune.schedulers.async_hyperband import _Bracket
 
-from tunekit.config.spec import load_spec
 from tunekit.config.rungs import asha_milestones
+from tunekit.config.spec import load_spec
 from tunekit.search.plan import pick_best, plan_budget, rung_of
 
 REPO = Path(__file__).resolve().parents[3]
