@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tunekit.config.spec import parse_spec
 from tunekit.contract import TrialContext
 from tunekit.layout import EPOCH_KEY, FINAL_MODEL, INFO_KEY, KEPT_EPOCH, KEPT_VALUE, KEPT_WEIGHTS
 from tunekit.worker import reporter as reporter_module
@@ -24,7 +23,7 @@ from tunekit.worker.devices import WorkerDevices
 from tunekit.worker.keep import KeptEpoch, read_kept
 from tunekit.worker.reporter import EpochReporter
 
-from .test_reporter import MAX_EPOCHS, DriverStandIn
+from .test_reporter import MAX_EPOCHS, DriverStandIn, spec
 
 
 class Exported(DriverStandIn):
@@ -54,19 +53,6 @@ class TurnAroundBeforeTheLastEpoch(keras.callbacks.Callback):
             dense.kernel.assign(-10.0 * dense.kernel)
 
 
-def spec(keep: str) -> Any:
-    raw = {
-        "name": "unit",
-        "trainable": "not.looked.for",
-        "metric": {"name": "val_accuracy", "mode": "max"},
-        "budget": {"num_samples": 1, "max_epochs": MAX_EPOCHS, "max_concurrent": 1},
-        "scheduler": {"type": "fifo"},
-        "space": {"learning_rate": {"type": "uniform", "low": 0.0, "high": 1.0}},
-        "training": {"keep": keep, "checkpoint_every_s": 0},
-    }
-    return parse_spec(raw, None, locate_trainable=False)
-
-
 def fit_and_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: str) -> Exported:
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -86,7 +72,9 @@ def fit_and_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: str) -
     )  # fmt: skip
     devices = WorkerDevices(tf.distribute.get_strategy(), 1, ("/cpu:0",), (), None, 1)
     kept = KeptEpoch("val_accuracy", "max") if keep == "best" else None
-    reporter = EpochReporter(spec(keep), ctx, devices, TrialProgress(), 6, validation, kept=kept)
+    reporter = EpochReporter(
+        spec({"keep": keep, "checkpoint_every_s": 0}), ctx, devices, TrialProgress(), 6, validation, kept=kept
+    )
     try:
         model.fit(train, validation_data=validation, epochs=MAX_EPOCHS, verbose=0, shuffle=False,
                   callbacks=[TurnAroundBeforeTheLastEpoch(), reporter])  # fmt: skip

@@ -71,7 +71,7 @@ class SlowBatches(keras.callbacks.Callback):
         threading.Event().wait(0.02)
 
 
-def spec() -> Any:
+def spec(training: dict[str, Any] | None = None) -> Any:
     raw = {
         "name": "unit",
         "trainable": "not.looked.for",
@@ -79,6 +79,7 @@ def spec() -> Any:
         "budget": {"num_samples": 1, "max_epochs": MAX_EPOCHS, "max_concurrent": 1},
         "scheduler": {"type": "fifo"},
         "space": {"learning_rate": {"type": "uniform", "low": 0.0, "high": 1.0}},
+        "training": training or {},
     }
     return parse_spec(raw, None, locate_trainable=False)
 
