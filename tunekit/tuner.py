@@ -232,7 +232,13 @@ class Tuner:
         }
         if self.directory is not None:
             spec["storage"] = {"path": str(self.directory)}
-        return _merged(spec, self.sections)
+        merged = _merged(spec, self.sections)
+        if "keep" not in (self.sections.get("training") or {}):
+            # KerasTuner scores a trial by its best epoch and gives back that epoch's model;
+            # several objectives or PBT have no single best epoch (training.keep).
+            single = len(self.objectives) == 1 and (merged.get("scheduler") or {}).get("type") != "pbt"
+            merged["training"]["keep"] = "best" if single else "last"
+        return merged
 
     # ----------------------------------------------------------------- results
     def get_best_hyperparameters(self, num_trials: int = 1) -> list[HyperParameters]:
@@ -243,7 +249,9 @@ class Tuner:
         """The best trials' trained models, best first.
 
         Each is the model its trial saved at its end (``model.keras``, or ``build_model``'s
-        model with the saved weights when Keras could not save it whole). Trials that
+        model with the saved weights when Keras could not save it whole): its best epoch's,
+        as KerasTuner's, since a Tuner's trials keep their best epoch (``training.keep: best``;
+        ``training={"keep": "last"}`` keeps the last). Trials that
         saved none (pruned or stopped early) are passed over, so fewer models may come back.
         """
         import keras

@@ -100,7 +100,9 @@ def test_the_search_writes_a_tunekit_experiment_with_the_space_found_in_the_code
     results = tuner.results
     assert results.experiment_dir == (tuner.project_dir) and tuner.project_dir.name == "helloworld"
     assert len(results.trials) == 3 and set(results.trials["status"]) <= {"completed", "pruned"}
-    space = yaml.safe_load((results.experiment_dir / "spec.yaml").read_text())["space"]
+    saved = yaml.safe_load((results.experiment_dir / "spec.yaml").read_text())
+    assert saved["training"]["keep"] == "best"  # KerasTuner's: a trial is its best epoch, and so is its model
+    space = saved["space"]
     assert list(space) == ["num_layers", "units_0", "activation", "dropout", "lr", "units_1", "units_2"]
     assert space["units_2"] == {"type": "int", "low": 32, "high": 512, "step": 32, "when": {"num_layers": [3]}}
     assert space["lr"] == {"type": "loguniform", "low": 1e-4, "high": 1e-2}
