@@ -234,10 +234,12 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import run
+    from tunekit.driver.session import no_search_after
     from tunekit.driver.signals import exit_at_once_in_start_up
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
-    with exit_at_once_in_start_up():  # the search's closing lines are printed by run itself
+    # The search's closing lines are printed by run itself; the process ends with it.
+    with exit_at_once_in_start_up(), no_search_after():
         run(
             args.spec,
             overrides=overrides,
@@ -251,9 +253,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
+    from tunekit.driver.session import no_search_after
     from tunekit.driver.signals import exit_at_once_in_start_up
 
-    with exit_at_once_in_start_up():  # the search's closing lines are printed by resume itself
+    # The search's closing lines are printed by resume itself; the process ends with it.
+    with exit_at_once_in_start_up(), no_search_after():
         resume(
             args.experiment_dir,
             overrides=args.set,

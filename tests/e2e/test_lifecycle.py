@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -72,7 +73,7 @@ def test_second_run_reuses_ray_and_nothing_leaks(warm_ray: None, tmp_path: Path)
 
     env_before = dict(os.environ)
     handlers_before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)]
-    first = _run_small(tmp_path, "first")
+    first = _run_small(tmp_path, "first", PRELOAD_PROBE)
     assert ray.is_initialized()  # kept for the next run
     session = (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id())
     # tunekit's driver settings are undone; Ray's own (PYTHONBREAKPOINT, ...) stay with its session
@@ -82,7 +83,12 @@ def test_second_run_reuses_ray_and_nothing_leaks(warm_ray: None, tmp_path: Path)
     assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]
     assert [p for p in placement_group_table().values() if p["state"] != "REMOVED"] == []
 
-    second = _run_small(tmp_path, "second")
+    # Idle workers, with TensorFlow imported as they started, wait for the next search.
+    deadline, idle = time.monotonic() + 60, set[int]()
+    while len(idle) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        idle = _idle_workers()
+    second = _run_small(tmp_path, "second", PRELOAD_PROBE)
     # the same driver job on the same node: Ray was reused, not restarted (no timing: CI is noisy)
     assert (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id()) == session
     assert dict(os.environ) == env_between
@@ -90,6 +96,28 @@ def test_second_run_reuses_ray_and_nothing_leaks(warm_ray: None, tmp_path: Path)
     assert set(second.trials["status"]) == {"completed"}
     assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]
     assert [p for p in placement_group_table().values() if p["state"] != "REMOVED"] == []
+    # Every trial's worker had imported TensorFlow before the trial began (tunekit.worker.preload):
+    # the first search's workers started with Ray, the second's while no search ran.
+    notes = {run: _preload_notes(tmp_path / run) for run in ("first", "second")}
+    assert all(note["preload"] is not None for run in notes.values() for note in run), notes
+    assert {note["pid"] for note in notes["second"]} <= idle, (notes["second"], idle)
+
+
+PRELOAD_PROBE = f"trainable={TEST_TRAINABLES / 'preload_probe.py'}"
+
+
+def _preload_notes(experiment_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(experiment_dir.glob("*/preload.json"))]
+
+
+def _idle_workers() -> set[int]:
+    """Idle workers of the Ray this process started (others' Rays may run on the machine)."""
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ray::IDLE" in " ".join(child.cmdline()):
+                found.add(child.pid)
+    return found
 
 
 @pytest.mark.slow
@@ -160,11 +188,12 @@ def test_every_trial_failing_raises_no_result_with_the_first_reason(warm_ray: No
 
 @pytest.mark.slow
 def test_a_time_budget_that_ends_before_the_first_epoch_raises_no_result(warm_ray: None, tmp_path: Path) -> None:
-    # Even on the warm Ray, new trial workers import TensorFlow for several seconds.
+    # Even on the warm Ray, with workers that imported TensorFlow before the search, the first
+    # epoch (the actor, the data, the model, tracing its steps) takes over a second.
     with pytest.raises(tunekit.NoResultError) as raised:
-        _run_small(tmp_path, "budget", "budget.time_budget_s=2")
+        _run_small(tmp_path, "budget", "budget.time_budget_s=0.5")
     assert str(raised.value) == (
-        "no trial reported val_accuracy: the time budget of 2 s ran out before any trial finished an epoch"
+        "no trial reported val_accuracy: the time budget of 0.5 s ran out before any trial finished an epoch"
     )
     assert raised.value.experiment_dir == tmp_path / "budget"
 

@@ -1,17 +1,21 @@
-"""The local Ray tunekit starts: its workers' environment comes from the raylet, so Ray's
-prestarted workers run the first trials (a job runtime environment had Ray start two more)."""
+"""The local Ray tunekit starts: its workers' environment comes from the raylet (a job runtime
+environment had Ray start two more), and tunekit prestarts, for Ray Tune's trial actors, as many
+workers as the search runs trials at once, each with TensorFlow imported as it started and its
+runtime still unread (each trial configures its devices)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import ray
 
+from tunekit.compat.ray_workers import tune_actor_runtime_env
 from tunekit.config.spec import load_spec
 from tunekit.driver import session
 
@@ -19,37 +23,55 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _idle_workers() -> set[int]:
-    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
-    return {int(line.split()[0]) for line in listing.splitlines() if "ray::IDLE" in line}
+    """Idle workers of the Ray this process started (others' Rays may run on the machine)."""
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ray::IDLE" in " ".join(child.cmdline()):
+                found.add(child.pid)
+    return found
 
 
 @ray.remote(num_cpus=1)
 class _Probe:
-    def look(self) -> tuple[int, str | None, str | None, bool]:
+    """Stands for a trial's actor: created with the runtime environment Ray Tune gives them."""
+
+    def look(self) -> tuple[int, str | None, str | None, bool, bool, bool]:
+        tensorflow_runtime_started = None
+        if "tensorflow" in sys.modules:
+            from tensorflow.python.eager import context
+
+            tensorflow_runtime_started = context.context()._context_handle is not None
         return (
             os.getpid(),
             os.environ.get("TF_CPP_MIN_LOG_LEVEL"),
             os.environ.get("RAY_CHDIR_TO_TRIAL_DIR"),
             (os.getcwd() in sys.path),
+            "tunekit.worker.preload" in sys.modules and "tensorflow" in sys.modules,
+            tensorflow_runtime_started is False,
         )
 
 
-def test_the_first_trials_run_in_ray_s_prestarted_workers_with_tunekit_s_environment(
+def test_the_first_trials_run_in_workers_tunekit_prestarted_with_tensorflow_imported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the workers import the trainable from the launch directory
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
-    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")  # 2 trials at a time, 1 CPU each
     try:
         with session.ray_session(None, spec):
-            deadline, idle = time.monotonic() + 30, set[int]()
-            while len(idle) < 2 and time.monotonic() < deadline:  # Ray prestarts one per CPU
+            deadline, idle = time.monotonic() + 60, set[int]()
+            while len(idle) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
                 idle = _idle_workers()
-            probes = [_Probe.remote() for _ in range(2)]  # type: ignore[attr-defined]
+            probes = [_Probe.options(runtime_env=tune_actor_runtime_env()).remote() for _ in range(2)]  # type: ignore[attr-defined]
             looks = ray.get([probe.look.remote() for probe in probes])
+            time.sleep(1)
+            idle_after = _idle_workers()
     finally:
         session.shutdown()
-    assert {pid for pid, *_ in looks} <= idle, (looks, idle)
-    assert [look[1:] for look in looks] == [("2", "0", True)] * 2
+    assert len(idle) == 2 and {pid for pid, *_ in looks} == idle, (looks, idle)
+    # TensorFlow imported, its runtime (threads, devices) still for the trial to configure
+    assert [look[1:] for look in looks] == [("2", "0", True, True, True)] * 2
+    assert idle_after == set()  # no worker beyond the trials': not one per CPU
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # the driver's own environment is as it was

@@ -122,7 +122,8 @@ class ConsoleProgress:
         if not self._first_trial_seen:
             self._first_trial_seen = True
             continues = f", continuing after epoch {record.checkpoint_epoch}" if record.checkpoint_epoch else ""
-            self.phase(f"first trial started (trial {_name(record)}{continues}); its worker is importing TensorFlow")
+            # Its worker may have imported TensorFlow before the trial (tunekit.worker.preload), or be importing it.
+            self.phase(f"first trial started (trial {_name(record)}{continues})")
         workers = record.span_workers
         if len(workers) >= 2 and workers[-2].get("attempt") != record.attempts:
             # A retry after its worker or node died (or a resume): say which trial, where it was, which attempt.

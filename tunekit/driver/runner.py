@@ -56,10 +56,12 @@ from tunekit.driver.session import (
     check_storage_shared,
     driver_env,
     joined_address,
+    keep_workers_warm,
     kill_owned_local_ray,
     ray_session,
     reuses_ray,
     wait_for_released_resources,
+    wait_for_warm_workers,
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
@@ -389,6 +391,7 @@ def _fit(
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
+        wait_for_warm_workers()
         with (
             signals.fitting(),
             quiet_trial_tracebacks(),
@@ -411,6 +414,8 @@ def _fit(
         else:  # a signal's stopped trials are the resume's to continue
             recorder.searcher.mark_held(True)
         wait_for_released_resources()
+        if signals.received is None:
+            keep_workers_warm(spec)  # for this process's next search
     if console and (exhausted := space_ran_out(experiment_dir, spec.name)):
         console.phase(f"the search ended early: {exhausted}")
     if signals.received is not None:

@@ -23,6 +23,7 @@ from tunekit.compat.ray_tune import (
     ray_processes_in_their_own_group,
     send_ray_cluster_messages,
 )
+from tunekit.compat.ray_workers import NO_PRESTART_AT_FIRST_DRIVER, idle_local_workers, prestart_workers
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.signals import StopSignals, kill_ray_children
@@ -171,6 +172,11 @@ def check_storage_shared(experiment_dir: Path) -> None:
         raise StorageError(f"{check.name}: {check.detail}; fix: {check.fix}")
 
 
+# Imported by every worker process of the local Ray tunekit starts, as the process starts.
+PRELOAD_MODULE = "tunekit.worker.preload"
+# Idle workers tunekit starts stay at least this long (a notebook's pause between searches).
+WARM_WORKERS_KEPT_S = 3600
+
 # The Ray tunekit started in this process and kept for later runs (notebooks call
 # ``tunekit.run`` again and again; starting Ray costs seconds each time). None when
 # tunekit started none, or shut it down.
@@ -270,6 +276,8 @@ def ray_session(
         ray.shutdown()  # a half-started Ray must not outlive the process
         raise
     OWNED_RAY = {"key": key, "local": address is None}
+    if address is None:  # TensorFlow imported in them while the study and the Tuner are built
+        _prestart_warm_workers(spec)
     # Until tunekit shuts its Ray down: a lost node's account arrives after the search too.
     send_ray_cluster_messages(ray_log)
     if not _ATEXIT_REGISTERED:
@@ -294,8 +302,14 @@ def _init(ray: Any, address: str | None, options: dict[str, Any]) -> None:
             # environment is known, can serve the first trials. With a runtime environment Ray
             # started two more workers and left its two idle: 1.0 s to a trial's first actor
             # against 0.3 s, and two more Python processes importing Ray on the search's cores.
+            # Each of its workers imports TensorFlow as it starts (tunekit.worker.preload), and
+            # tunekit starts as many as its trials need (_prestart_warm_workers), not Ray one per CPU.
             with _environment(options["runtime_env"]["env_vars"]):
-                ray.init(address="local", **{key: value for key, value in options.items() if key != "runtime_env"})
+                ray.init(
+                    address="local",
+                    _system_config={"preload_python_modules": [PRELOAD_MODULE], **NO_PRESTART_AT_FIRST_DRIVER},
+                    **{key: value for key, value in options.items() if key != "runtime_env"},
+                )
         else:
             ray.init(address=address, **options)
     except Exception as error:
@@ -360,6 +374,70 @@ def wait_for_released_resources(timeout: float = 10.0) -> None:
         if all(free.get(k, 0.0) >= total.get(k, 0.0) - 1e-6 for k in ("CPU", "GPU")):
             return
         time.sleep(0.1)
+
+
+def keep_workers_warm(spec: ExperimentSpec) -> None:
+    """After a search on the local Ray tunekit started: idle workers with TensorFlow imported
+    for the next search in this process (a notebook's next ``tunekit.run``).
+
+    Ray Tune removes its trial actors as a search ends, and their worker processes with
+    them; a new search's actors would start new ones, each importing TensorFlow again.
+    """
+    if _SEARCH_AFTER and OWNED_RAY is not None and OWNED_RAY["local"]:
+        _prestart_warm_workers(spec)
+
+
+_SEARCH_AFTER = True  # whether a search may follow in this process (see no_search_after)
+
+
+@contextlib.contextmanager
+def no_search_after() -> Iterator[None]:
+    """The searches inside start no idle workers for a next one as they end: the ``tunekit``
+    command's process ends with its search, and they would import TensorFlow only to be stopped."""
+    global _SEARCH_AFTER
+    saved, _SEARCH_AFTER = _SEARCH_AFTER, False
+    try:
+        yield
+    finally:
+        _SEARCH_AFTER = saved
+
+
+def _prestart_warm_workers(spec: ExperimentSpec) -> None:
+    """Starts, idle, as many workers as ``spec`` runs trials at once on this node, less those idle
+    already; each imports TensorFlow as it starts (tunekit.worker.preload) and takes a trial's
+    actor once it asks."""
+    global _WARM_WORKERS
+    import ray
+
+    resources = ray.cluster_resources()
+    at_once = spec.budget.max_concurrent
+    if spec.resources.cpu > 0:
+        at_once = min(at_once, int(resources.get("CPU", 0.0) // spec.resources.cpu))
+    if spec.resources.gpu > 0:
+        at_once = min(at_once, int(resources.get("GPU", 0.0) // spec.resources.gpu))
+    missing = at_once - idle_local_workers()
+    if missing > 0 and prestart_workers(missing, WARM_WORKERS_KEPT_S):
+        _WARM_WORKERS = at_once
+
+
+_WARM_WORKERS = 0  # idle workers tunekit last asked its local Ray to have
+
+
+def wait_for_warm_workers(timeout: float = 15.0) -> None:
+    """Before Ray Tune asks for its trials' actors: waits until the workers tunekit prestarted
+    have registered with the raylet (they start in a second or two, slower on a busy machine).
+
+    An actor asking before then finds no idle worker, and Ray starts another, which imports
+    TensorFlow as well, on the cores the first trials need. A worker registers before its
+    TensorFlow import, so this waits for no import. Only for the local Ray tunekit started.
+    """
+    global _WARM_WORKERS
+    if OWNED_RAY is None or not OWNED_RAY["local"] or _WARM_WORKERS == 0:
+        return
+    deadline = time.monotonic() + timeout
+    while idle_local_workers() < _WARM_WORKERS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _WARM_WORKERS = 0
 
 
 def callers_ray() -> bool:
