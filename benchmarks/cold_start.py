@@ -21,6 +21,7 @@ gives a ratio, and the median of the pairs is the figure (target: tunekit within
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from tunekit.worker.profile import PROFILE_DIR_ENV
 
 NAME = "cold_start"
 TITLE = "launch to the first epoch: tunekit's critical path against KerasTuner's in-process first epoch"
@@ -47,8 +49,11 @@ DEFINITIONS = {
     "pieces (KerasTuner)": "imports: launch to keras_tuner imported (Keras, TensorFlow); tuner: Hyperband built; "
     "build and data: the first trial's model built and compiled, its data; first epoch: on_epoch_begin to "
     "on_epoch_end of the first epoch (tracing included)",
-    "worker process start": "the first trial's worker process creation, from launch (Ray prestarts workers at "
-    "ray.init; a worker started later shows here)",
+    "worker process start": "the first trial's worker process creation, from launch (tunekit prestarts workers "
+    "as ray.init ends; a worker started later shows here)",
+    "worker's TensorFlow import": "the first trial's worker importing TensorFlow, Keras, Ray Tune's trainable and "
+    "tunekit's trial modules as the process starts (tunekit.worker.preload), from launch; absent when the "
+    "worker did not preload",
 }
 
 
@@ -76,6 +81,10 @@ def _run_tunekit(launched: float, workdir: Path) -> dict[str, Any]:
     timing_dir = workdir / "timing"
     timing_dir.mkdir()
     os.environ[overhead.TIMING_DIR_ENV] = str(timing_dir)
+    # Each worker of tunekit's local Ray notes when its preload (TensorFlow's import) ran.
+    profile_dir = workdir / "profile"
+    profile_dir.mkdir()
+    os.environ[PROFILE_DIR_ENV] = str(profile_dir)
     _wrap(session, "_init", marks, "ray_init")
     _wrap(runner, "_tuner_for", marks, "tuner")
     setup = recorder.Recorder.setup
@@ -98,6 +107,10 @@ def _run_tunekit(launched: float, workdir: Path) -> dict[str, Any]:
     for key in ("build_started", "build_ended", "process_started"):
         if key in trial:
             marks[key] = float(trial[key])
+    preload = profile_dir / f"preload-{trial.get('pid')}.json"
+    if preload.is_file():  # the first trial's worker imported TensorFlow as it started
+        times = json.loads(preload.read_text())
+        marks["preload_started"], marks["preload_ended"] = float(times["started"]), float(times["ended"])
     return {
         "side": "tunekit",
         "launched": launched,
@@ -193,6 +206,11 @@ TUNEKIT_PIECES = (  # (name, from mark, to mark); "" is the launch
     ("to the trial's build_data (actor, TensorFlow import, trial module)", "loop_started", "build_started"),
     ("build (data, model)", "build_started", "build_ended"),
     ("first epoch (compile, tracing, steps, report)", "build_ended", "first_epoch"),
+    # The first trial's worker, beside the driver's pieces above:
+    ("worker: launch to its process's start", "", "process_started"),
+    ("worker: its start to its preload (Python, Ray's worker start-up)", "process_started", "preload_started"),
+    ("worker: its preload (Ray Tune, TensorFlow, Keras, tunekit's trial modules)", "preload_started", "preload_ended"),
+    ("worker: preload's end to the trial's build_data (actor, trial set-up)", "preload_ended", "build_started"),
 )
 KERASTUNER_PIECES = (
     ("imports (keras_tuner, Keras, TensorFlow)", "", "imported"),
@@ -232,6 +250,9 @@ def analyse(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tunekit_pieces": median_pieces(tk, TUNEKIT_PIECES),
         "kerastuner_pieces": median_pieces(kt, KERASTUNER_PIECES),
         "worker_process_started_s": common.median(r["marks"].get("process_started") for r in tk),
+        "worker_preload_started_s": common.median(r["marks"].get("preload_started") for r in tk),
+        "worker_preload_ended_s": common.median(r["marks"].get("preload_ended") for r in tk),
+        "preloaded_runs": sum("preload_ended" in r["marks"] for r in tk),
     }
 
 
@@ -279,6 +300,15 @@ def main(argv: list[str] | None = None) -> int:
         common.figure("tunekit first epoch from launch", a["tunekit_first_epoch_s"], "s"),
         common.figure("KerasTuner first epoch from launch", a["kerastuner_first_epoch_s"], "s"),
         common.figure("tunekit first trial's worker process started, from launch", a["worker_process_started_s"], "s"),
+        common.figure(
+            "tunekit first trial's worker: TensorFlow import started, from launch", a["worker_preload_started_s"], "s"
+        ),
+        common.figure(
+            "tunekit first trial's worker: TensorFlow import ended, from launch",
+            a["worker_preload_ended_s"],
+            "s",
+            note=f"preloaded in {a['preloaded_runs']} of the tunekit runs",
+        ),
     ]
     for name, value in a["tunekit_pieces"].items():
         figures.append(common.figure(f"tunekit: {name}", value, "s"))
