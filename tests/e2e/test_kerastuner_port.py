@@ -373,3 +373,33 @@ def test_a_spec_without_space_searches_the_space_its_build_model_hp_declares(tmp
         assert (row["params.units"] == row["params.units"]) == bool(row["params.wide"]), row
     saved = yaml.safe_load((results.experiment_dir / "spec.yaml").read_text())
     assert saved["space"] == found  # a resume reads the space from here, building nothing
+
+
+def small_mlp(hp: Any) -> keras.Model:
+    model = keras.Sequential([keras.Input((8, 8)), layers.Flatten(), layers.Dense(hp.Int("units", 16, 64, step=16))])
+    model.add(layers.Dense(10, activation="softmax"))
+    model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def test_a_tuner_run_again_resumes_its_experiment_grown_to_max_trials(tmp_path: Path) -> None:
+    """KerasTuner's reload: the same script with a larger ``max_trials`` and ``overwrite=False``
+    continues the experiment through ``tunekit.resume``, adding trials and redoing none."""
+    x_train, y_train, x_val, y_val = digits()
+
+    def search(max_trials: int) -> tunekit.ExperimentResults:
+        tuner = tunekit.Tuner(
+            small_mlp, objective="val_accuracy", max_trials=max_trials, directory=tmp_path, project_name="grown",
+            progress=False, tracking={"enabled": False}, budget={"max_concurrent": 1},
+        )  # fmt: skip
+        tuner.search(x_train, y_train, epochs=1, validation_data=(x_val, y_val))
+        return tuner.results
+
+    first = search(2)
+    again = search(3)
+    assert again.experiment_dir == first.experiment_dir
+    assert len(again.trials) == 3 and set(again.trials["status"]) == {"completed"}
+    assert set(first.trials["trial_id"]) < set(again.trials["trial_id"])
+    kept = again.trials.set_index("trial_id").loc[list(first.trials["trial_id"]), "final_metric"]
+    assert list(kept) == list(first.trials["final_metric"])  # the first two trained once, not again
+    assert len(again.epochs) == 3
