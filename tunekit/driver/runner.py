@@ -391,13 +391,14 @@ def _fit(
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
-        wait_for_warm_workers()
         with (
             signals.fitting(),
             quiet_trial_tracebacks(),
             one_registry_read_per_trainable(),
             before_cleanup_after_a_crash(recorder.searcher.hold_endings),
         ):
+            # Inside fitting(): a signal meanwhile stops the search as one during fit does.
+            wait_for_warm_workers(lambda: signals.received is not None)
             try:
                 tuner.fit()
             except BaseException:

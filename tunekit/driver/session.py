@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -423,19 +423,20 @@ def _prestart_warm_workers(spec: ExperimentSpec) -> None:
 _WARM_WORKERS = 0  # idle workers tunekit last asked its local Ray to have
 
 
-def wait_for_warm_workers(timeout: float = 15.0) -> None:
+def wait_for_warm_workers(stopping: Callable[[], bool], timeout: float = 15.0) -> None:
     """Before Ray Tune asks for its trials' actors: waits until the workers tunekit prestarted
     have registered with the raylet (they start in a second or two, slower on a busy machine).
 
     An actor asking before then finds no idle worker, and Ray starts another, which imports
     TensorFlow as well, on the cores the first trials need. A worker registers before its
-    TensorFlow import, so this waits for no import. Only for the local Ray tunekit started.
+    TensorFlow import, so this waits for no import. Only for the local Ray tunekit started;
+    a stop asked meanwhile (``stopping``) ends the wait.
     """
     global _WARM_WORKERS
     if OWNED_RAY is None or not OWNED_RAY["local"] or _WARM_WORKERS == 0:
         return
     deadline = time.monotonic() + timeout
-    while idle_local_workers() < _WARM_WORKERS and time.monotonic() < deadline:
+    while idle_local_workers() < _WARM_WORKERS and time.monotonic() < deadline and not stopping():
         time.sleep(0.05)
     _WARM_WORKERS = 0
 

@@ -35,6 +35,9 @@ def _import_for_trials() -> None:
     import ray.tune.trainable.function_trainable  # noqa: F401
     import tensorflow  # noqa: F401
 
+    # the trial's module, and the two it imports as a trial starts
+    import tunekit.worker.executions
+    import tunekit.worker.reporter
     import tunekit.worker.trial  # noqa: F401
 
 

@@ -51,7 +51,6 @@ from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
 from tunekit.worker.checks import check_model_takes_data, checked_data, checked_fit_options, checked_model
 from tunekit.worker.devices import WorkerDevices, configure_worker, resolve_precision
-from tunekit.worker.executions import in_lockstep
 from tunekit.worker.keep import KeptEpoch
 from tunekit.worker.precision import PrecisionError, precision_failure, with_float32_outputs
 from tunekit.worker.profile import TrialProfile
@@ -140,6 +139,8 @@ def _train(
 ) -> None:
     from ray import tune
 
+    # Both import Keras, and the driver imports this module (for run_trial): never TensorFlow there.
+    from tunekit.worker.executions import in_lockstep
     from tunekit.worker.reporter import EpochReporter
 
     with profile.piece("start.devices"):
