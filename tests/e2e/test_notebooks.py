@@ -73,6 +73,7 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str
             "TUNEKIT_NB_TRIALS": "4",
             "TUNEKIT_NB_EPOCHS": "3",
             "TUNEKIT_NB_STORAGE": str(storage),
+            "TUNEKIT_NB_TUNER_DIR": str(storage.parent / "notebook-tuner"),
             "MLFLOW_TRACKING_URI": uri,
         },
     )
@@ -98,6 +99,10 @@ def test_quickstart_runs_a_search_and_plots_it(quickstart: tuple[Any, Path, str]
     output = text(notebook)
     assert "rung" in output and "experiment directory:" in output and "best val_accuracy:" in output
     assert "Traceback" not in output
+    # The Tuner path: KerasTuner's summary of its best trial, and its experiment beside.
+    assert "Results summary" in output and "Score: " in output, output[-3000:]
+    tuner_trials = storage.parent / "notebook-tuner" / "quickstart-tuner" / "trials.csv"
+    assert len(tuner_trials.read_text().splitlines()) == 1 + 2  # header, max(2, 4 // 2) trials
 
 
 @pytest.mark.slow
