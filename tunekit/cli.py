@@ -294,6 +294,7 @@ def _plan(args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
+    from tunekit.config.space import space_lines
     from tunekit.config.spec import load_spec
     from tunekit.search.plan import plan_budget
 
@@ -309,6 +310,7 @@ def _plan(args: argparse.Namespace) -> int:
         f"{spec.name}: {spec.budget.num_samples} trials of up to {spec.budget.max_epochs} epochs, "
         f"{spec.budget.max_concurrent} at a time, scheduler {spec.scheduler.type}"
     )
+    print("\n".join(["space:", *space_lines(spec.space)]))  # a space found in build_model(hp) too
     print(plan.describe())
     return 0
 

@@ -449,6 +449,19 @@ def kind_name(dist: Distribution) -> str:
     return {IntRange: "int", Choice: "choice", Fixed: "fixed"}[type(dist)]
 
 
+def space_lines(space: SearchSpace) -> list[str]:
+    """The space, a line per parameter: ``units  int 16 to 64, step 16  (when wide is True)``."""
+    width = max((len(param.name) for param in space.params), default=0)
+    lines = []
+    for param in space.params:
+        dist = param.distribution
+        step = getattr(dist, "step", None)
+        shown = f"{kind_name(dist)} {_describe(dist)}" + (f", step {step:g}" if step not in (None, 1) else "")
+        when = " and ".join(f"{name} is {' or '.join(map(repr, values))}" for name, values in param.when.items())
+        lines.append(f"  {param.name:<{width}}  {shown}" + (f"  (when {when})" if when else ""))
+    return lines
+
+
 def _describe(dist: Distribution) -> str:
     if isinstance(dist, Choice):
         return "one of " + ", ".join(repr(x) for x in dist.values)

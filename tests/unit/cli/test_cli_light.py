@@ -47,3 +47,18 @@ def test_the_mlflow_link_says_when_mlflow_lacks_part_of_the_search(tmp_path: Pat
     assert mlflow_link(tmp_path) == f"{ui} (incomplete: `tunekit sync {tmp_path}` sends what MLflow lacks)"
     record.completed().write(tmp_path)
     assert mlflow_link(tmp_path) == ui
+
+
+def test_plan_shows_the_space_it_plans_with_its_conditions(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.cli import main
+
+    spec = Path(__file__).resolve().parents[3] / "search_spaces" / "digits_mlp.yaml"
+    space = "space.layers={type: choice, values: [1, 2]}"
+    second = "space.units_2={type: int, low: 16, high: 64, step: 16, when: {layers: [2]}}"
+    assert main(["plan", str(spec), "--set", space, "--set", second]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    at = shown.index("space:")
+    assert shown[at + 1].split() == ["learning_rate", "loguniform", "0.0001", "to", "0.01"]
+    assert "  units_2        int 16 to 64, step 16  (when layers is 2)" in shown[at:], shown
