@@ -231,6 +231,16 @@ SEARCH_STATUSES = (TrialStatus.RUNNING, *ENDED_STATUSES)
 # -------------------------------------------------------------------------- numbers
 
 
+def first_best_epoch(values: Mapping[int, float], mode: str) -> int | None:
+    """The first epoch with the best value (``mode`` max or min): the one ``training.keep: best``
+    keeps (tunekit.worker.keep decides it so as the trial trains; a trial's record and
+    ``tunekit check`` find it again from its epochs)."""
+    if not values:
+        return None
+    best = (max if mode == "max" else min)(values.values())
+    return min(epoch for epoch, value in values.items() if value == best)
+
+
 def finite(value: Any) -> float | None:
     """``value`` as a float when it is a finite real number, else None.
 

@@ -345,7 +345,7 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node_and_resume_rejoins(
             time.sleep(0.3)
             if (experiment / TRIALS_FILE).is_file():
                 running = read_status(experiment).running
-                victim = next((r for r in running if r.node_id == lost_id and 1 <= r.epoch <= 2), None)
+                victim = next((r for r in running if r.node_id == lost_id and 2 <= r.epoch <= 3), None)
         assert victim is not None, "no trial was seen mid-way on node 2"
         shown = _tunekit("status", str(experiment), env=cluster.driver_env(), timeout=60)
         assert shown.returncode == 0, shown.stderr

@@ -39,6 +39,7 @@ from tunekit.driver.records import (
     TrialTally,
     apply_epoch,
     apply_kept,
+    kept_after_the_driver_died,
     params_of,
     settle_ended,
     settle_errored,
@@ -539,6 +540,8 @@ class Recorder(Callback):
         record.ended_at = ending.ended_at or time.time()
         if record.status == TrialStatus.COMPLETED:
             record.rung = rung_of(record.epochs, self.spec)
+            values = self._metric_by_epoch().get(record.trial_id, {})
+            kept_after_the_driver_died(record, values, self.spec, ending.written.get("kept_epoch"))
         self._changed_record(record)
 
     def _restored_clock(self, state: dict[str, Any]) -> SearchClock:

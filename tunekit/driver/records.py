@@ -33,6 +33,7 @@ from tunekit.layout import (
     TRIAL_COLUMNS,
     TrialStatus,
     finite,
+    first_best_epoch,
 )
 from tunekit.search.pareto import is_feasible
 from tunekit.search.plan import rung_of
@@ -146,6 +147,29 @@ def apply_kept(record: TrialRecord, kept_epoch: Any, kept_value: Any) -> None:
     record.kept_epoch = int(kept_epoch)
     if (value := finite(kept_value)) is not None:
         record.final_metric = value
+
+
+def kept_after_the_driver_died(
+    record: TrialRecord, values: Mapping[int, float], spec: ExperimentSpec, written: str | None
+) -> None:
+    """A trial that completed after Ray's last save, adopted on resume without its last report:
+    its kept epoch as the dead driver wrote it in trials.csv, else by ``training.keep``'s rule
+    over ``values`` (its epochs' values of the metric)."""
+    kept = finite(_written_number(written))
+    if kept is None and spec.training.keep == "last":
+        apply_kept(record, record.epochs, None)  # its figure is its last epoch's already
+        return
+    if kept is None:
+        kept = first_best_epoch(values, headline_metric(spec).mode)
+    if kept is not None:
+        apply_kept(record, kept, values.get(int(kept)))
+
+
+def _written_number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def settle_ended(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tunekit.driver.records import EpochRow, TrialRecord
+from tunekit.layout import TrialStatus
 
 T = TypeVar("T")
 
@@ -54,11 +55,19 @@ def records_of(state: Mapping[str, Any]) -> tuple[dict[str, TrialRecord], list[E
     or of an earlier tunekit's (``trials`` and ``epochs`` lists, of records or of dicts)."""
     if "trials" in state:
         trials = [revived(TrialRecord)(item) for item in state["trials"]]
-        return {record.trial_id: record for record in trials}, [revived(EpochRow)(item) for item in state["epochs"]]
+        return _kept_last(trials), [revived(EpochRow)(item) for item in state["epochs"]]
     entries: list[Entry] = [pickle.loads(data) for data in state["ended"]] + list(state["running"])
     by_id = {record.trial_id: record for record, _ in entries}
     placed = sorted((place_and_row for _, rows in entries for place_and_row in rows), key=lambda pair: pair[0])
-    return {trial_id: by_id[trial_id] for trial_id in state["order"]}, [row for _, row in placed]
+    return _kept_last([by_id[trial_id] for trial_id in state["order"]]), [row for _, row in placed]
+
+
+def _kept_last(records: list[TrialRecord]) -> dict[str, TrialRecord]:
+    """Completed trials of a tunekit before ``training.keep`` kept their last epoch: say so."""
+    for record in records:
+        if record.status == TrialStatus.COMPLETED and record.kept_epoch is None:
+            record.kept_epoch = record.epochs
+    return {record.trial_id: record for record in records}
 
 
 def revived(kind: Callable[..., T]) -> Callable[[Any], T]:

@@ -32,6 +32,7 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
+    first_best_epoch,
 )
 from tunekit.results.check_files import (
     SAVED_STATE,
@@ -234,9 +235,8 @@ def _kept_epoch(
     if keep == "last":
         expected = int(finite(row.get("epochs")) or 0)
     else:
-        values = [(v, int(r["epoch"])) for r in reported if (v := finite(r.get(results.metric))) is not None]
-        best = (max if results.mode == "max" else min)(v for v, _ in values) if values else None
-        expected = next((epoch for v, epoch in values if v == best), 0)
+        values = {int(r["epoch"]): v for r in reported if (v := finite(r.get(results.metric))) is not None}
+        expected = first_best_epoch(values, results.mode) or 0
     if int(kept) != expected:
         yield Finding(where, f"{label} kept_epoch (training.keep: {keep})", expected, int(kept))
     if keep == "best":

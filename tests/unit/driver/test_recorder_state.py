@@ -13,7 +13,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 from tunekit.driver.recorder import Recorder
 from tunekit.driver.saved_records import records_of
-from tunekit.layout import ENDED_STATUSES, EPOCH_KEY, INFO_KEY, TrialStatus
+from tunekit.layout import ENDED_STATUSES, EPOCH_KEY, INFO_KEY, KEPT_EPOCH, TrialStatus
 from tunekit.search.plan import pick_best
 
 from .test_trial_endings import spec
@@ -37,7 +37,9 @@ def run_trial(rec: Recorder, number: int, values: list[float]) -> None:
     trial: Any = SimpleNamespace(trial_id=f"t{number}", config={"lr": number / 10})
     rec.on_trial_start(0, [], trial)
     for epoch, value in enumerate(values, start=1):
-        result = {EPOCH_KEY: epoch, "acc": value, INFO_KEY: {"metrics": ["acc"]}, "pid": 7}
+        # A trial's last report at its budget's end names the epoch it keeps, as the worker's does.
+        kept = {KEPT_EPOCH: epoch} if epoch == rec.spec.budget.max_epochs else {}
+        result = {EPOCH_KEY: epoch, "acc": value, INFO_KEY: {"metrics": ["acc"], **kept}, "pid": 7}
         rec.on_trial_result(0, [], trial, result)
     rec.on_trial_complete(0, [], trial)
 
@@ -303,3 +305,14 @@ def test_a_run_a_killed_driver_started_after_ray_s_save_keeps_its_slot_time_as_a
     assert record.spans[0][1] is not None and record.span_workers[0]["attempt"] == 1
     resumed.on_trial_start(0, [], t1)  # saved before the kill: its own record, as ever
     assert resumed.trials["t1"].attempts == 2 and len(resumed.trials["t1"].spans) == 2
+
+
+def test_completed_trials_of_a_tunekit_before_training_keep_kept_their_last_epoch(tmp_path: Path) -> None:
+    first = recorder(tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    for number, values in enumerate([[0.2] * 9, [0.5, 0.6]]):
+        run_trial(first, number, values)
+    older = [{k: v for k, v in asdict(r).items() if k != "kept_epoch"} for r in first.trials.values()]
+    trials, _ = records_of({"trials": older, "epochs": [asdict(r) for r in first.epochs]})
+    assert (trials["t0"].status, trials["t0"].kept_epoch) == (TrialStatus.COMPLETED, 9)
+    assert trials["t1"].status != TrialStatus.COMPLETED and trials["t1"].kept_epoch is None  # kept nothing
