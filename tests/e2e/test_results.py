@@ -189,3 +189,31 @@ def test_load_from_mlflow_gives_the_same_tables(
     assert left[key].equals(right[key])
     assert list(left[results.metric]) == pytest.approx(list(right[results.metric]))
     assert list(left["time"]) == pytest.approx(list(right["time"]), abs=0.01)
+
+
+@pytest.mark.slow
+def test_the_html_report_and_the_notebook_view_render_in_chromium(
+    experiment: tuple[ExperimentResults, str], tmp_path: Path
+) -> None:
+    """The page a browser shows: the report's headline, parameters and every trial; the
+    notebook's HTML view (``_repr_html_``, as Jupyter shows ``results``) with the best trial."""
+    from tunekit.testing import CHROMIUM, chromium, page_text
+
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium: apt-get install -y chromium")
+    results, _ = experiment
+    best = results.best
+    assert best is not None
+    page = write_html(results, tmp_path / "report.html")
+    shown = page_text(page.as_uri(), tmp_path, r"val_accuracy")
+    for trial_id in results.trials["trial_id"]:
+        assert trial_id in shown, shown[:2000]
+    assert f"{best.metric:.4f}"[:5] in shown and "learning_rate" in shown
+    chromium(page.as_uri(), tmp_path, f"--screenshot={tmp_path / 'report.png'}")
+    assert (tmp_path / "report.png").read_bytes().startswith(PNG_MAGIC)
+
+    view = tmp_path / "notebook.html"
+    view.write_text(f"<html><body>{results._repr_html_()}</body></html>")
+    seen = page_text(view.as_uri(), tmp_path, r"completed")
+    assert results.spec.name in seen and f"trial {best.number}" in seen, seen[:2000]
+    assert len(repr(results).splitlines()) <= 6  # its plain repr stays a few lines

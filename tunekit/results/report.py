@@ -324,15 +324,15 @@ def _trial_table(results: ExperimentResults) -> str:
         ("wall s", "wall_seconds"),
         ("samples/s", "samples_per_second"),
     ]
-    # Why each trial ended (trained all epochs, stopped by the model, pruned at a rung,
-    # the search stopped, the error): next to the status, before the parameters.
-    columns.insert(4, ("reason", "reason"))
     if "pareto_rank" in table.columns:  # several objectives: 1 is the front
         columns.insert(4, ("pareto rank", "pareto_rank"))
     # The parameters right after the metric, where a page 1100 px wide still shows them (they sat
-    # off-screen to the right after the epochs, rung and throughput columns).
+    # off-screen to the right after the epochs, rung and throughput columns, and then after the
+    # reason's long text: a 1400 px window showed two of four).
     at = next(i for i, (_, key) in enumerate(columns) if key == "best_metric") + 1
     columns[at:at] = [(c[len(PARAM_PREFIX) :], c) for c in params]
+    # Why each trial ended (trained all epochs, pruned at a rung, the error): last, the longest text.
+    columns.append(("reason", "reason"))
     text_columns = {"trial_id", "status", "reason"}
     head = "".join(f'<th class="{"text" if key in text_columns else ""}">{_e(label)}</th>' for label, key in columns)
     best_id = results.best.trial_id if results.best else None
