@@ -24,6 +24,7 @@ import pytest
 from conftest import TUNEKIT, cli_env, run_tunekit
 
 import tunekit
+from tunekit.compat.ray_workers import idle_local_workers
 from tunekit.driver.session import _DRIVER_ENV
 from tunekit.layout import ERROR_FILE
 
@@ -87,7 +88,7 @@ def test_second_run_reuses_ray_and_nothing_leaks(warm_ray: None, tmp_path: Path)
     deadline, idle = time.monotonic() + 60, set[int]()
     while len(idle) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-        idle = _idle_workers()
+        idle = idle_local_workers()
     second = _run_small(tmp_path, "second", PRELOAD_PROBE)
     # the same driver job on the same node: Ray was reused, not restarted (no timing: CI is noisy)
     assert (ray.get_runtime_context().get_job_id(), ray.get_runtime_context().get_node_id()) == session
@@ -108,16 +109,6 @@ PRELOAD_PROBE = f"trainable={TEST_TRAINABLES / 'preload_probe.py'}"
 
 def _preload_notes(experiment_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(experiment_dir.glob("*/preload.json"))]
-
-
-def _idle_workers() -> set[int]:
-    """Idle workers of the Ray this process started (others' Rays may run on the machine)."""
-    found = set()
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if "ray::IDLE" in " ".join(child.cmdline()):
-                found.add(child.pid)
-    return found
 
 
 @pytest.mark.slow

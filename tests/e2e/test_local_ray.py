@@ -5,31 +5,19 @@ runtime still unread (each trial configures its devices)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import ray
 
-from tunekit.compat.ray_workers import tune_actor_runtime_env
+from tunekit.compat.ray_workers import idle_local_workers, tune_actor_runtime_env
 from tunekit.config.spec import load_spec
 from tunekit.driver import session
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _idle_workers() -> set[int]:
-    """Idle workers of the Ray this process started (others' Rays may run on the machine)."""
-    found = set()
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if "ray::IDLE" in " ".join(child.cmdline()):
-                found.add(child.pid)
-    return found
 
 
 @ray.remote(num_cpus=1)
@@ -63,11 +51,11 @@ def test_the_first_trials_run_in_workers_tunekit_prestarted_with_tensorflow_impo
             deadline, idle = time.monotonic() + 60, set[int]()
             while len(idle) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
-                idle = _idle_workers()
+                idle = idle_local_workers()
             probes = [_Probe.options(runtime_env=tune_actor_runtime_env()).remote() for _ in range(2)]  # type: ignore[attr-defined]
             looks = ray.get([probe.look.remote() for probe in probes])
             time.sleep(1)
-            idle_after = _idle_workers()
+            idle_after = idle_local_workers()
     finally:
         session.shutdown()
     assert len(idle) == 2 and {pid for pid, *_ in looks} == idle, (looks, idle)

@@ -77,18 +77,19 @@ def prestart_workers(count: int, keep_alive_s: int) -> bool:
     return True
 
 
-def idle_local_workers() -> int:
-    """Idle workers of the local Ray this process started: registered with its raylet, no task or
-    actor yet. Ray titles such a process ``ray::IDLE`` once it has registered (a worker still
-    starting has Python's command line), so this counts from the process table, without a
-    request to Ray. The raylet of a local Ray is a child of the process that started it."""
+def idle_local_workers() -> set[int]:
+    """The pids of the idle workers of the local Ray this process started: registered with its
+    raylet, no task or actor yet. Ray titles such a process ``ray::IDLE`` once it has registered
+    (a worker still starting has Python's command line), so this reads the process table, without
+    a request to Ray. The raylet of a local Ray is a child of the process that started it (other
+    Rays on the machine are not)."""
     import psutil
 
-    idle = 0
+    idle = set()
     for process in psutil.Process().children(recursive=True):
         try:
             if process.cmdline()[:1] == ["ray::IDLE"]:
-                idle += 1
+                idle.add(process.pid)
         except psutil.Error:  # it ended meanwhile
             continue
     return idle

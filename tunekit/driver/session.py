@@ -415,7 +415,7 @@ def _prestart_warm_workers(spec: ExperimentSpec) -> None:
         at_once = min(at_once, int(resources.get("CPU", 0.0) // spec.resources.cpu))
     if spec.resources.gpu > 0:
         at_once = min(at_once, int(resources.get("GPU", 0.0) // spec.resources.gpu))
-    missing = at_once - idle_local_workers()
+    missing = at_once - len(idle_local_workers())
     if missing > 0 and prestart_workers(missing, WARM_WORKERS_KEPT_S):
         _WARM_WORKERS = at_once
 
@@ -436,7 +436,7 @@ def wait_for_warm_workers(stopping: Callable[[], bool], timeout: float = 15.0) -
     if OWNED_RAY is None or not OWNED_RAY["local"] or _WARM_WORKERS == 0:
         return
     deadline = time.monotonic() + timeout
-    while idle_local_workers() < _WARM_WORKERS and time.monotonic() < deadline and not stopping():
+    while len(idle_local_workers()) < _WARM_WORKERS and time.monotonic() < deadline and not stopping():
         time.sleep(0.05)
     _WARM_WORKERS = 0
 
