@@ -3,6 +3,7 @@ pid) or a real browser (Debian's headless chromium)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -50,9 +51,14 @@ def page_text(url: str, workdir: Path, expect: str, attempts: int = 3) -> str:
     return text
 
 
-def stop_group(process: subprocess.Popen[bytes] | None) -> None:
-    """Stops a server started in its own session: SIGTERM to its group, SIGKILL after 20 s."""
-    if process is None or process.poll() is not None:
+def stop_group(process: subprocess.Popen[Any] | None) -> None:
+    """Stops a server started in its own session: SIGTERM to its group, SIGKILL after 20 s; a
+    group whose leader is gone already may still hold what it started: SIGKILL."""
+    if process is None:
+        return
+    if process.poll() is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         return
     os.killpg(process.pid, signal.SIGTERM)
     try:

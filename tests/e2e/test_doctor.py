@@ -10,7 +10,6 @@ import contextlib
 import io
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -26,7 +25,7 @@ from tunekit.cli import main
 from tunekit.doctor.checks import run_checks
 from tunekit.doctor.report import PROBLEM
 from tunekit.doctor.tracking import check_tracking
-from tunekit.testing import free_port
+from tunekit.testing import free_port, stop_group
 
 TRACKING_FIX = "or fix --tracking-uri"
 
@@ -129,20 +128,6 @@ def test_doctor_process_imports_neither_tensorflow_nor_ray(tmp_path: Path, clean
 # --------------------------------------------------------------------------- real servers
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
-    """Stops a child started in its own session, and whatever it started, by process group."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=20)
-    else:  # the leader is gone; its group may not be
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
     """A real ``mlflow server`` on 127.0.0.1 with a SQLite store under tmp_path."""
@@ -183,7 +168,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.5)
         yield uri
     finally:
-        _stop(process)
+        stop_group(process)
         log.close()
 
 
@@ -229,7 +214,7 @@ def ray_head() -> Iterator[str]:
         process.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=60)
-        _stop(process)
+        stop_group(process)
 
 
 @pytest.mark.slow

@@ -192,14 +192,13 @@ def the_same_from_the_command_line(storage: Path, earlier: Path, experiment: Pat
 def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path) -> None:
     """What the README's `pip install -e ".[notebooks]" && jupyter lab notebooks/` gives (`.ci/bootstrap --test`
     installs the extra, so the suite always runs this)."""
-    import signal
     import subprocess
     import sys
     import time
 
     import requests
 
-    from tunekit.testing import free_port
+    from tunekit.testing import free_port, stop_group
 
     port, token = free_port(), "tunekit-test"
     command = [
@@ -231,10 +230,5 @@ def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path
         specs = requests.get(f"{base}/api/kernelspecs", params={"token": token}, timeout=10).json()
         assert "python3" in specs["kernelspecs"]
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+        stop_group(server)
         log.close()
