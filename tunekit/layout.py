@@ -231,6 +231,14 @@ SEARCH_STATUSES = (TrialStatus.RUNNING, *ENDED_STATUSES)
 # -------------------------------------------------------------------------- numbers
 
 
+def number_or_none(text: str | None) -> float | None:
+    """A number written as text (a table's cell, a tag), or None when it is missing or not a number."""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
 def first_best_epoch(values: Mapping[int, float], mode: str) -> int | None:
     """The first epoch with the best value (``mode`` max or min): the one ``training.keep: best``
     keeps (tunekit.worker.keep decides it so as the trial trains; a trial's record and

@@ -34,6 +34,7 @@ from tunekit.layout import (
     TrialStatus,
     finite,
     first_best_epoch,
+    number_or_none,
 )
 from tunekit.search.pareto import is_feasible
 from tunekit.search.plan import rung_of
@@ -155,7 +156,7 @@ def kept_after_the_driver_died(
     """A trial that completed after Ray's last save, adopted on resume without its last report:
     its kept epoch as the dead driver wrote it in trials.csv, else by ``training.keep``'s rule
     over ``values`` (its epochs' values of the metric)."""
-    kept = finite(_written_number(written))
+    kept = finite(number_or_none(written))
     if kept is None and spec.training.keep == "last":
         apply_kept(record, record.epochs, None)  # its figure is its last epoch's already
         return
@@ -163,13 +164,6 @@ def kept_after_the_driver_died(
         kept = first_best_epoch(values, headline_metric(spec).mode)
     if kept is not None:
         apply_kept(record, kept, values.get(int(kept)))
-
-
-def _written_number(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
 
 
 def settle_ended(

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tunekit.clock import died_mid_session
-from tunekit.layout import EXPLOITS_FILE, TrialStatus, finite
+from tunekit.layout import EXPLOITS_FILE, TrialStatus, finite, number_or_none
 from tunekit.results.best import NO_BEST, BestTrial
 from tunekit.results.check_pareto import mlflow_findings
 from tunekit.results.findings import (
@@ -16,7 +16,6 @@ from tunekit.results.findings import (
     Finding,
     dead_driver_lag,
     finding_of,
-    number_or_none,
     same,
     table_rows_of,
     trial_label,

@@ -60,14 +60,6 @@ def finding_of(disagreement: tuple[str, str, Any, Any]) -> Finding:
     return Finding(*disagreement)
 
 
-def number_or_none(text: str | None) -> float | None:
-    """A tag's number, or None when it is missing or not a number."""
-    try:
-        return None if text is None else float(text)
-    except ValueError:
-        return None
-
-
 def same(a: float | None, b: float | None, *, absolute: float = 1e-9) -> bool:
     """Two figures agree: both missing, or equal within ``RELATIVE_SLACK`` (or ``absolute``)."""
     if a is None or b is None:

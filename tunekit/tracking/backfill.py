@@ -42,6 +42,7 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
+    number_or_none,
 )
 from tunekit.lease import DriverLease
 from tunekit.storage import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted
@@ -155,7 +156,7 @@ def record_events(
             row["trial_id"],
             _integer(row["number"]),
             _present(row, PARAM_PREFIX),
-            _number(row["started_at"]) or started,
+            number_or_none(row["started_at"]) or started,
             _integer(row["attempts"]) or 1,
             status == TrialStatus.RUNNING,
         )
@@ -166,13 +167,13 @@ def record_events(
         metrics = {
             key: number
             for key, text in epoch.items()
-            if key not in EPOCH_COLUMNS and (number := finite(_number(text))) is not None
+            if key not in EPOCH_COLUMNS and (number := finite(number_or_none(text))) is not None
         }
-        at = clock.wall_at(_number(epoch["time"]) or 0.0)
+        at = clock.wall_at(number_or_none(epoch["time"]) or 0.0)
         yield EpochEvent(epoch["trial_id"], int(epoch["epoch"]), metrics, int(at * 1000))
     yield from _exploit_events(experiment_dir / EXPLOITS_FILE, trials)
     ended = [row for row in trials if TrialStatus(row["status"]).is_finished()]
-    ended.sort(key=lambda row: _number(row["ended_at"]) or started)
+    ended.sort(key=lambda row: number_or_none(row["ended_at"]) or started)
     for row in ended:
         yield TrialEndEvent(
             row["trial_id"],
@@ -181,8 +182,8 @@ def record_events(
             _integer(row["rung"]),
             _integer(row["epochs"]) or 0,
             _integer(row["attempts"]) or 1,
-            _number(row["ended_at"]) or started,
-            _number(row["wall_seconds"]) or 0.0,
+            number_or_none(row["ended_at"]) or started,
+            number_or_none(row["wall_seconds"]) or 0.0,
             _integer(row.get("kept_epoch")),
         )
     yield from _progress_events(spec, trials, ended, clock)
@@ -197,7 +198,7 @@ def _progress_events(
 
     counts: Counter[str] = Counter(TrialStatus(row["status"]) for row in trials)
     epochs_spent = sum(_integer(row["epochs"]) or 0 for row in trials)
-    end = max((_number(row["ended_at"]) or started for row in ended), default=started)
+    end = max((number_or_none(row["ended_at"]) or started for row in ended), default=started)
     best: Row | None = None
     for index, row in enumerate(ended, 1):
         # The running best against the trial that ended, as the recorder keeps it (one pass, not
@@ -206,18 +207,20 @@ def _progress_events(
             (r for r in (best, row) if r is not None),
             key=lambda r: (_integer(r["number"]) is None, _integer(r["number"]) or 0),
         )
-        best = pick_best([(r["status"], _number(r["final_metric"]), r) for r in pair], headline_metric(spec).mode)
+        best = pick_best(
+            [(r["status"], number_or_none(r["final_metric"]), r) for r in pair], headline_metric(spec).mode
+        )
         final = index == len(ended)
         yield ProgressEvent(
             ended=index,
-            best=None if best is None else _number(best["final_metric"]),
+            best=None if best is None else number_or_none(best["final_metric"]),
             best_trial=None if best is None else best["trial_id"],
             counts=dict(counts),
             epochs_spent=epochs_spent,
             wall_seconds=end - started if active is None else active,
             final=final,
             interrupted=counts[TrialStatus.RUNNING] > 0,
-            at=end if final else _number(row["ended_at"]),
+            at=end if final else number_or_none(row["ended_at"]),
             sessions=tuple((start, stop) for start, stop in clock.sessions) if final else (),
         )
     if not ended:  # no trial ended: the parent still ends, as a search that ran none does
@@ -267,7 +270,7 @@ def _search_clock(directory: Path) -> SearchClock:
     clock = SearchClock.read(directory)
     if clock is not None:
         return clock
-    starts = [_number(row["started_at"]) for row in table_rows(directory / TRIALS_FILE)]
+    starts = [number_or_none(row["started_at"]) for row in table_rows(directory / TRIALS_FILE)]
     return SearchClock(min((s for s in starts if s is not None), default=0.0))
 
 
@@ -285,13 +288,6 @@ def _present(row: Row, prefix: str) -> dict[str, object]:
     return {key[len(prefix) :]: value for key, value in row.items() if key.startswith(prefix) and value != ""}
 
 
-def _number(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
-
-
 def _integer(text: str | None) -> int | None:
-    number = _number(text)
+    number = number_or_none(text)
     return None if number is None else int(number)
