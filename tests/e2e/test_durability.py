@@ -290,7 +290,7 @@ def test_a_crash_by_exception_holds_running_trials_and_the_resume_finishes_them(
     ray_here: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A full disk under a table write, injected through the store's seam, mid-search."""
-    from tunekit.driver import records
+    from tunekit.driver import recorder, records
 
     real = records.write_text
 
@@ -301,6 +301,8 @@ def test_a_crash_by_exception_holds_running_trials_and_the_resume_finishes_them(
         real(path, text)
 
     monkeypatch.setattr(records, "write_text", full_once_two_trials_ended)
+    # Tables are written at most every 2 s; a quick search could pass the moment without a write.
+    monkeypatch.setattr(recorder, "_LIVE_WRITE_EVERY_S", 0.0)
     experiment = tmp_path / "crash"
     overrides = [*SEARCH[1:], "budget.num_samples=6", "tracking.enabled=false"]
     with pytest.raises(NoSpaceError) as full:
@@ -317,7 +319,7 @@ def test_a_crash_by_exception_holds_running_trials_and_the_resume_finishes_them(
     assert set(crashed["status"]) <= {"completed", "pruned", "stopped", "running"}
     study = optuna.load_study(study_name="digits-mlp", storage=study_storage(experiment))
     held = {t.user_attrs.get("ray_trial_id") for t in study.trials if t.state == optuna.trial.TrialState.RUNNING}
-    assert held == set(crashed.loc[~crashed["status"].isin(["completed", "pruned"]), "trial_id"])
+    assert held and held == set(crashed.loc[~crashed["status"].isin(["completed", "pruned"]), "trial_id"])
     tunekit.resume(experiment, progress=False)
     trials = tunekit.load(experiment).trials
     assert len(trials) == 6 and set(trials["status"]) <= {"completed", "pruned"}
