@@ -73,6 +73,19 @@ def test_tracking_cost_reads_tensorboard_s_share_and_its_driver_thread_cost_per_
     assert share["value"] == pytest.approx(100 / 51) and share["met"] is True
 
 
+def test_tracking_cost_gives_every_pair_s_raw_wall_ratio_beside_the_per_epoch_one() -> None:
+    def side(on: bool, seconds: float, epochs: int) -> dict[str, Any]:
+        return {"tracked": on, "process_s": seconds, "epochs_trained": epochs, "pieces": {}}
+
+    # ASHA let the second pair's tracked search train fewer epochs: per epoch it reads dearer.
+    sides = [side(True, 22.0, 240), side(False, 20.0, 240), side(True, 23.0, 200), side(False, 23.0, 250)]
+    result = tracking_cost.analyse(sides)
+    assert result["ratios"] == pytest.approx([1.1, 1.0])
+    assert result["every_pair_ratio"] == pytest.approx(1.05)
+    assert result["per_epoch_ratios"] == pytest.approx([1.1, 1.25])
+    assert result["same_work_ratios"] == pytest.approx([1.1])
+
+
 def test_pareto_hypervolume_follows_the_epochs_as_trials_end() -> None:
     # Parameters are scaled by 60,000: 6,000 is 0.1, 30,000 is 0.5. Reference (accuracy 0, 1.0).
     trials = [
