@@ -90,6 +90,11 @@ DEFINITIONS = {
         "time to accuracy minus the time of the side's first reported epoch: how fast the search itself "
         "gets there once training has started (start-up taken out)"
     ),
+    "area from the first report": (
+        "integral of best(t) over [t0, t0 + W] divided by W, t0 the run's first report and W the budget less "
+        "the latest first report of the task's runs: the search alone, start-up taken out, on a window every "
+        "run has"
+    ),
     "median": "over the seeds; a target never reached counts as worse than any time reached",
 }
 
@@ -346,14 +351,33 @@ def curve_metrics(
     }
 
 
+def area_from_first_report(points: list[dict[str, Any]], budget: float, window: float) -> float | None:
+    """The area under the best-so-far curve over ``window`` seconds from the run's own first report,
+    over the window: the search alone, start-up taken out, on a window every run of the task has."""
+    inside = sorted((p for p in points if p["t"] <= budget), key=lambda p: p["t"])
+    if not inside or window <= 0:
+        return None
+    start = inside[0]["t"]
+    area, best, last_t = 0.0, 0.0, start
+    for p in inside:
+        if p["t"] > start + window:
+            break
+        area += best * (p["t"] - last_t)
+        last_t, best = p["t"], max(best, p["val_accuracy"])
+    return (area + best * (start + window - last_t)) / window
+
+
 def analyse(runs: list[dict[str, Any]], settings: dict[str, Any], task: str = "digits") -> dict[str, Any]:
     """One task's figures, medians over seeds per method, and tunekit's targets against the others."""
     budget, max_epochs, threshold = settings["budget_s"], settings["max_epochs"], TASKS[task]["threshold"]
     methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
     per_method: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    for run in runs:
-        metrics = curve_metrics(run["points"], budget, max_epochs, threshold)
+    measured = [(run, curve_metrics(run["points"], budget, max_epochs, threshold)) for run in runs]
+    # the window from each run's first report that every run of the task has inside the budget
+    window = budget - max((m["first_report_s"] for _, m in measured if m["first_report_s"] is not None), default=budget)
+    for run, metrics in measured:
         metrics["seed"] = run["seed"]
+        metrics["area_after_first_report"] = area_from_first_report(run["points"], budget, window)
         per_method[run["method"]].append(metrics)
     med: dict[str, dict[str, Any]] = {}
     for method, items in per_method.items():
@@ -365,6 +389,9 @@ def analyse(runs: list[dict[str, Any]], settings: dict[str, Any], task: str = "d
             "time_to_accuracy_after_first_report_s": common.median(
                 m["time_to_accuracy_after_first_report_s"] for m in items
             ),
+            "area_after_first_report": common.median(
+                None if m["area_after_first_report"] is None else -m["area_after_first_report"] for m in items
+            ),
             "best_at_budget": common.median(
                 None if m["best_at_budget"] is None else -m["best_at_budget"] for m in items
             ),
@@ -372,7 +399,7 @@ def analyse(runs: list[dict[str, Any]], settings: dict[str, Any], task: str = "d
             "seeds": len(items),
         }
         # medians of negated values keep "None is worst" for higher-is-better figures
-        for key in ("area", "best_at_budget"):
+        for key in ("area", "area_after_first_report", "best_at_budget"):
             med[method][key] = None if med[method][key] is None else -med[method][key]
     others = [m for m in methods if m != "tunekit"]
     tk = med.get("tunekit")
@@ -417,6 +444,12 @@ def analyse(runs: list[dict[str, Any]], settings: dict[str, Any], task: str = "d
                 "s",
                 note="the search alone, start-up taken out",
             ),
+            common.figure(
+                f"{prefix}{label}: area from its first report over {window:.1f} s (median)",
+                m["area_after_first_report"],
+                "",
+                note="the search alone, start-up taken out: the window every run has after its first report",
+            ),
             common.figure(f"{prefix}{label}: best val_accuracy at the budget (median)", m["best_at_budget"]),
         ]
     after = "time_to_accuracy_after_first_report_s"
@@ -431,6 +464,10 @@ def analyse(runs: list[dict[str, Any]], settings: dict[str, Any], task: str = "d
             f"{prefix}time to {threshold} after the first report (start-up taken out): tunekit "
             f"{common.fmt(tk[after])} s vs {LABELS[other]} {common.fmt(o[after])} s -> "
             f"{common.fmt(common.ratio(o[after], tk[after]))}x sooner",
+            f"{prefix}area from each run's first report (start-up taken out): tunekit "
+            f"{common.fmt(tk['area_after_first_report'])} vs {LABELS[other]} "
+            f"{common.fmt(o['area_after_first_report'])} -> "
+            f"{common.fmt(common.ratio(tk['area_after_first_report'], o['area_after_first_report']))}x",
             f"{prefix}first reported epoch: tunekit {common.fmt(tk['first_report_s'])} s vs {LABELS[other]} "
             f"{common.fmt(o['first_report_s'])} s",
         ]

@@ -59,6 +59,22 @@ def test_quality_reads_each_task_against_its_own_threshold_and_meets_on_ties() -
     assert spec["trainable"] == "benchmarks.quality" and spec["space"] == quality.CANCER_SPACE
 
 
+def test_quality_s_area_from_the_first_report_takes_the_start_up_out_on_a_window_every_run_has() -> None:
+    def run(method: str, points: list[tuple[float, float]]) -> dict[str, Any]:
+        curve = [{"t": t, "val_accuracy": v, "epoch": 1, "trial": "a"} for t, v in points]
+        return {"method": method, "task": "digits", "seed": 0, "points": curve}
+
+    # tunekit starts 10 s later and climbs faster: behind over the budget, ahead from its own start.
+    late_fast = run("tunekit", [(15.0, 0.9), (16.0, 1.0)])
+    early_slow = run("kerastuner", [(5.0, 0.5), (15.0, 0.9), (25.0, 1.0)])
+    result = quality.analyse([late_fast, early_slow], {"budget_s": 40.0, "max_epochs": 2}, "digits")
+    # the window is 40 - 15 = 25 s from each run's first report
+    assert quality.area_from_first_report(late_fast["points"], 40.0, 25.0) == pytest.approx((0.9 + 24 * 1.0) / 25)
+    assert result["medians"]["tunekit"]["area_after_first_report"] == pytest.approx(24.9 / 25)
+    assert result["medians"]["kerastuner"]["area_after_first_report"] == pytest.approx((0.5 * 10 + 0.9 * 10 + 5) / 25)
+    assert result["medians"]["tunekit"]["area"] < result["medians"]["kerastuner"]["area"]
+
+
 def test_tracking_cost_reads_tensorboard_s_share_and_its_driver_thread_cost_per_epoch() -> None:
     def side(on: bool, seconds: float, **pieces: float) -> dict[str, Any]:
         return {"tracked": on, "process_s": seconds, "epochs_trained": 200, "pieces": pieces,
