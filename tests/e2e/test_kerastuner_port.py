@@ -9,6 +9,7 @@ downloads), as NumPy arrays. Everything but the tuner line is KerasTuner's code.
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from collections.abc import Iterator
@@ -387,10 +388,10 @@ def test_a_tuner_run_again_resumes_its_experiment_grown_to_max_trials(tmp_path: 
     continues the experiment through ``tunekit.resume``, adding trials and redoing none."""
     x_train, y_train, x_val, y_val = digits()
 
-    def search(max_trials: int) -> tunekit.ExperimentResults:
+    def search(max_trials: int, progress: Any = False) -> tunekit.ExperimentResults:
         tuner = tunekit.Tuner(
             small_mlp, objective="val_accuracy", max_trials=max_trials, directory=tmp_path, project_name="grown",
-            progress=False, tracking={"enabled": False}, budget={"max_concurrent": 1},
+            progress=progress, tracking={"enabled": False}, budget={"max_concurrent": 1},
         )  # fmt: skip
         tuner.search(x_train, y_train, epochs=1, validation_data=(x_val, y_val))
         return tuner.results
@@ -403,3 +404,14 @@ def test_a_tuner_run_again_resumes_its_experiment_grown_to_max_trials(tmp_path: 
     kept = again.trials.set_index("trial_id").loc[list(first.trials["trial_id"]), "final_metric"]
     assert list(kept) == list(first.trials["final_metric"])  # the first two trained once, not again
     assert len(again.epochs) == 3
+    # Run once more unchanged: nothing to do, and the way to grow it is a Tuner's, not the CLI's.
+    console = io.StringIO()
+    same = search(3, progress=console)
+    assert "the search is complete: nothing to resume (more trials grow it: a Tuner's max_trials" in console.getvalue()
+    # The results a Tuner returns hold its builders, so a rebuild needs nothing passed again...
+    retrained = same.retrain(data="train")
+    assert retrained.model is not None and retrained.path.is_relative_to(same.experiment_dir)
+    # ...while a load from the folder cannot find them, and says where they are.
+    with pytest.raises(tunekit.SpecError, match="use the results the search returned") as refused:
+        tunekit.load(same.experiment_dir).retrain(data="train")
+    assert refused.value.path == "trainable"

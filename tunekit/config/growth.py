@@ -26,6 +26,16 @@ from tunekit.store import table_rows
 GROWABLE = ("budget.num_samples", "budget.max_concurrent", "budget.time_budget_s")
 
 
+def grow_hint(experiment_dir: Path, scheduler: str, from_python: bool) -> str:
+    """How a complete search grows, said after "nothing to resume"; nothing for PBT, which cannot
+    grow. Builders passed from Python (a Tuner's, ``tunekit.run``'s) come back only from Python."""
+    if scheduler == "pbt":
+        return ""
+    if from_python:
+        return " (more trials grow it: a Tuner's max_trials, or tunekit.resume's overrides=['budget.num_samples=N'])"
+    return f" (`tunekit resume {experiment_dir} --set budget.num_samples=N` grows it)"
+
+
 def resumed_spec(
     experiment_dir: Path, overrides: Iterable[str] = (), trainable: Trainable | None = None
 ) -> tuple[ExperimentSpec, bool]:

@@ -28,10 +28,10 @@ from tunekit.compat.ray_tune import (
     restored_tune_config,
     whole_file_state_uploads,
 )
-from tunekit.config.growth import resumed_spec
+from tunekit.config.growth import grow_hint, resumed_spec
 from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec, load_spec
-from tunekit.contract import builders_from
+from tunekit.contract import Trainable, builders_from
 from tunekit.driver.connect import (
     CONNECT_TIMEOUT_S,
     JoinedCluster,
@@ -171,7 +171,7 @@ def run(
         raise
     finally:
         lease.release()
-    return _closed(experiment_dir, stream)
+    return _closed(experiment_dir, stream, python_trainable)
 
 
 def _fit_saying_why(
@@ -190,11 +190,12 @@ def _fit_saying_why(
         raise no_space_error(experiment_dir, full, checkpoints=2 * spec.budget.max_concurrent) from error
 
 
-def _closed(experiment_dir: Path, stream: TextIO | None) -> ExperimentResults:
-    """The search's results, its closing lines written to the progress stream first."""
+def _closed(experiment_dir: Path, stream: TextIO | None, builders: Trainable | None) -> ExperimentResults:
+    """The search's results, holding the builders passed from Python for their rebuilds; its closing
+    lines written to the progress stream first."""
     from tunekit.results.closing import closing_text
 
-    results = load(experiment_dir)
+    results = dataclasses.replace(load(experiment_dir), builders=builders)
     if stream is not None:
         stream.write(closing_text(results))
         stream.flush()
@@ -283,13 +284,7 @@ def _resume(
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
-            # A PBT population cannot grow (tunekit.config.growth): no hint that it can.
-            grow = (
-                ""
-                if spec.scheduler.type == "pbt"
-                else f" (`tunekit resume {directory} --set budget.num_samples=N` grows it)"
-            )
-            said = f"nothing to resume{grow}"
+            said = f"nothing to resume{grow_hint(directory, spec.scheduler.type, python_trainable is not None)}"
             endings = [(row.get("status"), row.get("reason")) for row in rows]
             if unstarted_by_time_budget(spec.budget.num_samples, endings):
                 said = (
@@ -306,7 +301,7 @@ def _resume(
         reason = no_result_reason(spec, directory, trials, clock.active_seconds if clock else 0.0)
         if reason:
             raise NoResultError(reason, directory)
-        return _closed(directory, stream)
+        return _closed(directory, stream, python_trainable)
     # Before Ray starts: every record the resume continues from is whole (the journal's torn
     # tail is cut back here, and said).
     for mended in check_resumable(directory):
@@ -327,7 +322,7 @@ def _resume(
         for stand_in in stand_ins:
             with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
                 stand_in.rmdir()
-    return _closed(directory, stream)
+    return _closed(directory, stream, python_trainable)
 
 
 def _fit(

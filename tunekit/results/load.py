@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from tunekit.store import check_table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tunekit.contract import Trainable
     from tunekit.results.importance import Importance
     from tunekit.results.models import TrialModel
     from tunekit.results.retrain import Retrained
@@ -54,6 +55,9 @@ class ExperimentResults:
             with the configuration its model was trained under (after PBT's exploits), or None.
             Every other figure (counts, times, the best including a warm start's history,
             the ledger) is in ``tunekit.results.summarize(results)``.
+        builders: the builders passed from Python to the ``run``, ``resume`` or ``Tuner``
+            that returned these results (None from ``tunekit.load``, and for a trainable
+            spec.yaml names): ``best_models`` and ``retrain`` call them.
     """
 
     experiment_dir: Path
@@ -61,6 +65,7 @@ class ExperimentResults:
     trials: pd.DataFrame
     epochs: pd.DataFrame
     best: BestTrial | None
+    builders: Trainable | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.spec, Mapping):  # a spec.yaml mapping (MLflow's copy, older callers)

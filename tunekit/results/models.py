@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tunekit.errors import SpecError
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, FINAL_MODEL, SPEC_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from tunekit.config.spec import ExperimentSpec
+    from tunekit.contract import Trainable
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class RankedExperiment(Protocol):
     @property
     def experiment_dir(self) -> Path: ...
 
+    @property
+    def builders(self) -> Trainable | None: ...
+
     def ranked(self) -> pd.DataFrame: ...
 
     def model_path(self, trial: str | int | None = None) -> Path | None: ...
@@ -82,7 +87,7 @@ def best_models(results: RankedExperiment, n: int = 3) -> list[TrialModel]:
             checkpoint = None if path is not None else last_checkpoint(results.experiment_dir / trial_id)
             if path is None and checkpoint is None:
                 continue
-            spec = spec or runnable_spec(results.experiment_dir)
+            spec = spec or runnable_spec(results.experiment_dir, results.builders)
             model = rebuilt_model(spec, config_of(row), results.experiment_dir / trial_id)
             if checkpoint is not None:
                 epoch = load_checkpoint_weights(model, checkpoint, spec.training.executions)
@@ -105,13 +110,23 @@ def config_of(row: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def runnable_spec(experiment_dir: Path) -> ExperimentSpec:
-    """The experiment's spec with its trainable located again (as a resume does), to call its builders."""
+def runnable_spec(experiment_dir: Path, builders: Trainable | None = None) -> ExperimentSpec:
+    """The experiment's spec with its trainable located again (as a resume does), to call its builders;
+    ``builders``: those the search was passed from Python, which spec.yaml cannot locate."""
     import yaml
 
     from tunekit.config.spec import parse_spec
 
-    return parse_spec(yaml.safe_load((experiment_dir / SPEC_FILE).read_text()), experiment_dir)
+    recorded = yaml.safe_load((experiment_dir / SPEC_FILE).read_text())
+    if builders is None and str(recorded.get("trainable", "")).startswith("python:"):
+        raise SpecError(
+            "trainable",
+            "this experiment's builders were passed from Python, and a model is rebuilt with them: use the results "
+            "the search returned (tuner.results, tunekit.run's), or tunekit.resume(DIR, build_data=..., "
+            "build_model=...)'s",
+            recorded["trainable"],
+        )
+    return parse_spec(recorded, experiment_dir, builders)
 
 
 def trial_context(spec: ExperimentSpec, config: dict[str, Any], trial_dir: Path) -> Any:

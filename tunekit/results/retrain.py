@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tunekit.config.spec import ExperimentSpec
+    from tunekit.contract import Trainable
     from tunekit.results.best import BestTrial
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,9 @@ class ExperimentResults(Protocol):
 
     @property
     def metric(self) -> str: ...
+
+    @property
+    def builders(self) -> Trainable | None: ...
 
 
 class RetrainError(TunekitError, ValueError):
@@ -270,7 +274,7 @@ def retrain(
         RetrainError: no such trial, a failed one, invalid ``data`` or ``epochs``.
     """
     plan = plan_retrain(results, trial, data=data, epochs=epochs)
-    spec = runnable_spec(results.experiment_dir)
+    spec = runnable_spec(results.experiment_dir, results.builders)
     folder = next_folder(results.experiment_dir, plan.number if plan.number is not None else plan.trial_id)
     started = time.time()
     model, history = _train(spec, plan, folder, data, on_epoch)
