@@ -284,9 +284,19 @@ def compare(
         summary = summarize(results, tolerance, price_per_hour)
         rows.append(_comparison_row(label, results, summary))
         curves[label] = progress(results)
-    table = pd.DataFrame(rows).set_index("experiment")
+    table = _integers_kept(pd.DataFrame(rows), rows).set_index("experiment")
     table.index.name = None
     return Comparison(table, curves, _notes(loaded, labels), loaded)
+
+
+def _integers_kept(table: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Columns of whole numbers stay whole where an experiment has no value (a parameter the other's
+    space lacks): pandas would make them floats (``units`` 64.0) to hold the gap."""
+    for column in table.columns:
+        values = [row[column] for row in rows if row.get(column) is not None]
+        if len(values) < len(rows) and values and all(type(v) is int for v in values):
+            table[column] = table[column].astype("Int64")
+    return table
 
 
 def _comparison_row(label: str, results: ExperimentResults, summary: Summary) -> dict[str, Any]:

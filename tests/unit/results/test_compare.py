@@ -79,6 +79,24 @@ def test_compare_puts_bests_configs_budgets_counts_and_time_to_best_side_by_side
     assert (folder / "compare.png").stat().st_size > 0
 
 
+def test_a_parameter_one_experiment_lacks_stays_a_whole_number_in_the_other(folder: Path) -> None:
+    import pandas as pd
+
+    trials = folder / "week-2" / "trials.csv"
+    pd.read_csv(trials).drop(columns=["params.units"]).to_csv(trials, index=False)  # a space without units
+    table = tunekit.compare(folder / "week-1", folder / "week-2").table
+    units = table["params.units"]
+    assert units.loc["week-1"] == tunekit.load(folder / "week-1").best.config["units"]  # type: ignore[union-attr]
+    assert pd.isna(units.loc["week-2"]) and str(units.dtype) == "Int64"
+    assert str(table["params.units"].loc["week-1"]) == str(int(units.loc["week-1"]))  # "64", not "64.0"
+    assert table["params.dropout"].dtype == float  # fractions stay fractions
+    comparison = tunekit.compare(folder / "week-1", folder / "week-2")
+    shown = comparison.side_by_side().loc["params.units"]
+    assert list(shown) == [units.loc["week-1"], ""]
+    rows = json.loads(comparison.to_json())["experiments"]
+    assert [row["params.units"] for row in rows] == [units.loc["week-1"], None]
+
+
 def test_comparison_text_html_and_repr(folder: Path) -> None:
     comparison = tunekit.compare(folder / "week-1", folder / "week-2")
     text = comparison.to_text()
