@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tunekit.errors import SpecError
+from tunekit.errors import DamagedFileError, SpecError
 
 DEFAULT_STORAGE = "tunekit_results"
 RESOLVED_HEADER = "tunekit's resolved spec: extends merged, --set applied, relative paths absolute, defaults filled in"
@@ -53,6 +53,24 @@ def read_yaml(path: Path, label: str, shown: str = "") -> Any:
         raise SpecError(label, f"is not valid YAML{where}", got=False) from None
     except ValueError:  # an integer of more than 4300 digits
         raise SpecError(label, "holds a number too long to read", got=False) from None
+
+
+def read_recorded_spec(path: Path) -> dict[str, Any]:
+    """An experiment's spec.yaml as the mapping it records.
+
+    Raises:
+        DamagedFileError: it is not valid YAML, or not a mapping (a listing then shows the
+            experiment as damaged instead of stopping).
+    """
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise DamagedFileError(path, f"not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise DamagedFileError(path, f"not a mapping of spec keys but {type(raw).__name__}")
+    return raw
 
 
 def resolve_extends(

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from tunekit.clock import SearchClock
+from tunekit.config.files import read_recorded_spec
 from tunekit.config.objectives import headline_metric, selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
 from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
@@ -265,7 +264,7 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
         raise NotAnExperimentError(directory, SPEC_FILE)
     trials = _read_csv(pd, directory / TRIALS_FILE)
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
-    spec = recorded_spec(yaml.safe_load(spec_path.read_text()), directory, trials)
+    spec = recorded_spec(read_recorded_spec(spec_path), directory, trials)
     exploits = _read_csv(pd, directory / EXPLOITS_FILE)
     return ExperimentResults(
         directory, spec, trials, epochs, best_trial(trials, exploits, headline_metric(spec).mode, spec)

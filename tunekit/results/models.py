@@ -113,11 +113,10 @@ def config_of(row: dict[str, Any]) -> dict[str, Any]:
 def runnable_spec(experiment_dir: Path, builders: Trainable | None = None) -> ExperimentSpec:
     """The experiment's spec with its trainable located again (as a resume does), to call its builders;
     ``builders``: those the search was passed from Python, which spec.yaml cannot locate."""
-    import yaml
-
+    from tunekit.config.files import read_recorded_spec
     from tunekit.config.spec import parse_spec
 
-    recorded = yaml.safe_load((experiment_dir / SPEC_FILE).read_text())
+    recorded = read_recorded_spec(experiment_dir / SPEC_FILE)
     if builders is None and str(recorded.get("trainable", "")).startswith("python:"):
         raise SpecError(
             "trainable",

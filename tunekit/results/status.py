@@ -13,9 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from tunekit.clock import SearchClock, duration, session_running
+from tunekit.config.files import read_recorded_spec
 from tunekit.config.objectives import headline_metric
 from tunekit.errors import NotAnExperimentError
 from tunekit.layout import (
@@ -132,7 +131,7 @@ def read_status(experiment_dir: str | Path) -> Status:
     directory = readable(experiment_dir)
     if not (directory / SPEC_FILE).is_file():
         raise NotAnExperimentError(directory, SPEC_FILE)
-    spec = yaml.safe_load((directory / SPEC_FILE).read_text()) or {}
+    spec = read_recorded_spec(directory / SPEC_FILE)
     trials = table_rows(directory / TRIALS_FILE)
     clock = SearchClock.read(directory)
     now = time.time()

@@ -52,6 +52,22 @@ def test_a_damaged_experiment_is_a_row_saying_so_not_a_failed_listing(folder: Pa
     assert len(table) == 3
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("name: [oops\n", "not valid YAML at line 2"), ("- just a list\n", "not a mapping of spec keys but list")],
+)
+def test_a_spec_yaml_that_is_not_a_spec_is_a_damaged_row_not_a_failed_listing(
+    folder: Path, text: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (folder / "week-1" / "spec.yaml").write_text(text)
+    table = tunekit.experiments(folder)
+    status = table.loc[table["experiment"] == "week-1", "status"].iloc[0]
+    assert status.startswith(f"damaged: {folder / 'week-1' / 'spec.yaml'}: {problem}; "), status
+    assert len(table) == 3
+    assert main(["ls", str(folder)]) == 0
+    assert "damaged" in capsys.readouterr().out
+
+
 def test_compare_puts_bests_configs_budgets_counts_and_time_to_best_side_by_side(folder: Path) -> None:
     comparison = tunekit.compare(folder / "week-1", tunekit.load(folder / "week-2"))
     table = comparison.table
