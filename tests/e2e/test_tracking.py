@@ -839,6 +839,9 @@ def test_load_from_mlflow_refuses_an_ambiguous_name_unless_told_which(tmp_path: 
     older_run, newer_run = sync(older).parent_run_id, sync(newer).parent_run_id
     mlflow_client = client(sqlite_uri)
     starts = {run_id: mlflow_client.get_run(run_id).info.start_time for run_id in (older_run, newer_run)}
+    # A retrain of the older search: a child of its parent run, but no trial, so not counted.
+    shared_id = mlflow_client.get_experiment_by_name("shared").experiment_id
+    mlflow_client.create_run(shared_id, tags={PARENT_RUN_TAG: older_run, TAG_ROLE: RETRAIN_ROLE})
 
     with pytest.raises(TunekitError) as ambiguous:
         load_from_mlflow("shared", sqlite_uri)

@@ -87,8 +87,13 @@ def load_from_mlflow(
     if not parents:
         raise TunekitError(f"no tunekit experiment run in MLflow experiment {experiment_name!r}")
     parents.sort(key=lambda run: run.info.start_time, reverse=True)
+    # A retrain's run is a child of the parent too, but no trial of the search: not counted, not read.
     children_of = {
-        run.info.run_id: list(search_all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{run.info.run_id}'"))
+        run.info.run_id: [
+            child
+            for child in search_all_runs(client, ids, f"tags.`{PARENT_RUN_TAG}` = '{run.info.run_id}'")
+            if child.data.tags.get(TAG_ROLE) != RETRAIN_ROLE
+        ]
         for run in (parents if len(parents) > 1 and not latest else parents[:1])
     }
     if len(children_of) > 1:
@@ -96,8 +101,7 @@ def load_from_mlflow(
         raise TunekitError(ambiguity_message(experiment_name, candidates))
     parent = parents[0]
     spec = _spec_from_mlflow(client, parent)
-    # A retrain's run is a child of the parent too, but no trial of the search.
-    children = [run for run in children_of[parent.info.run_id] if run.data.tags.get(TAG_ROLE) != RETRAIN_ROLE]
+    children = children_of[parent.info.run_id]
     parsed = recorded_spec(spec)  # the trainable as recorded, never looked for
     trial_rows, epoch_rows = [], []
     clock = _recorded_clock(parent)
