@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tunekit.clock import SearchClock, duration
 from tunekit.errors import TunekitError
 from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, SPEC_FILE, TrialStatus, finite
+from tunekit.results.display import figures_shown_in_jupyter
 from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.pareto import selectable_trials
@@ -177,6 +178,7 @@ class Comparison:
         """Best so far against active time (left) and against epochs spent (right), one line per experiment."""
         from matplotlib.figure import Figure
 
+        figures_shown_in_jupyter()
         fig = Figure(figsize=(11.0, 4.2), dpi=100, layout="constrained")
         by_time, by_epochs = fig.subplots(1, 2, sharey=True)
         metrics = sorted({str(m) for m in self.table["metric"]}) if not self.table.empty else []

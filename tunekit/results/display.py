@@ -23,6 +23,33 @@ _STYLE = "font-size:12px;border-collapse:collapse"
 _CELL = "padding:2px 8px;border-bottom:1px solid #eee"
 
 
+def figures_shown_in_jupyter() -> None:
+    """In Jupyter, a figure returned as a cell's result shows as a PNG, without ``%matplotlib inline``.
+
+    tunekit builds ``matplotlib.figure.Figure`` without pyplot, so Jupyter's inline backend never
+    registers its PNG display for them and a plot cell would print ``<Figure size 800x450 ...>``.
+    This registers it, once, in a running IPython; a display already registered (``%matplotlib
+    inline``, the user's own) is left as it is.
+    """
+    import sys
+
+    if "IPython" not in sys.modules:  # not in Jupyter or IPython: nothing to register with
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    png = shell.display_formatter.formatters["image/png"]
+    try:
+        png.lookup_by_type(Figure)
+    except KeyError:
+        png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+
+
 def counts_text(counts: dict[str, int], run: int, planned: int | None = None) -> str:
     """``10 trials (4 completed, 6 pruned) of 10 planned``."""
     parts = [f"{counts[s]} {s}" for s in map(str, _STATUSES) if counts.get(s)]

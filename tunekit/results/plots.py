@@ -4,8 +4,8 @@ Every function takes ``ExperimentResults`` (``tunekit.load(dir)`` or
 ``tunekit.results.load_from_mlflow``), returns a ``matplotlib.figure.Figure`` and, given
 ``path``, also saves it as PNG. Figures are built with ``matplotlib.figure.Figure``,
 never ``pyplot``: no GUI backend is needed on a headless machine (saving renders with
-Agg), and nothing piles up in pyplot's figure registry. In Jupyter, run
-``%matplotlib inline`` once and a returned figure shows as the cell's result.
+Agg), and nothing piles up in pyplot's figure registry. In Jupyter a returned figure shows
+as the cell's result (``tunekit.results.display.figures_shown_in_jupyter``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import PARAM_PREFIX, TrialStatus
+from tunekit.results.display import figures_shown_in_jupyter
 from tunekit.results.importance import FewTrialsWarning
 from tunekit.results.load import ExperimentResults
 from tunekit.results.parallel_axes import metric_axis, param_axis
@@ -494,6 +495,7 @@ def _hex(rgba: Any) -> str:
 def _figure(width: float = _SIZE[0]) -> tuple[Figure, Axes]:
     from matplotlib.figure import Figure
 
+    figures_shown_in_jupyter()
     fig = Figure(figsize=(width, _SIZE[1]), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     ax.grid(alpha=0.25)

@@ -142,6 +142,22 @@ def test_best_so_far_never_gets_worse(tmp_path: Path) -> None:
         assert values == sorted(values, reverse=mode == "min")
 
 
+def test_a_figure_returned_in_jupyter_shows_as_a_png_without_matplotlib_inline(tmp_path: Path) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()  # what get_ipython() returns in a kernel
+    try:
+        png = shell.display_formatter.formatters["image/png"]
+        assert plots.best_so_far(made_up(tmp_path)) is not None
+        shown, _ = shell.display_formatter.format(plots.learning_curves(made_up(tmp_path)))
+        assert shown["image/png"][:4] == b"\x89PNG"
+        # A display the user registered (or %matplotlib inline did) is theirs: left as it is.
+        png.for_type(Figure, lambda fig: b"theirs")
+        assert shell.display_formatter.format(plots.best_so_far(made_up(tmp_path)))[0]["image/png"] == b"theirs"
+    finally:
+        InteractiveShell.clear_instance()
+
+
 def test_parallel_coordinates_one_line_per_trial_with_log_and_categorical_axes(
     tmp_path: Path,
 ) -> None:
