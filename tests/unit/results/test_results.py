@@ -147,13 +147,13 @@ def test_a_figure_returned_in_jupyter_shows_as_a_png_without_matplotlib_inline(t
 
     shell = InteractiveShell.instance()  # what get_ipython() returns in a kernel
     try:
-        png = shell.display_formatter.formatters["image/png"]
-        assert plots.best_so_far(made_up(tmp_path)) is not None
-        shown, _ = shell.display_formatter.format(plots.learning_curves(made_up(tmp_path)))
+        display = shell.display_formatter
+        assert display is not None
+        shown, _ = display.format(plots.learning_curves(made_up(tmp_path)))
         assert shown["image/png"][:4] == b"\x89PNG"
         # A display the user registered (or %matplotlib inline did) is theirs: left as it is.
-        png.for_type(Figure, lambda fig: b"theirs")
-        assert shell.display_formatter.format(plots.best_so_far(made_up(tmp_path)))[0]["image/png"] == b"theirs"
+        display.formatters["image/png"].for_type(Figure, lambda fig: b"theirs")
+        assert display.format(plots.best_so_far(made_up(tmp_path)))[0]["image/png"] == b"theirs"
     finally:
         InteractiveShell.clear_instance()
 
