@@ -232,14 +232,30 @@ def exit_at_once_in_start_up() -> Iterator[None]:
 
 
 def kill_ray_children() -> None:
-    """Kills every Ray process this process started, whether or not ``ray.init`` finished."""
+    """Kills every Ray process this process started, whether or not ``ray.init`` finished.
+
+    Ray's processes are stopped (SIGSTOP) before their descendants are listed: a raylet killed
+    while it started a worker would orphan it, and a worker busy importing TensorFlow notices
+    its raylet gone only when the import ends, seconds after this process exited.
+    """
     try:
         import psutil
 
+        ray = []
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                command = " ".join(child.cmdline()[:2])
-                if command.startswith("ray::") or "/ray/" in command:  # Ray's processes, no other child
-                    child.kill()
+                # Ray's processes, no other child: its binaries, its workers, its Python daemons
+                # (`python -u .../ray/_private/log_monitor.py`)
+                command = " ".join(child.cmdline()[:3])
+                if command.startswith("ray::") or "/ray/" in command:
+                    child.suspend()
+                    ray.append(child)
+        doomed = {process.pid: process for process in ray}
+        for process in ray:  # none of them can start another now
+            with contextlib.suppress(psutil.Error):
+                doomed |= {descendant.pid: descendant for descendant in process.children(recursive=True)}
+        for process in doomed.values():
+            with contextlib.suppress(psutil.Error):
+                process.kill()
     except Exception as error:  # best effort on the way out; the process is exiting anyway
         logging.getLogger(__name__).debug("could not kill the local Ray's processes: %s", error)
