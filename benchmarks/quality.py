@@ -324,21 +324,18 @@ def curve_metrics(
     points: list[dict[str, Any]], budget: float, max_epochs: int, threshold: float = THRESHOLD
 ) -> dict[str, Any]:
     inside = sorted((p for p in points if p["t"] <= budget), key=lambda p: p["t"])
-    area, best, last_t = 0.0, 0.0, 0.0
+    best = 0.0
     curve: list[list[float]] = []
     reached: float | None = None
     for p in inside:
-        area += best * (p["t"] - last_t)
-        last_t = p["t"]
         if p["val_accuracy"] > best:
             best = p["val_accuracy"]
             curve.append([round(p["t"], 2), round(best, 4)])
         if reached is None and best >= threshold:
             reached = p["t"]
-    area += best * (budget - last_t)
     full = [p["t"] for p in inside if p["epoch"] >= max_epochs]
     return {
-        "area": area / budget,
+        "area": _mean_best(inside, 0.0, budget),
         "time_to_accuracy_s": reached,
         "time_to_first_full_model_s": min(full) if full else None,
         "best_at_budget": best if inside else None,
@@ -357,14 +354,19 @@ def area_from_first_report(points: list[dict[str, Any]], budget: float, window: 
     inside = sorted((p for p in points if p["t"] <= budget), key=lambda p: p["t"])
     if not inside or window <= 0:
         return None
-    start = inside[0]["t"]
+    return _mean_best(inside, inside[0]["t"], inside[0]["t"] + window)
+
+
+def _mean_best(inside: list[dict[str, Any]], start: float, end: float) -> float:
+    """The mean over [start, end] of the best-so-far curve of ``inside`` (time-sorted points; 0
+    before the first): the area of both the budget and the window from the first report."""
     area, best, last_t = 0.0, 0.0, start
     for p in inside:
-        if p["t"] > start + window:
+        if p["t"] > end:
             break
         area += best * (p["t"] - last_t)
         last_t, best = p["t"], max(best, p["val_accuracy"])
-    return (area + best * (start + window - last_t)) / window
+    return (area + best * (end - last_t)) / (end - start)
 
 
 def analyse(runs: list[dict[str, Any]], settings: dict[str, Any], task: str = "digits") -> dict[str, Any]:

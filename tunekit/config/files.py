@@ -46,8 +46,7 @@ def read_yaml(path: Path, label: str, shown: str = "") -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
+        where = _at_line(error)
         if label == "extends":
             raise SpecError(label, f"is not valid YAML{where}", shown) from None
         raise SpecError(label, f"is not valid YAML{where}", got=False) from None
@@ -65,12 +64,16 @@ def read_recorded_spec(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise DamagedFileError(path, f"not valid YAML{where}") from None
+        raise DamagedFileError(path, f"not valid YAML{_at_line(error)}") from None
     if not isinstance(raw, dict):
         raise DamagedFileError(path, f"not a mapping of spec keys but {type(raw).__name__}")
     return raw
+
+
+def _at_line(error: yaml.YAMLError) -> str:
+    """`` at line N`` where the parser stopped, or nothing when it does not say."""
+    mark = getattr(error, "problem_mark", None)
+    return f" at line {mark.line + 1}" if mark is not None else ""
 
 
 def resolve_extends(
