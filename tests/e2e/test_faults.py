@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import ray
 
@@ -337,3 +338,38 @@ def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
     assert (results.trials["status"] == "completed").all()
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("training goes on" in w for w in warnings), warnings
+
+
+def test_a_trial_whose_epoch_hangs_is_ended_at_its_deadline_and_the_search_goes_on(tmp_path: Path) -> None:
+    # One slot: the hung trial held it until the search's time budget ran out, and the
+    # trials behind it never started.
+    (tmp_path / "markers").mkdir()
+    results = tunekit.run(
+        DEFAULT_SPEC,
+        overrides=[
+            f"trainable={TEST_TRAINABLES / 'hangs_once.py'}",
+            "budget.num_samples=3",
+            "budget.max_epochs=2",
+            "budget.max_concurrent=1",
+            "scheduler.type=fifo",
+            "training.trial_timeout_s=20",
+            *QUIET,
+        ],
+        data={"marker_dir": str(tmp_path / "markers"), "hang_epoch": 2},
+        storage=tmp_path,
+        name="hung",
+        progress=False,
+    )
+    trials = results.trials.sort_values("number")
+    hung = trials.iloc[0]
+    assert hung["status"] == "failed" and hung["attempts"] == 1 and hung["epochs"] == 1
+    assert hung["reason"] == (
+        "epoch 2 did not end within 20 s of the end of epoch 1 (training.trial_timeout_s: 20); its worker was killed"
+    )
+    assert list(trials["status"].iloc[1:]) == ["completed", "completed"]
+    from tunekit.worker.heartbeat import read_heartbeat
+
+    beat = read_heartbeat(results.experiment_dir / str(hung["trial_id"]), max_age=None)
+    assert beat is not None and beat.pid is not None and not psutil.pid_exists(beat.pid)
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(results.experiment_dir))
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] + [optuna.trial.TrialState.COMPLETE] * 2

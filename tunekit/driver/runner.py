@@ -516,6 +516,7 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
+    from tunekit.driver.deadline import TrialDeadline
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
     from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
@@ -545,7 +546,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
         run_config=tune.RunConfig(
             name=experiment_dir.name,
             storage_path=bucket.parent_uri if (bucket := bucket_of(experiment_dir)) else str(experiment_dir.parent),
-            callbacks=[recorder],
+            callbacks=[recorder, TrialDeadline(spec.training.trial_timeout_s, recorder)],
             stop=guard,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
