@@ -26,6 +26,8 @@ from tunekit.compat.ray_saved_state import (
 from tunekit.compat.ray_tune import restored_run_config, restored_tune_config
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
+from tunekit.driver.study_catch_up import catch_up_study
+from tunekit.layout import STUDY_FILE
 from tunekit.search.trial_names import name_trials_by
 from tunekit.storage import location_of
 
@@ -63,6 +65,9 @@ def restored_tuner(
     if guard is not None:
         guard.resumed(next((s for s in saved_stopper.others if isinstance(s, FailureGuard)), None))
     recorder.listeners = [*listeners, *([guard] if guard is not None else [])]
+    # A bucket's journal whose torn tail the resume cut back, behind the tables: see study_catch_up.
+    if any(catch_up_study(recorder.searcher.study, recorder.spec, experiment_dir)):
+        recorder.warn(f"{STUDY_FILE} was behind the tables: it took the endings and epochs they hold")
     saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
     endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
     ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}

@@ -64,6 +64,7 @@ from tunekit.driver.session import (
     wait_for_warm_workers,
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
+from tunekit.driver.study_catch_up import caught_up
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.layout import (
     DRIVER_LOG_FILE,
@@ -281,6 +282,8 @@ def _resume(
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    if (note := caught_up(directory, spec)) is not None and stream is not None:  # a bucket's journal, behind
+        stream.write(f"tunekit: {note}\n")
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
