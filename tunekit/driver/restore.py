@@ -44,6 +44,7 @@ def restored_tuner(
     from ray import tune
 
     from tunekit.driver.deadline import TrialDeadline
+    from tunekit.driver.fencing import fenced
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
 
@@ -57,8 +58,8 @@ def restored_tuner(
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
     _resumed_from(recorder, experiment_dir)
     # The deadline is this session's, with the resume's spec (its --set may change it).
-    deadline = TrialDeadline(spec.training.trial_timeout_s, recorder)
-    run_config.callbacks = [*(c for c in run_config.callbacks or [] if not isinstance(c, TrialDeadline)), deadline]
+    others = [c for c in run_config.callbacks or [] if not isinstance(c, TrialDeadline)]
+    run_config.callbacks = fenced([*others, TrialDeadline(spec.training.trial_timeout_s, recorder)])
     # Ray would restore its saved stopper over this run's (see forget_saved_stopper).
     saved_stopper = forget_saved_stopper(experiment_dir)
     guard = run_config.stop if isinstance(run_config.stop, FailureGuard) else None

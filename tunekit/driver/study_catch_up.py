@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -61,9 +61,9 @@ _STUDY_STATES: dict[str, str] = {
 }
 
 
-def caught_up(experiment_dir: Path, spec: ExperimentSpec) -> str | None:
-    """Catches the experiment's study up with its tables (``catch_up_study``); what it took, for
-    the console, or None when it lacked nothing. Call it with the experiment's lease held."""
+def caught_up(experiment_dir: Path, spec: ExperimentSpec, stream: TextIO | None) -> None:
+    """Catches the experiment's study up with its tables (``catch_up_study``), and says so on
+    ``stream`` when it lacked anything. Call it with the experiment's lease held."""
     import optuna
 
     path = study_file(experiment_dir)
@@ -71,19 +71,18 @@ def caught_up(experiment_dir: Path, spec: ExperimentSpec) -> str | None:
         # An older experiment's SQLite study is written before its tables, never after; a torn
         # tail is the resume's to cut back (``resumable.check_resumable``), and the restore
         # catches the study up after that (``tunekit.driver.restore``).
-        return None
+        return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=spec.name, storage=study_storage(experiment_dir))
     except (ValueError, KeyError):  # a damaged journal: the resume refuses it in one line, later
-        return None
+        return
     ended, added = catch_up_study(study, spec, experiment_dir)
-    if not ended and not added:
-        return None
-    return (
-        f"{STUDY_FILE} was behind {TRIALS_FILE} and {EPOCHS_FILE} (its last upload came before theirs): "
-        f"it took {ended} trial endings and {added} epochs from them, so no ended trial trains again"
-    )
+    if (ended or added) and stream is not None:
+        stream.write(
+            f"tunekit: {STUDY_FILE} was behind {TRIALS_FILE} and {EPOCHS_FILE} (its last upload came before "
+            f"theirs): it took {ended} trial endings and {added} epochs from them, so no ended trial trains again\n"
+        )
 
 
 def _whole_tail(path: Path) -> bool:
