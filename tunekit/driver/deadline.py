@@ -5,8 +5,10 @@ data reader, a deadlocked collective, an infinite loop in a callback) held its s
 the whole search's time budget ran out, and the trials behind it never started. Here the
 driver watches, on its own monotonic clock, how long each running trial has been silent:
 
-- ``training.trial_timeout_s: N``: N seconds from the attempt's start (which includes its
-  start-up: process, TensorFlow's import, ``build_data``, ``build_model``) or its last epoch;
+- ``training.trial_timeout_s: N``: N seconds from the attempt's last epoch; its first epoch
+  may take ``START_UP_S`` from the attempt's start if that is more, since it holds the
+  start-up (a worker's process, TensorFlow's import, ``build_data``, ``build_model``, tracing),
+  which a loaded machine stretches: 20 s were too few on 2 shared cores;
 - ``auto`` (the default): no deadline before the attempt's first epoch (start-up can take
   any time), then ``AUTO_EPOCHS`` times its longest epoch so far, at least ``AUTO_FLOOR_S``.
 
@@ -29,6 +31,7 @@ from ray.tune.experiment import Trial
 from tunekit.compat.ray_tune import checkpoint_epoch, kill_trial_without_retry
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY
 
+START_UP_S = 300.0  # a number: the least an attempt's first epoch may take from its start
 AUTO_EPOCHS = 10.0  # ``auto``: the deadline in the trial's longest epochs so far
 AUTO_FLOOR_S = 300.0  # ``auto``: never shorter, so checkpoints and validation passes of short epochs fit
 # A driver loop step this late means the driver itself was away (paused, swapped out, a long
@@ -106,7 +109,7 @@ class TrialDeadline(Callback):
     def deadline_s(self, watch: _Watch) -> float | None:
         """Seconds of silence ``watch``'s trial is allowed now; None: no deadline yet."""
         if self.timeout_s != "auto":
-            return self.timeout_s
+            return self.timeout_s if watch.reported else max(self.timeout_s, START_UP_S)
         if not watch.reported:
             return None
         return max(AUTO_FLOOR_S, AUTO_EPOCHS * watch.longest_s)
@@ -118,6 +121,8 @@ class TrialDeadline(Callback):
             return None
         if self.timeout_s == "auto":
             rule = f"training.trial_timeout_s: auto, {AUTO_EPOCHS:g} times its longest epoch, >= {AUTO_FLOOR_S:g} s"
+        elif deadline > self.timeout_s:
+            rule = f"training.trial_timeout_s: {self.timeout_s:g}, a start may take {START_UP_S:g} s"
         else:
             rule = f"training.trial_timeout_s: {deadline:g}"
         since = f"the end of epoch {watch.epoch}" if watch.reported else "its start"
