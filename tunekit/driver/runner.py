@@ -64,6 +64,7 @@ from tunekit.driver.session import (
     wait_for_warm_workers,
 )
 from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
+from tunekit.driver.study_catch_up import caught_up
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.layout import (
     DRIVER_LOG_FILE,
@@ -283,6 +284,7 @@ def _resume(
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    caught_up(directory, spec, stream)  # a bucket's journal may be behind its tables: before anything reads it
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
@@ -518,6 +520,7 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
+    from tunekit.driver.deadline import TrialDeadline
     from tunekit.driver.fencing import fenced
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
@@ -548,7 +551,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
         run_config=tune.RunConfig(
             name=experiment_dir.name,
             storage_path=bucket.parent_uri if (bucket := bucket_of(experiment_dir)) else str(experiment_dir.parent),
-            callbacks=fenced([recorder]),
+            callbacks=fenced([recorder, TrialDeadline(spec.training.trial_timeout_s, recorder)]),
             stop=guard,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
