@@ -550,6 +550,9 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(spec)),
+            # A bucket's trials keep their output.log and error.txt in Ray's working directory,
+            # which Ray uploads beside their checkpoints (tunekit.worker.trial._trial_dir).
+            sync_config=tune.SyncConfig(sync_artifacts=bucket is not None),
         ),
     )
     return tuner, recorder, guard
