@@ -160,9 +160,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser(
         "ls",
         aliases=["list"],
-        help="the experiments in a results folder: status, trials, best, start, active time",
-        description="One line per experiment directly under FOLDER (the folder searches wrote to, "
-        "storage.path), oldest first (tunekit.experiments).",
+        help="the experiments in a results folder or bucket prefix: status, trials, best, start, active time",
+        description="One line per experiment directly under FOLDER (the folder or bucket prefix searches wrote "
+        "to, storage.path, e.g. s3://bucket/experiments), oldest first (tunekit.experiments).",
     )
     listing.add_argument("folder", nargs="?", default="tunekit_results", help="default: tunekit_results")
     listing.add_argument("--format", choices=("table", "json"), default="table")

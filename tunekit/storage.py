@@ -227,6 +227,31 @@ def mirror_cache(bucket: Bucket, role: str, *, fresh: bool) -> Path:
     return cache
 
 
+def experiments_under(uri: str) -> list[str]:
+    """The experiments under a storage URI (``s3://b/prefix``), as URIs: the URI itself when it
+    is one, else each folder directly under it that holds a ``spec.yaml``.
+
+    Raises:
+        StorageError: the URI cannot be listed (no such bucket, no access, no answer).
+    """
+    from pyarrow import fs
+
+    filesystem, path = _filesystem(uri)
+    try:
+        if filesystem.get_file_info(path.split("/", 1)[0]).type == fs.FileType.NotFound:
+            raise StorageError(f"storage {redacted(uri)}: no such bucket '{path.split('/', 1)[0]}'")
+        if Bucket(uri).exists():
+            return [uri]
+        folders = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        return [
+            join_uri(uri, folder.base_name)
+            for folder in sorted(folders, key=lambda info: info.base_name)
+            if folder.type == fs.FileType.Directory and Bucket(join_uri(uri, folder.base_name)).exists()
+        ]
+    except OSError as error:
+        raise StorageError(f"storage {redacted(uri)}: cannot list it ({error})") from None
+
+
 def readable(location: str | os.PathLike[str], *, payloads: bool = False) -> Path:
     """An experiment to read: a local folder as it is, a bucket's files pulled into its read
     cache (the checkpoints' weights and models only with ``payloads``)."""
