@@ -484,36 +484,35 @@ def _logs(args: argparse.Namespace) -> int:
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
-    from tunekit.storage import readable
+    from tunekit.storage import readable, shown
     from tunekit.store import table_rows
 
     directory = readable(args.experiment_dir)
+    name = shown(directory)  # a bucket's URI, never this machine's cache of it
     table = directory / TRIALS_FILE
     if not table.is_file():
-        raise StorageError(f"{directory}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
+        raise StorageError(f"{name}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
     rows = table_rows(table)
     wanted = str(args.trial).strip()
     match = [r for r in rows if wanted in (r.get("trial_id"), r.get("number"))]
     if not match:
         known = ", ".join(f"{r.get('number') or '?'} ({r.get('trial_id')})" for r in rows) or "none"
-        raise TunekitError(f"trial {wanted}: not in {table}; trials: {known}")
+        raise TunekitError(f"trial {wanted}: not in {name}/{TRIALS_FILE}; trials: {known}")
     trial_id = str(match[0]["trial_id"])
     output, error = directory / trial_id / OUTPUT_FILE, directory / trial_id / ERROR_FILE
     if not output.is_file() and not error.is_file():
-        raise TunekitError(
-            f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {directory / trial_id}"
-        )
+        raise TunekitError(f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {name}/{trial_id}")
     if output.is_file():
         sys.stdout.write(output.read_text(errors="replace"))
     else:
-        print(f"({OUTPUT_FILE}: none in {directory / trial_id})")
+        print(f"({OUTPUT_FILE}: none in {name}/{trial_id})")
     if error.is_file():
         status = match[0].get("status")
         # Ray leaves a failed attempt's traceback in place when a retry of the trial goes on.
         earlier = (
             "" if status in ("failed", "running") else f" (an earlier attempt's; the trial was retried and {status})"
         )
-        print(f"--- {error}{earlier}")
+        print(f"--- {name}/{trial_id}/{ERROR_FILE}{earlier}")
         sys.stdout.write(error.read_text(errors="replace"))
     sys.stdout.flush()
     return 0
