@@ -13,6 +13,7 @@ DIR`` continues.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -484,7 +485,7 @@ def _logs(args: argparse.Namespace) -> int:
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
-    from tunekit.storage import readable, shown
+    from tunekit.storage import bucket_of, readable, shown
     from tunekit.store import table_rows
 
     directory = readable(args.experiment_dir)
@@ -499,6 +500,9 @@ def _logs(args: argparse.Namespace) -> int:
         known = ", ".join(f"{r.get('number') or '?'} ({r.get('trial_id')})" for r in rows) or "none"
         raise TunekitError(f"trial {wanted}: not in {name}/{TRIALS_FILE}; trials: {known}")
     trial_id = str(match[0]["trial_id"])
+    if (bucket := bucket_of(directory)) is not None:  # a log is fetched when asked for, as it is now
+        with contextlib.suppress(FileNotFoundError):
+            bucket.fetch(directory, f"{trial_id}/{OUTPUT_FILE}", fresh=True)
     output, error = directory / trial_id / OUTPUT_FILE, directory / trial_id / ERROR_FILE
     if not output.is_file() and not error.is_file():
         raise TunekitError(f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {name}/{trial_id}")

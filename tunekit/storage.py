@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import StorageError
-from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, SPEC_FILE, TENSORBOARD_DIR
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, OUTPUT_FILE, SPEC_FILE, TENSORBOARD_DIR
 
 PUSH_EVERY_S = 2.0
 CACHE_ENV = "TUNEKIT_CACHE"
@@ -123,13 +123,15 @@ class Bucket:
 
     def pull(self, cache: Path, *, payloads: bool = False, fresh: bool = False) -> Path:
         """Downloads the experiment's files into ``cache`` (what changed since the last pull);
-        without ``payloads``, checkpoints' weights and models stay in the bucket (``fetch``)."""
+        without ``payloads``, checkpoints' weights and models stay in the bucket (``fetch``). The
+        trials' ``output.log`` files stay there always (``fetch`` one): every reader pulls, and a
+        search's logs can outweigh all its records."""
         filesystem, path = self.filesystem()
         if fresh and cache.exists():
             shutil.rmtree(cache)
         cache.mkdir(parents=True, exist_ok=True)
         for relative, (size, _) in self.listing().items():
-            if not payloads and _is_payload(relative):
+            if relative.endswith(f"/{OUTPUT_FILE}") or (not payloads and _is_payload(relative)):
                 continue
             target = cache / relative
             if target.is_file() and target.stat().st_size == size and not _changes(relative):
@@ -137,10 +139,11 @@ class Bucket:
             _download(filesystem, f"{path}/{relative}", target)
         return cache
 
-    def fetch(self, cache: Path, relative: str) -> Path:
-        """One file of the experiment in ``cache`` (downloaded when missing)."""
+    def fetch(self, cache: Path, relative: str, *, fresh: bool = False) -> Path:
+        """One file of the experiment in ``cache``: downloaded when missing, or always when
+        ``fresh`` (a file that grows, as a running trial's log). Raises FileNotFoundError."""
         target = cache / relative
-        if not target.is_file():
+        if fresh or not target.is_file():
             filesystem, path = self.filesystem()
             _download(filesystem, f"{path}/{relative}", target)
         return target

@@ -159,6 +159,8 @@ def test_a_bucket_search_keeps_every_attempt_s_log_names_its_uri_and_resumes_els
 
     trials = tunekit.load(uri).trials.set_index("number")
     assert set(trials["status"]) == {"completed", "failed"}, trials[["status", "reason"]]
+    # Readers pull the records, not the logs: a log is fetched when `tunekit logs` asks for it.
+    assert list((second / "cache").rglob("output.log")) == []
     # Nothing left on the node once uploaded: no tunekit folder, and no trial's folder in Ray's session.
     assert not (Path(tempfile.gettempdir()) / "tunekit-trials" / "digits").exists()
     ray_sessions = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
@@ -174,6 +176,7 @@ def test_a_bucket_search_keeps_every_attempt_s_log_names_its_uri_and_resumes_els
             assert "tunekit: steps_per_execution" in logs and "error.txt" not in logs
     listed = json.loads(said("ls", "s3://exps/logs", "--format", "json"))
     assert [(r["experiment"], r["status"], r["path"]) for r in listed] == [("digits", "finished", uri)]
+    assert list(tunekit.compare(uri).table.index) == ["digits"]
     complete = said("resume", uri)
     assert f"nothing to resume (`tunekit resume {uri} --set budget.num_samples=N` grows it)" in complete
 
