@@ -13,6 +13,7 @@ SIGINT (130) or SIGTERM (143) stopped the search, which ``tunekit resume DIR`` c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -162,9 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser(
         "ls",
         aliases=["list"],
-        help="the experiments in a results folder: status, trials, best, start, active time",
-        description="One line per experiment directly under FOLDER (the folder searches wrote to, "
-        "storage.path), oldest first (tunekit.experiments).",
+        help="the experiments in a results folder or bucket prefix: status, trials, best, start, active time",
+        description="One line per experiment directly under FOLDER (the folder or bucket prefix searches wrote "
+        "to, storage.path, e.g. s3://bucket/experiments), oldest first (tunekit.experiments).",
     )
     listing.add_argument("folder", nargs="?", default="tunekit_results", help="default: tunekit_results")
     listing.add_argument("--format", choices=("table", "json"), default="table")
@@ -486,36 +487,38 @@ def _logs(args: argparse.Namespace) -> int:
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
-    from tunekit.storage import readable
+    from tunekit.storage import bucket_of, readable, shown
     from tunekit.store import table_rows
 
     directory = readable(args.experiment_dir)
+    name = shown(directory)  # a bucket's URI, never this machine's cache of it
     table = directory / TRIALS_FILE
     if not table.is_file():
-        raise StorageError(f"{directory}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
+        raise StorageError(f"{name}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
     rows = table_rows(table)
     wanted = str(args.trial).strip()
     match = [r for r in rows if wanted in (r.get("trial_id"), r.get("number"))]
     if not match:
         known = ", ".join(f"{r.get('number') or '?'} ({r.get('trial_id')})" for r in rows) or "none"
-        raise TunekitError(f"trial {wanted}: not in {table}; trials: {known}")
+        raise TunekitError(f"trial {wanted}: not in {name}/{TRIALS_FILE}; trials: {known}")
     trial_id = str(match[0]["trial_id"])
+    if (bucket := bucket_of(directory)) is not None:  # a log is fetched when asked for, as it is now
+        with contextlib.suppress(FileNotFoundError):
+            bucket.fetch(directory, f"{trial_id}/{OUTPUT_FILE}", fresh=True)
     output, error = directory / trial_id / OUTPUT_FILE, directory / trial_id / ERROR_FILE
     if not output.is_file() and not error.is_file():
-        raise TunekitError(
-            f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {directory / trial_id}"
-        )
+        raise TunekitError(f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {name}/{trial_id}")
     if output.is_file():
         sys.stdout.write(output.read_text(errors="replace"))
     else:
-        print(f"({OUTPUT_FILE}: none in {directory / trial_id})")
+        print(f"({OUTPUT_FILE}: none in {name}/{trial_id})")
     if error.is_file():
         status = match[0].get("status")
         # Ray leaves a failed attempt's traceback in place when a retry of the trial goes on.
         earlier = (
             "" if status in ("failed", "running") else f" (an earlier attempt's; the trial was retried and {status})"
         )
-        print(f"--- {error}{earlier}")
+        print(f"--- {name}/{trial_id}/{ERROR_FILE}{earlier}")
         sys.stdout.write(error.read_text(errors="replace"))
     sys.stdout.flush()
     return 0

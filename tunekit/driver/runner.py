@@ -90,6 +90,7 @@ from tunekit.storage import (
     mirrored,
     push_ray_state,
     redacted,
+    shown,
 )
 from tunekit.store import no_space_error, no_space_in, table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
@@ -288,12 +289,12 @@ def _resume(
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
-            said = f"nothing to resume{grow_hint(directory, spec.scheduler.type, python_trainable is not None)}"
+            said = f"nothing to resume{grow_hint(shown(directory), spec.scheduler.type, python_trainable is not None)}"
             endings = [(row.get("status"), row.get("reason")) for row in rows]
             if unstarted_by_time_budget(spec.budget.num_samples, endings):
                 said = (
-                    f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume {directory} "
-                    "--set budget.time_budget_s=N` runs the rest for up to N seconds)"
+                    f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume "
+                    f"{shown(directory)} --set budget.time_budget_s=N` runs the rest for up to N seconds)"
                 )
             stream.write(f"the search is complete: {said}\n")
         if (done := complete_record(spec, directory)) is not None and stream is not None:
@@ -421,7 +422,7 @@ def _fit(
     if signals.received is not None:
         raise SearchInterrupted(
             f"interrupted by {signal.Signals(signals.received).name}; "
-            f"`tunekit resume {experiment_dir}` continues the search",
+            f"`tunekit resume {shown(experiment_dir)}` continues the search",
             experiment_dir,
             signals.received,
         )
@@ -556,6 +557,9 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(spec)),
+            # A bucket's trials keep their output.log and error.txt in Ray's working directory,
+            # which Ray uploads beside their checkpoints (tunekit.worker.trial._trial_dir).
+            sync_config=tune.SyncConfig(sync_artifacts=bucket is not None),
         ),
     )
     return tuner, recorder, guard

@@ -35,6 +35,7 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.results.best import NO_BEST, no_best_reason
+from tunekit.storage import shown
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled, side_by_side
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
@@ -352,14 +353,20 @@ class RunBook:
         name = self.spec.tracking.experiment or self.spec.name
         experiment_id = self._open_experiment(client, name)
         self._experiment_id = experiment_id
-        directory = str(self.experiment_dir)
-        # The parent of this search: its directory, and its start (a search made again in a
-        # directory whose earlier search was deleted is another search, with a parent of its own).
+        # A bucket experiment is its URI, whichever machine's cache the driver works in.
+        directory = shown(self.experiment_dir)
+        # The parent of this search: the run its tracking.json names, else its directory; and
+        # its start (a search made again in a directory whose earlier search was deleted is
+        # another search, with a parent of its own).
+        recorded = TrackingRecord.read(self.experiment_dir)
+        named = recorded.parent_run_id if recorded is not None else None
         parents = [
             run
             for run in client.search_runs(experiment_id, f"tags.`{TAG_ROLE}` = 'experiment'")
-            if run.tags.get(TAG_EXPERIMENT_DIR) == directory and abs(run.start_ms - self._started * 1000) <= 1
+            if (run.run_id == named or run.tags.get(TAG_EXPERIMENT_DIR) == directory)
+            and abs(run.start_ms - self._started * 1000) <= 1
         ]
+        parents.sort(key=lambda run: run.run_id != named)  # the recorded one first
         if parents:
             run = parents[0]
             parent_id = self._parent_id = run.run_id
