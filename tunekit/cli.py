@@ -30,9 +30,27 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
+# Commands whose process ends with the search they run (``plan`` with ``--probe``).
+ENDS_WITH_ITS_SEARCH = ("run", "resume", "plan")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns its exit status. A search command that started or joined Ray
+    ends the process itself after its last line (``tunekit.driver.ending``): nothing waits there."""
     parser = _parser()
     args = parser.parse_args(argv)
+    from tunekit.driver.ending import end_command, started_ray
+
+    # A Ray already here is a caller's process's (a notebook calling main): it lives on.
+    ray_before = started_ray()
+    status = _handled(args)
+    if args.command in ENDS_WITH_ITS_SEARCH and not ray_before:
+        end_command(status)
+    return status
+
+
+def _handled(args: argparse.Namespace) -> int:
+    """The command's handler, its errors as one line and an exit status."""
     try:
         return int(args.handler(args) or 0)
     except SpecError as error:
