@@ -35,16 +35,18 @@ ENDS_WITH_ITS_SEARCH = ("run", "resume", "plan")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns its exit status. A search command that started or joined Ray
-    ends the process itself after its last line (``tunekit.driver.ending``): nothing waits there."""
+    """Runs the command; returns its exit status.
+
+    As the process's own command (``argv`` None: the ``tunekit`` script, ``python -m tunekit.cli``),
+    a search command that started or joined Ray ends the process itself after its last line
+    (``tunekit.driver.ending``): nothing waits there. Called from Python with ``argv``, it returns.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
-    from tunekit.driver.ending import end_command, started_ray
-
-    # A Ray already here is a caller's process's (a notebook calling main): it lives on.
-    ray_before = started_ray()
     status = _handled(args)
-    if args.command in ENDS_WITH_ITS_SEARCH and not ray_before:
+    if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
+        from tunekit.driver.ending import end_command
+
         end_command(status)
     return status
 

@@ -67,7 +67,8 @@ def noted_write(text):
 
 
 sys.stdout.write = noted_write
-sys.exit(tunekit.cli.main(sys.argv[2:]))
+sys.argv = ["tunekit", *sys.argv[2:]]  # the process's own command line, as the tunekit script runs it
+sys.exit(tunekit.cli.main())
 """
 
 

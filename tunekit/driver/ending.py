@@ -18,24 +18,18 @@ import os
 import sys
 
 
-def started_ray() -> bool:
-    """Whether this process holds a Ray that tunekit started or joined (``tunekit.driver.session``)."""
-    session = sys.modules.get("tunekit.driver.session")
-    return session is not None and session.OWNED_RAY is not None
-
-
 def end_command(status: int) -> None:
     """Ends the process now with ``status``, after a search command that started or joined Ray.
 
     Its own local Ray's processes are killed without waiting (they hold nothing the search
     keeps); a cluster it joined is left (the driver disconnects). Called after the command's
-    last line; returns only when this process holds no such Ray.
+    last line; returns only when the command started no Ray (a spec error, ``plan`` without
+    ``--probe``), whose exit is quick.
     """
-    if not started_ray():
+    session = sys.modules.get("tunekit.driver.session")
+    if session is None or session.OWNED_RAY is None:
         return
-    from tunekit.driver import session
-
-    local = bool(session.OWNED_RAY and session.OWNED_RAY["local"])
+    local = bool(session.OWNED_RAY["local"])
     logging.shutdown()  # log files' handlers flushed
     with contextlib.suppress(Exception):
         sys.stdout.flush()
