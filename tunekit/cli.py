@@ -30,8 +30,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
-# Commands whose process ends with the search they run (``plan`` with ``--probe``).
-ENDS_WITH_ITS_SEARCH = ("run", "resume", "plan")
+# Commands whose process ends with the search they run (``plan --probe`` runs its search in a
+# child process, which ends the same way: tunekit.search.probe).
+ENDS_WITH_ITS_SEARCH = ("run", "resume")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,8 @@ each (its autoscaler monitor takes the whole second), and clearing the modules o
 MLflow and pandas takes about 1 s more: 2.5-3 s after the closing lines, which nothing needs.
 Everything the search keeps is written before its closing lines (the tables, the study, Ray
 Tune's saved state, MLflow's writer joined, a bucket's last upload, the lease released), so
-the command ends the Ray it started at once and leaves without the interpreter's teardown.
+the command ends the Ray it started at once and leaves without the interpreter's teardown. So
+does the child process in which ``tunekit plan --probe`` runs its search, which the command waits for.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def end_command(status: int) -> None:
 
     Its own local Ray's processes are killed without waiting (they hold nothing the search
     keeps); a cluster it joined is left (the driver disconnects). Called after the command's
-    last line; returns only when the command started no Ray (a spec error, ``plan`` without
-    ``--probe``), whose exit is quick.
+    last line; returns only when the process started or joined no Ray (a spec error, say),
+    whose exit is quick.
     """
     session = sys.modules.get("tunekit.driver.session")
     if session is None or session.OWNED_RAY is None:
