@@ -31,9 +31,30 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
+# Commands whose process ends with the search they run (``plan --probe`` runs its search in a
+# child process, which ends the same way: tunekit.search.probe).
+ENDS_WITH_ITS_SEARCH = ("run", "resume")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns its exit status.
+
+    As the process's own command (``argv`` None: the ``tunekit`` script, ``python -m tunekit.cli``),
+    a search command that started or joined Ray ends the process itself after its last line
+    (``tunekit.driver.ending``): nothing waits there. Called from Python with ``argv``, it returns.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
+    status = _handled(args)
+    if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
+        from tunekit.driver.ending import end_command
+
+        end_command(status)
+    return status
+
+
+def _handled(args: argparse.Namespace) -> int:
+    """The command's handler, its errors as one line and an exit status."""
     try:
         return int(args.handler(args) or 0)
     except SpecError as error:
