@@ -1,0 +1,281 @@
+"""KerasTuner scripts run on tunekit with one changed line: ``from tunekit import keras_tuner``.
+
+Each script below is written in KerasTuner's style and takes the ``keras_tuner`` module as its
+one argument, so the same code runs with ``tunekit.keras_tuner`` (a tunekit experiment on a
+real Ray, checked by the suite's ``tunekit check``) and, where the results must agree in
+shape, with keras-tuner itself. Tiny models on scikit-learn's digits, 1-2 epochs, 2-3 trials,
+one Ray session for the module.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import keras
+import keras_tuner as real_keras_tuner
+import numpy as np
+import pytest
+import ray
+from sklearn.datasets import load_digits
+
+import tunekit
+from tunekit import keras_tuner as tunekit_keras_tuner
+from tunekit.driver.session import ray_init_options
+
+pytestmark = pytest.mark.slow
+
+NOT_TRACKED: dict[str, Any] = {"tracking": {"enabled": False}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session() -> Iterator[None]:
+    # A script's classes live in __main__ and travel by value; this module's would travel by name.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init("local", num_cpus=2, **ray_init_options())
+    yield
+    ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """float64 inputs and labels, as NumPy gives them: model.fit casts them, so must a trial."""
+    x, y = load_digits(return_X_y=True)
+    x, y = x / 16.0, y.astype("float64")
+    return x[:1400], y[:1400], x[1400:], y[1400:]
+
+
+def timed(what: str, began: float) -> None:
+    print(f"{what}: {time.monotonic() - began:.1f} s")
+
+
+# --------------------------------------------------------------------------- a HyperModel with its own fit
+class TunedFit(keras.callbacks.Callback):
+    """Records what fit got, so the test can see that the trial got search()'s arguments."""
+
+
+def hypermodel_with_fit(kt: ModuleType) -> Any:
+    class Classifier(kt.HyperModel):  # type: ignore[name-defined]
+        def build(self, hp: Any) -> keras.Model:
+            model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(hp.Choice("units", [16]))])
+            model.add(keras.layers.Activation("relu"))
+            model.add(keras.layers.Dense(10, activation="softmax"))
+            # No metrics here: the tuner's metrics= override adds them.
+            model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+            return model
+
+        def fit(self, hp: Any, model: Any, x: Any, y: Any, validation_data: Any = None, **kwargs: Any) -> Any:
+            assert isinstance(x, np.ndarray) and isinstance(y, np.ndarray), (type(x), type(y))
+            assert kwargs["batch_size"] == 64 and kwargs["epochs"] == 1, kwargs
+            history = model.fit(x, y, validation_data=validation_data, shuffle=hp.Boolean("shuffle"), **kwargs)
+            return {"val_score": history.history["val_accuracy"][-1] * 100, "val_loss": history.history["val_loss"][-1]}
+
+    return Classifier()
+
+
+def search_with_fit(kt: ModuleType, root: Path, **extra: Any) -> Any:
+    x_train, y_train, x_val, y_val = digits()
+    tuner = kt.GridSearch(
+        hypermodel_with_fit(kt),
+        objective=kt.Objective("val_score", direction="max"),
+        metrics=["accuracy"],
+        directory=str(root / "fit"),
+        project_name="fit_override",
+        overwrite=True,
+        **extra,
+    )
+    board = keras.callbacks.TensorBoard(str(root / "logs"))
+    tuner.search(x_train, y_train, validation_data=(x_val, y_val), batch_size=64, epochs=1, callbacks=[board])
+    return tuner
+
+
+def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(tmp_path: Path, capsys: Any) -> None:
+    began = time.monotonic()
+    tuner = search_with_fit(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
+    timed("fit override on tunekit", began)
+    trials = tuner.results.trials
+    assert len(trials) == 2 and set(trials["status"]) == {"completed"}, trials[["status", "reason"]]
+    # shuffle, declared in fit, is searched: the grid is units x shuffle.
+    assert sorted(trials["params.shuffle"]) == [False, True]
+    epochs = tuner.results.epochs
+    for row in trials.to_dict("records"):  # the figure is what fit returned, not a Keras log
+        last = epochs[(epochs["trial_id"] == row["trial_id"]) & (epochs["epoch"] == 1)].iloc[0]
+        assert row["final_metric"] == pytest.approx(last["val_accuracy"] * 100)
+    assert "accuracy" in epochs.columns  # the tuner's metrics= recompiled the model
+    # The user's TensorBoard: one folder per trial, named as KerasTuner names trials, with HParams.
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == sorted(f"{n}" for n in trials["number"]), list(
+        (tmp_path / "logs").iterdir()
+    )
+    for folder in (tmp_path / "logs").iterdir():
+        assert (folder / "execution0" / "validation").is_dir()
+        assert list((folder / "execution0").glob("events.out.tfevents.*")), "no HParams summary"
+    # KerasTuner's summaries, best first, with the score fit returned.
+    tuner.results_summary(1)
+    out = capsys.readouterr().out
+    assert 'Objective(name="val_score", direction="max")' in out and out.count("Score: ") == 1
+    best = tuner.get_best_hyperparameters(1)[0]
+    assert set(best.values) == {"units", "shuffle"}
+    model = tuner.get_best_models(1)[0]
+    assert model.layers[0].units == best.values["units"]
+
+
+def test_the_same_fit_override_runs_as_with_keras_tuner(tmp_path: Path, capsys: Any) -> None:
+    began = time.monotonic()
+    theirs = search_with_fit(real_keras_tuner, tmp_path / "theirs")
+    timed("fit override on keras_tuner", began)
+    ours = search_with_fit(tunekit_keras_tuner, tmp_path / "ours", progress=False, **NOT_TRACKED)
+    assert len(theirs.oracle.trials) == len(ours.results.trials) == 2
+    theirs_logs = sorted(p.name for p in (tmp_path / "theirs" / "logs").iterdir())
+    ours_logs = sorted(p.name for p in (tmp_path / "ours" / "logs").iterdir())
+    assert len(theirs_logs) == len(ours_logs) == 2
+    capsys.readouterr()
+    theirs.search_space_summary()
+    ours.search_space_summary()
+    theirs_summary, ours_summary = capsys.readouterr().out.split("Search space summary")[1:]
+    assert theirs_summary == ours_summary  # the same constructor found the same space
+
+
+# --------------------------------------------------------------------------- a run_trial override
+def black_box(kt: ModuleType, root: Path, **extra: Any) -> Any:
+    class Parabola(kt.Tuner):  # type: ignore[name-defined]
+        def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> float:
+            hp = trial.hyperparameters
+            x = hp.Float("x", -2.0, 2.0)
+            return (x - 0.5) ** 2 + kwargs["offset"]
+
+    oracle = kt.oracles.RandomSearchOracle(objective=kt.Objective("score", "min"), max_trials=3, seed=3)
+    hp = kt.HyperParameters()
+    hp.Float("x", -2.0, 2.0)
+    oracle.hyperparameters = hp  # no hypermodel declares it: the space comes with the oracle
+    tuner = Parabola(oracle=oracle, directory=str(root), project_name="parabola", overwrite=True, **extra)
+    tuner.search(offset=1.0)
+    return tuner
+
+
+@pytest.mark.inconsistent_on_purpose(
+    "a run_trial that trains no Keras model leaves no final model, which tunekit check expects of a completed trial"
+)
+def test_a_run_trial_override_runs_in_the_worker_and_returns_the_objective(tmp_path: Path) -> None:
+    began = time.monotonic()
+    tuner = black_box(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
+    timed("run_trial override on tunekit", began)
+    trials = tuner.results.trials
+    assert len(trials) == 3 and set(trials["status"]) == {"completed"}, trials[["status", "reason"]]
+    for row in trials.to_dict("records"):
+        assert row["final_metric"] == pytest.approx((row["params.x"] - 0.5) ** 2 + 1.0)
+    assert tuner.get_best_hyperparameters()[0].values["x"] == pytest.approx(
+        trials.loc[trials["final_metric"].idxmin(), "params.x"]
+    )
+    theirs = black_box(real_keras_tuner, tmp_path / "theirs")
+    assert len(theirs.oracle.trials) == 3
+
+
+# --------------------------------------------------------------------------- failed and fatal trials
+def fragile_search(kt: ModuleType, root: Path, **extra: Any) -> Any:
+    x_train, y_train, x_val, y_val = digits()
+
+    def build_model(hp: Any) -> keras.Model:
+        units = hp.Choice("units", [16, 4])  # KerasTuner's constructor builds the default, 16
+        if units == 4:
+            raise kt.errors.FailedTrialError(f"{units} units are too few")
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(units, activation="relu")])
+        model.add(keras.layers.Dense(10, activation="softmax"))
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+
+    tuner = kt.GridSearch(
+        build_model, objective="val_accuracy", max_retries_per_trial=1, directory=str(root),
+        project_name="fragile", overwrite=True, **extra,
+    )  # fmt: skip
+    tuner.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
+    return tuner
+
+
+def test_a_failing_build_fails_its_trial_after_its_retries_and_the_search_goes_on(tmp_path: Path) -> None:
+    began = time.monotonic()
+    tuner = fragile_search(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
+    timed("failed trials on tunekit", began)
+    trials = tuner.results.trials.set_index("params.units")
+    assert trials.loc[16, "status"] == "completed"  # the search went on past the failed trial
+    assert trials.loc[4, "status"] == "failed" and "4 units are too few" in trials.loc[4, "reason"]
+    log = (tuner.results.experiment_dir / trials.loc[4, "trial_id"] / "output.log").read_text()
+    assert "attempt 1 of 2 failed (FailedTrialError: 4 units are too few); retrying" in log
+
+
+def fatal_search(kt: ModuleType, root: Path, **extra: Any) -> None:
+    class Refusing(kt.Tuner):  # type: ignore[name-defined]
+        def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> float:
+            raise kt.errors.FatalError("the data are not there")
+
+    oracle = kt.oracles.RandomSearchOracle(objective=kt.Objective("score", "min"), max_trials=2)
+    hp = kt.HyperParameters()
+    hp.Int("n", 1, 3)
+    oracle.hyperparameters = hp
+    Refusing(oracle=oracle, directory=str(root), project_name="fatal", overwrite=True, **extra).search()
+
+
+@pytest.mark.parametrize("kt", [tunekit_keras_tuner, real_keras_tuner], ids=["tunekit", "keras_tuner"])
+def test_a_fatal_error_ends_the_search_and_is_raised_from_search(kt: ModuleType, tmp_path: Path) -> None:
+    extra = {"progress": False, **NOT_TRACKED} if kt is tunekit_keras_tuner else {}
+    with pytest.raises(real_keras_tuner.errors.FatalError, match="the data are not there"):
+        fatal_search(kt, tmp_path, **extra)
+
+
+# --------------------------------------------------------------------------- grid, resume, constructor
+def test_grid_search_exhausts_its_grid_and_a_larger_max_trials_continues_without_overwrite(tmp_path: Path) -> None:
+    x_train, y_train, x_val, y_val = digits()
+
+    def build_model(hp: Any) -> keras.Model:
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(hp.Choice("units", [4, 8, 12]))])
+        model.add(keras.layers.Dense(10, activation="softmax"))
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+
+    began = time.monotonic()
+    grid = tunekit_keras_tuner.GridSearch(
+        build_model, objective="val_accuracy", directory=str(tmp_path), project_name="grid", progress=False,
+        **NOT_TRACKED,
+    )  # fmt: skip
+    grid.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
+    assert sorted(grid.results.trials["params.units"]) == [4, 8, 12]
+    timed("grid on tunekit", began)
+
+    def random(max_trials: int) -> Any:
+        tuner = tunekit_keras_tuner.RandomSearch(
+            build_model, objective="val_accuracy", max_trials=max_trials, directory=str(tmp_path),
+            project_name="grown", progress=False, **NOT_TRACKED,
+        )  # fmt: skip
+        tuner.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
+        return tuner.results
+
+    first = random(2)
+    again = random(3)
+    assert len(again.trials) == 3 and set(first.trials["trial_id"]) < set(again.trials["trial_id"])
+    timed("grid, then a search continued, on tunekit", began)
+
+
+def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light() -> None:
+    import subprocess
+
+    def build_model(hp: Any) -> keras.Model:
+        if hp.Boolean("deep"):
+            with hp.conditional_scope("deep", [True]):
+                hp.Int("extra", 1, 3)
+            raise ValueError("deep models are not supported")  # KerasTuner's constructor builds the default only
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy")
+        return model
+
+    tuner = tunekit_keras_tuner.RandomSearch(build_model, objective="val_loss", max_trials=2, directory="/tmp/x")
+    assert isinstance(tuner, real_keras_tuner.RandomSearch)
+    assert [p.name for p in tuner.oracle.hyperparameters.space] == ["deep"]
+    code = "import sys, tunekit; print('keras_tuner' in sys.modules, 'tensorflow' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.split() == ["False", "False"]
+    assert tunekit_keras_tuner.HyperParameters is real_keras_tuner.HyperParameters
+    assert tunekit_keras_tuner.errors is real_keras_tuner.errors
+    assert tunekit.keras_tuner is tunekit_keras_tuner
