@@ -21,11 +21,14 @@ import keras_tuner as real_keras_tuner
 import numpy as np
 import pytest
 import ray
+import tensorflow as tf
 from sklearn.datasets import load_digits
 
 import tunekit
 from tunekit import keras_tuner as tunekit_keras_tuner
 from tunekit.driver.session import ray_init_options
+from tunekit.keras_tuner.settings import spec_for
+from tunekit.results.check import check_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -54,10 +57,6 @@ def timed(what: str, began: float) -> None:
 
 
 # --------------------------------------------------------------------------- a HyperModel with its own fit
-class TunedFit(keras.callbacks.Callback):
-    """Records what fit got, so the test can see that the trial got search()'s arguments."""
-
-
 def hypermodel_with_fit(kt: ModuleType) -> Any:
     class Classifier(kt.HyperModel):  # type: ignore[name-defined]
         def build(self, hp: Any) -> keras.Model:
@@ -93,10 +92,24 @@ def search_with_fit(kt: ModuleType, root: Path, **extra: Any) -> Any:
     return tuner
 
 
-def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(tmp_path: Path, capsys: Any) -> None:
+@pytest.fixture(scope="module")
+def fit_override(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """The HyperModel script on tunekit, tracked in MLflow as a tunekit search is by default."""
+    root = tmp_path_factory.mktemp("fit_override")
     began = time.monotonic()
-    tuner = search_with_fit(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
+    tracking = {"tracking": {"uri": f"sqlite:///{root / 'mlflow.db'}"}}
+    tuner = search_with_fit(tunekit_keras_tuner, root, progress=False, **tracking)
     timed("fit override on tunekit", began)
+    # Made in a module fixture, before the suite's own check starts watching: checked here.
+    report = check_experiment(tuner.results.experiment_dir)
+    assert report.ok, report.describe()
+    return tuner, root
+
+
+def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(
+    fit_override: tuple[Any, Path], capsys: Any
+) -> None:
+    tuner, root = fit_override
     trials = tuner.results.trials
     assert len(trials) == 2 and set(trials["status"]) == {"completed"}, trials[["status", "reason"]]
     # shuffle, declared in fit, is searched: the grid is units x shuffle.
@@ -107,12 +120,12 @@ def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(tmp_pa
         assert row["final_metric"] == pytest.approx(last["val_accuracy"] * 100)
     assert "accuracy" in epochs.columns  # the tuner's metrics= recompiled the model
     # The user's TensorBoard: one folder per trial, named as KerasTuner names trials, with HParams.
-    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == sorted(f"{n}" for n in trials["number"]), list(
-        (tmp_path / "logs").iterdir()
-    )
-    for folder in (tmp_path / "logs").iterdir():
+    logs = root / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == sorted(f"{n}" for n in trials["number"]), list(logs.iterdir())
+    for folder in logs.iterdir():
         assert (folder / "execution0" / "validation").is_dir()
-        assert list((folder / "execution0").glob("events.out.tfevents.*")), "no HParams summary"
+        summaries = b"".join(p.read_bytes() for p in (folder / "execution0").glob("events.out.tfevents.*"))
+        assert b"hparams" in summaries and b"shuffle" in summaries, folder
     # KerasTuner's summaries, best first, with the score fit returned.
     tuner.results_summary(1)
     out = capsys.readouterr().out
@@ -123,20 +136,22 @@ def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(tmp_pa
     assert model.layers[0].units == best.values["units"]
 
 
-def test_the_same_fit_override_runs_as_with_keras_tuner(tmp_path: Path, capsys: Any) -> None:
+def test_the_same_fit_override_runs_as_with_keras_tuner(
+    fit_override: tuple[Any, Path], tmp_path: Path, capsys: Any
+) -> None:
+    ours, root = fit_override
     began = time.monotonic()
-    theirs = search_with_fit(real_keras_tuner, tmp_path / "theirs")
+    theirs = search_with_fit(real_keras_tuner, tmp_path)
     timed("fit override on keras_tuner", began)
-    ours = search_with_fit(tunekit_keras_tuner, tmp_path / "ours", progress=False, **NOT_TRACKED)
     assert len(theirs.oracle.trials) == len(ours.results.trials) == 2
-    theirs_logs = sorted(p.name for p in (tmp_path / "theirs" / "logs").iterdir())
-    ours_logs = sorted(p.name for p in (tmp_path / "ours" / "logs").iterdir())
-    assert len(theirs_logs) == len(ours_logs) == 2
+    theirs_logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert len(theirs_logs) == len(list((root / "logs").iterdir())) == 2
+    assert {t.hyperparameters.values["shuffle"] for t in theirs.oracle.trials.values()} == {False, True}
     capsys.readouterr()
     theirs.search_space_summary()
     ours.search_space_summary()
     theirs_summary, ours_summary = capsys.readouterr().out.split("Search space summary")[1:]
-    assert theirs_summary == ours_summary  # the same constructor found the same space
+    assert theirs_summary == ours_summary  # the same constructor and fit found the same space
 
 
 # --------------------------------------------------------------------------- a run_trial override
@@ -179,7 +194,7 @@ def fragile_search(kt: ModuleType, root: Path, **extra: Any) -> Any:
     x_train, y_train, x_val, y_val = digits()
 
     def build_model(hp: Any) -> keras.Model:
-        units = hp.Choice("units", [16, 4])  # KerasTuner's constructor builds the default, 16
+        units = hp.Choice("units", [16, 4, 8])  # KerasTuner's constructor builds the default, 16
         if units == 4:
             raise kt.errors.FailedTrialError(f"{units} units are too few")
         model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(units, activation="relu")])
@@ -191,16 +206,19 @@ def fragile_search(kt: ModuleType, root: Path, **extra: Any) -> Any:
         build_model, objective="val_accuracy", max_retries_per_trial=1, directory=str(root),
         project_name="fragile", overwrite=True, **extra,
     )  # fmt: skip
-    tuner.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
+    # tf.data datasets reach the trials as datasets (saved once beside the experiment).
+    train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(64)
+    tuner.search(train, validation_data=tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(64), epochs=1)
     return tuner
 
 
-def test_a_failing_build_fails_its_trial_after_its_retries_and_the_search_goes_on(tmp_path: Path) -> None:
+def test_a_failing_build_fails_its_trial_after_its_retries_and_the_grid_search_goes_on(tmp_path: Path) -> None:
     began = time.monotonic()
     tuner = fragile_search(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
-    timed("failed trials on tunekit", began)
+    timed("failed trials in a grid on tunekit", began)
     trials = tuner.results.trials.set_index("params.units")
-    assert trials.loc[16, "status"] == "completed"  # the search went on past the failed trial
+    assert sorted(trials.index) == [4, 8, 16]  # the whole grid, no max_trials
+    assert trials.loc[16, "status"] == trials.loc[8, "status"] == "completed"  # the search went on
     assert trials.loc[4, "status"] == "failed" and "4 units are too few" in trials.loc[4, "reason"]
     log = (tuner.results.experiment_dir / trials.loc[4, "trial_id"] / "output.log").read_text()
     assert "attempt 1 of 2 failed (FailedTrialError: 4 units are too few); retrying" in log
@@ -226,7 +244,7 @@ def test_a_fatal_error_ends_the_search_and_is_raised_from_search(kt: ModuleType,
 
 
 # --------------------------------------------------------------------------- grid, resume, constructor
-def test_grid_search_exhausts_its_grid_and_a_larger_max_trials_continues_without_overwrite(tmp_path: Path) -> None:
+def test_a_larger_max_trials_without_overwrite_continues_the_search(tmp_path: Path) -> None:
     x_train, y_train, x_val, y_val = digits()
 
     def build_model(hp: Any) -> keras.Model:
@@ -234,15 +252,6 @@ def test_grid_search_exhausts_its_grid_and_a_larger_max_trials_continues_without
         model.add(keras.layers.Dense(10, activation="softmax"))
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         return model
-
-    began = time.monotonic()
-    grid = tunekit_keras_tuner.GridSearch(
-        build_model, objective="val_accuracy", directory=str(tmp_path), project_name="grid", progress=False,
-        **NOT_TRACKED,
-    )  # fmt: skip
-    grid.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
-    assert sorted(grid.results.trials["params.units"]) == [4, 8, 12]
-    timed("grid on tunekit", began)
 
     def random(max_trials: int) -> Any:
         tuner = tunekit_keras_tuner.RandomSearch(
@@ -252,13 +261,14 @@ def test_grid_search_exhausts_its_grid_and_a_larger_max_trials_continues_without
         tuner.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
         return tuner.results
 
-    first = random(2)
-    again = random(3)
-    assert len(again.trials) == 3 and set(first.trials["trial_id"]) < set(again.trials["trial_id"])
-    timed("grid, then a search continued, on tunekit", began)
+    began = time.monotonic()
+    first = random(1)
+    again = random(2)
+    assert len(again.trials) == 2 and set(first.trials["trial_id"]) < set(again.trials["trial_id"])
+    timed("a search, then continued, on tunekit", began)
 
 
-def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light() -> None:
+def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light(tmp_path: Path) -> None:
     import subprocess
 
     def build_model(hp: Any) -> keras.Model:
@@ -270,7 +280,7 @@ def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light() -> Non
         model.compile("adam", "sparse_categorical_crossentropy")
         return model
 
-    tuner = tunekit_keras_tuner.RandomSearch(build_model, objective="val_loss", max_trials=2, directory="/tmp/x")
+    tuner = tunekit_keras_tuner.RandomSearch(build_model, objective="val_loss", max_trials=2, directory=str(tmp_path))
     assert isinstance(tuner, real_keras_tuner.RandomSearch)
     assert [p.name for p in tuner.oracle.hyperparameters.space] == ["deep"]
     code = "import sys, tunekit; print('keras_tuner' in sys.modules, 'tensorflow' in sys.modules)"
@@ -279,3 +289,27 @@ def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light() -> Non
     assert tunekit_keras_tuner.HyperParameters is real_keras_tuner.HyperParameters
     assert tunekit_keras_tuner.errors is real_keras_tuner.errors
     assert tunekit.keras_tuner is tunekit_keras_tuner
+
+
+def test_each_tuner_keeps_its_algorithm_in_the_spec_it_runs(tmp_path: Path) -> None:
+    def build_model(hp: Any) -> keras.Model:
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(hp.Int("units", 8, 64, step=8))])
+        model.compile("adam", "mse")
+        return model
+
+    def spec(tuner: Any, **sections: Any) -> dict[str, Any]:
+        return spec_for(tuner.oracle, "p", 3, sections, None)
+
+    kt, made = tunekit_keras_tuner, dict[str, Any](directory=str(tmp_path), objective="val_loss")
+    band = spec(kt.Hyperband(build_model, max_epochs=9, factor=3, hyperband_iterations=2, **made))
+    theirs = real_keras_tuner.oracles.HyperbandOracle(objective="val_loss", max_epochs=9, factor=3)
+    per_iteration = sum(theirs._get_size(b, 0) for b in range(theirs._get_num_brackets()))
+    assert band["budget"] == {"max_epochs": 9, "num_samples": 2 * per_iteration}
+    assert band["scheduler"] == {"type": "hyperband", "grace_period": 1, "reduction_factor": 3}
+    bayes = spec(kt.BayesianOptimization(build_model, max_trials=5, num_initial_points=2, seed=7, **made))
+    assert bayes["search"] == {"algorithm": "tpe", "seed": 7, "n_startup_trials": 2}
+    assert bayes["scheduler"] == {"type": "fifo"} and bayes["budget"] == {"max_epochs": 3, "num_samples": 5}
+    grid = spec(kt.GridSearch(build_model, **made), scheduler={"type": "asha"})
+    assert grid["search"]["algorithm"] == "grid" and "num_samples" not in grid["budget"]
+    assert grid["scheduler"] == {"type": "asha"}  # tunekit's early stopping: one argument away
+    assert grid["space"] == {"units": {"type": "int", "low": 8, "high": 64, "step": 8}}

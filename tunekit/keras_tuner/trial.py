@@ -75,10 +75,13 @@ class TunerTrial:
     def _run_with_retries(self, tuner: Any, trial: Any) -> Any:
         import keras_tuner
 
+        from tunekit.keras_tuner.data import loaded
+
+        args, kwargs = loaded(self.args, self.kwargs)
         attempts = 1 + int(getattr(tuner.oracle, "max_retries_per_trial", 0) or 0)
         for attempt in range(1, attempts + 1):
             try:
-                return tuner.run_trial(trial, *self.args, **copy.copy(self.kwargs))
+                return tuner.run_trial(trial, *args, **copy.copy(kwargs))
             except keras_tuner.errors.FatalError as error:
                 raise FatalTrialError(FATAL_MARK + describe_error(error)) from error
             except Exception as error:
@@ -103,23 +106,30 @@ class TrialRun:
         self.epoch = 0  # the last epoch reported (a second execution's epochs repeat the first's)
         self.model: Any = None
         self.logs: dict[str, float] = {}  # the last epoch's metrics
+        self.pending = False  # the last epoch's report is not sent yet
 
     def epoch_ended(self, model: Any, epoch: int, logs: Mapping[str, Any]) -> None:
-        """Reports the epoch (the scheduler may stop the trial: Ray raises ``SystemExit`` here)."""
+        """Keeps the epoch's report until the next epoch begins: the last one goes out with the
+        trial's figure (``finish``), so each epoch is reported once."""
         self.model = model
-        if epoch + 1 <= self.epoch:
+        if epoch + 1 <= self.epoch:  # a second execution's epochs repeat the first's
             return
         self.epoch = epoch + 1
         self.logs = _floats(logs)
-        _report({EPOCH_KEY: self.epoch, **self.logs, INFO_KEY: {"metrics": sorted(self.logs)}}, None)
+        self.pending = True
+
+    def epoch_begins(self, epoch: int) -> None:
+        """Sends the last epoch's report (the scheduler may stop the trial: Ray raises ``SystemExit``)."""
+        if self.pending and epoch + 1 > self.epoch:
+            self.pending = False
+            _report({EPOCH_KEY: self.epoch, **self.logs, INFO_KEY: {"metrics": sorted(self.logs)}}, None)
 
     def finish(self, results: Any, tuner: Any) -> None:
         """The last report: ``run_trial``'s return value as KerasTuner reads it, and the model.
 
-        A ``History`` scores the trial by its best epoch, whose row already holds that value: the
-        last epoch is reported again as it was, naming the best as the kept one. Any other return
-        value (a float, a dict, several executions' mean) is the last epoch's figure: it goes
-        into that epoch's row, which the report replaces.
+        A ``History`` scores the trial by its best epoch, whose row holds that value: the last
+        epoch is reported as it was, naming the best as the kept one. Any other return value (a
+        float, a dict, several executions' mean) is the last epoch's figure, in that epoch's row.
         """
         from tunekit.compat.keras_tuner import tuner_utils
 

@@ -23,6 +23,7 @@ import keras_tuner
 from tunekit.errors import SearchAborted, TunekitError
 from tunekit.hypermodel import DryModel, fit_function
 from tunekit.keras_tuner import settings
+from tunekit.keras_tuner.data import saved
 from tunekit.keras_tuner.trial import FATAL_MARK, TrialRun, TunerTrial
 from tunekit.layout import SPEC_FILE
 from tunekit.tuner import _drop_keras_graphs
@@ -72,7 +73,9 @@ class OnTunekit:
         self._declare_fit_parameters(fit_args, fit_kwargs)
         epochs = fit_kwargs.get("epochs")
         spec = settings.spec_for(self.oracle, self.project_name, epochs, self.sections, str(directory.parent))
-        trial = TunerTrial(self, settings.names_of(self.oracle), fit_args, fit_kwargs)
+        data_dir = directory.parent / ".tunekit-data" / self.project_name
+        args, kwargs = saved(fit_args, dict(fit_kwargs), data_dir)
+        trial = TunerTrial(self, settings.names_of(self.oracle), args, kwargs)
         self._results = None
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()  # made empty by KerasTuner's constructor (its oracle's folder)
@@ -132,8 +135,14 @@ class OnTunekit:
         return self._results
 
     # ----------------------------------------------------------------- in a trial's worker
+    def on_epoch_begin(self, trial: Any, model: Any, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        """The previous epoch's report goes to the search now, then KerasTuner's hook."""
+        if self._trial_run is not None:
+            self._trial_run.epoch_begins(epoch)
+        super().on_epoch_begin(trial, model, epoch, logs=logs)  # type: ignore[misc]
+
     def on_epoch_end(self, trial: Any, model: Any, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        """Each epoch, to the search (a scheduler may stop the trial here), then KerasTuner's hook."""
+        """Each epoch, to the search (sent as the next begins; a scheduler may stop it), then KerasTuner's hook."""
         if self._trial_run is not None:
             self._trial_run.epoch_ended(model, epoch, logs or {})
         super().on_epoch_end(trial, model, epoch, logs=logs)  # type: ignore[misc]
