@@ -109,18 +109,25 @@ class TrialRun:
         self.pending = False  # the last epoch's report is not sent yet
 
     def epoch_ended(self, model: Any, epoch: int, logs: Mapping[str, Any]) -> None:
-        """Keeps the epoch's report until the next epoch begins: the last one goes out with the
-        trial's figure (``finish``), so each epoch is reported once."""
+        """Keeps the epoch's report until the next epoch begins (or ends, in a loop that calls only
+        ``on_epoch_end``): the last one goes out with the trial's figure (``finish``), so each
+        epoch is reported once."""
         self.model = model
         if epoch + 1 <= self.epoch:  # a second execution's epochs repeat the first's
             return
+        self._send_pending()
         self.epoch = epoch + 1
         self.logs = _floats(logs)
         self.pending = True
 
     def epoch_begins(self, epoch: int) -> None:
-        """Sends the last epoch's report (the scheduler may stop the trial: Ray raises ``SystemExit``)."""
-        if self.pending and epoch + 1 > self.epoch:
+        """The previous epoch's report goes out as the next one begins."""
+        if epoch + 1 > self.epoch:
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        """Sends the kept report (the scheduler may stop the trial: Ray raises ``SystemExit``)."""
+        if self.pending:
             self.pending = False
             _report({EPOCH_KEY: self.epoch, **self.logs, INFO_KEY: {"metrics": sorted(self.logs)}}, None)
 
