@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import FatalTrialError, describe_error
-from tunekit.layout import CHECKPOINTED, EPOCH_KEY, EXPORT_NOTE, INFO_KEY, KEPT_EPOCH, KEPT_VALUE
+from tunekit.layout import (
+    CHECKPOINTED,
+    EPOCH_KEY,
+    EXPORT_NOTE,
+    INFO_KEY,
+    KEPT_EPOCH,
+    KEPT_VALUE,
+    STOPPED_BY_MODEL,
+)
 
 FATAL_MARK = "keras_tuner.errors.FatalError: "
 
@@ -56,8 +64,9 @@ class TunerTrial:
         import keras_tuner
 
         tuner = self.tuner
-        trial = keras_tuner.engine.trial.Trial(self.hyperparameters(config), trial_id=trial_id(tuner.oracle, ctx))
-        run = TrialRun(ctx.trial_dir or tempfile.mkdtemp(prefix="tunekit-kt-"), dict(config))
+        hp = self.hyperparameters(config, ctx.max_epochs)
+        trial = keras_tuner.engine.trial.Trial(hp, trial_id=trial_id(tuner.oracle, ctx))
+        run = TrialRun(ctx.trial_dir or tempfile.mkdtemp(prefix="tunekit-kt-"), dict(config), ctx.max_epochs)
         tuner._trial_run = run
         try:
             results = self._run_with_retries(tuner, trial)
@@ -65,11 +74,17 @@ class TunerTrial:
             tuner._trial_run = None
         run.finish(results, tuner)
 
-    def hyperparameters(self, config: Mapping[str, Any]) -> Any:
-        """The oracle's space holding the trial's values; active parameters it lacks at their defaults."""
+    def hyperparameters(self, config: Mapping[str, Any], max_epochs: int) -> Any:
+        """The oracle's space holding the trial's values; active parameters it lacks at their defaults.
+
+        Under Hyperband, KerasTuner's ``tuner/epochs`` too: every trial may train to ``max_epochs``
+        (``Hyperband.run_trial`` passes it to fit), and tunekit's scheduler stops it at a rung.
+        """
         hp = self.tuner.oracle.get_space()
         hp.values = {self.names[key]: value for key, value in config.items() if key in self.names}
         hp.ensure_active_values()
+        if type(self.tuner.oracle).__name__ == "HyperbandOracle":
+            hp.values.update({"tuner/epochs": max_epochs, "tuner/initial_epoch": 0})
         return hp
 
     def _run_with_retries(self, tuner: Any, trial: Any) -> Any:
@@ -100,9 +115,10 @@ def trial_id(oracle: Any, ctx: Any) -> str:
 class TrialRun:
     """What a running trial reported so far, and its last report."""
 
-    def __init__(self, trial_dir: str, config: dict[str, Any]) -> None:
+    def __init__(self, trial_dir: str, config: dict[str, Any], max_epochs: int) -> None:
         self.trial_dir = trial_dir
         self.config = config
+        self.max_epochs = max_epochs  # the budget's: a trial ending before it was ended by its own code
         self.epoch = 0  # the last epoch reported (a second execution's epochs repeat the first's)
         self.model: Any = None
         self.logs: dict[str, float] = {}  # the last epoch's metrics
@@ -149,6 +165,8 @@ class TrialRun:
         else:
             metrics, kept = {**self.logs, **returned}, epoch
         bookkeeping: dict[str, Any] = {"metrics": sorted(metrics), KEPT_EPOCH: kept}
+        if self.epoch and epoch < self.max_epochs:  # its fit's epochs, EarlyStopping: a normal end
+            bookkeeping[STOPPED_BY_MODEL] = epoch
         value = returned.get(objective.name)
         if value is not None:
             bookkeeping[KEPT_VALUE] = value

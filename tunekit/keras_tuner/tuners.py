@@ -198,13 +198,11 @@ class OnTunekit:
     def _best(self, count: int) -> list[tuple[str, Any]]:
         """(trial id, HyperParameters) of the best trials that scored, completed ones first, best first."""
         names = settings.names_of(self.oracle)
-        ranked = self.results.ranked().to_dict("records")
-        ranked.sort(key=lambda row: row.get("status") != "completed")  # stable: best first within each
+        sign = -1.0 if self.oracle.objective.direction == "max" else 1.0
+        scored = [row for row in self.results.trials.to_dict("records") if _finite(row.get("final_metric"))]
+        scored.sort(key=lambda row: (row.get("status") != "completed", sign * float(row["final_metric"])))
         found = []
-        for row in ranked:
-            score = row.get("final_metric")
-            if score is None or (isinstance(score, float) and math.isnan(score)):
-                continue
+        for row in scored:
             hp = self.oracle.get_space()
             for column, value in row.items():
                 key = str(column).removeprefix("params.")
@@ -215,6 +213,10 @@ class OnTunekit:
             if len(found) == count:
                 break
         return found
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _native(value: Any) -> Any:
