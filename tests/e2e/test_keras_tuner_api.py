@@ -330,3 +330,27 @@ def test_each_tuner_keeps_its_algorithm_in_the_spec_it_runs(tmp_path: Path) -> N
     assert grid["search"]["algorithm"] == "grid" and "num_samples" not in grid["budget"]
     assert grid["scheduler"] == {"type": "asha"}  # tunekit's early stopping: one argument away
     assert grid["space"] == {"units": {"type": "int", "low": 8, "high": 64, "step": 8}}
+
+
+def test_kerastuners_own_run_trial_result_keeps_the_last_epochs_row_and_names_the_best(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KerasTuner's run_trial returns [History] (one per execution): the trial's figure is its best
+    epoch's, and the last epoch's row keeps that epoch's own values (not the best epoch's)."""
+    from tunekit.keras_tuner import trial as trial_module
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(trial_module, "_report", lambda result, checkpoint: sent.append(result))
+    tuner = tunekit_keras_tuner.RandomSearch(
+        lambda hp: keras.Sequential([keras.Input((4,)), keras.layers.Dense(hp.Int("u", 1, 3))]),
+        objective="val_accuracy", max_trials=1, directory=str(tmp_path),
+    )  # fmt: skip
+    run = trial_module.TrialRun(str(tmp_path), {"u": 1}, max_epochs=3)
+    for epoch, value in enumerate([0.5, 0.8, 0.7]):
+        run.epoch_begins(epoch)
+        run.epoch_ended(None, epoch, {"val_accuracy": value})
+    history = keras.callbacks.History()
+    history.history = {"val_accuracy": [0.5, 0.8, 0.7]}
+    run.finish([history], tuner)
+    assert [(r["epoch"], r["val_accuracy"]) for r in sent] == [(1, 0.5), (2, 0.8), (3, 0.7)]
+    assert sent[-1]["tunekit"]["kept_epoch"] == 2 and sent[-1]["tunekit"]["kept_value"] == 0.8

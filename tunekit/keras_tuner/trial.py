@@ -160,7 +160,7 @@ class TrialRun:
         tuner_utils.validate_trial_results(results, objective, "Tuner.run_trial()")
         returned = _floats(tuner_utils.convert_to_metrics_dict(results, objective))
         epoch = max(self.epoch, 1)
-        if self.epoch and _is_history(results):
+        if self.epoch and _one_history(results):
             metrics, kept = self.logs, min(epoch, int(tuner_utils.get_best_step(results, objective)) + 1)
         else:
             metrics, kept = {**self.logs, **returned}, epoch
@@ -193,9 +193,12 @@ class TrialRun:
         return directory, export_model(directory, self.model)
 
 
-def _is_history(results: Any) -> bool:
+def _one_history(results: Any) -> bool:
+    """One fit's ``History`` (KerasTuner's own ``run_trial`` returns a list, one per execution)."""
     import keras
 
+    if isinstance(results, list) and len(results) == 1:
+        results = results[0]
     return isinstance(results, keras.callbacks.History)
 
 
