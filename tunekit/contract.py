@@ -211,6 +211,13 @@ def load_builders(trainable: Trainable) -> Builders:
     )
 
 
+def whole_trial(builders: Builders) -> Callable[..., Any] | None:
+    """A ``build_model`` that runs its trial whole (a KerasTuner tuner's ``run_trial``: it builds,
+    fits and reports itself); None for every other builder."""
+    function: Any = getattr(builders.build_model, "function", builders.build_model)  # NameChecked's
+    return function.run_whole_trial if getattr(function, "runs_whole_trial", False) else None
+
+
 def with_space_names(trainable: Trainable, names: tuple[str, ...]) -> Trainable:
     """The trainable, told the space's names so that its builders' reads are checked in trials."""
     if isinstance(trainable, RecordedTrainable):

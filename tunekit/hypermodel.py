@@ -89,7 +89,7 @@ def fit_function(hypermodel: Any) -> Callable[..., Any] | None:
     return hypermodel.fit
 
 
-class _DryModel:
+class DryModel:
     """The model as a HyperModel's fit sees it while the space is found: its ``fit`` trains nothing."""
 
     def __init__(self, model: Any) -> None:
@@ -113,7 +113,7 @@ def with_dry_fit(
     def build_and_fit(hp: HyperParameters) -> Any:
         model = build(hp)
         try:
-            fit(hp, _DryModel(model))
+            fit(hp, DryModel(model))
         except Exception as error:  # it needs the data: its hp calls after this point are not found
             note = (
                 f"the HyperModel's fit failed without data ({type(error).__name__}: {error}); "

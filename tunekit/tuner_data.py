@@ -124,8 +124,8 @@ def data_builder(fit: dict[str, Any], data_dir: Path) -> Callable[..., Any]:
     shuffle = fit.pop("shuffle", True)
     if x is None:
         raise TunekitError("search: x (the training data) is required")
-    if _is_dataset(x):
-        if validation_data is None or not _is_dataset(validation_data):
+    if is_dataset(x):
+        if validation_data is None or not is_dataset(validation_data):
             raise TunekitError("search: with x a tf.data.Dataset, validation_data must be a tf.data.Dataset too")
         return _saved_datasets(x, validation_data, data_dir)
     if y is None:
@@ -172,7 +172,7 @@ def _length(structure: Any) -> int:
     return len(structure)
 
 
-def _is_dataset(value: Any) -> bool:
+def is_dataset(value: Any) -> bool:
     tf = sys.modules.get("tensorflow")
     return tf is not None and isinstance(value, tf.data.Dataset)
 
@@ -194,7 +194,7 @@ def rebatched(args: tuple[Any, ...], kwargs: dict[str, Any], size: int) -> tuple
     """``model.fit``'s datasets (``x`` and ``validation_data``) batched by ``size`` instead."""
 
     def rebatch(data: Any) -> Any:
-        return data.unbatch().batch(size) if _is_dataset(data) else data
+        return data.unbatch().batch(size) if is_dataset(data) else data
 
     if args:
         args = (rebatch(args[0]), *args[1:])

@@ -62,9 +62,10 @@ def save_checkpoint(directory: Path, model: Any, epoch: int, config: dict[str, A
     with the configuration they were trained under (so a restore can tell it was mutated)."""
     import numpy as np
 
-    optimizer = model.optimizer
+    # A model trained by a loop of its own (a KerasTuner run_trial) may never have been compiled.
+    optimizer = getattr(model, "optimizer", None)
     arrays = {f"w{i}": v.numpy() for i, v in enumerate(model.weights)}
-    arrays.update({f"o{i}": v.numpy() for i, v in enumerate(optimizer.variables)})
+    arrays.update({f"o{i}": v.numpy() for i, v in enumerate(optimizer.variables if optimizer else [])})
     np.savez(directory / CHECKPOINT_WEIGHTS, **arrays)
     (directory / CHECKPOINT_STATE).write_text(json.dumps({"epoch": epoch, "config": config}, default=str))
 

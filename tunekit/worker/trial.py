@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.compat.tf_keras import build_training_state, drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
-from tunekit.contract import TrialContext, load_builders
+from tunekit.contract import TrialContext, load_builders, whole_trial
 from tunekit.errors import FatalTrialError, StorageError, TrialFailure, describe_error
 from tunekit.layout import (
     EPOCH_KEY,
@@ -201,6 +201,9 @@ def _train(
         trial_number=number_in_trial_name(context.get_trial_name()),
     )
     builders = load_builders(spec.trainable)
+    if (whole := whole_trial(builders)) is not None:  # a KerasTuner tuner's run_trial (tunekit.keras_tuner)
+        whole(config, ctx)
+        return
     with profile.piece("start.build_data"):
         train_ds, val_ds = checked_data(builders.build_data(config, ctx))
 
