@@ -174,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("experiment_dir")
     check.add_argument("--no-mlflow", action="store_true", help="leave MLflow's runs out of the comparison")
     check.add_argument("--tracking-uri", help="where the runs are, when not where tracking.json says")
+    check.add_argument(
+        "--repair", action="store_true", help="first rebuild a damaged study journal from its whole lines and tables"
+    )
     check.set_defaults(handler=_check)
 
     logs = commands.add_parser("logs", help="a trial's output (stdout and stderr) and its error, if it failed")
@@ -409,6 +412,11 @@ def _list(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from tunekit.results.check import check_experiment
 
+    if args.repair:
+        from tunekit.results.repair import repair_experiment
+
+        repaired = repair_experiment(args.experiment_dir)
+        print("\n".join(f"repaired: {line}" for line in repaired) or "repaired: nothing (no damage it rebuilds)")
     report = check_experiment(args.experiment_dir, mlflow=not args.no_mlflow, tracking_uri=args.tracking_uri)
     print(report.describe())
     return 0 if report.ok else EXIT_FAILURE

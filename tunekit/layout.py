@@ -31,6 +31,9 @@ SPEC_FILE = "spec.yaml"
 # that (benchmarks/scale.py). Experiments made before the journal keep ``study.db``.
 STUDY_FILE = "study.journal"
 SQLITE_STUDY_FILE = "study.db"
+# The journal's length and a CRC-32 per block of its lines, as its driver last wrote them
+# (tunekit.journal): a cut or a changed byte anywhere in what it covers is found.
+JOURNAL_SEAL_FILE = "study.seal.json"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)

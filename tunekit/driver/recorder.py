@@ -46,6 +46,7 @@ from tunekit.driver.records import (
 )
 from tunekit.driver.saved_records import SavedRecords, records_of, revived
 from tunekit.driver.worker_deaths import ray_error_text
+from tunekit.journal import JournalSealer
 from tunekit.layout import (
     CHECKPOINTED,
     EPOCH_KEY,
@@ -425,6 +426,8 @@ class Recorder(Callback):
         trials.write(self.trials, changed, self.clock.now())
         epochs.write(self.epochs, replaced)
         spans.write(self.trials, changed)
+        # After the tables: every trial they name is in the journal that the seal covers.
+        self.__dict__.setdefault("_sealer", JournalSealer(self.experiment_dir)).seal()
         if isinstance(self.scheduler, RecordingPBT):
             numbers = {r.trial_id: r.number for r in self.trials.values()}
             params = self.scheduler.params
@@ -577,6 +580,7 @@ class Recorder(Callback):
         state.pop("_late_endings", None)
         state.pop("_interrupted", None)
         state.pop("_saved", None)
+        state.pop("_sealer", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

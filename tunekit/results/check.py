@@ -28,6 +28,7 @@ from tunekit.layout import (
     LEDGER_FILE,
     SPANS_FILE,
     STARTED_FILE,
+    STUDY_FILE,
     TRACKING_FILE,
     TRIALS_FILE,
     TrialStatus,
@@ -42,6 +43,7 @@ from tunekit.results.check_files import (
     last_checkpoints,
     saved_state_findings,
 )
+from tunekit.results.check_journal import journal_findings
 from tunekit.results.check_mlflow import check_mlflow
 from tunekit.results.check_pareto import FRONT_VS_STUDY, front_findings, ledger_front_findings, study_findings
 from tunekit.results.findings import (
@@ -97,11 +99,13 @@ def check_experiment(
     summary = summarize(results)
     clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age
     directory = results.experiment_dir
+    journal_whole = journal_findings(directory)
     sections: list[tuple[str, Callable[[], Iterator[Finding | str]]]] = [
+        (STUDY_FILE, lambda: iter(journal_whole)),
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
         (SPANS_FILE, lambda: _spans(results, clock)),
-        ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary), *STUDY_LAG)),
+        ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary, journal_whole), *STUDY_LAG)),
         ("checkpoints", lambda: _as_a_dead_driver_s_lag(directory, _checkpoints(results), *CHECKPOINTS_LAG)),
         (SAVED_STATE, lambda: saved_state_findings(directory)),
         ("summary", lambda: _figures(results, summary)),
@@ -282,12 +286,14 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
 # ----------------------------------------------------------------- the study
 
 
-def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | str]:
+def _study(results: ExperimentResults, summary: Summary, journal: list[Finding | str]) -> Iterator[Finding | str]:
     import optuna
 
     from tunekit.search.plan import study_storage
 
     where = TABLES_VS_STUDY
+    if any(isinstance(item, Finding) for item in journal):
+        return  # a damaged journal replays as another study: its finding says what to do
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))

@@ -113,6 +113,7 @@ def test_an_experiment_that_agrees_with_itself_is_ok(tmp_path: Path) -> None:
     report = check_experiment(consistent(tmp_path))
     assert report.ok, report.describe()
     assert report.checked == [
+        "study.journal",
         "trials.csv",
         "epochs.csv",
         "spans.csv",
