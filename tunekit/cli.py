@@ -13,10 +13,12 @@ DIR`` continues.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -274,8 +276,25 @@ def _resume(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from tunekit.results.status import read_status
 
-    print(read_status(args.experiment_dir).describe())
+    with _warnings_as_lines():
+        status = read_status(args.experiment_dir)
+    print(status.describe())
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """A reader's warnings of a damaged record as ``tunekit: warning:`` lines, not Python's format."""
+    from tunekit.errors import DamagedRecordWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DamagedRecordWarning)
+        yield
+    for warning in caught:
+        if issubclass(warning.category, DamagedRecordWarning):
+            print(f"tunekit: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -368,7 +387,8 @@ def _report(args: argparse.Namespace) -> int:
 
     if len(args.experiment_dir) > 1:
         return _compare(args)
-    results = load(args.experiment_dir[0])
+    with _warnings_as_lines():
+        results = load(args.experiment_dir[0])
     summary = summarize(results, args.tolerance, args.price_per_hour)
     if args.format == "json":
         print(summary.to_json(results))

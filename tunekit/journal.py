@@ -299,8 +299,8 @@ def _ranges(numbers: list[int]) -> str:
 def journal_repair(experiment_dir: Path) -> str:
     """The one line's second half: what repairs a damaged journal."""
     return (
-        f"`{REPAIR_COMMAND} {experiment_dir}` rebuilds the study from its whole lines, {TRIALS_FILE} and "
-        f"epochs.csv (the damaged file is kept beside it), then `tunekit resume` continues"
+        f"`{REPAIR_COMMAND} {experiment_dir}` rebuilds the study from what of it is whole, {TRIALS_FILE} and "
+        "epochs.csv; then `tunekit resume` continues"
     )
 
 

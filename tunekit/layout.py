@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -288,6 +288,27 @@ WARM_START_FILE = "warm_start.json"
 # (it takes the source's, with the mutated parameters perturbed).
 EXPLOITS_FILE = "exploits.csv"
 EXPLOIT_COLUMNS = ("trial_id", "number", "epoch", "source_trial_id", "source_number", "source_epoch", "time")
+# Columns whose every cell is a number or empty (tunekit.store refuses a table where one is
+# not: a changed byte must not read as a metric); in epochs.csv every column but the ids.
+NUMBER_COLUMNS = {
+    TRIALS_FILE: (
+        *("number", "epochs", "final_metric", "best_metric", "kept_epoch", "rung", "wall_seconds"),
+        *("samples_per_second", "attempts", "started_at", "ended_at"),
+    ),
+    SPANS_FILE: ("span", "start", "end", "attempt", "pid"),
+    EXPLOITS_FILE: ("number", "epoch", "source_number", "source_epoch", "time"),
+}
+
+
+def number_columns(table: str, header: Sequence[str]) -> list[int]:
+    """Where in ``header`` the table named ``table`` keeps numbers (``NUMBER_COLUMNS``)."""
+    if table == EPOCHS_FILE:
+        return [i for i, column in enumerate(header) if column not in ID_COLUMNS]
+    fixed = NUMBER_COLUMNS.get(table, ())
+    finals = table == TRIALS_FILE
+    return [i for i, c in enumerate(header) if c in fixed or (finals and c.startswith(FINAL_PREFIX))]
+
+
 OLD_PREFIX = "old."
 NEW_PREFIX = "new."
 # In a trial's folder: the source checkpoint an exploit copied, restarted from.

@@ -16,11 +16,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock, died_mid_session
+from tunekit.errors import DamagedRecordWarning
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
@@ -94,7 +96,9 @@ def check_experiment(
         mlflow: compare MLflow's runs too, when the experiment was tracked (``tracking.json``).
         tracking_uri: where its runs are, when not the URI ``tracking.json`` recorded.
     """
-    results = load(readable(experiment_dir, payloads=True))  # a bucket's: its checkpoints' files too
+    with warnings.catch_warnings():  # a missing study is a finding here (journal_findings)
+        warnings.simplefilter("ignore", DamagedRecordWarning)
+        results = load(readable(experiment_dir, payloads=True))  # a bucket's: its checkpoints' files too
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
     clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age

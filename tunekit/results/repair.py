@@ -23,11 +23,12 @@ per-epoch attributes); ``tunekit check`` after the repair says where these diffe
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.errors import StorageError
+from tunekit.errors import DamagedRecordWarning, StorageError
 from tunekit.journal import JournalSealer, verify_journal
 from tunekit.layout import EPOCHS_FILE, PARAM_PREFIX, STUDY_FILE, TRIALS_FILE, TrialStatus, finite
 from tunekit.results.findings import table_rows_of
@@ -85,7 +86,9 @@ def _rebuild(directory: Path, prefix: bytes, damage: str) -> str:
     from tunekit.results.load import load
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    results = load(directory)
+    with warnings.catch_warnings():  # a missing study is what this rebuilds
+        warnings.simplefilter("ignore", DamagedRecordWarning)
+        results = load(directory)
     spec = results.spec
     kept = directory / f"{STUDY_FILE}.prefix"
     kept.write_bytes(prefix)
