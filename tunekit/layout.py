@@ -89,6 +89,10 @@ CHECKPOINT_STATE = "state.json"
 KEPT_WEIGHTS = "kept.npz"
 FINAL_MODEL = "model.keras"  # the whole model, when Keras can serialise it
 FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with build_model
+# Beside a checkpoint's payloads: {file name: SHA-256} of each as its worker wrote it
+# (tunekit.checksums), since a changed byte inside an array or a weight reads as a number.
+CHECKSUMS_FILE = "checksums.json"
+CHECKSUMMED = (CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, KEPT_WEIGHTS, FINAL_MODEL, FINAL_WEIGHTS)
 
 # ------------------------------------------------------------------------- tables
 
@@ -169,6 +173,9 @@ RESTORED_WEIGHTS = "restored_weights"
 KEPT_EPOCH = "kept_epoch"
 KEPT_VALUE = "kept_value"
 CHECKPOINTED = "checkpointed"  # in INFO_KEY: the report carried a checkpoint (CheckpointPolicy)
+# In INFO_KEY of the first report after a restore that passed over a damaged checkpoint: which,
+# and the one restored instead (the console says it; the trial's output.log has it too).
+CHECKPOINT_NOTE = "checkpoint_note"
 EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
 
 

@@ -48,6 +48,7 @@ from tunekit.driver.saved_records import SavedRecords, records_of, revived
 from tunekit.driver.worker_deaths import ray_error_text
 from tunekit.journal import JournalSealer
 from tunekit.layout import (
+    CHECKPOINT_NOTE,
     CHECKPOINTED,
     EPOCH_KEY,
     EPOCHS_FILE,
@@ -154,6 +155,8 @@ class Recorder(Callback):
             record.restored_weights = True
         if bookkeeping.get(CHECKPOINTED):
             record.checkpoint_epoch = int(result[EPOCH_KEY])
+        if bookkeeping.get(CHECKPOINT_NOTE):
+            self.warn(f"trial {record.number}: {bookkeeping[CHECKPOINT_NOTE]}")
         if bookkeeping.get(EXPORT_NOTE):
             self._warn_export(record, str(bookkeeping[EXPORT_NOTE]))
         names = bookkeeping.get("metrics", [])

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tunekit.checksums import damaged_payloads
 from tunekit.clock import died_mid_session
 from tunekit.layout import (
     CHECKPOINT_STATE,
@@ -243,6 +244,23 @@ def checkpoint_file_findings(results: ExperimentResults) -> Iterator[Finding | s
                 )
                 continue
         yield Finding(CHECKPOINT_FILES, f"{trial_label(row)} {path}", *found)
+    yield from _checksum_findings(directory, rows)
+
+
+def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iterator[Finding]:
+    """Every payload of every kept checkpoint against the checksum its worker recorded beside it
+    (``tunekit.checksums``): a changed byte inside a weight opens whole and reads as a weight."""
+    for trial_id, row in rows.items():
+        label, number = trial_label(row), row.get("number")
+        for folder in sorted((directory / trial_id).glob("checkpoint_*")):
+            for name, problem in damaged_payloads(folder):
+                if (folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file():
+                    repair = f"`tunekit retrain {directory} --trial {number}` trains it again, exported beside"
+                else:
+                    repair = "`tunekit resume` passes over it for the trial's newest whole checkpoint"
+                yield Finding(
+                    CHECKPOINT_FILES, f"{label} {folder / name}", "its recorded checksum", f"{problem}; {repair}"
+                )
 
 
 def kept_checkpoint_findings(trial_dir: Path, label: str, kept_epoch: int) -> Iterator[Finding]:

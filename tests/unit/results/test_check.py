@@ -569,3 +569,26 @@ def test_keep_best_holds_the_kept_epoch_against_the_epochs_and_the_exported_mode
     assert findings == ["trials.csv vs checkpoints: trial 0 (a) kept epoch of its exported model: 4 vs 3"]
     np.savez(root / "a" / "checkpoint_000003" / KEPT_WEIGHTS, epoch=4, value=0.9, w0=np.zeros(2))
     assert check_experiment(root).ok
+
+
+def test_every_changed_byte_of_a_checkpoint_payload_is_named_against_its_checksum(tmp_path: Path) -> None:
+    import random
+
+    from tunekit.checksums import write_checksums
+
+    root = consistent(tmp_path)
+    folder = root / "a" / "checkpoint_000003"
+    write_checksums(folder)
+    assert check_experiment(root).ok
+    rng = random.Random(77)
+    for name in (CHECKPOINT_WEIGHTS, FINAL_MODEL, CHECKPOINT_STATE):
+        whole = (folder / name).read_bytes()
+        for position in rng.sample(range(len(whole)), 10):
+            data = bytearray(whole)
+            data[position] ^= rng.randrange(1, 256)
+            (folder / name).write_bytes(bytes(data))
+            found = [f for f in check_experiment(root).findings if f.expected == "its recorded checksum"]
+            assert [f.what for f in found] == [f"trial 0 (a) {folder / name}"], (name, position)
+            assert found[0].actual.startswith("fails its checksum (SHA-256 ")
+            assert found[0].actual.endswith(f"`tunekit retrain {root} --trial 0` trains it again, exported beside")
+        (folder / name).write_bytes(whole)
