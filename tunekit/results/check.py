@@ -43,6 +43,7 @@ from tunekit.results.check_files import (
     damage,
     kept_checkpoint_findings,
     last_checkpoints,
+    orphan_folder_findings,
     saved_state_findings,
 )
 from tunekit.results.check_journal import journal_findings
@@ -111,6 +112,7 @@ def check_experiment(
         (SPANS_FILE, lambda: _spans(results, clock)),
         ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary, journal_whole), *STUDY_LAG)),
         ("checkpoints", lambda: _as_a_dead_driver_s_lag(directory, _checkpoints(results), *CHECKPOINTS_LAG)),
+        ("trial folders", lambda: orphan_folder_findings(directory, set(map(str, results.trials.get("trial_id", []))))),
         (SAVED_STATE, lambda: saved_state_findings(directory)),
         ("summary", lambda: _figures(results, summary)),
     ]
@@ -258,8 +260,11 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
         return
     spans = results.spans
     by_trial: dict[str, list[tuple[float, float | None]]] = {}
+    attempts_of: dict[str, int] = {}  # the last attempt a span of the trial belongs to
     for row in table_rows_of(spans):
         by_trial.setdefault(str(row["trial_id"]), []).append((float(row["start"]), finite(row["end"])))
+        if (attempt := finite(row.get("attempt"))) is not None:
+            attempts_of[str(row["trial_id"])] = max(attempts_of.get(str(row["trial_id"]), 0), int(attempt))
     reports: dict[str, list[float]] = {}
     for row in table_rows_of(results.epochs):
         reports.setdefault(str(row["trial_id"]), []).append(float(row["time"]))
@@ -278,6 +283,7 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
                 yield Finding(where, f"{label} spans overlap", f"start >= {end}", start)
         if closed and closed[-1][1] is not None and closed[-1][1] > limit:
             yield Finding(where, f"{label} span ends after the search's active time", f"<= {limit:.3f}", closed[-1][1])
+        yield from _attempts(label, row, attempts_of.get(trial_id))
         total = sum(end - start for start, end in closed)
         wall = finite(row.get("wall_seconds"))
         if len(closed) == len(pairs) and (wall is None or abs(total - wall) > TIME_SLACK_S):
@@ -513,6 +519,14 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _attempts(label: str, row: dict[str, Any], spanned: int | None) -> Iterator[Finding]:
+    """trials.csv's ``attempts`` against the attempts its spans were run in (each attempt opens a
+    span); None: spans from before they named their attempt."""
+    attempts = finite(row.get("attempts"))
+    if spanned is not None and attempts is not None and int(attempts) != spanned:
+        yield Finding(f"{TRIALS_FILE} vs {SPANS_FILE}", f"{label} attempts", spanned, int(attempts))
 
 
 def _within(at: float, start: float, end: float | None) -> bool:

@@ -31,6 +31,7 @@ from tunekit.layout import (
     FINAL_MODEL,
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
+    OUTPUT_FILE,
     TRIALS_FILE,
     TrialStatus,
 )
@@ -261,6 +262,32 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
                 yield Finding(
                     CHECKPOINT_FILES, f"{label} {folder / name}", "its recorded checksum", f"{problem}; {repair}"
                 )
+
+
+def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Finding | str]:
+    """Trial folders (a checkpoint or an output.log inside) that no row of trials.csv names.
+
+    A driver that died mid-session can leave one (Ray started the trial before a table write
+    recorded it): a note, since ``tunekit resume`` records it. Otherwise nothing will ever read
+    it: a disagreement, with what to do.
+    """
+    died: bool | None = None
+    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in trial_ids):
+        if not (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file()):
+            continue  # not a trial's: tensorboard/, retrain/, a probe's
+        died = died_mid_session(directory) if died is None else died
+        if died:
+            yield (
+                f"trial folder {folder.name} is in no row of {TRIALS_FILE}: the last session's driver died before "
+                "its tables recorded the trial; `tunekit resume` records it"
+            )
+            continue
+        yield Finding(
+            f"{TRIALS_FILE} vs trial folders",
+            f"folder {folder}",
+            f"a trial in {TRIALS_FILE}",
+            f"none; no record names it: restore {TRIALS_FILE} from a copy, or remove the folder (`rm -r {folder}`)",
+        )
 
 
 def kept_checkpoint_findings(trial_dir: Path, label: str, kept_epoch: int) -> Iterator[Finding]:

@@ -119,6 +119,7 @@ def test_an_experiment_that_agrees_with_itself_is_ok(tmp_path: Path) -> None:
         "spans.csv",
         "study",
         "checkpoints",
+        "trial folders",
         "Ray's saved state",
         "summary",
     ]
@@ -592,3 +593,26 @@ def test_every_changed_byte_of_a_checkpoint_payload_is_named_against_its_checksu
             assert found[0].actual.startswith("fails its checksum (SHA-256 ")
             assert found[0].actual.endswith(f"`tunekit retrain {root} --trial 0` trains it again, exported beside")
         (folder / name).write_bytes(whole)
+
+
+@pytest.mark.parametrize("attempts", [1, 3, 7])
+def test_attempts_that_are_not_the_attempts_its_spans_ran_in_are_a_disagreement(tmp_path: Path, attempts: int) -> None:
+    root = consistent(tmp_path)
+    (root / SPANS_FILE).write_text("trial_id,span,start,end,attempt\na,1,1,30,1\na,2,31,45,2\nb,1,2,9,1\n")
+    assert check_experiment(root).ok  # a ran twice: attempts 2 in trials.csv
+    trials = (root / TRIALS_FILE).read_text()
+    (root / TRIALS_FILE).write_text(trials.replace(",0.9,0.9,1,43.0,,2,", f",0.9,0.9,1,43.0,,{attempts},"))
+    assert check_experiment(root).findings == [Finding("trials.csv vs spans.csv", "trial 0 (a) attempts", 2, attempts)]
+
+
+def test_a_trial_folder_no_record_names_is_a_disagreement_with_what_to_do(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    for name, inside in (("tensorboard", "events"), ("retrain", "1-trial-0")):
+        (root / name / inside).mkdir(parents=True)  # not trials' folders
+    assert check_experiment(root).ok
+    orphan = root / "5c0ffee5"
+    (orphan / "checkpoint_000000").mkdir(parents=True)
+    (orphan / "output.log").write_text("epoch 1\n")
+    found = [f for f in check_experiment(root).findings if f.where == "trials.csv vs trial folders"]
+    assert [(f.what, f.expected) for f in found] == [(f"folder {orphan}", "a trial in trials.csv")]
+    assert found[0].actual.endswith(f"or remove the folder (`rm -r {orphan}`)")
