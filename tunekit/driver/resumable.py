@@ -72,8 +72,7 @@ def _study(experiment_dir: Path, *, required: bool) -> list[str]:
             raise DamagedFileError(
                 path,
                 "missing, while the search has run (its trials and configurations are recorded there)",
-                "it cannot be resumed without it; restore the file from a copy, or read its results "
-                "(`tunekit report`) and `tunekit run` the search again",
+                journal_repair(experiment_dir),
             )
         return []
     report = verify_journal(path)

@@ -248,13 +248,23 @@ def checkpoint_file_findings(results: ExperimentResults) -> Iterator[Finding | s
     yield from _checksum_findings(directory, rows)
 
 
-def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iterator[Finding]:
+def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iterator[Finding | str]:
     """Every payload of every kept checkpoint against the checksum its worker recorded beside it
-    (``tunekit.checksums``): a changed byte inside a weight opens whole and reads as a weight."""
+    (``tunekit.checksums``): a changed byte inside a weight opens whole and reads as a weight.
+
+    A damaged checkpoint older than the trial's newest is a note: a restore passed over it (or
+    would), and nothing else reads it; the newest, and with it the trial's model, is a disagreement.
+    """
+    from tunekit.tracking.artifacts import checkpoint_order
+
     for trial_id, row in rows.items():
         label, number = trial_label(row), row.get("number")
-        for folder in sorted((directory / trial_id).glob("checkpoint_*")):
+        folders = sorted((directory / trial_id).glob("checkpoint_*"), key=checkpoint_order)
+        for folder in folders:
             for name, problem in damaged_payloads(folder):
+                if folder != folders[-1]:
+                    yield f"{label} {folder / name}: {problem}; a newer checkpoint is whole, which a resume restores"
+                    continue
                 if (folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file():
                     repair = f"`tunekit retrain {directory} --trial {number}` trains it again, exported beside"
                 else:
