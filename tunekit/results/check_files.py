@@ -32,6 +32,8 @@ from tunekit.layout import (
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
     OUTPUT_FILE,
+    RETRAIN_DIR,
+    TENSORBOARD_DIR,
     TRIALS_FILE,
     TrialStatus,
 )
@@ -282,9 +284,10 @@ def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Fin
     it: a disagreement, with what to do.
     """
     died: bool | None = None
-    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in trial_ids):
-        if not (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file()):
-            continue  # not a trial's: tensorboard/, retrain/, a probe's
+    others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
+    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others):
+        if folder.name.startswith(".") or not (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file()):
+            continue  # not a trial's: a probe's (.probes/), Ray's own
         died = died_mid_session(directory) if died is None else died
         if died:
             yield (
