@@ -125,6 +125,10 @@ def check_experiment(
                 report.notes.append(item)
             else:
                 report.findings.append(item)
+    if any(finding.where == TABLES_VS_STUDY for finding in report.findings):
+        report.notes.append(
+            f"`tunekit check --repair {directory}` holds the study's trials to {TRIALS_FILE} and {EPOCHS_FILE}"
+        )
     ledger = results.experiment_dir / LEDGER_FILE
     if not ledger.is_file():
         report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")

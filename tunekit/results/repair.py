@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunekit.clock import died_mid_session
 from tunekit.errors import DamagedRecordWarning, StorageError
 from tunekit.journal import JournalSealer, verify_journal
-from tunekit.layout import EPOCHS_FILE, PARAM_PREFIX, STUDY_FILE, TRIALS_FILE, TrialStatus, finite
+from tunekit.layout import EPOCHS_FILE, PARAM_PREFIX, STUDY_FILE, TRIALS_FILE, TrialStatus, finite, number_or_none
 from tunekit.results.findings import table_rows_of
 from tunekit.search.attrs import HELD_ATTR, LOST_ATTR, RAY_TRIAL_ATTR
 from tunekit.store import repair_torn_tail
@@ -69,10 +70,14 @@ def _repair_journal(directory: Path) -> list[str]:
         return [_rebuild(directory, b"", "it was missing")]
     report = verify_journal(path)
     if report.damage is None:
+        repaired = []
         if cut := repair_torn_tail(path):
             JournalSealer(directory).seal()
-            return [f"{STUDY_FILE}: cut back a torn last line ({cut} bytes)"]
-        return []
+            repaired.append(f"{STUDY_FILE}: cut back a torn last line ({cut} bytes)")
+        if (count := _states_not_the_tables(directory, report.trials)) and not died_mid_session(directory):
+            # A driver that died leaves the study ahead of the tables: the resume settles that.
+            repaired.append(_rebuild(directory, path.read_bytes(), f"{count} trials' states were not {TRIALS_FILE}'s"))
+        return repaired
     line = report.damage[0]
     with path.open("rb") as handle:
         prefix = b"".join(handle.readline() for _ in range(line - 1))
@@ -126,10 +131,31 @@ def _rebuild(directory: Path, prefix: bytes, damage: str) -> str:
     JournalSealer(directory).seal()
     whole_lines, from_tables = prefix.count(b"\n"), count - len(trials)
     return (
-        f"{STUDY_FILE}: rebuilt ({damage}): {len(trials)} trials from its {whole_lines} whole lines before the "
-        f"damage, {from_tables} from {TRIALS_FILE} and {EPOCHS_FILE}, every trial's state and epochs held to "
+        f"{STUDY_FILE}: rebuilt ({damage}): {len(trials)} trials from its first {whole_lines} whole lines, "
+        f"{from_tables} from {TRIALS_FILE} and {EPOCHS_FILE}, every trial's state and epochs held to "
         f"them; the damaged file is kept as {STUDY_FILE}{DAMAGED_SUFFIX}"
     )
+
+
+# The Optuna states (their journal codes) a trial of each status may have; see check._study_states.
+_STATES_OF = {
+    TrialStatus.COMPLETED: {1},
+    TrialStatus.PRUNED: {2},
+    TrialStatus.FAILED: {3},
+}
+
+
+def _states_not_the_tables(directory: Path, states: list[int]) -> int:
+    """How many trials of trials.csv the study holds in a state their status rules out."""
+    from tunekit.store import table_rows
+
+    count = 0
+    for row in table_rows(directory / TRIALS_FILE):
+        number, status = number_or_none(row.get("number")), row.get("status", "")
+        allowed = _STATES_OF.get(TrialStatus(status)) if status in set(TrialStatus) else None
+        if number is not None and allowed is not None and int(number) < len(states):
+            count += states[int(number)] not in allowed
+    return count
 
 
 def _metric_by_epoch(results: ExperimentResults) -> dict[str, dict[int, float]]:

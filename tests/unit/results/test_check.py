@@ -616,3 +616,21 @@ def test_a_trial_folder_no_record_names_is_a_disagreement_with_what_to_do(tmp_pa
     found = [f for f in check_experiment(root).findings if f.where == "trials.csv vs trial folders"]
     assert [(f.what, f.expected) for f in found] == [(f"folder {orphan}", "a trial in trials.csv")]
     assert found[0].actual.endswith(f"or remove the folder (`rm -r {orphan}`)")
+
+
+def test_a_study_trial_whose_state_is_not_its_rows_is_held_to_the_tables_by_check_repair(tmp_path: Path) -> None:
+    from tunekit.results.repair import repair_experiment
+
+    root = consistent(tmp_path, b_untold=True)  # b pruned in trials.csv, RUNNING in the study
+    report = check_experiment(root)
+    assert [f.what for f in report.findings if f.where == "trials.csv vs study"] == ["trial 1 (b) state"]
+    assert f"`tunekit check --repair {root}` holds the study's trials to trials.csv and epochs.csv" in report.notes
+    lines = (root / "study.journal").read_bytes().count(b"\n")
+    repaired = repair_experiment(root)
+    assert repaired == [
+        f"study.journal: rebuilt (1 trials' states were not trials.csv's): 2 trials from its first {lines} whole "
+        "lines, 0 from trials.csv and "
+        "epochs.csv, every trial's state and epochs held to them; the damaged file is kept as study.journal.damaged"
+    ]
+    assert check_experiment(root).ok, check_experiment(root).describe()
+    assert repair_experiment(root) == []  # nothing left to repair
