@@ -281,6 +281,11 @@ def _resume(
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    # Before anything is read as whole, and before Ray starts: every record the resume continues
+    # from is (the journal's torn tail is cut back here, and said); a complete search's too.
+    for mended in check_resumable(directory):
+        if stream is not None:
+            stream.write(f"tunekit: {mended}\n")
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
@@ -302,11 +307,6 @@ def _resume(
         if reason:
             raise NoResultError(reason, directory)
         return _closed(directory, stream, python_trainable)
-    # Before Ray starts: every record the resume continues from is whole (the journal's torn
-    # tail is cut back here, and said).
-    for mended in check_resumable(directory):
-        if stream is not None:
-            stream.write(f"tunekit: {mended}\n")
     check_reachable(spec)
     target = resume_target(directory, address, local=local)
     joined = _join(spec, target, connect_timeout, directory)
