@@ -65,6 +65,7 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
+from tunekit.journal import JournalSealer
 from tunekit.layout import (
     DRIVER_LOG_FILE,
     ERROR_FILE,
@@ -409,6 +410,7 @@ def _fit(
             recorder.settle_study()
         else:  # a signal's stopped trials are the resume's to continue
             recorder.searcher.mark_held(True)
+        JournalSealer(experiment_dir).seal()  # the study's last writes, after the tables' last seal
         wait_for_released_resources()
         if signals.received is None:
             keep_workers_warm(spec)  # for this process's next search
