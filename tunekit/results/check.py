@@ -526,7 +526,7 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
 
 
 def _attempts(label: str, row: dict[str, Any], spanned: int | None) -> Iterator[Finding]:
-    """trials.csv's ``attempts`` against the attempts its spans were run in (each attempt opens a
+    """A trial's ``attempts`` (trials.csv) against the attempts its spans were run in (each attempt opens a
     span); None: spans from before they named their attempt."""
     attempts = finite(row.get("attempts"))
     if spanned is not None and attempts is not None and int(attempts) != spanned:
