@@ -898,6 +898,25 @@ def test_sync_of_a_tracked_search_adds_nothing(tracked: tunekit.ExperimentResult
     assert len(client(server.uri).search_model_versions(f"name = '{REGISTERED_MODEL}'")) == 1
 
 
+def test_a_parent_summary_a_clock_running_ahead_left_latest_is_found_by_check_and_repaired_by_sync(
+    tracked: tunekit.ExperimentResults, server: MlflowServer
+) -> None:
+    # A session on a host whose clock ran 5 minutes ahead logged its count at the same step:
+    # MLflow shows its point as the latest, whatever a later session with a right clock logs.
+    mlflow_client = client(server.uri)
+    parent, _ = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    truth = parent.data.metrics["trials_completed"]
+    step = max(point.step for point in mlflow_client.get_metric_history(parent.info.run_id, "trials_completed"))
+    ahead_ms = int((time.time() + 300) * 1000)
+    mlflow_client.log_metric(parent.info.run_id, "trials_completed", truth + 2, timestamp=ahead_ms, step=step)
+    found = check_experiment(tracked.experiment_dir)
+    assert not found.ok and "trials_completed" in found.describe(), found.describe()
+    sync(tracked.experiment_dir)
+    parent, _ = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    assert parent.data.metrics["trials_completed"] == truth
+    assert check_experiment(tracked.experiment_dir).ok
+
+
 @pytest.mark.slow
 def test_resume_of_a_finished_search_sends_what_its_killed_driver_had_not(
     tracked: tunekit.ExperimentResults, server: MlflowServer
