@@ -17,7 +17,8 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -198,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("experiment_dir")
     check.add_argument("--no-mlflow", action="store_true", help="leave MLflow's runs out of the comparison")
     check.add_argument("--tracking-uri", help="where the runs are, when not where tracking.json says")
+    check.add_argument(
+        "--repair", action="store_true", help="first rebuild a damaged study journal from its whole lines and tables"
+    )
     check.set_defaults(handler=_check)
 
     logs = commands.add_parser("logs", help="a trial's output (stdout and stderr) and its error, if it failed")
@@ -295,8 +299,25 @@ def _resume(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from tunekit.results.status import read_status
 
-    print(read_status(args.experiment_dir).describe())
+    with _warnings_as_lines():
+        status = read_status(args.experiment_dir)
+    print(status.describe())
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """A reader's warnings of a damaged record as ``tunekit: warning:`` lines, not Python's format."""
+    from tunekit.errors import DamagedRecordWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DamagedRecordWarning)
+        yield
+    for warning in caught:
+        if issubclass(warning.category, DamagedRecordWarning):
+            print(f"tunekit: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -389,7 +410,8 @@ def _report(args: argparse.Namespace) -> int:
 
     if len(args.experiment_dir) > 1:
         return _compare(args)
-    results = load(args.experiment_dir[0])
+    with _warnings_as_lines():
+        results = load(args.experiment_dir[0])
     summary = summarize(results, args.tolerance, args.price_per_hour)
     if args.format == "json":
         print(summary.to_json(results))
@@ -433,6 +455,11 @@ def _list(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from tunekit.results.check import check_experiment
 
+    if args.repair:
+        from tunekit.results.repair import repair_experiment
+
+        repaired = repair_experiment(args.experiment_dir)
+        print("\n".join(f"repaired: {line}" for line in repaired) or "repaired: nothing (no damage it rebuilds)")
     report = check_experiment(args.experiment_dir, mlflow=not args.no_mlflow, tracking_uri=args.tracking_uri)
     print(report.describe())
     return 0 if report.ok else EXIT_FAILURE

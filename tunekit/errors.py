@@ -107,6 +107,11 @@ class DamagedFileError(StorageError):
         super().__init__(f"{path}: {problem}; {repair}")
 
 
+class DamagedRecordWarning(UserWarning):
+    """A record is missing or damaged, yet what is read is whole without it (the study, when
+    the tables hold the results): readers say it (the CLI as ``tunekit: warning:``)."""
+
+
 class NoSpaceError(StorageError):
     """The experiment's storage filled up (ENOSPC). Nothing the search recorded is lost; once
     space is freed, ``tunekit resume`` continues it.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,9 @@ SPEC_FILE = "spec.yaml"
 # that (benchmarks/scale.py). Experiments made before the journal keep ``study.db``.
 STUDY_FILE = "study.journal"
 SQLITE_STUDY_FILE = "study.db"
+# The journal's length and a CRC-32 per block of its lines, as its driver last wrote them
+# (tunekit.journal): a cut or a changed byte anywhere in what it covers is found.
+JOURNAL_SEAL_FILE = "study.seal.json"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)
@@ -87,6 +90,10 @@ CHECKPOINT_STATE = "state.json"
 KEPT_WEIGHTS = "kept.npz"
 FINAL_MODEL = "model.keras"  # the whole model, when Keras can serialise it
 FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with build_model
+# Beside a checkpoint's payloads: {file name: SHA-256} of each as its worker wrote it
+# (tunekit.checksums), since a changed byte inside an array or a weight reads as a number.
+CHECKSUMS_FILE = "checksums.json"
+CHECKSUMMED = (CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, KEPT_WEIGHTS, FINAL_MODEL, FINAL_WEIGHTS)
 
 # ------------------------------------------------------------------------- tables
 
@@ -167,6 +174,9 @@ RESTORED_WEIGHTS = "restored_weights"
 KEPT_EPOCH = "kept_epoch"
 KEPT_VALUE = "kept_value"
 CHECKPOINTED = "checkpointed"  # in INFO_KEY: the report carried a checkpoint (CheckpointPolicy)
+# In INFO_KEY of the first report after a restore that passed over a damaged checkpoint: which,
+# and the one restored instead (the console says it; the trial's output.log has it too).
+CHECKPOINT_NOTE = "checkpoint_note"
 EXPORT_NOTE = "export_note"  # in INFO_KEY: why the final export is weights only
 
 
@@ -286,6 +296,27 @@ WARM_START_FILE = "warm_start.json"
 # (it takes the source's, with the mutated parameters perturbed).
 EXPLOITS_FILE = "exploits.csv"
 EXPLOIT_COLUMNS = ("trial_id", "number", "epoch", "source_trial_id", "source_number", "source_epoch", "time")
+# Columns whose every cell is a number or empty (tunekit.store refuses a table where one is
+# not: a changed byte must not read as a metric); in epochs.csv every column but the ids.
+NUMBER_COLUMNS = {
+    TRIALS_FILE: (
+        *("number", "epochs", "final_metric", "best_metric", "kept_epoch", "rung", "wall_seconds"),
+        *("samples_per_second", "attempts", "started_at", "ended_at"),
+    ),
+    SPANS_FILE: ("span", "start", "end", "attempt", "pid"),
+    EXPLOITS_FILE: ("number", "epoch", "source_number", "source_epoch", "time"),
+}
+
+
+def number_columns(table: str, header: Sequence[str]) -> list[int]:
+    """Where in ``header`` the table named ``table`` keeps numbers (``NUMBER_COLUMNS``)."""
+    if table == EPOCHS_FILE:
+        return [i for i, column in enumerate(header) if column not in ID_COLUMNS]
+    fixed = NUMBER_COLUMNS.get(table, ())
+    finals = table == TRIALS_FILE
+    return [i for i, c in enumerate(header) if c in fixed or (finals and c.startswith(FINAL_PREFIX))]
+
+
 OLD_PREFIX = "old."
 NEW_PREFIX = "new."
 # In a trial's folder: the source checkpoint an exploit copied, restarted from.

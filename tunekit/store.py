@@ -14,7 +14,9 @@ through here, so each guarantee is made once:
   middle of the file that no reader gets past (Optuna's journal reader skips a torn *last*
   line only).
 * **Damage is said, never read around.** ``table_rows`` and ``read_json`` raise
-  ``DamagedFileError`` naming the file for a table cut mid-line or JSON that does not parse;
+  ``DamagedFileError`` naming the file (and a table's line) for a table cut, torn or changed
+  (a row of the wrong length, a byte that is no UTF-8, a NUL, a number that is none) or JSON
+  that does not parse;
   a missing file is ``[]`` or None, which the caller tells from damage.
 * **Typed failures.** A full disk is ``NoSpaceError`` (``no_space_error`` names the storage
   and the space a search needs), a refused write a ``StorageError``.
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import DamagedFileError, NoSpaceError, StorageError
+from tunekit.layout import number_columns, number_or_none
 
 _PARTIAL = ".partial"
 
@@ -133,49 +136,67 @@ def table_rows(path: Path) -> list[dict[str, str]]:
     is missing: readers that must not turn ids or params into numbers (see ``ID_COLUMNS``).
 
     Raises:
-        DamagedFileError: the table is cut short (its last line has no end, a row has fewer
-            or more cells than the header): what it holds is not the whole table.
+        DamagedFileError: the table is not whole (``table_damage``), naming its line.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _table_text(path)
+    if text is None:
         return []
-    if problem := table_damage(text):
-        raise DamagedFileError(path, problem)
     reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader)
     return [dict(zip(header, cells, strict=True)) for cells in reader if cells]
 
 
-def table_damage(text: str) -> str | None:
-    """What is wrong with a table's text, or None when it is whole.
+def table_damage(data: bytes, name: str = "") -> str | None:
+    """What is wrong with a table's bytes, or None when it is whole.
 
-    Tables are written whole (``write_text``) with every line ended, so a last line without
-    an end, or a row whose cell count is not the header's, means the file was cut or torn.
+    Tables are written whole (``write_text``) as UTF-8 text with every line ended, so a last
+    line without an end, a row whose cell count is not the header's, a byte that is no UTF-8
+    or a NUL, or a number column (``layout.number_columns`` of the table ``name``) holding
+    something else, means the file was cut, torn or changed after it was written.
     """
-    if not text:
+    if not data:
         return "empty (not even its header)"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"line {_line_at(data, error.start)} is not UTF-8 text (byte {data[error.start]:#04x})"
+    if (nul := data.find(b"\0")) >= 0:
+        return f"line {_line_at(data, nul)} holds a NUL byte"
     if not text.endswith("\n"):
         return "cut short (its last line has no end)"
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
+        numbers = number_columns(name, header)
         for cells in reader:
             if cells and len(cells) != len(header):
                 return f"cut short (line {reader.line_num} has {len(cells)} cells where the header has {len(header)})"
+            for index in numbers if cells else ():
+                if cells[index] and number_or_none(cells[index]) is None:
+                    return f"line {reader.line_num} has {cells[index]!r} for the number {header[index]}"
     except csv.Error as error:
         return f"cut short (line {reader.line_num}: {error})"
     return None
 
 
+def _line_at(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
 def check_table(path: Path) -> None:
     """Raises ``DamagedFileError`` when the table at ``path`` is damaged (a missing one is fine)."""
+    _table_text(path)
+
+
+def _table_text(path: Path) -> str | None:
+    """The table's text, None when it is missing; ``DamagedFileError`` when it is damaged."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
-        return
-    if problem := table_damage(text):
+        return None
+    if problem := table_damage(data, path.name):
         raise DamagedFileError(path, problem)
+    return data.decode("utf-8")
 
 
 # ------------------------------------------------------------------ append-only logs

@@ -285,10 +285,60 @@ def test_a_missing_study_refuses_the_resume_before_ray_starts_and_writes_nothing
     assert done.returncode == 1
     assert done.stderr.strip() == (
         f"tunekit: error: {copy_of_chaos / 'study.journal'}: missing, while the search has run (its trials and "
-        "configurations are recorded there); it cannot be resumed without it; restore the file from a copy, "
-        "or read its results (`tunekit report`) and `tunekit run` the search again"
+        f"configurations are recorded there); `tunekit check --repair {copy_of_chaos}` rebuilds the study from what "
+        "of it is whole, trials.csv and epochs.csv; then `tunekit resume` continues"
     )
     assert sorted(p.name for p in copy_of_chaos.iterdir()) == before  # no empty journal left behind
+
+
+@DAMAGED
+@pytest.mark.parametrize("damage", ["cut", "inserted", "changed"])
+def test_journal_damage_anywhere_is_refused_by_resume_found_by_check_and_repaired(
+    copy_of_chaos: Path, damage: str
+) -> None:
+    journal = copy_of_chaos / "study.journal"
+    data = journal.read_bytes()
+    rng = random.Random(f"journal:{damage}")
+    at = rng.randrange(len(data) // 5, 4 * len(data) // 5)
+    line = data.count(b"\n", 0, at) + 1
+    if damage == "cut":
+        journal.write_bytes(data[:at])
+    elif damage == "inserted":
+        start = data.rfind(b"\n", 0, at) + 1
+        journal.write_bytes(data[:start] + rng.choice([b"{}\n", b"\x00\x00\n", b'{"op_code": 4}\n']) + data[start:])
+    else:
+        journal.write_bytes(data[:at] + bytes([data[at] ^ rng.randrange(1, 256)]) + data[at + 1 :])
+    before = sorted(p.name for p in copy_of_chaos.iterdir())
+    done = subprocess.run([*TUNEKIT, "resume", str(copy_of_chaos)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    named = int(done.stderr.split(": line", 1)[1].split()[0].rstrip(":").split("-")[0])
+    assert named <= line, done.stderr  # the line damaged, or the first of its sealed block
+    assert f"`tunekit check --repair {copy_of_chaos}`" in done.stderr
+    assert sorted(p.name for p in copy_of_chaos.iterdir()) == before  # refused before it wrote anything
+    checked = subprocess.run([*TUNEKIT, "check", str(copy_of_chaos)], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 1 and "study.journal: every line whole" in checked.stdout, checked.stdout
+    repaired = subprocess.run(
+        [*TUNEKIT, "check", "--repair", str(copy_of_chaos)], capture_output=True, text=True, timeout=120
+    )
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert repaired.stdout.startswith("repaired: study.journal: rebuilt (line "), repaired.stdout
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(copy_of_chaos))
+    assert len([t for t in study.trials if LOST_ATTR not in t.user_attrs]) == CHAOS_SAMPLES
+
+
+@DAMAGED
+def test_a_changed_byte_in_any_checkpoint_payload_is_named_by_check(copy_of_chaos: Path) -> None:
+    rng = random.Random(51)
+    payloads = sorted(copy_of_chaos.glob("*/checkpoint_*/weights.npz")) + sorted(copy_of_chaos.glob("*/*/model.keras"))
+    assert payloads and all((p.parent / "checksums.json").is_file() for p in payloads)
+    damaged = rng.sample(payloads, 3)
+    for path in damaged:
+        data = bytearray(path.read_bytes())
+        data[rng.randrange(len(data))] ^= rng.randrange(1, 256)
+        path.write_bytes(bytes(data))
+    described = check_experiment(copy_of_chaos).describe()
+    for path in damaged:  # a disagreement for a trial's newest checkpoint, a note for one a newer replaced
+        assert f"{path}: fails its checksum" in described or f"{path}: 'its recorded checksum'" in described, described
 
 
 @DAMAGED
@@ -321,6 +371,18 @@ def test_a_torn_journal_is_cut_back_once_and_the_grown_search_runs_on(ray_here: 
         progress=False,
     )
     journal = experiment / "study.journal"
+    whole = journal.read_bytes()
+    # Cut in the middle (a seeded offset): not a torn tail, whatever it looks like at the end.
+    cut = random.Random(9533).randrange(len(whole) // 4, 3 * len(whole) // 4)
+    journal.write_bytes(whole[:cut])
+    with pytest.raises(DamagedFileError) as refused:
+        tunekit.resume(experiment, overrides=["budget.num_samples=5"], progress=False)
+    line = whole.count(b"\n", 0, cut) + 1
+    assert str(refused.value).startswith(f"{journal}: line {line} is missing: "), refused.value
+    assert journal.read_bytes() == whole[:cut]  # never cut back
+    from tunekit.cli import main
+
+    assert main(["check", "--repair", str(experiment)]) == 0  # rebuilt from the prefix and the tables
     whole = journal.read_bytes()
     journal.write_bytes(whole + b'{"op_code": 6, "worker_id": "x", "trial_id": 2, "sta')  # a write cut by a full disk
     said = tmp_path / "console.txt"

@@ -46,7 +46,9 @@ from tunekit.driver.records import (
 )
 from tunekit.driver.saved_records import SavedRecords, records_of, revived
 from tunekit.driver.worker_deaths import ray_error_text
+from tunekit.journal import JournalSealer
 from tunekit.layout import (
+    CHECKPOINT_NOTE,
     CHECKPOINTED,
     EPOCH_KEY,
     EPOCHS_FILE,
@@ -153,6 +155,8 @@ class Recorder(Callback):
             record.restored_weights = True
         if bookkeeping.get(CHECKPOINTED):
             record.checkpoint_epoch = int(result[EPOCH_KEY])
+        if bookkeeping.get(CHECKPOINT_NOTE):
+            self.warn(f"trial {record.number}: {bookkeeping[CHECKPOINT_NOTE]}")
         if bookkeeping.get(EXPORT_NOTE):
             self._warn_export(record, str(bookkeeping[EXPORT_NOTE]))
         names = bookkeeping.get("metrics", [])
@@ -425,6 +429,8 @@ class Recorder(Callback):
         trials.write(self.trials, changed, self.clock.now())
         epochs.write(self.epochs, replaced)
         spans.write(self.trials, changed)
+        # After the tables: every trial they name is in the journal that the seal covers.
+        self.__dict__.setdefault("_sealer", JournalSealer(self.experiment_dir)).seal()
         if isinstance(self.scheduler, RecordingPBT):
             numbers = {r.trial_id: r.number for r in self.trials.values()}
             params = self.scheduler.params
@@ -577,6 +583,7 @@ class Recorder(Callback):
         state.pop("_late_endings", None)
         state.pop("_interrupted", None)
         state.pop("_saved", None)
+        state.pop("_sealer", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -4,17 +4,18 @@ A resume continues from the study, the tables, the clock and Ray's saved state. 
 missing or damaged used to surface only after Ray had started and trials had trained (a
 missing study: an ``IndexError`` after 24 s, and an empty journal left behind). Here each is
 read first, in a second or so, and a resume that cannot continue is refused with one line
-naming the file; the one damage a resume mends itself, the study journal's torn last line,
-is cut back and said once.
+naming the file (the journal's line: ``tunekit.journal`` reads it whole); the one damage a
+resume mends itself, the study journal's torn last line, is cut back and said once, and only
+when every line before it is whole.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tunekit.compat.ray_saved_state import damaged_saved_state
 from tunekit.errors import DamagedFileError
+from tunekit.journal import damage_message, journal_repair, verify_journal
 from tunekit.layout import (
     CLUSTER_FILE,
     EPOCHS_FILE,
@@ -71,33 +72,19 @@ def _study(experiment_dir: Path, *, required: bool) -> list[str]:
             raise DamagedFileError(
                 path,
                 "missing, while the search has run (its trials and configurations are recorded there)",
-                "it cannot be resumed without it; restore the file from a copy, or read its results "
-                "(`tunekit report`) and `tunekit run` the search again",
+                journal_repair(experiment_dir),
             )
         return []
+    report = verify_journal(path)
+    if report.damage is not None:
+        raise DamagedFileError(path, damage_message(report.damage), journal_repair(path.parent))
     mended = []
     if cut := repair_torn_tail(path):
         mended.append(
             f"{STUDY_FILE}: cut back a torn last line ({cut} bytes, a write cut short by a kill or a "
             "full disk) before appending; the study lost that one write, which the resume redoes"
         )
-    _whole_lines(path)
     return mended
-
-
-def _whole_lines(path: Path) -> None:
-    """Every line of the journal parses (Optuna's replay would fail on the first that does not)."""
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                json.loads(line)
-            except ValueError:
-                raise DamagedFileError(
-                    path,
-                    f"line {number} does not parse (a torn write that a later one was appended to)",
-                    "Optuna cannot replay the study past it, so the search cannot be resumed; its "
-                    "results stay readable (`tunekit report`)",
-                ) from None
 
 
 def stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:

@@ -66,6 +66,7 @@ from tunekit.driver.session import (
 from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
 from tunekit.driver.study_catch_up import caught_up
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
+from tunekit.journal import JournalSealer
 from tunekit.layout import (
     DRIVER_LOG_FILE,
     ERROR_FILE,
@@ -285,7 +286,12 @@ def _resume(
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
-    caught_up(directory, spec, stream)  # a bucket's journal may be behind its tables: before anything reads it
+    # Before anything is read as whole, and before Ray starts: every record the resume continues
+    # from is (the journal's torn tail is cut back here, and said); a complete search's too.
+    for mended in check_resumable(directory):
+        if stream is not None:
+            stream.write(f"tunekit: {mended}\n")
+    caught_up(directory, spec, stream)  # a study behind its tables takes their endings: before anything reads it
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
@@ -307,11 +313,6 @@ def _resume(
         if reason:
             raise NoResultError(reason, directory)
         return _closed(directory, stream, python_trainable)
-    # Before Ray starts: every record the resume continues from is whole (the journal's torn
-    # tail is cut back here, and said).
-    for mended in check_resumable(directory):
-        if stream is not None:
-            stream.write(f"tunekit: {mended}\n")
     check_reachable(spec)
     target = resume_target(directory, address, local=local)
     joined = _join(spec, target, connect_timeout, directory)
@@ -414,6 +415,7 @@ def _fit(
             recorder.settle_study()
         else:  # a signal's stopped trials are the resume's to continue
             recorder.searcher.mark_held(True)
+        JournalSealer(experiment_dir).seal()  # the study's last writes, after the tables' last seal
         wait_for_released_resources()
         if signals.received is None:
             keep_workers_warm(spec)  # for this process's next search

@@ -16,11 +16,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock, died_mid_session
+from tunekit.errors import DamagedRecordWarning
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
@@ -28,6 +30,7 @@ from tunekit.layout import (
     LEDGER_FILE,
     SPANS_FILE,
     STARTED_FILE,
+    STUDY_FILE,
     TRACKING_FILE,
     TRIALS_FILE,
     TrialStatus,
@@ -40,8 +43,10 @@ from tunekit.results.check_files import (
     damage,
     kept_checkpoint_findings,
     last_checkpoints,
+    orphan_folder_findings,
     saved_state_findings,
 )
+from tunekit.results.check_journal import journal_findings
 from tunekit.results.check_mlflow import check_mlflow
 from tunekit.results.check_pareto import FRONT_VS_STUDY, front_findings, ledger_front_findings, study_findings
 from tunekit.results.findings import (
@@ -92,17 +97,22 @@ def check_experiment(
         mlflow: compare MLflow's runs too, when the experiment was tracked (``tracking.json``).
         tracking_uri: where its runs are, when not the URI ``tracking.json`` recorded.
     """
-    results = load(readable(experiment_dir, payloads=True))  # a bucket's: its checkpoints' files too
+    with warnings.catch_warnings():  # a missing study is a finding here (journal_findings)
+        warnings.simplefilter("ignore", DamagedRecordWarning)
+        results = load(readable(experiment_dir, payloads=True))  # a bucket's: its checkpoints' files too
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
     clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age
     directory = results.experiment_dir
+    journal_whole = journal_findings(directory)
     sections: list[tuple[str, Callable[[], Iterator[Finding | str]]]] = [
+        (STUDY_FILE, lambda: iter(journal_whole)),
         (TRIALS_FILE, lambda: _trials_table(results)),
         (EPOCHS_FILE, lambda: _epochs_against_trials(results)),
         (SPANS_FILE, lambda: _spans(results, clock)),
-        ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary), *STUDY_LAG)),
+        ("study", lambda: _as_a_dead_driver_s_lag(directory, _study(results, summary, journal_whole), *STUDY_LAG)),
         ("checkpoints", lambda: _as_a_dead_driver_s_lag(directory, _checkpoints(results), *CHECKPOINTS_LAG)),
+        ("trial folders", lambda: orphan_folder_findings(directory, set(map(str, results.trials.get("trial_id", []))))),
         (SAVED_STATE, lambda: saved_state_findings(directory)),
         ("summary", lambda: _figures(results, summary)),
     ]
@@ -115,6 +125,10 @@ def check_experiment(
                 report.notes.append(item)
             else:
                 report.findings.append(item)
+    if any(finding.where == TABLES_VS_STUDY for finding in report.findings):
+        report.notes.append(
+            f"`tunekit check --repair {directory}` holds the study's trials to {TRIALS_FILE} and {EPOCHS_FILE}"
+        )
     ledger = results.experiment_dir / LEDGER_FILE
     if not ledger.is_file():
         report.notes.append(f"no {LEDGER_FILE}: the search did not end (or ended before this file existed)")
@@ -250,8 +264,11 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
         return
     spans = results.spans
     by_trial: dict[str, list[tuple[float, float | None]]] = {}
+    attempts_of: dict[str, int] = {}  # the last attempt a span of the trial belongs to
     for row in table_rows_of(spans):
         by_trial.setdefault(str(row["trial_id"]), []).append((float(row["start"]), finite(row["end"])))
+        if (attempt := finite(row.get("attempt"))) is not None:
+            attempts_of[str(row["trial_id"])] = max(attempts_of.get(str(row["trial_id"]), 0), int(attempt))
     reports: dict[str, list[float]] = {}
     for row in table_rows_of(results.epochs):
         reports.setdefault(str(row["trial_id"]), []).append(float(row["time"]))
@@ -270,6 +287,7 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
                 yield Finding(where, f"{label} spans overlap", f"start >= {end}", start)
         if closed and closed[-1][1] is not None and closed[-1][1] > limit:
             yield Finding(where, f"{label} span ends after the search's active time", f"<= {limit:.3f}", closed[-1][1])
+        yield from _attempts(label, row, attempts_of.get(trial_id))
         total = sum(end - start for start, end in closed)
         wall = finite(row.get("wall_seconds"))
         if len(closed) == len(pairs) and (wall is None or abs(total - wall) > TIME_SLACK_S):
@@ -282,12 +300,14 @@ def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Fi
 # ----------------------------------------------------------------- the study
 
 
-def _study(results: ExperimentResults, summary: Summary) -> Iterator[Finding | str]:
+def _study(results: ExperimentResults, summary: Summary, journal: list[Finding | str]) -> Iterator[Finding | str]:
     import optuna
 
     from tunekit.search.plan import study_storage
 
     where = TABLES_VS_STUDY
+    if any(isinstance(item, Finding) for item in journal):
+        return  # a damaged journal replays as another study: its finding says what to do
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=results.spec.name, storage=study_storage(results.experiment_dir))
@@ -503,6 +523,14 @@ def _ledger_file(results: ExperimentResults, summary: Summary) -> Iterator[Findi
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _attempts(label: str, row: dict[str, Any], spanned: int | None) -> Iterator[Finding]:
+    """A trial's ``attempts`` (trials.csv) against the attempts its spans were run in (each attempt opens a
+    span); None: spans from before they named their attempt."""
+    attempts = finite(row.get("attempts"))
+    if spanned is not None and attempts is not None and int(attempts) != spanned:
+        yield Finding(f"{TRIALS_FILE} vs {SPANS_FILE}", f"{label} attempts", spanned, int(attempts))
 
 
 def _within(at: float, start: float, end: float | None) -> bool:

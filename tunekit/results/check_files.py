@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tunekit.checksums import damaged_payloads
 from tunekit.clock import died_mid_session
 from tunekit.layout import (
     CHECKPOINT_STATE,
@@ -30,6 +31,9 @@ from tunekit.layout import (
     FINAL_MODEL,
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
+    OUTPUT_FILE,
+    RETRAIN_DIR,
+    TENSORBOARD_DIR,
     TRIALS_FILE,
     TrialStatus,
 )
@@ -243,6 +247,60 @@ def checkpoint_file_findings(results: ExperimentResults) -> Iterator[Finding | s
                 )
                 continue
         yield Finding(CHECKPOINT_FILES, f"{trial_label(row)} {path}", *found)
+    yield from _checksum_findings(directory, rows)
+
+
+def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iterator[Finding | str]:
+    """Every payload of every kept checkpoint against the checksum its worker recorded beside it
+    (``tunekit.checksums``): a changed byte inside a weight opens whole and reads as a weight.
+
+    A damaged checkpoint older than the trial's newest is a note: a restore passed over it (or
+    would), and nothing else reads it; the newest, and with it the trial's model, is a disagreement.
+    """
+    from tunekit.tracking.artifacts import checkpoint_order
+
+    for trial_id, row in rows.items():
+        label, number = trial_label(row), row.get("number")
+        folders = sorted((directory / trial_id).glob("checkpoint_*"), key=checkpoint_order)
+        for folder in folders:
+            for name, problem in damaged_payloads(folder):
+                if folder != folders[-1]:
+                    yield f"{label} {folder / name}: {problem}; a newer checkpoint is whole, which a resume restores"
+                    continue
+                if (folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file():
+                    repair = f"`tunekit retrain {directory} --trial {number}` trains it again, exported beside"
+                else:
+                    repair = "`tunekit resume` passes over it for the trial's newest whole checkpoint"
+                yield Finding(
+                    CHECKPOINT_FILES, f"{label} {folder / name}", "its recorded checksum", f"{problem}; {repair}"
+                )
+
+
+def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Finding | str]:
+    """Trial folders (a checkpoint or an output.log inside) that no row of trials.csv names.
+
+    A driver that died mid-session can leave one (Ray started the trial before a table write
+    recorded it): a note, since ``tunekit resume`` records it. Otherwise nothing will ever read
+    it: a disagreement, with what to do.
+    """
+    died: bool | None = None
+    others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
+    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others):
+        if folder.name.startswith(".") or not (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file()):
+            continue  # not a trial's: a probe's (.probes/), Ray's own
+        died = died_mid_session(directory) if died is None else died
+        if died:
+            yield (
+                f"trial folder {folder.name} is in no row of {TRIALS_FILE}: the last session's driver died before "
+                "its tables recorded the trial; `tunekit resume` records it"
+            )
+            continue
+        yield Finding(
+            f"{TRIALS_FILE} vs trial folders",
+            f"folder {folder}",
+            f"a trial in {TRIALS_FILE}",
+            f"none; no record names it: restore {TRIALS_FILE} from a copy, or remove the folder (`rm -r {folder}`)",
+        )
 
 
 def kept_checkpoint_findings(trial_dir: Path, label: str, kept_epoch: int) -> Iterator[Finding]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from tunekit.clock import SearchClock
 from tunekit.config.files import read_recorded_spec
 from tunekit.config.objectives import headline_metric, selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
-from tunekit.errors import NotAnExperimentError, SpecError, TunekitError
+from tunekit.errors import DamagedFileError, DamagedRecordWarning, NotAnExperimentError, SpecError, TunekitError
 from tunekit.layout import (
     EPOCHS_FILE,
     EXPLOITS_FILE,
@@ -22,11 +23,13 @@ from tunekit.layout import (
     TRIALS_FILE,
     TrialStatus,
     finite,
+    number_or_none,
+    study_file,
 )
 from tunekit.results.best import BestTrial, best_trial
 from tunekit.results.pareto import pareto_of
 from tunekit.storage import model_of, readable, shown
-from tunekit.store import check_table
+from tunekit.store import check_table, table_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -262,12 +265,52 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     spec_path = directory / SPEC_FILE
     if not spec_path.is_file():
         raise NotAnExperimentError(shown(directory), SPEC_FILE)
+    check_required_tables(directory)
+    if warning := missing_study(directory):
+        warnings.warn(warning, DamagedRecordWarning, stacklevel=2)
     trials = _read_csv(pd, directory / TRIALS_FILE)
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
     spec = recorded_spec(read_recorded_spec(spec_path), directory, trials)
     exploits = _read_csv(pd, directory / EXPLOITS_FILE)
     return ExperimentResults(
         directory, spec, trials, epochs, best_trial(trials, exploits, headline_metric(spec).mode, spec)
+    )
+
+
+def check_required_tables(directory: Path) -> None:
+    """trials.csv and epochs.csv are written together (the recorder's every table write): a
+    trials.csv that counts epochs without an epochs.csv, or an epochs.csv without a trials.csv,
+    is a file lost, never a search with no epochs or no trials.
+
+    Raises:
+        DamagedFileError: naming the missing table and what says it should be there.
+    """
+    trials, epochs = directory / TRIALS_FILE, directory / EPOCHS_FILE
+    if epochs.is_file() and not trials.is_file():
+        missing, problem = trials, f"missing, while {EPOCHS_FILE} is there (the two are written together)"
+    elif not epochs.is_file() and (trained := sum(number_or_none(r.get("epochs")) or 0 for r in table_rows(trials))):
+        missing, problem = epochs, f"missing, while {TRIALS_FILE} counts {trained:.0f} epochs its trials reported"
+    else:
+        return
+    raise DamagedFileError(
+        missing, problem, f"restore it from a copy; `tunekit check {directory}` says what else is whole"
+    )
+
+
+def missing_study(directory: Path) -> str | None:
+    """The line a reader says when the study is missing though the search ran, or None.
+
+    Results are still read (the tables hold them); what the study alone held (the sampler's
+    history for a resume) is not. Said of a search Ray ran (its saved state is there), not of
+    tables made by hand or by a test.
+    """
+    if not (directory / TRIALS_FILE).is_file() or study_file(directory).is_file():
+        return None
+    if not any(directory.glob("experiment_state-*.json")):
+        return None
+    return (
+        f"{study_file(directory)}: missing, while {TRIALS_FILE} holds the search's trials: these results are "
+        f"read from the tables alone; `tunekit check --repair {directory}` rebuilds the study from them"
     )
 
 

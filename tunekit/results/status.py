@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunekit.clock import SearchClock, duration, session_running
 from tunekit.config.files import read_recorded_spec
 from tunekit.config.objectives import headline_metric
-from tunekit.errors import NotAnExperimentError
+from tunekit.errors import DamagedRecordWarning, NotAnExperimentError
 from tunekit.layout import (
     EPOCHS_FILE,
     LEDGER_FILE,
@@ -27,7 +28,7 @@ from tunekit.layout import (
     unstarted_by_time_budget,
 )
 from tunekit.results.completion import search_complete
-from tunekit.results.load import recorded_spec
+from tunekit.results.load import check_required_tables, missing_study, recorded_spec
 from tunekit.storage import readable, shown
 from tunekit.store import table_rows
 from tunekit.worker.heartbeat import read_heartbeat
@@ -131,6 +132,9 @@ def read_status(experiment_dir: str | Path) -> Status:
     directory = readable(experiment_dir)
     if not (directory / SPEC_FILE).is_file():
         raise NotAnExperimentError(shown(directory), SPEC_FILE)
+    check_required_tables(directory)
+    if warning := missing_study(directory):
+        warnings.warn(warning, DamagedRecordWarning, stacklevel=2)
     spec = read_recorded_spec(directory / SPEC_FILE)
     trials = table_rows(directory / TRIALS_FILE)
     clock = SearchClock.read(directory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunekit.checksums import damaged_payloads
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import FatalTrialError, TrialFailure, describe_error
 from tunekit.layout import (
@@ -109,8 +111,9 @@ def restore_checkpoint(
     config: dict[str, Any],
     built_with: dict[str, Any] | None = None,
     kept: KeptEpoch | None = None,
-) -> int:
-    """Loads weights and optimizer state; returns the number of epochs already trained.
+) -> tuple[int, str]:
+    """Loads weights and optimizer state; returns the number of epochs already trained, and a
+    note when the checkpoint given was damaged and an older one restored instead ("" if not).
 
     The checkpoint may be another trial's, copied by PBT, with ``config`` a perturbed copy
     of that trial's configuration: the model was built from ``config`` already, and a new
@@ -118,46 +121,90 @@ def restore_checkpoint(
     ``built_with`` is the config the trainable was given when it differs from the trial's
     (``training.scale_lr``): the rate set is its rate. ``kept`` (``training.keep: best``)
     takes the best epoch the checkpoint remembers.
+
+    A payload that fails its recorded checksum (``tunekit.checksums``) is never loaded: the
+    newest older checkpoint of the trial that is whole is, or none (the trial trains from its
+    first epoch); the note says which, and the trial's output.log has it.
     """
     if checkpoint is None:
-        return 0
-    import numpy as np
-
+        return 0, ""
     with checkpoint.as_directory() as directory:
         if not (Path(directory) / CHECKPOINT_STATE).is_file():
             # Ray's record of this trial predates the driver's death and points at a
             # checkpoint already rotated away; training again from scratch is correct.
-            return 0
+            return 0, ""
         # Named where the trial's storage keeps it: as_directory may be a download's copy.
         stored = Path(getattr(checkpoint, "path", None) or directory)
-        with _damaged(stored / CHECKPOINT_STATE):
-            state = json.loads((Path(directory) / CHECKPOINT_STATE).read_text())
-        weights = stored / CHECKPOINT_WEIGHTS
-        with _damaged(weights):
-            arrays = np.load(Path(directory) / CHECKPOINT_WEIGHTS)
-        with arrays:
-            if not model.weights:
-                # A subclassed model creates its weights on its first call.
-                model(next(iter(train_ds))[0], training=False)
-            saved = sum(1 for name in arrays.files if name.startswith("w"))
-            if saved != len(model.weights):
-                raise FatalTrialError(
-                    f"the checkpoint in {directory} holds {saved} weights but build_model's model has "
-                    f"{len(model.weights)}: the model changed since the checkpoint was written"
-                )
-            for i, variable in enumerate(model.weights):
-                with _damaged(weights):
-                    value = arrays[f"w{i}"]
-                _check_shape(value, variable, directory)
-                variable.assign(value)
-            model.optimizer.build(model.trainable_variables)
-            for i, variable in enumerate(model.optimizer.variables):
-                with _damaged(weights):
-                    value = arrays[f"o{i}"]
-                variable.assign(value)
-        if kept is not None:
-            with _damaged(stored / KEPT_WEIGHTS):
-                kept.restore(Path(directory))
+        damaged = damaged_payloads(Path(directory))
+        if not damaged:
+            return _restore_from(Path(directory), stored, model, train_ds, config, built_with, kept), ""
+        name, problem = damaged[0]
+        older = _newest_whole_before(stored)
+        epoch = 0 if older is None else _restore_from(older, older, model, train_ds, config, built_with, kept)
+        instead = (
+            f"restored {older.name} (epoch {epoch}) instead"
+            if older is not None
+            else "no older checkpoint of the trial is whole, so it trains again from its first epoch"
+        )
+        note = f"checkpoint {stored / name}: {problem}; {instead}"
+        print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
+        return epoch, note
+
+
+def _newest_whole_before(stored: Path) -> Path | None:
+    """The trial's newest checkpoint older than ``stored`` whose payloads are whole (local storage)."""
+    index = _checkpoint_index(stored)
+    older = [p for p in stored.parent.glob("checkpoint_*") if -1 < _checkpoint_index(p) < index]
+    for candidate in sorted(older, key=_checkpoint_index, reverse=True):
+        if (candidate / CHECKPOINT_STATE).is_file() and not damaged_payloads(candidate):
+            return candidate
+    return None
+
+
+def _checkpoint_index(path: Path) -> int:
+    suffix = path.name.rpartition("_")[2]  # Ray's checkpoint_000007
+    return int(suffix) if path.name.startswith("checkpoint_") and suffix.isdigit() else -1
+
+
+def _restore_from(
+    directory: Path,
+    stored: Path,
+    model: Any,
+    train_ds: Any,
+    config: dict[str, Any],
+    built_with: dict[str, Any] | None,
+    kept: KeptEpoch | None,
+) -> int:
+    import numpy as np
+
+    with _damaged(stored / CHECKPOINT_STATE):
+        state = json.loads((directory / CHECKPOINT_STATE).read_text())
+    weights = stored / CHECKPOINT_WEIGHTS
+    with _damaged(weights):
+        arrays = np.load(directory / CHECKPOINT_WEIGHTS)
+    with arrays:
+        if not model.weights:
+            # A subclassed model creates its weights on its first call.
+            model(next(iter(train_ds))[0], training=False)
+        saved = sum(1 for name in arrays.files if name.startswith("w"))
+        if saved != len(model.weights):
+            raise FatalTrialError(
+                f"the checkpoint in {directory} holds {saved} weights but build_model's model has "
+                f"{len(model.weights)}: the model changed since the checkpoint was written"
+            )
+        for i, variable in enumerate(model.weights):
+            with _damaged(weights):
+                value = arrays[f"w{i}"]
+            _check_shape(value, variable, str(directory))
+            variable.assign(value)
+        model.optimizer.build(model.trainable_variables)
+        for i, variable in enumerate(model.optimizer.variables):
+            with _damaged(weights):
+                value = arrays[f"o{i}"]
+            variable.assign(value)
+    if kept is not None:
+        with _damaged(stored / KEPT_WEIGHTS):
+            kept.restore(directory)
     _apply_new_learning_rate(model.optimizer, state.get("config", {}), config, built_with or config)
     return int(state["epoch"])
 
@@ -222,3 +269,5 @@ class TrialProgress:
     scaled_learning_rate: float | None = None
     # The space names read for the trial so far (tunekit.worker.reads); None: not checked.
     space_read: set[str] | None = None
+    # Why the restore passed over a damaged checkpoint (restore_checkpoint); "" once reported.
+    restore_note: str = ""

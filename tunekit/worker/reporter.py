@@ -18,10 +18,12 @@ from typing import Any
 import keras
 from ray import tune
 
+from tunekit.checksums import write_checksums
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
 from tunekit.layout import (
+    CHECKPOINT_NOTE,
     CHECKPOINTED,
     EPOCH_KEY,
     EXPORT_NOTE,
@@ -243,6 +245,10 @@ class EpochReporter(keras.callbacks.Callback):
             if note:
                 print(f"tunekit: warning: {note}", file=sys.stderr)  # into the trial's output.log
                 bookkeeping[EXPORT_NOTE] = note
+        if checkpoint_dir is not None:
+            write_checksums(checkpoint_dir)  # last: tunekit check and a restore verify every payload
+        if self._progress.restore_note:  # said once, in the first report after the restore
+            bookkeeping[CHECKPOINT_NOTE], self._progress.restore_note = self._progress.restore_note, ""
         result = {EPOCH_KEY: completed, **metrics, INFO_KEY: bookkeeping}
         handed_over = time.perf_counter()
         try:

@@ -237,7 +237,8 @@ def _train(
     progress.space_read = space_read(builders, config, compiled_by_tunekit=compiled_by_tunekit)
     with profile.piece("start.restore"):
         kept = KeptEpoch(spec.metric.name, spec.metric.mode) if spec.training.keep == "best" else None
-        progress.epoch = restore_checkpoint(tune.get_checkpoint(), model, train_ds, trial_config, config, kept)
+        restored = restore_checkpoint(tune.get_checkpoint(), model, train_ds, trial_config, config, kept)
+        progress.epoch, progress.restore_note = restored
     if progress.epoch >= spec.budget.max_epochs:
         return
     with profile.piece("start.measures"):

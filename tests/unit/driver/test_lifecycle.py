@@ -459,7 +459,7 @@ def test_checkpoints_rotated_away_since_ray_saved_its_state_stand_in_empty_so_th
     named = trial_dir / "checkpoint_000003"
     assert named.is_dir() and not any(named.iterdir())
     checkpoint: Any = SimpleNamespace(as_directory=lambda: contextlib.nullcontext(str(named)))
-    assert restore_checkpoint(checkpoint, model=None, train_ds=None, config={}) == 0  # from the first epoch
+    assert restore_checkpoint(checkpoint, model=None, train_ds=None, config={}) == (0, "")  # from the first epoch
 
 
 def test_a_trial_the_time_budget_stopped_ends_the_estimate_of_time_left(

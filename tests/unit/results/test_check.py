@@ -113,11 +113,13 @@ def test_an_experiment_that_agrees_with_itself_is_ok(tmp_path: Path) -> None:
     report = check_experiment(consistent(tmp_path))
     assert report.ok, report.describe()
     assert report.checked == [
+        "study.journal",
         "trials.csv",
         "epochs.csv",
         "spans.csv",
         "study",
         "checkpoints",
+        "trial folders",
         "Ray's saved state",
         "summary",
     ]
@@ -568,3 +570,67 @@ def test_keep_best_holds_the_kept_epoch_against_the_epochs_and_the_exported_mode
     assert findings == ["trials.csv vs checkpoints: trial 0 (a) kept epoch of its exported model: 4 vs 3"]
     np.savez(root / "a" / "checkpoint_000003" / KEPT_WEIGHTS, epoch=4, value=0.9, w0=np.zeros(2))
     assert check_experiment(root).ok
+
+
+def test_every_changed_byte_of_a_checkpoint_payload_is_named_against_its_checksum(tmp_path: Path) -> None:
+    import random
+
+    from tunekit.checksums import write_checksums
+
+    root = consistent(tmp_path)
+    folder = root / "a" / "checkpoint_000003"
+    write_checksums(folder)
+    assert check_experiment(root).ok
+    rng = random.Random(77)
+    for name in (CHECKPOINT_WEIGHTS, FINAL_MODEL, CHECKPOINT_STATE):
+        whole = (folder / name).read_bytes()
+        for position in rng.sample(range(len(whole)), 10):
+            data = bytearray(whole)
+            data[position] ^= rng.randrange(1, 256)
+            (folder / name).write_bytes(bytes(data))
+            found = [f for f in check_experiment(root).findings if f.expected == "its recorded checksum"]
+            assert [f.what for f in found] == [f"trial 0 (a) {folder / name}"], (name, position)
+            assert found[0].actual.startswith("fails its checksum (SHA-256 ")
+            assert found[0].actual.endswith(f"`tunekit retrain {root} --trial 0` trains it again, exported beside")
+        (folder / name).write_bytes(whole)
+
+
+@pytest.mark.parametrize("attempts", [1, 3, 7])
+def test_attempts_that_are_not_the_attempts_its_spans_ran_in_are_a_disagreement(tmp_path: Path, attempts: int) -> None:
+    root = consistent(tmp_path)
+    (root / SPANS_FILE).write_text("trial_id,span,start,end,attempt\na,1,1,30,1\na,2,31,45,2\nb,1,2,9,1\n")
+    assert check_experiment(root).ok  # a ran twice: attempts 2 in trials.csv
+    trials = (root / TRIALS_FILE).read_text()
+    (root / TRIALS_FILE).write_text(trials.replace(",0.9,0.9,1,43.0,,2,", f",0.9,0.9,1,43.0,,{attempts},"))
+    assert check_experiment(root).findings == [Finding("trials.csv vs spans.csv", "trial 0 (a) attempts", 2, attempts)]
+
+
+def test_a_trial_folder_no_record_names_is_a_disagreement_with_what_to_do(tmp_path: Path) -> None:
+    root = consistent(tmp_path)
+    for name, inside in (("tensorboard", "events"), ("retrain", "1-trial-0")):
+        (root / name / inside).mkdir(parents=True)  # not trials' folders
+    assert check_experiment(root).ok
+    orphan = root / "5c0ffee5"
+    (orphan / "checkpoint_000000").mkdir(parents=True)
+    (orphan / "output.log").write_text("epoch 1\n")
+    found = [f for f in check_experiment(root).findings if f.where == "trials.csv vs trial folders"]
+    assert [(f.what, f.expected) for f in found] == [(f"folder {orphan}", "a trial in trials.csv")]
+    assert found[0].actual.endswith(f"or remove the folder (`rm -r {orphan}`)")
+
+
+def test_a_study_trial_whose_state_is_not_its_rows_is_held_to_the_tables_by_check_repair(tmp_path: Path) -> None:
+    from tunekit.results.repair import repair_experiment
+
+    root = consistent(tmp_path, b_untold=True)  # b pruned in trials.csv, RUNNING in the study
+    report = check_experiment(root)
+    assert [f.what for f in report.findings if f.where == "trials.csv vs study"] == ["trial 1 (b) state"]
+    assert f"`tunekit check --repair {root}` holds the study's trials to trials.csv and epochs.csv" in report.notes
+    lines = (root / "study.journal").read_bytes().count(b"\n")
+    repaired = repair_experiment(root)
+    assert repaired == [
+        f"study.journal: rebuilt (1 trials' states were not trials.csv's): 2 trials from its first {lines} whole "
+        "lines, 0 from trials.csv and "
+        "epochs.csv, every trial's state and epochs held to them; the damaged file is kept as study.journal.damaged"
+    ]
+    assert check_experiment(root).ok, check_experiment(root).describe()
+    assert repair_experiment(root) == []  # nothing left to repair

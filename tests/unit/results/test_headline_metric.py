@@ -97,6 +97,10 @@ def test_results_status_and_plots_name_select_s_metric(tmp_path: Path) -> None:
     (tmp_path / "trials.csv").write_text(
         "trial_id,number,status,reason,epochs,final_metric,ended_at,attempts\nb,1,completed,done,3,0.8,1.0,1\n"
     )
+    (tmp_path / "epochs.csv").write_text(  # written with trials.csv, always: one without the other is damage
+        "trial_id,epoch,attempt,resumed_from_epoch,time,val_accuracy\n"
+        + "".join(f"b,{e},1,,{e}.0,0.8\n" for e in (1, 2, 3))
+    )
     now = time.time()
     (tmp_path / STARTED_FILE).write_text(json.dumps({"started_at": now - 10, "sessions": [[now - 10, now - 5]]}))
     status = read_status(tmp_path)

@@ -279,6 +279,7 @@ def test_model_path_imports_no_tensorflow(tmp_path: Path) -> None:
 
     (tmp_path / "spec.yaml").write_text("name: x\nmetric: {name: score, mode: max}\n")
     (tmp_path / "trials.csv").write_text("trial_id,number,status,final_metric,epochs\nt1,0,completed,0.5,2\n")
+    (tmp_path / "epochs.csv").write_text("trial_id,epoch,score\nt1,1,0.4\nt1,2,0.5\n")
     (tmp_path / "t1" / "checkpoint_000001").mkdir(parents=True)
     (tmp_path / "t1" / "checkpoint_000001" / "model.keras").write_bytes(b"x")
     code = (

@@ -13,7 +13,7 @@ import pytest
 
 from tunekit.contract import RecordedTrainable
 from tunekit.errors import NotAnExperimentError, StorageError, TunekitError
-from tunekit.layout import SPEC_FILE, STARTED_FILE, STARTED_KEY, TRIALS_FILE
+from tunekit.layout import EPOCHS_FILE, SPEC_FILE, STARTED_FILE, STARTED_KEY, TRIALS_FILE
 
 SPEC = """\
 name: digits
@@ -36,6 +36,7 @@ TRIALS = (
     "a,0,completed,trained all 3 epochs,3,0.9,0.9,0.01,32\n"
     "b,1,pruned,pruned by ASHA at rung 0 (epoch 1),1,0.95,0.95,0.001,64\n"
 )
+EPOCHS = "trial_id,epoch,val_accuracy\n" + "".join(f"a,{e},0.9\n" for e in (1, 2, 3)) + "b,1,0.95\n"
 
 
 def experiment(root: Path, trainable: str) -> Path:
@@ -43,6 +44,7 @@ def experiment(root: Path, trainable: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / SPEC_FILE).write_text(SPEC.format(trainable=trainable))
     (root / TRIALS_FILE).write_text(TRIALS)
+    (root / EPOCHS_FILE).write_text(EPOCHS)  # written with trials.csv: one without the other is damage
     return root
 
 
@@ -79,6 +81,7 @@ def test_a_spec_without_a_budget_takes_it_from_the_trials(tmp_path: Path) -> Non
 
     (tmp_path / SPEC_FILE).write_text("name: x\nmetric: {name: score, mode: min}\n")
     (tmp_path / TRIALS_FILE).write_text("trial_id,number,status,final_metric,epochs\nt1,0,completed,0.5,2\n")
+    (tmp_path / EPOCHS_FILE).write_text("trial_id,epoch,score\nt1,1,0.6\nt1,2,0.5\n")
     results = tunekit.load(tmp_path)
     assert (results.spec.budget.num_samples, results.spec.budget.max_epochs) == (1, 2)
     assert results.mode == "min"

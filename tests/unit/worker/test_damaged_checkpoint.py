@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tunekit.checksums import write_checksums
 from tunekit.errors import TrialFailure, describe_error
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS
 from tunekit.worker.checkpoints import restore_checkpoint
@@ -56,7 +58,7 @@ def failure(ray_checkpoint: Any) -> str:
 def test_a_whole_checkpoint_restores(tmp_path: Path) -> None:
     ray_checkpoint, _ = checkpoint(tmp_path)
     restored = model()
-    assert restore_checkpoint(ray_checkpoint, restored, train_ds=None, config={"learning_rate": 0.01}) == 3
+    assert restore_checkpoint(ray_checkpoint, restored, train_ds=None, config={"learning_rate": 0.01}) == (3, "")
     assert restored.weights[0].value.tolist() == [[1.0] * 3] * 2 and restored.optimizer.variables[0].value == 4.0
 
 
@@ -88,3 +90,54 @@ def test_a_state_cut_short_names_the_file_where_the_trial_s_storage_keeps_it(tmp
     assert failure(ray_checkpoint) == (
         f"checkpoint {stored / CHECKPOINT_STATE}: damaged (Unterminated string starting at: line 1 column 14 (char 13))"
     )
+
+
+def sealed_checkpoints(trial_dir: Path, epochs: tuple[int, ...]) -> list[Path]:
+    """A trial's checkpoints of ``epochs`` (weights all ``epoch``), each with its checksums, as a worker writes them."""
+    folders = []
+    for index, epoch in enumerate(epochs):
+        folder = trial_dir / f"checkpoint_{index:06d}"
+        folder.mkdir(parents=True)
+        np.savez(folder / CHECKPOINT_WEIGHTS, w0=np.full((2, 3), epoch), w1=np.zeros(3), o0=np.array(4.0))
+        (folder / CHECKPOINT_STATE).write_text(json.dumps({"epoch": epoch, "config": {"learning_rate": 0.01}}))
+        write_checksums(folder)
+        folders.append(folder)
+    return folders
+
+
+def restore(folder: Path) -> tuple[tuple[int, str], Any]:
+    ray_checkpoint = SimpleNamespace(path=str(folder), as_directory=lambda: contextlib.nullcontext(str(folder)))
+    restored = model()
+    return restore_checkpoint(ray_checkpoint, restored, train_ds=None, config={"learning_rate": 0.01}), restored
+
+
+def test_any_changed_byte_of_a_payload_passes_the_checkpoint_over_for_the_newest_whole_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(3)
+    folders = sealed_checkpoints(tmp_path / "trial", (2, 4, 6))
+    for name in (CHECKPOINT_WEIGHTS, CHECKPOINT_STATE):
+        path = folders[2] / name
+        whole = path.read_bytes()
+        for position in rng.sample(range(len(whole)), 25):
+            data = bytearray(whole)
+            data[position] ^= rng.randrange(1, 256)
+            path.write_bytes(bytes(data))
+            (epoch, note), restored = restore(folders[2])
+            assert epoch == 4 and restored.weights[0].value.tolist() == [[4.0] * 3] * 2, (name, position)
+            assert note.startswith(f"checkpoint {path}: fails its checksum (SHA-256 "), note
+            assert note.endswith("; restored checkpoint_000001 (epoch 4) instead")
+            assert capsys.readouterr().err == f"tunekit: warning: {note}\n"  # into the trial's output.log
+        path.write_bytes(whole)
+    assert restore(folders[2])[0] == (6, "")
+
+
+def test_with_no_whole_checkpoint_left_the_trial_trains_from_its_first_epoch_and_says_so(tmp_path: Path) -> None:
+    folders = sealed_checkpoints(tmp_path / "trial", (2, 4))
+    for folder in folders:
+        data = bytearray((folder / CHECKPOINT_WEIGHTS).read_bytes())
+        data[len(data) // 2] ^= 0x40
+        (folder / CHECKPOINT_WEIGHTS).write_bytes(bytes(data))
+    (epoch, note), _ = restore(folders[1])
+    assert epoch == 0
+    assert note.endswith("; no older checkpoint of the trial is whole, so it trains again from its first epoch")

@@ -65,7 +65,7 @@ def test_a_checkpoint_holds_and_restores_every_execution_and_a_learning_rate_rea
     scores = [model.evaluate(validation, verbose=0)[0] for model in joint.executions]
     restored = executions(train)
     checkpoint = SimpleNamespace(path=str(tmp_path), as_directory=lambda: contextlib.nullcontext(str(tmp_path)))
-    assert restore_checkpoint(checkpoint, restored, train, {"learning_rate": 0.005}) == 1
+    assert restore_checkpoint(checkpoint, restored, train, {"learning_rate": 0.005}) == (1, "")
     assert [model.evaluate(validation, verbose=0)[0] for model in restored.executions] == pytest.approx(scores)
     steps = len(list(train))
     assert [int(model.optimizer.iterations) for model in restored.executions] == [steps] * 3
