@@ -86,7 +86,7 @@ def _run_tunekit(launched: float, workdir: Path) -> dict[str, Any]:
     profile_dir.mkdir()
     os.environ[PROFILE_DIR_ENV] = str(profile_dir)
     _wrap(session, "_init", marks, "ray_init")
-    _wrap(runner, "_tuner_for", marks, "tuner")
+    _wrap(runner, "tuner_for", marks, "tuner")
     setup = recorder.Recorder.setup
 
     def timed_setup(self: Any, *args: Any, **kwargs: Any) -> None:

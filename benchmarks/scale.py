@@ -473,7 +473,7 @@ def _spec(trials: int, tracking_uri: str | None, tpe_history: int | None = None)
 
 def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
     import tunekit
-    from tunekit.driver.runner import synthetic_trials_for_benchmarks
+    from tunekit.driver.tune_run import synthetic_trials_for_benchmarks
     from tunekit.testing import MlflowServer, PostgresServer, postgres_bin
     from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
@@ -545,7 +545,7 @@ def _cpu_of_trees(pids: list[int]) -> float:
 def _run_tunekit_untracked(trials: int, window: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
     """The tunekit side with tracking off: no MLflow server, PostgreSQL or writer beside the search."""
     import tunekit
-    from tunekit.driver.runner import synthetic_trials_for_benchmarks
+    from tunekit.driver.tune_run import synthetic_trials_for_benchmarks
 
     workdir.mkdir(parents=True, exist_ok=True)
     windows = Windows(window, trials)

@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tunekit.errors import LeaseHeldError, LeaseLostError, StorageError
+from tunekit.fences import add_fence, remove_fence
 from tunekit.lease_files import LeaseFile, lease_file, token_of
-from tunekit.store import add_fence, remove_fence
 
 # Leases this process holds, by file: a driver's own steps that need it again (the search's
 # closing sync to MLflow) share it.

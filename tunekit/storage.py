@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import StorageError
+from tunekit.fences import check_fences
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, OUTPUT_FILE, SPEC_FILE, TENSORBOARD_DIR
-from tunekit.store import check_fences
 
 PUSH_EVERY_S = 2.0
 CACHE_ENV = "TUNEKIT_CACHE"

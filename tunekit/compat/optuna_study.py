@@ -17,7 +17,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.storages.journal._file import get_lock_file
 from optuna.trial import FrozenTrial, TrialState
 
-from tunekit.store import check_fences
+from tunekit.fences import check_fences
 
 _FINISHED = frozenset(state for state in TrialState if state.is_finished())
 _WAITING_ONLY = (TrialState.WAITING,)

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
@@ -22,11 +22,8 @@ from typing import Any, TextIO
 from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import (
     before_cleanup_after_a_crash,
-    bound_experiment_state_saves,
-    no_trailing_averages,
     one_registry_read_per_trainable,
     restored_tune_config,
-    whole_file_state_uploads,
 )
 from tunekit.config.growth import grow_hint, resumed_spec
 from tunekit.config.objectives import headline_metric
@@ -44,13 +41,8 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.folders import create_experiment_dir, discard_if_never_started, has_tune_state
-from tunekit.driver.restore import restored_tuner
 from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
-    SAVE_STATE_AT_MOST_EVERY_S,
-    SAVE_STATE_EVERY_S,
-    SAVE_STATE_SHARE,
-    SAVE_STATE_TO_A_BUCKET_EVERY_S,
     callers_ray,
     check_cluster_fits,
     check_storage_shared,
@@ -65,6 +57,7 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
 from tunekit.driver.study_catch_up import caught_up
+from tunekit.driver.tune_run import tuner_for
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.journal import JournalSealer
 from tunekit.layout import (
@@ -86,10 +79,8 @@ from tunekit.storage import (
     check_bucket,
     is_uri,
     local_path,
-    location_of,
     mirror_cache,
     mirrored,
-    push_ray_state,
     redacted,
     shown,
 )
@@ -369,7 +360,7 @@ def _fit(
             console.phase("preparing the study and the Tuner")
         from tunekit.driver.guard import FailureRules
 
-        tuner, recorder, guard = _tuner_for(spec, experiment_dir, console, restore=restore)
+        tuner, recorder, guard = tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began
         if console and spec.budget.time_budget_s:
             # A plain resume goes on with the seconds left; a grown search's budget starts again.
@@ -437,24 +428,6 @@ def _fit(
     check_complete(spec, experiment_dir, recorder.listeners)
 
 
-def _tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:
-    """A new Tuner, or the experiment's restored one with this process's listeners attached.
-
-    See ``tunekit.driver.restore`` for what a restore mends before ``fit``.
-    """
-    # In a bucket each save is an upload of Ray's whole state: every few seconds, not every second.
-    every_s = SAVE_STATE_TO_A_BUCKET_EVERY_S if bucket_of(experiment_dir) else SAVE_STATE_EVERY_S
-    bound_experiment_state_saves(every_s, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
-    whole_file_state_uploads()
-    no_trailing_averages()
-    listeners = _listeners(spec, experiment_dir, console)
-    if not restore:
-        return _build_tuner(spec, experiment_dir, listeners)
-    restored = restored_tuner(spec, experiment_dir, listeners, _trainable(spec, experiment_dir))
-    push_ray_state(experiment_dir)  # a bucket's: the state as the resume mended it, before Ray reads it
-    return restored
-
-
 def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequence[Any], elapsed: float) -> str:
     """Why no trial reported the metric, in one line, or "" when one did.
 
@@ -481,111 +454,6 @@ def no_result_reason(spec: ExperimentSpec, experiment_dir: Path, records: Sequen
     if not records:
         return f"no trial reported {name}: no trial started"
     return f"no trial reported {name}: {len(records)} trials ended without reporting it"
-
-
-# The benchmarks' seam (benchmarks/scale.py), and nothing else's: a trial function in place of
-# tunekit's Keras trial and listeners that watch the driver. No spec key or CLI flag reaches it.
-_BENCHMARK_SEAM: tuple[Callable[..., None], tuple[Any, ...]] | None = None
-
-
-@contextlib.contextmanager
-def synthetic_trials_for_benchmarks(trial_function: Callable[..., None], *listeners: Any) -> Iterator[None]:
-    """Within this block, searches run ``trial_function(config, spec, experiment_dir)`` as every
-    trial, and ``listeners`` hear the recorder as the console does; everything else is as ever."""
-    global _BENCHMARK_SEAM
-    _BENCHMARK_SEAM = (trial_function, listeners)
-    try:
-        yield
-    finally:
-        _BENCHMARK_SEAM = None
-
-
-def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list[Any]:
-    """Who hears about the search as it goes: the console, the cluster's nodes and, when enabled, MLflow
-    and TensorBoard."""
-    from tunekit.driver.nodes import NodeWatch
-    from tunekit.results.summary import LedgerFile
-
-    # The ledger file first: the MLflow tracker logs it to the parent run at the search's end.
-    listeners: list[Any] = [*([console] if console else []), LedgerFile(experiment_dir)]
-    listeners.append(NodeWatch())
-    if spec.tracking.enabled:
-        from tunekit.tracking.tracker import MlflowTracker
-
-        listeners.append(MlflowTracker(spec, experiment_dir))
-    if spec.tracking.tensorboard:
-        from tunekit.tracking.tensorboard import TensorBoardLogger
-
-        listeners.append(TensorBoardLogger(spec, experiment_dir))
-    return [*listeners, *(_BENCHMARK_SEAM[1] if _BENCHMARK_SEAM else ())]
-
-
-def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
-    from ray import tune
-
-    from tunekit.driver.deadline import TrialDeadline
-    from tunekit.driver.fencing import fenced
-    from tunekit.driver.recorder import Recorder
-    from tunekit.driver.stopper import FailureGuard
-    from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
-    from tunekit.search.searcher import OptunaStudySearcher
-    from tunekit.search.trial_names import name_trials_by, ray_trial_name
-
-    searcher = OptunaStudySearcher(spec, experiment_dir)
-    name_trials_by(searcher.trial_number)
-    searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
-    scheduler = build_scheduler(spec, experiment_dir, searcher.trial_number)
-    guard = FailureGuard()
-    recorder = Recorder(spec, experiment_dir, searcher, scheduler, [*listeners, guard])
-    tuner = tune.Tuner(
-        _trainable(spec, experiment_dir),
-        tune_config=tune.TuneConfig(
-            search_alg=searcher,
-            scheduler=scheduler,
-            num_samples=spec.budget.num_samples,
-            # Ray keeps one pending trial for custom searchers unless a limit is set.
-            max_concurrent_trials=spec.budget.max_concurrent,
-            time_budget_s=spec.budget.time_budget_s,
-            # Reused workers pay TensorFlow's import and device set-up once, not per trial.
-            reuse_actors=True,
-            trial_dirname_creator=trial_dir_name,
-            trial_name_creator=ray_trial_name,
-        ),
-        run_config=tune.RunConfig(
-            name=experiment_dir.name,
-            storage_path=bucket.parent_uri if (bucket := bucket_of(experiment_dir)) else str(experiment_dir.parent),
-            callbacks=fenced([recorder, TrialDeadline(spec.training.trial_timeout_s, recorder)]),
-            stop=guard,
-            verbose=0,
-            failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(spec)),
-            # A bucket's trials keep their output.log and error.txt in Ray's working directory,
-            # which Ray uploads beside their checkpoints (tunekit.worker.trial._trial_dir).
-            sync_config=tune.SyncConfig(sync_artifacts=bucket is not None),
-        ),
-    )
-    return tuner, recorder, guard
-
-
-def trial_dir_name(trial: Any) -> str:
-    """A trial's folder in the experiment: its id. A module function, not a lambda: Ray keeps
-    it in every trial's saved state, where a lambda is pickled whole (1.2 KB a trial, 12 MB
-    of each save at 10,000 trials) and a function by its name."""
-    return str(trial.trial_id)
-
-
-def _trainable(spec: ExperimentSpec, experiment_dir: Path) -> Any:
-    from ray import tune
-
-    from tunekit.config.resources import trial_resources
-    from tunekit.worker.trial import run_trial
-
-    trial = _BENCHMARK_SEAM[0] if _BENCHMARK_SEAM else run_trial
-    return tune.with_resources(
-        # A bucket experiment's workers write their trial files to the bucket, not to this cache.
-        tune.with_parameters(trial, spec=spec, experiment_dir=location_of(experiment_dir)),
-        trial_resources(spec.resources),
-    )
 
 
 def _tracking_uri(spec: ExperimentSpec) -> str | None:

@@ -22,8 +22,8 @@ import keras_tuner
 
 from tunekit.errors import SearchAborted, TunekitError
 from tunekit.hypermodel import DryModel, fit_function
-from tunekit.keras_tuner import settings
 from tunekit.keras_tuner.data import saved
+from tunekit.keras_tuner.settings import SECTIONS, names_of, spec_for
 from tunekit.keras_tuner.trial import FATAL_MARK, TrialRun, TunerTrial
 from tunekit.layout import SPEC_FILE
 from tunekit.tuner import _drop_keras_graphs
@@ -48,7 +48,7 @@ class OnTunekit:
     def __init__(
         self, *args: Any, progress: TextIO | bool | None = True, address: str | None = None, **kwargs: Any
     ) -> None:
-        self.sections = {name: kwargs.pop(name) for name in list(kwargs) if name in settings.SECTIONS}
+        self.sections = {name: kwargs.pop(name) for name in list(kwargs) if name in SECTIONS}
         super().__init__(*args, **kwargs)
         self.progress = progress
         self.address = address
@@ -72,10 +72,10 @@ class OnTunekit:
         directory = self.experiment_dir
         self._declare_fit_parameters(fit_args, fit_kwargs)
         epochs = fit_kwargs.get("epochs")
-        spec = settings.spec_for(self.oracle, self.project_name, epochs, self.sections, str(directory.parent))
+        spec = spec_for(self.oracle, self.project_name, epochs, self.sections, str(directory.parent))
         data_dir = directory.parent / ".tunekit-data" / self.project_name
         args, kwargs = saved(fit_args, dict(fit_kwargs), data_dir)
-        trial = TunerTrial(self, settings.names_of(self.oracle), args, kwargs)
+        trial = TunerTrial(self, names_of(self.oracle), args, kwargs)
         self._results = None
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()  # made empty by KerasTuner's constructor (its oracle's folder)
@@ -197,7 +197,7 @@ class OnTunekit:
 
     def _best(self, count: int) -> list[tuple[str, Any]]:
         """(trial id, HyperParameters) of the best trials that scored, completed ones first, best first."""
-        names = settings.names_of(self.oracle)
+        names = names_of(self.oracle)
         sign = -1.0 if self.oracle.objective.direction == "max" else 1.0
         scored = [row for row in self.results.trials.to_dict("records") if _finite(row.get("final_metric"))]
         scored.sort(key=lambda row: (row.get("status") != "completed", sign * float(row["final_metric"])))

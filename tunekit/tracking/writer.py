@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
-from tunekit.store import check_fences
+from tunekit.fences import check_fences
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MlflowRunClient, RunClient, absent_platforms_skipped, default_tracking_uri
 from tunekit.tracking.events import Flush, Stop, TrackerEvent

@@ -155,7 +155,7 @@ def test_a_trials_saved_state_keeps_no_trailing_averages_of_its_results(monkeypa
 def test_a_trials_saved_state_names_tunekit_s_folder_function_instead_of_pickling_it() -> None:
     from ray.tune.experiment import Trial
 
-    from tunekit.driver.runner import trial_dir_name
+    from tunekit.driver.tune_run import trial_dir_name
 
     def saved_state(creator: Callable[[Trial], str]) -> str:
         trial = Trial("trainable", stub=True, trial_id="t1", trial_dirname_creator=creator)
