@@ -44,6 +44,7 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.folders import create_experiment_dir, discard_if_never_started, has_tune_state
+from tunekit.driver.outages import check_writable, storage_watched
 from tunekit.driver.restore import restored_tuner
 from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
@@ -86,11 +87,10 @@ from tunekit.storage import (
     local_path,
     location_of,
     mirror_cache,
-    mirrored,
     push_ray_state,
     redacted,
 )
-from tunekit.store import no_space_error, no_space_in, table_rows, write_text
+from tunekit.store import table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
 
 
@@ -178,16 +178,11 @@ def _fit_saying_why(
     spec: ExperimentSpec, experiment_dir: Path, target: Target, stream: TextIO | None, *, restore: bool
 ) -> None:
     """``_fit``, with a full disk anywhere in the driver or a trial (``ENOSPC`` in a table, the
-    journal, Ray's saved state, a checkpoint) ended by one line: ``NoSpaceError`` naming the
-    storage and the space the search needs. Its running trials are held for the resume, as
+    journal, Ray's saved state, a checkpoint) or a bucket's outage past ``storage.outage_s``
+    ended by one line (``storage_watched``). Its running trials are held for the resume, as
     after any crash (``_fit``)."""
-    try:
-        with mirrored(experiment_dir):  # a bucket's cache: uploaded as it changes, and at every stop
-            _fit(spec, experiment_dir, target, stream, restore=restore)
-    except Exception as error:
-        if (full := no_space_in(error)) is None:
-            raise
-        raise no_space_error(experiment_dir, full, checkpoints=2 * spec.budget.max_concurrent) from error
+    with storage_watched(spec, experiment_dir, stream):
+        _fit(spec, experiment_dir, target, stream, restore=restore)
 
 
 def _closed(experiment_dir: Path, stream: TextIO | None, builders: Trainable | None) -> ExperimentResults:
@@ -302,6 +297,7 @@ def _resume(
         if reason:
             raise NoResultError(reason, directory)
         return _closed(directory, stream, python_trainable)
+    check_writable(spec, directory)  # a read-only folder or a full disk: one line, before Ray starts
     # Before Ray starts: every record the resume continues from is whole (the journal's torn
     # tail is cut back here, and said).
     for mended in check_resumable(directory):

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, ClassVar
 
-from tunekit.errors import SearchInterrupted
+from tunekit.errors import SearchInterrupted, TunekitError
 
 
 class _TrialTracebackFilter(logging.Filter):
@@ -77,6 +77,8 @@ class StopSignals:
     # and print it. A library caller (a notebook, whose kernel must live on) gets
     # ``SearchInterrupted`` instead.
     exit_in_start_up: ClassVar[bool] = False
+    # The handlers in place in this process (the innermost), for ``stop_search_for``.
+    running: ClassVar[StopSignals | None] = None
 
     def __init__(
         self,
@@ -102,16 +104,20 @@ class StopSignals:
         self._active = threading.current_thread() is threading.main_thread()
         self._handled = threading.Event()
         self._raising_again = False
+        self.stopped_for: TunekitError | None = None  # a stop that is no user's signal (stop_for)
+        self._outer: StopSignals | None = None
 
     def __enter__(self) -> StopSignals:
         if self._active:
             self._saved = {s: signal.getsignal(s) for s in (*self._SIGNALS, signal.SIGUSR1)}
             self.install()
+            self._outer, StopSignals.running = StopSignals.running, self
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
         self.handled()
         if self._active:
+            StopSignals.running = self._outer
             for number, handler in self._saved.items():
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         if isinstance(error, _StartUpInterrupted) and self.received is not None:
@@ -130,6 +136,13 @@ class StopSignals:
         if self._active:
             for number in self._SIGNALS:
                 signal.signal(number, self._handle)
+
+    def stop_for(self, error: TunekitError) -> None:
+        """Stops the search as a first SIGTERM does (its running trials held for the resume), from
+        any thread, for ``error`` (a storage outage past its bound), which the console says."""
+        if self.stopped_for is None and self.received is None:
+            self.stopped_for = error
+            _thread.interrupt_main(signal.SIGTERM)  # the handler runs in the main thread, as a signal's
 
     def handled(self) -> None:
         """The start-up code caught the interruption (and cleans up): stop raising it again."""
@@ -174,7 +187,10 @@ class StopSignals:
         for hook in self.on_stop:
             hook()
         name = signal.Signals(number).name
-        to_console(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
+        if self.stopped_for is not None:
+            to_console(f"\ntunekit: {self.stopped_for}: stopping the search and saving its state\n")
+        else:
+            to_console(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
         threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
 
     def _exit_now(self, number: int) -> None:
@@ -199,6 +215,12 @@ class StopSignals:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 return
             time.sleep(0.05)
+
+
+def stop_search_for(error: TunekitError) -> None:
+    """Stops the search this process runs (``StopSignals.stop_for``); nothing when none runs."""
+    if (running := StopSignals.running) is not None:
+        running.stop_for(error)
 
 
 # The terminal's stderr while tunekit.driver.session sends file descriptor 2 to driver.log
