@@ -83,7 +83,7 @@ class FakeTime:
 
 
 def test_a_transient_failure_is_tried_again_with_backoff_and_said_once_each_way() -> None:
-    time, said = FakeTime(), []
+    time, said = FakeTime(), list[str]()
     failures = iter([OSError("AWS Error NETWORK_CONNECTION")] * 5)
 
     def call() -> str:
@@ -158,7 +158,7 @@ class FlakyBucket(Bucket):
 
 
 def test_the_mirror_says_an_outage_once_waits_through_it_and_gives_up_past_its_bound(tmp_path: Path) -> None:
-    time, said, stopped = FakeTime(), [], []
+    time, said, stopped = FakeTime(), list[str](), list[StorageUnreachableError]()
     bucket = FlakyBucket("s3://exps/team/x")
     bucket.sent = []
     mirror = BucketMirror(bucket, tmp_path, outage_s=30, say=said.append, on_outage=stopped.append)
