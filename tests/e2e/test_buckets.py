@@ -9,13 +9,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tunekit.testing import S3Server, cli_sets, free_port
+from tunekit.testing import LoopbackProxy, S3Server, cli_sets, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +111,123 @@ def test_resuming_a_uri_that_holds_no_experiment_says_so(s3: S3Server) -> None:
         1,
         "tunekit: error: s3://exps/team/nothing-here: not a tunekit experiment (no spec.yaml)",
     )
+
+
+# ------------------------------------------------------------------ storage faults
+
+OUTAGE_SEARCH = [  # long enough for outages mid-training: 2 trials of 30 epochs, a checkpoint each
+    f"trainable={REPO / 'tests' / 'trainables' / 'slow_digits.py'}",
+    "data.epoch_seconds=0.4",
+    "budget.num_samples=2",
+    "budget.max_epochs=30",
+    "scheduler.grace_period=30",
+    "training.checkpoint_every_s=0",
+    "tracking.enabled=false",
+]
+
+
+class Search:
+    """``tunekit run`` in a subprocess whose console lines are read as they come."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [*TUNEKIT, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, text: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            assert self.process.poll() is None and time.monotonic() < deadline, "\n".join(self.lines[-30:])
+            time.sleep(0.3)
+
+    def said(self, text: str) -> list[str]:
+        return [line for line in self.lines if text in line]
+
+
+def _outage(proxy: LoopbackProxy, seconds: float) -> None:
+    proxy.stop()
+    time.sleep(seconds)
+    proxy.start()
+
+
+def test_bucket_outages_within_the_bound_fail_no_trial_and_the_search_finishes(s3: S3Server) -> None:
+    """A 5 s blip, then a 25 s outage (storage.outage_s 300 s by default) mid-training: each trial
+    waits in its checkpoint upload, the console says the outage once each way, nothing fails."""
+    proxy = LoopbackProxy(s3.port).start()
+    cwd, env = _machine(s3, "outage")
+    env["AWS_ENDPOINT_URL"] = proxy.endpoint
+    try:
+        search = Search(
+            ["run", str(DEFAULT_SPEC), "--storage", "s3://exps/outage", "--name", "x", *cli_sets(OUTAGE_SEARCH)],
+            cwd,
+            env,
+        )
+        search.wait_for("first epoch reported")
+        _outage(proxy, 5)
+        time.sleep(3)
+        _outage(proxy, 25)
+        assert search.process.wait(timeout=600) == 0, "\n".join(search.lines[-40:])
+    finally:
+        proxy.stop()
+    assert search.said("trials: 2 completed, 0 pruned, 0 stopped, 0 failed")
+    assert len(search.said("is unreachable (")) == len(search.said("is reachable again after")) >= 1
+    assert not search.said("Traceback") or search.said("tunekit-lease")  # the lease's own thread: the lease's work
+    env["AWS_ENDPOINT_URL"] = s3.endpoint
+    checked = _tunekit(["check", "s3://exps/outage/x"], cwd, env, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_bucket_outage_past_the_bound_ends_the_search_as_interrupted_and_resume_finishes_it(s3: S3Server) -> None:
+    proxy = LoopbackProxy(s3.port).start()
+    cwd, env = _machine(s3, "past")
+    env["AWS_ENDPOINT_URL"] = proxy.endpoint
+    sets = [*OUTAGE_SEARCH, "storage.outage_s=10"]
+    try:
+        search = Search(
+            ["run", str(DEFAULT_SPEC), "--storage", "s3://exps/past", "--name", "x", *cli_sets(sets)], cwd, env
+        )
+        search.wait_for("first epoch reported")
+        proxy.stop()
+        status = search.process.wait(timeout=300)
+        proxy.start()
+    finally:
+        proxy.stop()
+    errors = search.said("tunekit: error:")
+    assert status == 1 and len(errors) == 1, "\n".join(search.lines[-40:])
+    assert errors[0].startswith("tunekit: error: storage s3://exps/past/x: unreachable for ")
+    assert "past storage.outage_s (10 s)" in errors[0]
+    assert errors[0].endswith("`tunekit resume s3://exps/past/x` continues it once the storage is back")
+    assert not search.said(" failed,") or search.said("0 failed")
+    env["AWS_ENDPOINT_URL"] = s3.endpoint
+    resumed = _tunekit(["resume", "s3://exps/past/x"], cwd, env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "trials: 2 completed, 0 pruned, 0 stopped, 0 failed" in resumed.stdout
+    checked = _tunekit(["check", "s3://exps/past/x"], cwd, env, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_silent_endpoint_fails_in_the_time_the_message_states_in_run_and_doctor(s3: S3Server) -> None:
+    silent = LoopbackProxy(s3.port, silent=True).start()
+    cwd, env = _machine(s3, "silent")
+    env["AWS_ENDPOINT_URL"] = silent.endpoint
+    said = "storage s3://exps/team: did not answer within 20 s; fix: check the endpoint"
+    try:
+        began = time.monotonic()
+        done = _tunekit(["run", str(DEFAULT_SPEC), "--storage", "s3://exps/team", *cli_sets(SEARCH)], cwd, env)
+        took = time.monotonic() - began
+        assert done.returncode == 1 and done.stderr.strip().startswith(f"tunekit: error: {said}"), done.stderr
+        assert 20 <= took < 28, took  # the deadline said, and the command's own start
+        began = time.monotonic()
+        doctor = _tunekit(["doctor", "--storage", "s3://exps/team"], cwd, env)
+        took = time.monotonic() - began
+        assert "did not answer within 20 s" in doctor.stdout, doctor.stdout
+        assert took < 40, took  # the stack's checks run beside the probe
+    finally:
+        silent.stop()

@@ -29,7 +29,14 @@ class _TrialTracebackFilter(logging.Filter):
     traceback (``<trial id>/error.txt``); Ray's copy would bury the progress lines.
     """
 
-    DROPPED = ("Trial task failed for trial", "Trials did not complete")
+    DROPPED = (
+        "Trial task failed for trial",
+        "Trials did not complete",
+        # Ray's own tracebacks of a storage outage: tunekit says it once as it starts and ends.
+        "Caught exception when creating directory",
+        "Saving experiment state to storage",
+        "Last sync command failed",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(self.DROPPED)
@@ -38,7 +45,14 @@ class _TrialTracebackFilter(logging.Filter):
 @contextlib.contextmanager
 def quiet_trial_tracebacks() -> Iterator[None]:
     quiet = _TrialTracebackFilter()
-    loggers = [logging.getLogger(name) for name in ("ray.tune.execution.tune_controller", "ray.tune.tune")]
+    names = (
+        "ray.tune.execution.tune_controller",
+        "ray.tune.tune",
+        "ray.train._internal.storage",
+        "ray.tune.execution.experiment_state",
+        "ray.train._internal.syncer",
+    )
+    loggers = [logging.getLogger(name) for name in names]
     for logger in loggers:
         logger.addFilter(quiet)
     try:
