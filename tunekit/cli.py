@@ -58,10 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except OSError as error:
-        # A read-only folder, a full disk, no permission, no bucket: one line with the fix.
-        from tunekit.storage_faults import permanent_problem
+        # A read-only folder, a full disk, no permission, no bucket, an outage: one line with the fix.
+        from tunekit.storage_faults import storage_line
 
-        if (problem := permanent_problem(error)) is None or args.debug:
+        if (problem := storage_line(error)) is None or args.debug:
             raise
         print(f"tunekit: error: {problem}", file=sys.stderr)
         return EXIT_FAILURE

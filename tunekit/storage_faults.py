@@ -117,6 +117,21 @@ def permanent_problem(error: BaseException, where: object = None) -> str | None:
     return f"{place}: access denied ({_one_line(link)}); fix: check the credentials and their permissions"
 
 
+def storage_line(error: BaseException) -> str | None:
+    """The command's one line for a storage error that reached it as a bare ``OSError``: the
+    outage that stopped the search when one is in its chain (a later store call failed on the
+    way out), a permanent error with its fix, a transient one; None for any other error."""
+    for link in _chain(error):
+        if isinstance(link, StorageUnreachableError):
+            return str(link)
+    if (problem := permanent_problem(error)) is not None:
+        return problem
+    if is_transient(error):
+        fix = "check its endpoint and the network, then run the command again"
+        return f"storage unreachable ({_one_line(error)}); fix: {fix}"
+    return None
+
+
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:300]
 

@@ -11,7 +11,7 @@ import pytest
 
 from tunekit.errors import NoSpaceError, StorageError, StorageUnreachableError
 from tunekit.storage import Bucket, BucketMirror
-from tunekit.storage_faults import Outage, is_permanent, is_transient, permanent_problem, retrying
+from tunekit.storage_faults import Outage, is_permanent, is_transient, permanent_problem, retrying, storage_line
 
 TRANSIENT = [
     OSError("When reading information for key 'x' in bucket 'exps': AWS Error NETWORK_CONNECTION during HeadObject"),
@@ -194,3 +194,20 @@ def test_the_mirror_raises_a_permanent_error_at_close_in_one_line(tmp_path: Path
     mirror.push_changed()
     with pytest.raises(StorageError, match=r"^storage s3://exps/team/x: access denied .*; fix: check the credentials"):
         mirror.close()
+
+
+def test_the_commands_line_for_a_bare_os_error_prefers_the_outage_that_stopped_the_search() -> None:
+    """A store call on the way out (the lease's release) failing in an outage must not hide it."""
+    stopped = StorageUnreachableError("storage s3://b/x: unreachable for 31 s, past storage.outage_s (30 s)")
+    try:
+        try:
+            raise stopped
+        except StorageUnreachableError:
+            raise OSError("AWS Error NETWORK_CONNECTION during HeadObject operation")  # noqa: B904 - as a finally's
+    except OSError as late:
+        assert storage_line(late) == str(stopped)
+    assert storage_line(OSError("AWS Error NETWORK_CONNECTION")) == (
+        "storage unreachable (AWS Error NETWORK_CONNECTION); fix: check its endpoint and the network, "
+        "then run the command again"
+    )
+    assert storage_line(ValueError("x")) is None

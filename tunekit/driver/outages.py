@@ -21,7 +21,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.signals import stop_search_for
 from tunekit.errors import SearchInterrupted, StorageError, StorageUnreachableError
 from tunekit.storage import mirrored, shown
-from tunekit.storage_faults import permanent_problem
+from tunekit.storage_faults import is_transient, permanent_problem
 from tunekit.store import free_bytes, no_space_error, no_space_in, space_needed
 
 
@@ -41,6 +41,12 @@ def storage_watched(spec: ExperimentSpec, experiment_dir: Path, stream: TextIO |
             except SearchInterrupted:
                 if mirror is None or mirror.gave_up is None:
                     raise  # a user's signal
+            except OSError as error:  # Ray's own reads of the bucket as fit ends (its results)
+                if mirror is None or not is_transient(error):
+                    raise
+                mirror.gave_up = mirror.gave_up or StorageUnreachableError(
+                    f"storage {shown(experiment_dir)}: unreachable ({' '.join(str(error).split())[:300]})"
+                )
         if mirror is not None and mirror.gave_up is not None:
             # The search stopped for the outage, or ended while the bucket was away: its last
             # records did not reach the bucket, which the resume continues from.
