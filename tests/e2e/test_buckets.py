@@ -228,6 +228,6 @@ def test_a_silent_endpoint_fails_in_the_time_the_message_states_in_run_and_docto
         doctor = _tunekit(["doctor", "--storage", "s3://exps/team"], cwd, env)
         took = time.monotonic() - began
         assert "did not answer within 20 s" in doctor.stdout, doctor.stdout
-        assert took < 40, took  # the stack's checks run beside the probe
+        assert took < 60, took  # the stack's checks (TensorFlow, Ray) run beside the probe
     finally:
         silent.stop()
