@@ -363,7 +363,7 @@ class BucketMirror:
                 if self._sent.get(relative) != mark:
                     changed.append((relative, mark))
             if not changed and self.outage.ongoing:  # nothing to send: is the bucket back?
-                self.bucket.listing()
+                self.bucket.exists()
             self.bucket.push(self.cache, [name for name, _ in changed])
             self._sent.update(changed)
 

@@ -151,10 +151,10 @@ class FlakyBucket(Bucket):
             raise OSError("AWS Error NETWORK_CONNECTION during PutObject operation: Connection refused")
         self.sent.extend(relatives)
 
-    def listing(self) -> dict[str, tuple[int, float]]:
+    def exists(self) -> bool:
         if self.away:
-            raise OSError("AWS Error NETWORK_CONNECTION during ListObjectsV2 operation")
-        return {}
+            raise OSError("AWS Error NETWORK_CONNECTION during HeadObject operation")
+        return True
 
 
 def test_the_mirror_says_an_outage_once_waits_through_it_and_gives_up_past_its_bound(tmp_path: Path) -> None:
