@@ -29,6 +29,7 @@ import functools
 import os
 import shutil
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, SPEC_FILE, TE
 from tunekit.storage_faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
 
 PUSH_EVERY_S = 2.0
+PROBE_EVERY_S = 10.0  # with nothing to upload, the mirror still reaches the bucket this often
 CACHE_ENV = "TUNEKIT_CACHE"
 # A checkpoint's payloads: fetched when asked for, never pulled with the records.
 PAYLOAD_SUFFIXES = (".npz", ".keras", ".h5")
@@ -317,6 +319,7 @@ class BucketMirror:
         self._thread: threading.Thread | None = None
         self.outage = Outage(f"storage {redacted(bucket.uri)}", outage_s, say)
         self._on_outage = on_outage
+        self._contact = time.monotonic()  # the last round that reached the bucket
         self.problem: OSError | None = None
         self.gave_up: StorageUnreachableError | None = None
 
@@ -362,10 +365,14 @@ class BucketMirror:
                 mark = (stat.st_size, stat.st_mtime_ns)
                 if self._sent.get(relative) != mark:
                     changed.append((relative, mark))
-            if not changed and self.outage.ongoing:  # nothing to send: is the bucket back?
+            # Nothing to send (trials wait in their uploads while the bucket is away): a probe, so
+            # that an outage is noticed, and its end, without a change to carry the news.
+            if not changed and (self.outage.ongoing or time.monotonic() - self._contact >= PROBE_EVERY_S):
                 self.bucket.exists()
-            self.bucket.push(self.cache, [name for name, _ in changed])
+            if changed:
+                self.bucket.push(self.cache, [name for name, _ in changed])
             self._sent.update(changed)
+            self._contact = time.monotonic()
 
     def close(self) -> None:
         """Stops the thread and uploads what is left, waiting through an outage for the rest of

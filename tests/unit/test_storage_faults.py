@@ -77,6 +77,8 @@ class FakeTime:
     def clock(self) -> float:
         return self.now
 
+    monotonic = clock  # standing in for the time module in tunekit.storage
+
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
@@ -157,8 +159,13 @@ class FlakyBucket(Bucket):
         return True
 
 
-def test_the_mirror_says_an_outage_once_waits_through_it_and_gives_up_past_its_bound(tmp_path: Path) -> None:
+def test_the_mirror_says_an_outage_once_waits_through_it_and_gives_up_past_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tunekit.storage
+
     time, said, stopped = FakeTime(), list[str](), list[StorageUnreachableError]()
+    monkeypatch.setattr(tunekit.storage, "time", time)  # the mirror's monotonic clock
     bucket = FlakyBucket("s3://exps/team/x")
     bucket.sent = []
     mirror = BucketMirror(bucket, tmp_path, outage_s=30, say=said.append, on_outage=stopped.append)
@@ -176,7 +183,8 @@ def test_the_mirror_says_an_outage_once_waits_through_it_and_gives_up_past_its_b
     mirror.push_changed()
     assert bucket.sent == ["trials.csv"] and said[-1] == "storage s3://exps/team/x is reachable again after 10 s"
     bucket.away = True
-    mirror.push_changed()  # nothing changed: a probe finds the bucket away all the same
+    time.now += 10
+    mirror.push_changed()  # nothing changed for 10 s: a probe finds the bucket away all the same
     time.now += 31
     mirror.push_changed()
     assert len(stopped) == 1 and mirror.gave_up is stopped[0]
@@ -211,3 +219,22 @@ def test_the_commands_line_for_a_bare_os_error_prefers_the_outage_that_stopped_t
         "then run the command again"
     )
     assert storage_line(ValueError("x")) is None
+
+
+def test_an_idle_mirror_still_reaches_the_bucket_so_an_outage_with_nothing_to_send_is_noticed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tunekit.storage
+
+    time, said = FakeTime(), list[str]()
+    monkeypatch.setattr(tunekit.storage, "time", time)  # the mirror's monotonic clock
+    bucket = FlakyBucket("s3://exps/team/x")
+    bucket.sent = []
+    mirror = BucketMirror(bucket, tmp_path, outage_s=30, say=said.append)
+    mirror.outage = Outage(mirror.outage.what, 30, said.append, time.clock)
+    bucket.away = True
+    mirror.push_changed()  # nothing to send, reached just now: nothing asked
+    assert said == []
+    time.now += 10
+    mirror.push_changed()  # idle for PROBE_EVERY_S: a probe finds it away
+    assert len(said) == 1 and "is unreachable" in said[0]
