@@ -7,9 +7,9 @@ Exit status: 0 when at least one trial reported the metric; 1 when none did (eve
 trial failed, or the time budget ran out first), when a fatal trial error stopped the
 search, for a storage error (read-only, full, unreachable for longer than
 ``storage.outage_s``: ``tunekit resume DIR`` continues such a search) or for any other
-tunekit error; 2 for an invalid spec or usage; 128 + the
-signal when SIGINT (130) or SIGTERM (143) stopped the search, which ``tunekit resume
-DIR`` continues.
+tunekit error; 2 for an invalid spec or usage; 3 when the driver lost the experiment's lease
+to another driver (``tunekit.lease``); 128 + the signal when SIGINT (130) or SIGTERM (143)
+stopped the search, which ``tunekit resume DIR`` continues.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunekit.errors import SearchInterrupted, SpecError, TunekitError
+from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, SpecError, TunekitError
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -47,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = Path(str(error.experiment_dir)) if error.experiment_dir is not None else None
         print(interrupted_text(error.signal_number, where), file=sys.stderr)
         return 128 + error.signal_number
+    except LeaseLostError as error:
+        return _fail(args, error, EXIT_LEASE_LOST)
     except TunekitError as error:
         return _fail(args, error, EXIT_FAILURE)
     except KeyboardInterrupt:

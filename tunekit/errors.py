@@ -139,6 +139,25 @@ class LeaseHeldError(StorageError):
     """Another driver holds the experiment's lease: one writer at a time (``tunekit.lease``)."""
 
 
+# The exit status of a driver that lost its lease (``tunekit.driver.fencing``): 1 and 2 are
+# taken by failures and usage, 128 + N by signals.
+EXIT_LEASE_LOST = 3
+
+
+class LeaseLostError(StorageError):
+    """This driver no longer holds the experiment's lease: another driver took it over (this one
+    was paused, or cut off from the storage, past the stale window), or it was deleted. It must
+    not write again; its trials are the new holder's (``tunekit.lease``).
+
+    Attributes:
+        holder: who holds it now (a ``tunekit.lease.Holder``), None when nobody does.
+    """
+
+    def __init__(self, message: str, holder: object = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 class NotAnExperimentError(StorageError):
     """A directory given as an experiment holds no tunekit experiment (no ``spec.yaml``).
 

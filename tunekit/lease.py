@@ -1,25 +1,38 @@
-"""One writer at a time: the driver's lease on an experiment.
+"""One writer at a time: the driver's lease on an experiment, and its fencing.
 
 A driver (``run``, ``resume``, ``sync``) takes the lease before it writes anything and
 before Ray starts; readers (``report``, ``status``, ``check``, ``load``) never need it. The
-lease is a small JSON file in the experiment, ``driver.lease``, naming its holder (host,
-pid, the process's start, the command) and a heartbeat its holder rewrites every
-``BEAT_S`` seconds.
+lease is a small JSON record in the experiment, ``driver.lease``, naming its holder (host,
+pid, the process's start, the command, a token) and a heartbeat its holder rewrites every
+``BEAT_S`` seconds. Where it lives and how each storage makes its writes atomic is
+``tunekit.lease_files``.
 
 Taking it:
 
-* no lease: created with ``O_EXCL``, so of two drivers starting together exactly one wins;
-* a live holder: refused at once with one line naming it and since when. On the same host a
-  live holder is a live pid with the recorded start (pids are reused); on another host, a
-  heartbeat that moves while we watch (at most ``BEAT_S`` and a little);
-* a dead holder: taken over. On the same host, a pid that is gone is dead at once (a
-  ``kill -9``ed driver, a second signal's forced exit); on another host, a heartbeat that
-  has not moved for ``STALE_S`` seconds (a killed pod, a lost node): a Kubernetes RayJob's
-  retry waits at most that long. The take-over renames the stale file aside first, so of
-  two drivers taking over together one wins and the other sees a live holder.
+* no lease: created (``O_EXCL``, or S3's ``If-None-Match: *``): of two drivers starting
+  together exactly one wins;
+* a live holder: refused at once with one line naming it. On the same host a live holder is
+  a live pid with the recorded start (pids are reused); on another host, a heartbeat that
+  moves while we watch;
+* a dead holder: taken over. On the same host, a pid that is gone is dead at once; on
+  another host, a heartbeat that has not changed for ``STALE_S`` seconds. *Liveness never
+  trusts a clock of another host*: the heartbeat is watched on this process's monotonic
+  clock, and the only ages compared are two times stamped by the storage itself (the lease's
+  and a probe's, ``storage_age``), so a host whose clock runs minutes ahead cannot steal a
+  live lease, nor one minutes behind wait minutes for a dead one. Timestamps written by the
+  holder are shown, never compared.
 
-On a bucket, where there is no ``O_EXCL`` or rename, the same protocol rests on a
-conditional write (``If-None-Match: *`` to create, the object's ETag to replace).
+Holding it (fencing): every driver-side write goes through ``tunekit.store``, which first
+calls ``ensure_held``. A write needs a confirmation of the lease (the lease read back with this
+driver's token) at most ``FENCE_S`` old on the monotonic clock, which keeps going while a process
+is paused; an older one is confirmed (and renewed) first, synchronously. So a driver that was
+paused (SIGSTOP, a frozen VM) past the stale window and replaced meanwhile finds out before its
+first write after it wakes, and so does one whose lease was deleted. It then stops at once:
+``on_lost`` (the command's forced exit, ``tunekit.driver.fencing``), else ``LeaseLostError``.
+A storage error is no verdict: a renewal the storage refuses (a full disk) leaves the lease
+confirmed by its reads; a storage that cannot even be read lets writes go on while the last
+confirmation is younger than the stale window (a taker must watch that long), then makes them
+wait for it to answer, for at most ``outage_s``.
 """
 
 from __future__ import annotations
@@ -31,21 +44,26 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from tunekit.errors import LeaseHeldError
-from tunekit.layout import LEASE_FILE
-from tunekit.store import write_text
+from tunekit.errors import LeaseHeldError, LeaseLostError, StorageError
+from tunekit.lease_files import LeaseFile, lease_file, token_of
+from tunekit.store import add_fence, remove_fence
 
-# Leases this process holds, by file, with how many holders: a driver's own steps that need it
-# again (the search's closing sync to MLflow) share it.
-_HELD: dict[str, int] = {}
+# Leases this process holds, by file: a driver's own steps that need it again (the search's
+# closing sync to MLflow) share it.
+_HELD: dict[str, DriverLease] = {}
 
-BEAT_S = 2.0  # the holder rewrites its heartbeat this often
-STALE_S = 20.0  # a heartbeat this old (on another host) is a dead driver's
+BEAT_S = 2.0  # the holder renews its heartbeat this often
+# A heartbeat unchanged this long (watched from another host) is a dead driver's: how long a
+# Kubernetes RayJob's retry waits, at most. ``TUNEKIT_LEASE_STALE_S`` sets it (a slow shared store
+# wants more, a test less); the holder's fencing does not depend on it.
+STALE_S = float(os.environ.get("TUNEKIT_LEASE_STALE_S") or 20.0)
+FENCE_S = 1.5 * BEAT_S  # a write needs a confirmation of the lease at most this old
+WATCH_AT_LEAST_S = 2.5 * BEAT_S  # a taker sees the heartbeat stand still this long, whatever its age
+OUTAGE_S = 300.0  # how long writes wait for a storage that cannot confirm the lease
 
 
 @dataclass(frozen=True)
@@ -56,13 +74,20 @@ class Holder:
     pid: int
     process_started: float  # the process's start (psutil), to tell a reused pid apart
     command: str  # "run", "resume", "sync"
-    since: float  # when it took the lease (wall clock)
-    beat: float  # its last heartbeat (wall clock)
+    since: float  # when it took the lease (its own wall clock: shown, never compared)
+    beat: float  # its last heartbeat (its own wall clock: shown, never compared)
     token: str  # this lease's identity
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        return f"`tunekit {self.command}` (pid {self.pid} on {self.host}) holds it since {since}"
+        return f"`tunekit {self.command}` (pid {self.pid} on {self.host}) holds it since {since} by its clock"
+
+
+def _parsed(text: str | None) -> Holder | None:
+    try:
+        return Holder(**json.loads(text or ""))
+    except (ValueError, TypeError):
+        return None
 
 
 def _own_process_started() -> float:
@@ -85,19 +110,25 @@ class DriverLease:
     """The lease of one driver on one experiment; a context manager that takes and releases it.
 
     ``took_over`` says whose stale lease was taken (None: there was none), for the console.
-    ``lost`` is set when another driver took the lease while this one held it (its heartbeat
-    stalled past ``STALE_S``, say a suspended process): this driver must stop writing.
+    ``lost`` says why this driver no longer holds it, once it does not. ``on_lost``, when set,
+    is called once with the ``LeaseLostError`` from the thread that found the loss (the
+    command's forced exit); without it the writes that follow raise the error.
     """
 
-    def __init__(self, experiment: Path | str, command: str) -> None:
-        self.file = lease_file(experiment)
+    def __init__(self, experiment: Path | str, command: str, *, stale_s: float = STALE_S) -> None:
+        self.file: LeaseFile = lease_file(experiment)
         self.command = command
+        self.stale_s = stale_s
+        self.outage_s = OUTAGE_S
         self.took_over: Holder | None = None
-        self.lost: Holder | None = None
+        self.lost: LeaseLostError | None = None
+        self.on_lost: Callable[[LeaseLostError], None] | None = None
         self._holder: Holder | None = None
+        self._confirmed = 0.0  # monotonic: when the lease was last read back as this driver's
+        self._renewing = threading.Lock()
         self._stop = threading.Event()
         self._beating: threading.Thread | None = None
-        self._nested = False
+        self._shared_with: DriverLease | None = None
 
     def __enter__(self) -> DriverLease:
         self.acquire()
@@ -108,11 +139,10 @@ class DriverLease:
 
     # ------------------------------------------------------------------ taking it
 
-    def acquire(self, *, stale_s: float = STALE_S) -> None:
+    def acquire(self) -> None:
         """Takes the lease, or raises ``LeaseHeldError`` naming its live holder."""
-        if self.file.key in _HELD:  # this process holds it already: shared
-            _HELD[self.file.key] += 1
-            self._nested = True
+        if (holding := _HELD.get(self.file.key)) is not None:  # this process holds it already: shared
+            self._shared_with = holding
             return
         now = time.time()
         mine = Holder(
@@ -125,227 +155,157 @@ class DriverLease:
             token=uuid.uuid4().hex,
         )
         for _ in range(20):  # each pass ends in a win, a refusal, or a race lost to another taker
-            if self._create(mine):
-                self._holder = mine
-                _HELD[self.file.key] = 1
-                self._start_beating()
+            began = time.monotonic()
+            if self.file.create(json.dumps(asdict(mine))):
+                self._hold(mine, began)
                 return
-            holder = self._read()
+            text = self.file.read()
+            holder = _parsed(text)
             if holder is None:
-                continue  # released meanwhile, or torn: _read removed a torn one
-            if not self._dead(holder, stale_s):
+                self._remove_if_torn(text)
+                continue
+            if not self._dead(holder):
                 raise LeaseHeldError(
-                    f"{self.file.where}: another driver is writing this experiment: {holder.describe()} "
-                    f"(last heartbeat {time.time() - holder.beat:.0f} s ago); one writer at a time, "
-                    f"readers (`tunekit status`, `report`, `check`) need no lease"
+                    f"{self.file.where}: another driver is writing this experiment: {holder.describe()}"
+                    f"{self._heard()}; one writer at a time, readers (`tunekit status`, `report`, `check`) "
+                    "need no lease"
                 )
-            if self._set_aside(holder):
+            began = time.monotonic()
+            if self.file.take_over(holder.token, json.dumps(asdict(mine))):
                 self.took_over = holder
+                self._hold(mine, began)
+                return
         raise LeaseHeldError(f"{self.file.where}: could not take the driver's lease; try again")
 
-    def _create(self, holder: Holder) -> bool:
-        return self.file.create(json.dumps(asdict(holder)))
+    def _hold(self, mine: Holder, began: float) -> None:
+        self._holder, self._confirmed = mine, began
+        _HELD[self.file.key] = self
+        add_fence(id(self), self.ensure_held)
+        self._stop.clear()
+        self._beating = threading.Thread(target=self._beat_until_released, name="tunekit-lease", daemon=True)
+        self._beating.start()
 
-    def _read(self) -> Holder | None:
-        read = self.file.read()
-        if read is None:
-            return None
-        text, age_s = read
-        try:
-            return Holder(**json.loads(text))
-        except (ValueError, TypeError):
-            # A lease torn by a crash as it was created: written by no live driver once it is
-            # older than a heartbeat (a live holder rewrites it whole).
-            if age_s > BEAT_S * 3:
-                self.file.remove()
-            return None
+    def _heard(self) -> str:
+        age = self.file.storage_age()
+        return "" if age is None else f" (its heartbeat written {age:.0f} s ago by the storage's clock)"
 
-    def _dead(self, holder: Holder, stale_s: float) -> bool:
+    def _remove_if_torn(self, text: str | None) -> None:
+        """A lease torn by a crash as it was created is written by no live driver once it has
+        not changed for a few heartbeats (a live holder rewrites it whole)."""
+        if text is None:
+            return  # released meanwhile
+        age = self.file.storage_age()
+        if age is not None and age > BEAT_S * 3:
+            self.file.remove()
+        else:
+            time.sleep(BEAT_S / 2)
+
+    def _dead(self, holder: Holder) -> bool:
         if holder.host == socket.gethostname():
             return not _alive_here(holder)
-        # Another host: watch its heartbeat. It moves within a beat when the holder lives.
-        deadline = time.monotonic() + max(0.0, stale_s - (time.time() - holder.beat))
-        while time.monotonic() < deadline:
-            time.sleep(min(BEAT_S / 2, max(0.0, deadline - time.monotonic())))
-            now = self._read()
+        # Another host: watch its heartbeat on this process's own clock. How long: the stale
+        # window less the age the storage itself gives the lease, and a few heartbeats at least.
+        age = self.file.storage_age() or 0.0
+        watch = max(min(WATCH_AT_LEAST_S, self.stale_s), self.stale_s - age)
+        deadline = time.monotonic() + watch
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(BEAT_S / 2, left))
+            now = _parsed(self.file.read())
             if now is None or now.token != holder.token or now.beat != holder.beat:
                 return False  # alive, or another driver took it meanwhile: look again as live
         return True
 
-    def _set_aside(self, stale: Holder) -> bool:
-        """Removes a dead holder's lease, if it is still the one read (one taker wins)."""
-        return self.file.set_aside(stale.token)
+    # ------------------------------------------------------------ holding it (fencing)
 
-    # ------------------------------------------------------------ holding and release
+    def ensure_held(self) -> None:
+        """Returns while this driver may write; raises ``LeaseLostError`` once it may not.
 
-    def _start_beating(self) -> None:
-        self._stop.clear()
-        self._beating = threading.Thread(target=self._beat_until_released, name="tunekit-lease", daemon=True)
-        self._beating.start()
+        Cheap while the last confirmation is recent (every write calls it); renews first when
+        it is not (a process that was paused). Waits while the storage cannot confirm it and
+        the last confirmation is older than the stale window, for at most ``outage_s``.
+        """
+        if self._shared_with is not None:
+            self._shared_with.ensure_held()
+            return
+        if self.lost is not None:
+            self._stop_writing(self.lost)
+        if self._holder is None or time.monotonic() - self._confirmed <= FENCE_S:
+            return
+        self.beat()
+        while self.lost is None and time.monotonic() - self._confirmed > self.stale_s:
+            if time.monotonic() - self._confirmed > self.outage_s:
+                raise StorageError(
+                    f"{self.file.where}: the storage has not confirmed this driver's lease for "
+                    f"{self.outage_s:g} s; `tunekit resume {self.file.where}` continues the search once it answers"
+                )
+            time.sleep(BEAT_S / 2)
+            self.beat()
+        if self.lost is not None:
+            self._stop_writing(self.lost)
+
+    def beat(self) -> None:
+        """Renews the heartbeat if the lease is still this driver's; notes a loss otherwise.
+
+        A storage error is no verdict (the heartbeat tries again); a lease that another driver
+        holds now, or that is gone, is lost.
+        """
+        holder = self._holder
+        if holder is None or self.lost is not None:
+            return
+        with self._renewing:
+            began = time.monotonic()
+            try:
+                text = self.file.read()
+                if token_of(text) == holder.token:
+                    # Read back as ours: no other driver holds it now. Renewing is what keeps
+                    # others from taking it; a full disk that refuses the renewal is no loss.
+                    self._confirmed = began
+                    renewed = Holder(**{**asdict(holder), "beat": time.time()})
+                    if self.file.renew(json.dumps(asdict(renewed))):
+                        self._holder = renewed
+                        return
+                    text = self.file.read()  # replaced between our read and our renewal
+            except Exception:  # the storage's trouble (full, read-only, away): try again next beat
+                return
+        with contextlib.suppress(LeaseLostError):  # the heartbeat's thread: ensure_held raises it to writers
+            self._lose(_parsed(text))
+
+    def _lose(self, now: Holder | None) -> None:
+        if self.lost is None:
+            who = f"{now.describe()} now" if now is not None else "its lease file was removed"
+            self.lost = LeaseLostError(
+                f"{self.file.where}: this driver lost the experiment's lease: {who}; it stopped writing and "
+                "leaves its trials to the driver that holds it",
+                now,
+            )
+        self._stop_writing(self.lost)
+
+    def _stop_writing(self, lost: LeaseLostError) -> None:
+        """``on_lost`` (which may end the process), else ``LeaseLostError``; in every thread that
+        finds the loss, so that none goes on to write while another reports it."""
+        if self.on_lost is not None:
+            self.on_lost(lost)
+        raise lost
 
     def _beat_until_released(self) -> None:
         while not self._stop.wait(BEAT_S):
             self.beat()
 
-    def beat(self) -> None:
-        """Rewrites the heartbeat, unless another driver has taken the lease."""
-        holder = self._holder
-        if holder is None or self.lost is not None:
-            return
-        current = self._read()
-        if current is not None and current.token != holder.token:
-            self.lost = current
-            return
-        self._holder = holder = Holder(**{**asdict(holder), "beat": time.time()})
-        with contextlib.suppress(OSError):  # a full disk: the heartbeat goes stale, the search ends on its own error
-            self.file.replace(json.dumps(asdict(holder)))
-
     def release(self) -> None:
         """Stops the heartbeat and removes the lease, if it is still this driver's."""
-        if self._nested:
-            self._nested = False
-            _HELD[self.file.key] -= 1
+        if self._shared_with is not None:
+            self._shared_with = None
             return
         self._stop.set()
         if self._beating is not None:
             self._beating.join()
             self._beating = None
+        remove_fence(id(self))
         holder, self._holder = self._holder, None
         if holder is None:
             return
         _HELD.pop(self.file.key, None)
-        current = self._read()
-        if current is not None and current.token == holder.token:
-            self.file.remove()
-
-
-@contextlib.contextmanager
-def driver_lease(experiment_dir: Path, command: str) -> Iterator[DriverLease]:
-    """Holds the experiment's lease for the block (see ``DriverLease``)."""
-    with DriverLease(experiment_dir, command) as lease:
-        yield lease
-
-
-# ------------------------------------------------------------------- where the lease lives
-
-
-class LocalLeaseFile:
-    """``driver.lease`` in a local or shared folder: ``O_EXCL`` to create, a rename to set aside."""
-
-    def __init__(self, experiment_dir: Path) -> None:
-        self.path = Path(experiment_dir) / LEASE_FILE
-        self.key = str(self.path)
-        self.where = str(experiment_dir)
-
-    def create(self, text: str) -> bool:
-        try:
-            descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(text)
-        return True
-
-    def read(self) -> tuple[str, float] | None:
-        """The lease's text and its age in seconds, or None when there is none."""
-        try:
-            return self.path.read_text(), time.time() - self.path.stat().st_mtime
-        except FileNotFoundError:
-            return None
-
-    def replace(self, text: str) -> None:
-        write_text(self.path, text)
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-    def set_aside(self, token: str) -> bool:
-        aside = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.stale")
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False  # another driver took it first
-        try:
-            moved = json.loads(aside.read_text()).get("token")
-        except (OSError, ValueError, AttributeError):
-            moved = None
-        if moved is not None and moved != token:
-            # Between our read and the rename another driver took it over: give it back.
-            with contextlib.suppress(OSError):
-                os.link(aside, self.path)
-            aside.unlink(missing_ok=True)
-            return False
-        aside.unlink(missing_ok=True)
-        return True
-
-
-class BucketLeaseFile:
-    """``driver.lease`` as an object of a bucket experiment.
-
-    Object stores have no ``O_EXCL`` or rename; S3's conditional writes (``If-None-Match: *``)
-    are not reachable through pyarrow. A creation writes the lease, waits ``SETTLE_S`` and
-    reads it back: of two drivers that wrote it together, the one whose lease is read back
-    wins and the other sees a live holder (a last-writer-wins store settles on one object).
-    """
-
-    SETTLE_S = 0.5
-
-    def __init__(self, bucket: Any) -> None:
-        self.bucket = bucket
-        self.key = f"{bucket.uri}#{LEASE_FILE}"
-        self.where = bucket.uri
-
-    def create(self, text: str) -> bool:
-        if self.read() is not None:
-            return False
-        self.replace(text)
-        time.sleep(self.SETTLE_S)
-        read = self.read()
-        return read is not None and read[0] == text
-
-    def read(self) -> tuple[str, float] | None:
-        from pyarrow import fs
-
-        filesystem, path = self.bucket.filesystem()
-        info = filesystem.get_file_info(f"{path}/{LEASE_FILE}")
-        if info.type != fs.FileType.File:
-            return None
-        try:
-            with filesystem.open_input_stream(f"{path}/{LEASE_FILE}") as stream:
-                text = stream.read().decode("utf-8", "replace")
-        except (FileNotFoundError, OSError):
-            return None
-        age = time.time() - info.mtime.timestamp() if info.mtime is not None else 0.0
-        return text, age
-
-    def replace(self, text: str) -> None:
-        filesystem, path = self.bucket.filesystem()
-        with filesystem.open_output_stream(f"{path}/{LEASE_FILE}") as stream:
-            stream.write(text.encode("utf-8"))
-
-    def remove(self) -> None:
-        self.bucket.delete(LEASE_FILE)
-
-    def set_aside(self, token: str) -> bool:
-        read = self.read()
-        if read is None:
-            return False
-        try:
-            current = json.loads(read[0]).get("token")
-        except (ValueError, AttributeError):
-            current = None
-        if current not in (token, None):
-            return False
-        self.remove()
-        return True
-
-
-def lease_file(experiment: Path | str) -> LocalLeaseFile | BucketLeaseFile:
-    """Where an experiment's lease lives: beside a local one, in the bucket of a bucket's
-    (given as its URI, or as this machine's cache of it)."""
-    from tunekit.storage import Bucket, bucket_of, is_uri
-
-    if is_uri(str(experiment)):
-        return BucketLeaseFile(Bucket(str(experiment)))
-    bucket = bucket_of(Path(experiment))
-    return BucketLeaseFile(bucket) if bucket is not None else LocalLeaseFile(Path(experiment))
+        if self.lost is None:
+            with contextlib.suppress(Exception):  # a storage away now: the lease goes stale, as a kill's does
+                if token_of(self.file.read()) == holder.token:
+                    self.file.remove()

@@ -39,6 +39,7 @@ from typing import Any
 from tunekit.errors import StorageError, StorageUnreachableError
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, SPEC_FILE, TENSORBOARD_DIR
 from tunekit.storage_faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
+from tunekit.store import check_fences
 
 PUSH_EVERY_S = 2.0
 PROBE_EVERY_S = 10.0  # with nothing to upload, the mirror still reaches the bucket this often
@@ -149,9 +150,11 @@ class Bucket:
         return target
 
     def push(self, cache: Path, relatives: list[str]) -> None:
-        """Uploads these files of ``cache`` (each whole: an object store replaces objects whole)."""
+        """Uploads these files of ``cache`` (each whole: an object store replaces objects whole), each
+        once this process has proved it still holds the experiment's lease, if it holds one."""
         filesystem, path = self.filesystem()
         for relative in relatives:
+            check_fences()
             source = cache / relative
             with contextlib.suppress(FileNotFoundError), source.open("rb") as handle:
                 data = handle.read()

@@ -18,7 +18,8 @@ through here, so each guarantee is made once:
   a missing file is ``[]`` or None, which the caller tells from damage.
 * **Typed failures.** A full disk is ``NoSpaceError`` (``no_space_error`` names the storage
   and the space a search needs), a refused write a ``StorageError``.
-* **One writer.** ``DriverLease`` (``tunekit.lease``) keeps a second driver out.
+* **One writer.** ``DriverLease`` (``tunekit.lease``) keeps a second driver out, and every
+  write here first checks (``check_fences``) that this process still holds its lease.
 
 Its backend is a local or shared directory; the functions take paths, and the few that
 touch the file system are the seam a bucket backend replaces.
@@ -33,7 +34,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,13 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` whole, once the writer has proved it still holds its lease."""
+    check_fences()
+    replace_whole(path, data)
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """``write_bytes`` without the lease's check: for the lease's own heartbeat."""
     partial = path.with_name(path.name + _PARTIAL)
     with storage_errors(path):
         try:
@@ -67,6 +75,27 @@ def write_json(path: Path, value: Any, *, indent: int | None = None) -> None:
     """``value`` as JSON, written whole (``write_text``); ends with a newline when indented."""
     text = json.dumps(value, indent=indent, default=str)
     write_text(path, text + "\n" if indent is not None else text)
+
+
+# ------------------------------------------------------------------------- fencing
+
+# The checks of the leases this process holds (``tunekit.lease`` registers them): a driver
+# that lost its lease (a paused process another driver replaced) must not write one more byte.
+_FENCES: dict[int, Callable[[], None]] = {}
+
+
+def add_fence(key: int, check: Callable[[], None]) -> None:
+    _FENCES[key] = check
+
+
+def remove_fence(key: int) -> None:
+    _FENCES.pop(key, None)
+
+
+def check_fences() -> None:
+    """Raises ``LeaseLostError`` when this process lost a lease it holds (see ``DriverLease.ensure_held``)."""
+    for check in tuple(_FENCES.values()):
+        check()
 
 
 @contextlib.contextmanager

@@ -101,6 +101,7 @@ class Chaos:
     log: Path  # every driver's output
     second: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
     second_took: float = 0.0
+    paused_status: int | None = None  # the driver paused past the stale window, once continued
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +136,47 @@ def chaos(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MlflowServer)
         if status == 0:
             break  # it finished as the signal came: nothing more to break
         driver = _driver(["resume", str(experiment)], log)
+    paused_status = None
+    if driver.poll() is None:
+        driver, paused_status = _paused_and_taken_over_from_another_host(driver, experiment, log)
     status = driver.wait(timeout=600)
-    return Chaos(experiment, stops, status, log, *second)
+    return Chaos(experiment, stops, status, log, *second, paused_status=paused_status)
+
+
+def _paused_and_taken_over_from_another_host(
+    driver: subprocess.Popen[bytes], experiment: Path, log: Path
+) -> tuple[subprocess.Popen[bytes], int]:
+    """The driver paused (SIGSTOP) past the lease's stale window, its search resumed from another
+    host (its own UTS namespace), then the paused one continued (SIGCONT). Returns the new
+    driver, and the old one's exit status."""
+    ended, deadline = _ended(experiment), time.monotonic() + 180
+    while _ended(experiment) < ended + 1 and driver.poll() is None:
+        assert time.monotonic() < deadline, "no trial ended within 180 s before the pause"
+        time.sleep(0.2)
+    os.kill(driver.pid, signal.SIGSTOP)
+    resume = " ".join([*TUNEKIT, "resume", str(experiment)])
+    with log.open("ab") as out:
+        taker = subprocess.Popen(
+            ["unshare", "--uts", "sh", "-c", f"hostname chaos-h2 && exec {resume}"],
+            cwd=log.parent,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env={**os.environ, "TUNEKIT_LEASE_STALE_S": "6"},
+        )
+    deadline = time.monotonic() + 60
+    while '"chaos-h2"' not in _text_or_empty(experiment / "driver.lease"):
+        assert taker.poll() is None and time.monotonic() < deadline, "the other host did not take the lease"
+        time.sleep(0.2)
+    os.kill(driver.pid, signal.SIGCONT)
+    return taker, driver.wait(timeout=60)
+
+
+def _text_or_empty(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _second_driver_while_one_runs(experiment: Path) -> tuple[dict[str, subprocess.CompletedProcess[str]], float]:
@@ -176,6 +216,17 @@ def test_a_search_killed_and_resumed_five_times_finishes_with_nothing_lost(chaos
     assert report.ok, report.describe()
     assert "mlflow" in " ".join(report.checked).lower(), report.checked
     assert not (experiment / "driver.lease").exists()
+
+
+def test_a_paused_driver_another_host_took_over_from_exits_with_one_line_and_loses_nothing(chaos: Chaos) -> None:
+    # What loses nothing is the first test's: every trial exactly once, the study, MLflow, check.
+    assert chaos.paused_status == 3, chaos.log.read_text(errors="replace")[-3000:]
+    log = chaos.log.read_text(errors="replace")
+    lost = [line for line in log.splitlines() if "this driver lost the experiment's lease" in line]
+    assert len(lost) == 1, log[-3000:]
+    assert lost[0].startswith(f"tunekit: error: {chaos.experiment}: this driver lost the experiment's lease: ")
+    assert "`tunekit resume` (pid " in lost[0] and " on chaos-h2) holds it since " in lost[0]
+    assert "tunekit: took over the lease of a driver that is gone: `tunekit resume` (pid " in log
 
 
 def test_a_second_driver_is_refused_in_seconds_and_a_reader_needs_no_lease(chaos: Chaos) -> None:

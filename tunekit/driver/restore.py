@@ -41,6 +41,7 @@ def restored_tuner(
     """
     from ray import tune
 
+    from tunekit.driver.fencing import fenced
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
 
@@ -52,6 +53,7 @@ def restored_tuner(
     # (console, tracker) are per process and are attached again here.
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
+    run_config.callbacks = fenced(run_config.callbacks or [])
     _resumed_from(recorder, experiment_dir)
     # Ray would restore its saved stopper over this run's (see forget_saved_stopper).
     saved_stopper = forget_saved_stopper(experiment_dir)

@@ -64,7 +64,7 @@ from tunekit.driver.session import (
     wait_for_released_resources,
     wait_for_warm_workers,
 )
-from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
+from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.layout import (
     DRIVER_LOG_FILE,
@@ -156,6 +156,7 @@ def run(
     experiment_dir = create_experiment_dir(spec, name, storage)
     lease = DriverLease(experiment_dir, "run")
     lease.acquire()  # a new folder: no other driver can hold it, but one may try from now on
+    exit_when_lost(lease)
     try:
         if joined is not None:
             keep_ray_log(experiment_dir, joined.ray_log)
@@ -258,6 +259,7 @@ def resume(
         if not (Path(location) / SPEC_FILE).is_file():
             raise NotAnExperimentError(location, SPEC_FILE)
     with DriverLease(location, "resume") as lease:
+        exit_when_lost(lease)
         if lease.took_over is not None and stream is not None:
             stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
         # A bucket's: this machine's cache of it, pulled afresh (the bucket is the source of truth).
@@ -512,6 +514,7 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
+    from tunekit.driver.fencing import fenced
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
     from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
@@ -541,7 +544,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
         run_config=tune.RunConfig(
             name=experiment_dir.name,
             storage_path=bucket.parent_uri if (bucket := bucket_of(experiment_dir)) else str(experiment_dir.parent),
-            callbacks=[recorder],
+            callbacks=fenced([recorder]),
             stop=guard,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),

@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM during a search: stop Ray Tune the way Ctrl-C does, in every phase.
+"""SIGINT and SIGTERM during a search: stop Ray Tune the way Ctrl-C does, in every phase; and
+the forced exits (a second signal, a lost lease).
 
 Also quiets the traceback dumps Ray logs for failed trials (tunekit prints one line each).
 """
@@ -17,9 +18,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from tunekit.errors import SearchInterrupted, TunekitError
+from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, TunekitError
+
+if TYPE_CHECKING:
+    from tunekit.lease import DriverLease
 
 
 class _TrialTracebackFilter(logging.Filter):
@@ -295,3 +299,24 @@ def kill_ray_children() -> None:
                 process.kill()
     except Exception as error:  # best effort on the way out; the process is exiting anyway
         logging.getLogger(__name__).debug("could not kill the local Ray's processes: %s", error)
+
+
+def exit_when_lost(lease: DriverLease) -> None:
+    """Makes a lost lease (``tunekit.lease``) end this process at once: one line, its local Ray
+    killed, exit status ``EXIT_LEASE_LOST``. No graceful stop: a stop saves Ray's state and holds
+    the trials, writes that would land over the new holder's, whose trials these now are."""
+    lease.on_lost = _exit_lease_lost
+
+
+# Held for good by the first thread that ends the process: any other that finds the loss waits
+# here for the exit rather than go on to write, or say it twice.
+_EXITING = threading.Lock()
+
+
+def _exit_lease_lost(error: LeaseLostError) -> None:
+    _EXITING.acquire()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    to_console(f"\ntunekit: error: {error}\n")
+    kill_ray_children()
+    os._exit(EXIT_LEASE_LOST)

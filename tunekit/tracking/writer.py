@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
+from tunekit.store import check_fences
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MlflowRunClient, RunClient, absent_platforms_skipped, default_tracking_uri
 from tunekit.tracking.events import Flush, Stop, TrackerEvent
@@ -144,6 +145,7 @@ class MlflowWriter:
                 continue
             if self._clock() >= retry_at or stop_at is not None:
                 try:
+                    check_fences()  # a driver that lost its lease sends nothing more (tunekit.lease)
                     self._runs.sync()
                 except Disabled as error:
                     self._disable(str(error))
