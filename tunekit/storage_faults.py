@@ -169,10 +169,15 @@ class Outage:
             self.began = now
             self._tell(f"{self.what} is unreachable ({_one_line(error)}); trying again for up to {self.bound_s:g} s")
         if now - self.began >= self.bound_s:
-            raise StorageUnreachableError(
-                f"{self.what}: unreachable for {now - self.began:.0f} s, past storage.outage_s "
-                f"({self.bound_s:g} s); last error: {_one_line(error)}"
-            ) from error
+            raise self.unreachable(error) from error
+
+    def unreachable(self, error: BaseException) -> StorageUnreachableError:
+        """The outage as the error that ends the search, ``error`` its last failure."""
+        lasted = self._clock() - self.began if self.began is not None else 0.0
+        return StorageUnreachableError(
+            f"{self.what}: unreachable for {lasted:.0f} s, past storage.outage_s ({self.bound_s:g} s); "
+            f"last error: {_one_line(error)}"
+        )
 
     def reached(self) -> None:
         if self.began is not None:

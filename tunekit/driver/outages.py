@@ -38,15 +38,18 @@ def storage_watched(spec: ExperimentSpec, experiment_dir: Path, stream: TextIO |
         with mirrored(experiment_dir, outage_s=spec.storage.outage_s, say=say, on_outage=stop_search_for) as mirror:
             try:
                 yield
-            except SearchInterrupted:
-                if mirror is None or mirror.gave_up is None:
-                    raise  # a user's signal
             except OSError as error:  # Ray's own reads of the bucket as fit ends (its results)
                 if mirror is None or not is_transient(error):
                     raise
                 mirror.gave_up = mirror.gave_up or StorageUnreachableError(
                     f"storage {shown(experiment_dir)}: unreachable ({' '.join(str(error).split())[:300]})"
                 )
+            except (SearchInterrupted, StorageError) as error:
+                # The outage's stop, or a write that waited as long for the lease's confirmation
+                # (tunekit.lease): the outage says it. A user's signal, or another storage error, as it is.
+                if mirror is None or not (mirror.gave_up or mirror.outage.ongoing):
+                    raise
+                mirror.gave_up = mirror.gave_up or mirror.outage.unreachable(error)
         if mirror is not None and mirror.gave_up is not None:
             # The search stopped for the outage, or ended while the bucket was away: its last
             # records did not reach the bucket, which the resume continues from.

@@ -155,6 +155,7 @@ def run(
     joined = _join(spec, target, connect_timeout, None)  # a cluster first: nothing is written if it fails
     experiment_dir = create_experiment_dir(spec, name, storage)
     lease = DriverLease(experiment_dir, "run")
+    lease.outage_s = spec.storage.outage_s  # writes wait for its confirmation as long as for the storage
     lease.acquire()  # a new folder: no other driver can hold it, but one may try from now on
     exit_when_lost(lease)
     try:
@@ -264,7 +265,7 @@ def resume(
             stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
         # A bucket's: this machine's cache of it, pulled afresh (the bucket is the source of truth).
         directory = Path(location) if bucket is None else bucket.pull(mirror_cache(bucket, "driver", fresh=True))
-        return _resume(directory, overrides, address, local, connect_timeout, stream, python_trainable)
+        return _resume(directory, overrides, address, local, connect_timeout, stream, python_trainable, lease)
 
 
 def _resume(
@@ -275,9 +276,11 @@ def _resume(
     connect_timeout: float,
     stream: TextIO | None,
     python_trainable: Any,
+    lease: DriverLease,
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    lease.outage_s = spec.storage.outage_s  # writes wait for its confirmation as long as for the storage
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
