@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.errors import StorageError, StorageUnreachableError
+from tunekit.errors import LeaseLostError, StorageError, StorageUnreachableError
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, SPEC_FILE, TENSORBOARD_DIR
 from tunekit.storage_faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
 from tunekit.store import check_fences
@@ -342,6 +342,11 @@ class BucketMirror:
             return
         try:
             self._push_once()
+        except LeaseLostError:
+            return  # no more writes: the lease's loss ends the driver (tunekit.lease)
+        except StorageError as error:  # the lease unconfirmed for storage.outage_s: the same outage
+            self._give_up(self.outage.unreachable(error))
+            return
         except OSError as error:
             if not is_transient(error):
                 self.problem = error
@@ -349,12 +354,15 @@ class BucketMirror:
             try:
                 self.outage.failed(error)
             except StorageUnreachableError as past_bound:
-                self.gave_up = past_bound
-                if self._on_outage is not None:
-                    self._on_outage(past_bound)
+                self._give_up(past_bound)
             return
         self.problem = None
         self.outage.reached()
+
+    def _give_up(self, past_bound: StorageUnreachableError) -> None:
+        self.gave_up = past_bound
+        if self._on_outage is not None:
+            self._on_outage(past_bound)
 
     def _push_once(self) -> None:
         with self._lock:
@@ -390,8 +398,14 @@ class BucketMirror:
             try:
                 retrying(self._push_once, self.outage.what, outage_s=self.outage.left_s())
                 self.outage.reached()
-            except StorageUnreachableError as past_bound:  # the caller says it (``gave_up``)
-                self.gave_up = past_bound
+            except LeaseLostError:
+                raise
+            except StorageError as past_bound:  # the caller says it (``gave_up``); the lease's too
+                self.gave_up = (
+                    past_bound
+                    if isinstance(past_bound, StorageUnreachableError)
+                    else self.outage.unreachable(past_bound)
+                )
         if self.problem is not None:
             raise StorageError(
                 permanent_problem(self.problem, redacted(self.bucket.uri))
