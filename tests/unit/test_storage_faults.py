@@ -238,3 +238,17 @@ def test_an_idle_mirror_still_reaches_the_bucket_so_an_outage_with_nothing_to_se
     time.now += 10
     mirror.push_changed()  # idle for PROBE_EVERY_S: a probe finds it away
     assert len(said) == 1 and "is unreachable" in said[0]
+
+
+def test_a_push_the_lease_fence_refuses_in_an_outage_ends_it_without_killing_the_mirror(tmp_path: Path) -> None:
+    """tunekit.lease makes writes wait for its confirmation for storage.outage_s, then refuses them."""
+
+    class FencedBucket(FlakyBucket):
+        def push(self, cache: Path, relatives: list[str]) -> None:
+            raise StorageError("s3://exps/team/x: the storage has not confirmed this driver's lease for 30 s")
+
+    stopped = list[StorageUnreachableError]()
+    (tmp_path / "trials.csv").write_text("a\n")
+    mirror = BucketMirror(FencedBucket("s3://exps/team/x"), tmp_path, outage_s=30, on_outage=stopped.append)
+    mirror.push_changed()
+    assert stopped == [mirror.gave_up] and "past storage.outage_s (30 s)" in str(mirror.gave_up)
