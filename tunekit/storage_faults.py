@@ -173,7 +173,8 @@ class Outage:
 
     def unreachable(self, error: BaseException) -> StorageUnreachableError:
         """The outage as the error that ends the search, ``error`` its last failure."""
-        lasted = self._clock() - self.began if self.began is not None else 0.0
+        # At least the bound: the lease's fence refuses writes only after as long unconfirmed.
+        lasted = max(self._clock() - self.began if self.began is not None else 0.0, self.bound_s)
         return StorageUnreachableError(
             f"{self.what}: unreachable for {lasted:.0f} s, past storage.outage_s ({self.bound_s:g} s); "
             f"last error: {_one_line(error)}"

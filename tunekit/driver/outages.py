@@ -15,7 +15,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.signals import stop_search_for
@@ -78,3 +78,11 @@ def check_writable(spec: ExperimentSpec, experiment_dir: Path) -> None:
     checkpoints = 2 * spec.budget.max_concurrent
     if free_bytes(experiment_dir) < space_needed(experiment_dir, checkpoints):
         raise no_space_error(experiment_dir, None, checkpoints=checkpoints)
+
+
+def held_if_writable(searcher: Any) -> None:
+    """Marks the study's stopped trials held (``mark_held``), from the stop's own thread; in a
+    storage outage the write is refused (the lease cannot be confirmed): the search's end marks
+    them again, and the outage's line says how to resume."""
+    with contextlib.suppress(StorageError):
+        searcher.mark_held(True)

@@ -44,7 +44,7 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.folders import create_experiment_dir, discard_if_never_started, has_tune_state
-from tunekit.driver.outages import check_writable, storage_watched
+from tunekit.driver.outages import check_writable, held_if_writable, storage_watched
 from tunekit.driver.restore import restored_tuner
 from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
@@ -380,7 +380,7 @@ def _fit(
         # and `tunekit check` then took the held trials for a bug.
         signals.on_stop.append(
             lambda: threading.Thread(
-                target=recorder.searcher.mark_held, args=(True,), name="tunekit-held", daemon=True
+                target=held_if_writable, args=(recorder.searcher,), name="tunekit-held", daemon=True
             ).start()
         )
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):

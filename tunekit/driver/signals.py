@@ -36,14 +36,16 @@ class _TrialTracebackFilter(logging.Filter):
     DROPPED = (
         "Trial task failed for trial",
         "Trials did not complete",
-        # Ray's own tracebacks of a storage outage: tunekit says it once as it starts and ends.
-        "Caught exception when creating directory",
-        "Saving experiment state to storage",
-        "Last sync command failed",
+        "Last sync command failed",  # a traceback as text: no exception to tell transient by
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.DROPPED)
+        from tunekit.storage_faults import is_transient
+
+        # Ray's own tracebacks of a storage outage (a checkpoint it could not rotate away, its
+        # state it could not save): tunekit says the outage once as it starts and once as it ends.
+        raised = record.exc_info[1] if record.exc_info else None
+        return not (str(record.msg).startswith(self.DROPPED) or (raised is not None and is_transient(raised)))
 
 
 @contextlib.contextmanager
