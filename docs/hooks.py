@@ -89,6 +89,8 @@ KEY_RULES: dict[str, str] = {
     "data": "free-form settings handed to `build_data` as `ctx.data`; relative paths follow the spec's folder",
     "storage": "where experiment directories go",
     "storage.path": "a directory (shared by every node on a cluster)",
+    "storage.outage_s": "seconds a storage outage (refused connections, timeouts, 5xx, throttling) is waited "
+    "through before the search stops as interrupted, its running trials held for `tunekit resume`",
     "tracking": "MLflow and TensorBoard",
     "tracking.enabled": "record the search in MLflow",
     "tracking.uri": "the tracking server (default: MLflow's own, `sqlite:///mlflow.db` here)",

@@ -5,9 +5,11 @@ well under a second. Errors print one line (``--debug`` shows the traceback).
 
 Exit status: 0 when at least one trial reported the metric; 1 when none did (every
 trial failed, or the time budget ran out first), when a fatal trial error stopped the
-search, or for any other tunekit error; 2 for an invalid spec or usage; 3 when the driver
-lost the experiment's lease to another driver (``tunekit.lease``); 128 + the signal when
-SIGINT (130) or SIGTERM (143) stopped the search, which ``tunekit resume DIR`` continues.
+search, for a storage error (read-only, full, unreachable for longer than
+``storage.outage_s``: ``tunekit resume DIR`` continues such a search) or for any other
+tunekit error; 2 for an invalid spec or usage; 3 when the driver lost the experiment's lease
+to another driver (``tunekit.lease``); 128 + the signal when SIGINT (130) or SIGTERM (143)
+stopped the search, which ``tunekit resume DIR`` continues.
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ def _handled(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as error:
+        # A read-only folder, a full disk, no permission, no bucket, an outage: one line with the fix.
+        from tunekit.storage_faults import storage_line
+
+        if (problem := storage_line(error)) is None or args.debug:
+            raise
+        print(f"tunekit: error: {problem}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def _fail(args: argparse.Namespace, error: Exception, status: int) -> int:

@@ -126,6 +126,20 @@ class NoSpaceError(StorageError):
         self.experiment_dir, self.path = experiment_dir, path
 
 
+class StorageUnreachableError(StorageError):
+    """The storage was unreachable for longer than ``storage.outage_s`` (transient errors all the
+    while: refused connections, timeouts, 5xx). The search stopped as a signal stops it: its
+    running trials are held, and ``tunekit resume`` continues it once the storage is back.
+
+    Attributes:
+        experiment_dir: the experiment (None when the outage came before it was made).
+    """
+
+    def __init__(self, message: str, experiment_dir: object = None) -> None:
+        super().__init__(message)
+        self.experiment_dir = experiment_dir
+
+
 class LeaseHeldError(StorageError):
     """Another driver holds the experiment's lease: one writer at a time (``tunekit.lease``)."""
 

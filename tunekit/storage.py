@@ -29,17 +29,20 @@ import functools
 import os
 import shutil
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.errors import StorageError
+from tunekit.errors import LeaseLostError, StorageError, StorageUnreachableError
 from tunekit.fences import check_fences
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, OUTPUT_FILE, SPEC_FILE, TENSORBOARD_DIR
+from tunekit.storage_faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
 
 PUSH_EVERY_S = 2.0
+PROBE_EVERY_S = 10.0  # with nothing to upload, the mirror still reaches the bucket this often
 CACHE_ENV = "TUNEKIT_CACHE"
 # A checkpoint's payloads: fetched when asked for, never pulled with the records.
 PAYLOAD_SUFFIXES = (".npz", ".keras", ".h5")
@@ -323,15 +326,33 @@ def redacted(uri: str) -> str:
 class BucketMirror:
     """Uploads the driver's live files from its cache to the bucket: its records and its
     TensorBoard logs, what changed, every ``PUSH_EVERY_S`` seconds from a thread, and all of it
-    at ``close`` (every stop)."""
+    at ``close`` (every stop).
 
-    def __init__(self, bucket: Bucket, cache: Path) -> None:
+    A transient error (``tunekit.storage_faults``) starts an outage: the next rounds try again
+    (a probe when nothing changed), ``say`` is told once that the bucket is unreachable and once
+    that it is back, and an outage past ``outage_s`` is ``gave_up`` and handed to ``on_outage``
+    (which stops the search). A permanent error is kept in ``problem``, and raised by ``close``.
+    """
+
+    def __init__(
+        self,
+        bucket: Bucket,
+        cache: Path,
+        *,
+        outage_s: float = OUTAGE_S,
+        say: Callable[[str], None] | None = None,
+        on_outage: Callable[[StorageUnreachableError], None] | None = None,
+    ) -> None:
         self.bucket, self.cache = bucket, cache
         self._sent: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self.problem: str | None = None
+        self.outage = Outage(f"storage {redacted(bucket.uri)}", outage_s, say)
+        self._on_outage = on_outage
+        self._contact = time.monotonic()  # the last round that reached the bucket
+        self.problem: OSError | None = None
+        self.gave_up: StorageUnreachableError | None = None
 
     def start(self) -> BucketMirror:
         self._thread = threading.Thread(target=self._run, name="tunekit-bucket", daemon=True)
@@ -343,7 +364,35 @@ class BucketMirror:
             self.push_changed()
 
     def push_changed(self) -> None:
-        """Uploads the cache's top-level files that changed since they were last sent."""
+        """Uploads the cache's top-level files that changed since they were last sent; an error
+        is kept (``problem``) or counted towards the outage, never raised."""
+        if self.gave_up is not None:
+            return
+        try:
+            self._push_once()
+        except LeaseLostError:
+            return  # no more writes: the lease's loss ends the driver (tunekit.lease)
+        except StorageError as error:  # the lease unconfirmed for storage.outage_s: the same outage
+            self._give_up(self.outage.unreachable(error))
+            return
+        except OSError as error:
+            if not is_transient(error):
+                self.problem = error
+                return
+            try:
+                self.outage.failed(error)
+            except StorageUnreachableError as past_bound:
+                self._give_up(past_bound)
+            return
+        self.problem = None
+        self.outage.reached()
+
+    def _give_up(self, past_bound: StorageUnreachableError) -> None:
+        self.gave_up = past_bound
+        if self._on_outage is not None:
+            self._on_outage(past_bound)
+
+    def _push_once(self) -> None:
         with self._lock:
             changed = []
             candidates = [*self.cache.iterdir(), *(self.cache / TENSORBOARD_DIR).rglob("*")]
@@ -355,20 +404,41 @@ class BucketMirror:
                 mark = (stat.st_size, stat.st_mtime_ns)
                 if self._sent.get(relative) != mark:
                     changed.append((relative, mark))
-            try:
+            # Nothing to send (trials wait in their uploads while the bucket is away): a probe, so
+            # that an outage is noticed, and its end, without a change to carry the news.
+            if not changed and (self.outage.ongoing or time.monotonic() - self._contact >= PROBE_EVERY_S):
+                self.bucket.exists()
+            if changed:
                 self.bucket.push(self.cache, [name for name, _ in changed])
-            except OSError as error:  # the next push tries again; close() says it
-                self.problem = str(error)
-                return
-            self.problem = None
             self._sent.update(changed)
+            self._contact = time.monotonic()
 
     def close(self) -> None:
+        """Stops the thread and uploads what is left, waiting through an outage for the rest of
+        its bound (none once it gave up); raises a permanent error as ``StorageError``."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self.push_changed()
+        if self.gave_up is None:
+            self.push_changed()
+        if self.outage.ongoing and self.gave_up is None:
+            try:
+                retrying(self._push_once, self.outage.what, outage_s=self.outage.left_s())
+                self.outage.reached()
+            except LeaseLostError:
+                raise
+            except StorageError as past_bound:  # the caller says it (``gave_up``); the lease's too
+                self.gave_up = (
+                    past_bound
+                    if isinstance(past_bound, StorageUnreachableError)
+                    else self.outage.unreachable(past_bound)
+                )
+        if self.problem is not None:
+            raise StorageError(
+                permanent_problem(self.problem, redacted(self.bucket.uri))
+                or f"storage {redacted(self.bucket.uri)}: {self.problem}"
+            )
 
 
 def _pushed(path: Path) -> bool:
@@ -383,14 +453,20 @@ def _pushed(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def mirrored(experiment_dir: Path) -> Iterator[BucketMirror | None]:
+def mirrored(
+    experiment_dir: Path,
+    *,
+    outage_s: float = OUTAGE_S,
+    say: Callable[[str], None] | None = None,
+    on_outage: Callable[[StorageUnreachableError], None] | None = None,
+) -> Iterator[BucketMirror | None]:
     """A bucket experiment's cache uploaded while the block runs and once more at its end (a
-    local experiment: nothing to do)."""
+    local experiment: nothing to do); see ``BucketMirror`` for outages."""
     bucket = bucket_of(experiment_dir)
     if bucket is None:
         yield None
         return
-    mirror = BucketMirror(bucket, experiment_dir).start()
+    mirror = BucketMirror(bucket, experiment_dir, outage_s=outage_s, say=say, on_outage=on_outage).start()
     try:
         yield mirror
     finally:
@@ -399,42 +475,32 @@ def mirrored(experiment_dir: Path) -> Iterator[BucketMirror | None]:
 
 # ------------------------------------------------------------------ before anything starts
 
-BUCKET_PROBE_TIMEOUT_S = 20.0
+# One limit for the storage probe of `run`, `resume` and `tunekit doctor --storage`: the time
+# their messages state is the time they take.
+STORAGE_DEADLINE_S = 20.0
 _CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "GOOGLE_APPLICATION_CREDENTIALS")
 
 
-def check_bucket(location: str, timeout_s: float = BUCKET_PROBE_TIMEOUT_S) -> None:
+def check_bucket(location: str, timeout_s: float = STORAGE_DEADLINE_S) -> None:
     """Refuses an unusable storage URI in one line naming it (credentials removed) and the fix:
     an unknown scheme, missing credentials, no such bucket, no permission, an endpoint that
-    does not answer within ``timeout_s``. A probe object is written and deleted, in a child
-    process with a deadline (as ``tunekit doctor --storage`` does)."""
-    error = _probe_within(location, timeout_s)
-    if error:
-        raise StorageError(f"storage {redacted(location)}: {_refusal(location, error, timeout_s)}")
+    does not answer within ``timeout_s`` (``bucket_problem``)."""
+    if problem := bucket_problem(location, timeout_s):
+        raise StorageError(f"storage {redacted(location)}: {problem}")
 
 
-def _probe_within(location: str, timeout_s: float) -> str:
-    """``tunekit doctor``'s storage probe, run here in a thread with a deadline: "" or the error.
+def bucket_problem(location: str, timeout_s: float = STORAGE_DEADLINE_S) -> str:
+    """What makes a storage URI unusable and the fix ("what; fix: how"), or "" when a probe object
+    was written and deleted there within ``timeout_s``.
 
-    In this process, not a child's: the search needs pyarrow's S3 client anyway, and a child
-    costs a Python start and pyarrow's import (1-2 s of every run). A thread still hung at the
-    deadline (an endpoint that never answers) is left behind: the command ends with its refusal.
+    The probe runs in a child process (``tunekit doctor``'s) that is killed at the deadline: in a
+    thread of this process, a call hung on an endpoint that never answers held the command's
+    exit for pyarrow's own timeouts and retries (100-200 s), while the message said 20 s.
     """
-    from tunekit.doctor.probes import storage_uri_probe
+    from tunekit.doctor.child import probe
 
-    answer: list[str] = []
-
-    def run() -> None:
-        try:
-            storage_uri_probe(location)
-            answer.append("")
-        except Exception as error:  # every failure is the answer
-            answer.append(f"{type(error).__name__}: {error}")
-
-    thread = threading.Thread(target=run, name="tunekit-storage-probe", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return answer[0] if answer else f"did not answer in {timeout_s:g} s"
+    error = str(probe("storage-uri", (location,), timeout_s).result().get("error") or "")
+    return _refusal(location, error, timeout_s) if error else ""
 
 
 def _refusal(location: str, error: str, timeout_s: float) -> str:

@@ -90,7 +90,9 @@ def storage_errors(path: Path) -> Iterator[None]:
         if error.errno == errno.ENOSPC:
             raise NoSpaceError(f"no space left on the device of {path}", path=path) from error
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise StorageError(f"cannot write {path}: {error.strerror}") from error
+            from tunekit.storage_faults import permanent_problem
+
+            raise StorageError(permanent_problem(error, path) or f"cannot write {path}: {error.strerror}") from error
         raise
 
 
@@ -246,8 +248,7 @@ def no_space_error(experiment_dir: Path, error: BaseException | None, *, checkpo
     from tunekit.storage import shown
 
     storage = experiment_dir.parent
-    free = _free_bytes(storage)
-    need = max(16 * 2**20, checkpoints * _largest_trial_bytes(experiment_dir) + 2 * _records_bytes(experiment_dir))
+    free, need = free_bytes(storage), space_needed(experiment_dir, checkpoints)
     failed = getattr(error, "filename", None) or getattr(error, "path", None)
     writing = f" (writing {failed})" if failed else ""
     message = (
@@ -258,7 +259,12 @@ def no_space_error(experiment_dir: Path, error: BaseException | None, *, checkpo
     return NoSpaceError(message, experiment_dir, failed)
 
 
-def _free_bytes(path: Path) -> int:
+def space_needed(experiment_dir: Path, checkpoints: int) -> int:
+    """The bytes a search needs free to go on (``no_space_error`` says how they are counted)."""
+    return max(16 * 2**20, checkpoints * _largest_trial_bytes(experiment_dir) + 2 * _records_bytes(experiment_dir))
+
+
+def free_bytes(path: Path) -> int:
     try:
         return shutil.disk_usage(path).free
     except OSError:

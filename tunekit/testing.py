@@ -318,3 +318,66 @@ class S3Server:
 
     def stop(self) -> None:
         stop_group(self.process)
+
+
+class LoopbackProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``target_port``: an outage switch for a server.
+
+    ``stop`` closes the listening socket and every connection (clients see refused and reset
+    connections); ``start`` opens the same port again. With ``silent``, it accepts connections
+    and never answers (an endpoint that hangs).
+    """
+
+    def __init__(self, target_port: int, *, silent: bool = False) -> None:
+        self.target_port, self.silent = target_port, silent
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._listener: socket.socket | None = None
+        self._open: list[socket.socket] = []
+
+    def start(self) -> LoopbackProxy:
+        import threading
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        for held in [*([listener] if listener else []), *self._open]:
+            with contextlib.suppress(OSError):
+                held.shutdown(socket.SHUT_RDWR)
+            held.close()
+        self._open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # stopped
+            self._open.append(client)
+            if self.silent:
+                continue
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            self._open.append(server)
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)

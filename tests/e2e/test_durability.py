@@ -489,3 +489,51 @@ def test_a_full_disk_ends_the_search_in_one_line_and_the_resume_finishes_it(tmp_
         assert report.ok, report.describe()
     finally:
         subprocess.run(["umount", "-l", str(storage)])
+
+
+# ------------------------------------------------------------------ read-only storage
+
+
+def _made_up_experiment(where: Path) -> Path:
+    """An unfinished 12-trial search's files (10 trials recorded), written without Ray."""
+    import importlib.util
+
+    source = Path(__file__).parents[1] / "unit" / "results" / "made_up_experiments.py"
+    module_spec = importlib.util.spec_from_file_location("made_up_experiments", source)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    experiment = Path(module.asha_experiment(where, finished=False))
+    spec = experiment / "spec.yaml"
+    spec.write_text(spec.read_text().replace("num_samples: 10", "num_samples: 12"))
+    return experiment
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+def test_read_only_storage_is_one_line_with_the_fix_in_every_command(tmp_path: Path) -> None:
+    storage = tmp_path / "ro"
+    assert _mount_tmpfs(storage, "16m"), "mount -t tmpfs failed"
+    try:
+        experiment = _made_up_experiment(storage / "exp")
+        subprocess.run(["mount", "-o", "remount,ro", str(storage)], check=True)
+        fix = "read-only; fix: make it writable (remount it read-write), then run the command again"
+        commands = {
+            "run": ["run", str(DEFAULT_SPEC), "--storage", str(storage), "--name", "new"],
+            "resume": ["resume", str(experiment)],
+            "check": ["check", str(experiment)],
+            "report": ["report", str(experiment)],
+            "status": ["status", str(experiment)],
+        }
+        for name, args in commands.items():
+            began = time.monotonic()
+            done = subprocess.run([*TUNEKIT, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            assert time.monotonic() - began < 30, name  # before Ray: nothing starts
+            assert "Traceback" not in done.stderr, (name, done.stderr)
+            if done.returncode != 0:  # the writers refuse; the readers may read it as ever
+                lines = done.stderr.strip().splitlines()
+                assert len(lines) == 1 and lines[0].startswith(f"tunekit: error: storage {storage}"), (name, lines)
+                assert lines[0].endswith(fix), (name, lines)
+            else:
+                assert name in ("report", "status"), (name, done.stdout)
+    finally:
+        subprocess.run(["umount", "-l", str(storage)])

@@ -96,7 +96,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "resources": ("cpu", "gpu", "gpu_memory"),
     "training": TRAINING_KEYS,
-    "storage": ("path",),
+    "storage": ("path", "outage_s"),
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required", "tensorboard"),
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -149,6 +149,7 @@ class ResourcesSpec:
 @dataclass(frozen=True)
 class StorageSpec:
     path: str
+    outage_s: float = 300.0  # how long transient storage errors are waited through (tunekit.storage_faults)
 
 
 @dataclass(frozen=True)
@@ -516,7 +517,8 @@ def _resources(raw: object) -> ResourcesSpec:
 
 def _storage(raw: object) -> StorageSpec:
     section = v.mapping(raw, "storage", SECTION_KEYS["storage"])
-    return StorageSpec(v.string(section.get("path", DEFAULT_STORAGE), "storage.path"))
+    path = v.string(section.get("path", DEFAULT_STORAGE), "storage.path")
+    return StorageSpec(path, v.number(section.get("outage_s", 300.0), "storage.outage_s", above=0))
 
 
 def _tracking(raw: object) -> TrackingSpec:

@@ -9,14 +9,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tunekit.doctor.child import probe
 from tunekit.doctor.report import Check, ok, problem
 from tunekit.environment import STORAGE_PROBE_PREFIX, redact_uri
-from tunekit.storage import is_uri
+from tunekit.storage import bucket_problem, is_uri
 
 logger = logging.getLogger(__name__)
 
-STORAGE_URI_TIMEOUT_S = 30.0
 STORAGE_FIX = "choose a writable --storage or fix permissions"
 
 
@@ -82,14 +80,11 @@ def _free_space(path: Path) -> str:
 
 
 def _check_storage_uri(uri: str) -> Check:
-    result = probe("storage-uri", (uri,), STORAGE_URI_TIMEOUT_S).result()
+    """The probe and the words of ``tunekit run``'s (``tunekit.storage.bucket_problem``), one limit."""
     name = f"storage {redact_uri(uri)}"
-    if result.get("error"):
-        return problem(
-            name,
-            f"not writable ({result['error']})",
-            "choose a writable --storage or fix its credentials and permissions",
-        )
+    if found := bucket_problem(uri):
+        what, _, fix = found.partition("; fix: ")
+        return problem(name, what, fix)
     return ok(name, "a probe object was written and deleted")
 
 

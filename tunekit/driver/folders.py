@@ -12,6 +12,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import SpecError, StorageError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE
 from tunekit.storage import Bucket, bucket_of, check_bucket, is_uri, join_uri, local_path, mirror_cache, redacted
+from tunekit.storage_faults import permanent_problem
 from tunekit.store import write_text
 
 
@@ -28,7 +29,8 @@ def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str |
     try:
         directory.mkdir(parents=True)
     except OSError as error:
-        raise StorageError(f"cannot create {directory}: {error.strerror}") from None
+        problem = permanent_problem(error, directory.parent)
+        raise StorageError(problem or f"cannot create {directory}: {error.strerror}") from None
     write_text(directory / SPEC_FILE, spec.to_yaml())
     return directory
 

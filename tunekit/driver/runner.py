@@ -41,6 +41,7 @@ from tunekit.driver.connect import (
     run_target,
 )
 from tunekit.driver.folders import create_experiment_dir, discard_if_never_started, has_tune_state
+from tunekit.driver.outages import check_writable, held_if_writable, storage_watched
 from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
     callers_ray,
@@ -80,11 +81,10 @@ from tunekit.storage import (
     is_uri,
     local_path,
     mirror_cache,
-    mirrored,
     redacted,
     shown,
 )
-from tunekit.store import no_space_error, no_space_in, table_rows, write_text
+from tunekit.store import table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
 
 
@@ -149,6 +149,7 @@ def run(
     joined = _join(spec, target, connect_timeout, None)  # a cluster first: nothing is written if it fails
     experiment_dir = create_experiment_dir(spec, name, storage)
     lease = DriverLease(experiment_dir, "run")
+    lease.outage_s = spec.storage.outage_s  # writes wait for its confirmation as long as for the storage
     lease.acquire()  # a new folder: no other driver can hold it, but one may try from now on
     exit_when_lost(lease)
     try:
@@ -173,16 +174,11 @@ def _fit_saying_why(
     spec: ExperimentSpec, experiment_dir: Path, target: Target, stream: TextIO | None, *, restore: bool
 ) -> None:
     """``_fit``, with a full disk anywhere in the driver or a trial (``ENOSPC`` in a table, the
-    journal, Ray's saved state, a checkpoint) ended by one line: ``NoSpaceError`` naming the
-    storage and the space the search needs. Its running trials are held for the resume, as
+    journal, Ray's saved state, a checkpoint) or a bucket's outage past ``storage.outage_s``
+    ended by one line (``storage_watched``). Its running trials are held for the resume, as
     after any crash (``_fit``)."""
-    try:
-        with mirrored(experiment_dir):  # a bucket's cache: uploaded as it changes, and at every stop
-            _fit(spec, experiment_dir, target, stream, restore=restore)
-    except Exception as error:
-        if (full := no_space_in(error)) is None:
-            raise
-        raise no_space_error(experiment_dir, full, checkpoints=2 * spec.budget.max_concurrent) from error
+    with storage_watched(spec, experiment_dir, stream):
+        _fit(spec, experiment_dir, target, stream, restore=restore)
 
 
 def _closed(experiment_dir: Path, stream: TextIO | None, builders: Trainable | None) -> ExperimentResults:
@@ -263,7 +259,7 @@ def resume(
             stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
         # A bucket's: this machine's cache of it, pulled afresh (the bucket is the source of truth).
         directory = Path(location) if bucket is None else bucket.pull(mirror_cache(bucket, "driver", fresh=True))
-        return _resume(directory, overrides, address, local, connect_timeout, stream, python_trainable)
+        return _resume(directory, overrides, address, local, connect_timeout, stream, python_trainable, lease)
 
 
 def _resume(
@@ -274,9 +270,11 @@ def _resume(
     connect_timeout: float,
     stream: TextIO | None,
     python_trainable: Any,
+    lease: DriverLease,
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    lease.outage_s = spec.storage.outage_s  # writes wait for its confirmation as long as for the storage
     # Before anything is read as whole, and before Ray starts: every record the resume continues
     # from is (the journal's torn tail is cut back here, and said); a complete search's too.
     for mended in check_resumable(directory):
@@ -304,6 +302,7 @@ def _resume(
         if reason:
             raise NoResultError(reason, directory)
         return _closed(directory, stream, python_trainable)
+    check_writable(spec, directory)  # a read-only folder or a full disk: one line, before Ray starts
     check_reachable(spec)
     target = resume_target(directory, address, local=local)
     joined = _join(spec, target, connect_timeout, directory)
@@ -376,7 +375,7 @@ def _fit(
         # and `tunekit check` then took the held trials for a bug.
         signals.on_stop.append(
             lambda: threading.Thread(
-                target=recorder.searcher.mark_held, args=(True,), name="tunekit-held", daemon=True
+                target=held_if_writable, args=(recorder.searcher,), name="tunekit-held", daemon=True
             ).start()
         )
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted
+from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, TunekitError
 from tunekit.storage import shown
 
 if TYPE_CHECKING:
@@ -34,16 +34,32 @@ class _TrialTracebackFilter(logging.Filter):
     traceback (``<trial id>/error.txt``); Ray's copy would bury the progress lines.
     """
 
-    DROPPED = ("Trial task failed for trial", "Trials did not complete")
+    DROPPED = (
+        "Trial task failed for trial",
+        "Trials did not complete",
+        "Last sync command failed",  # a traceback as text: no exception to tell transient by
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.DROPPED)
+        from tunekit.storage_faults import is_transient
+
+        # Ray's own tracebacks of a storage outage (a checkpoint it could not rotate away, its
+        # state it could not save): tunekit says the outage once as it starts and once as it ends.
+        raised = record.exc_info[1] if record.exc_info else None
+        return not (str(record.msg).startswith(self.DROPPED) or (raised is not None and is_transient(raised)))
 
 
 @contextlib.contextmanager
 def quiet_trial_tracebacks() -> Iterator[None]:
     quiet = _TrialTracebackFilter()
-    loggers = [logging.getLogger(name) for name in ("ray.tune.execution.tune_controller", "ray.tune.tune")]
+    names = (
+        "ray.tune.execution.tune_controller",
+        "ray.tune.tune",
+        "ray.train._internal.storage",
+        "ray.tune.execution.experiment_state",
+        "ray.train._internal.syncer",
+    )
+    loggers = [logging.getLogger(name) for name in names]
     for logger in loggers:
         logger.addFilter(quiet)
     try:
@@ -82,6 +98,8 @@ class StopSignals:
     # and print it. A library caller (a notebook, whose kernel must live on) gets
     # ``SearchInterrupted`` instead.
     exit_in_start_up: ClassVar[bool] = False
+    # The handlers in place in this process (the innermost), for ``stop_search_for``.
+    running: ClassVar[StopSignals | None] = None
 
     def __init__(
         self,
@@ -107,16 +125,20 @@ class StopSignals:
         self._active = threading.current_thread() is threading.main_thread()
         self._handled = threading.Event()
         self._raising_again = False
+        self.stopped_for: TunekitError | None = None  # a stop that is no user's signal (stop_for)
+        self._outer: StopSignals | None = None
 
     def __enter__(self) -> StopSignals:
         if self._active:
             self._saved = {s: signal.getsignal(s) for s in (*self._SIGNALS, signal.SIGUSR1)}
             self.install()
+            self._outer, StopSignals.running = StopSignals.running, self
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
         self.handled()
         if self._active:
+            StopSignals.running = self._outer
             for number, handler in self._saved.items():
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         if isinstance(error, _StartUpInterrupted) and self.received is not None:
@@ -135,6 +157,13 @@ class StopSignals:
         if self._active:
             for number in self._SIGNALS:
                 signal.signal(number, self._handle)
+
+    def stop_for(self, error: TunekitError) -> None:
+        """Stops the search as a first SIGTERM does (its running trials held for the resume), from
+        any thread, for ``error`` (a storage outage past its bound), which the console says."""
+        if self.stopped_for is None and self.received is None:
+            self.stopped_for = error
+            _thread.interrupt_main(signal.SIGTERM)  # the handler runs in the main thread, as a signal's
 
     def handled(self) -> None:
         """The start-up code caught the interruption (and cleans up): stop raising it again."""
@@ -180,7 +209,10 @@ class StopSignals:
         for hook in self.on_stop:
             hook()
         name = signal.Signals(number).name
-        to_console(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
+        if self.stopped_for is not None:
+            to_console(f"\ntunekit: {self.stopped_for}: stopping the search and saving its state\n")
+        else:
+            to_console(f"\ntunekit: {name} received: stopping the search and saving its state (again to force)\n")
         threading.Thread(target=self._stop_tune, name="tunekit-stop", daemon=True).start()
 
     def _exit_now(self, number: int) -> None:
@@ -205,6 +237,12 @@ class StopSignals:
                 os.kill(os.getpid(), signal.SIGUSR1)
                 return
             time.sleep(0.05)
+
+
+def stop_search_for(error: TunekitError) -> None:
+    """Stops the search this process runs (``StopSignals.stop_for``); nothing when none runs."""
+    if (running := StopSignals.running) is not None:
+        running.stop_for(error)
 
 
 # The terminal's stderr while tunekit.driver.session sends file descriptor 2 to driver.log
