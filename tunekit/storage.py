@@ -38,7 +38,16 @@ from typing import Any
 
 from tunekit.errors import LeaseLostError, StorageError, StorageUnreachableError
 from tunekit.fences import check_fences
-from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, OUTPUT_FILE, SPEC_FILE, TENSORBOARD_DIR
+from tunekit.layout import (
+    FINAL_MODEL,
+    FINAL_WEIGHTS,
+    JOURNAL_SEAL_FILE,
+    LEASE_FILE,
+    OUTPUT_FILE,
+    SPEC_FILE,
+    STUDY_FILE,
+    TENSORBOARD_DIR,
+)
 from tunekit.storage_faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
 
 PUSH_EVERY_S = 2.0
@@ -409,7 +418,7 @@ class BucketMirror:
             if not changed and (self.outage.ongoing or time.monotonic() - self._contact >= PROBE_EVERY_S):
                 self.bucket.exists()
             if changed:
-                self.bucket.push(self.cache, [name for name, _ in changed])
+                self.bucket.push(self.cache, [name for name, _ in sorted(changed, key=_upload_rank)])
             self._sent.update(changed)
             self._contact = time.monotonic()
 
@@ -439,6 +448,14 @@ class BucketMirror:
                 permanent_problem(self.problem, redacted(self.bucket.uri))
                 or f"storage {redacted(self.bucket.uri)}: {self.problem}"
             )
+
+
+def _upload_rank(change: tuple[str, Any]) -> int:
+    """The study's journal before the tables, and its seal after both: the journal is written
+    first (a trial's ending is told to the study before the tables record it), so a driver killed
+    between two uploads leaves the bucket's study ahead of its tables, as a local folder's is,
+    never behind them, and the seal never covers lines the bucket's journal lacks."""
+    return {STUDY_FILE: 0, JOURNAL_SEAL_FILE: 2}.get(change[0], 1)
 
 
 def _pushed(path: Path) -> bool:

@@ -252,3 +252,15 @@ def test_a_push_the_lease_fence_refuses_in_an_outage_ends_it_without_killing_the
     mirror = BucketMirror(FencedBucket("s3://exps/team/x"), tmp_path, outage_s=30, on_outage=stopped.append)
     mirror.push_changed()
     assert stopped == [mirror.gave_up] and "past storage.outage_s (30 s)" in str(mirror.gave_up)
+
+
+def test_the_mirror_uploads_the_study_before_the_tables_and_its_seal_after_both(tmp_path: Path) -> None:
+    # A driver killed between two uploads leaves the bucket's study ahead of its tables, never
+    # behind (a resume would train an ended trial again), and the seal never ahead of the journal.
+    bucket = FlakyBucket("s3://exps/team/x")
+    bucket.sent = []
+    for name in ("epochs.csv", "study.seal.json", "trials.csv", "study.journal", "spans.csv"):
+        (tmp_path / name).write_text("a\n")
+    BucketMirror(bucket, tmp_path).push_changed()
+    assert bucket.sent[0] == "study.journal" and bucket.sent[-1] == "study.seal.json"
+    assert sorted(bucket.sent[1:-1]) == ["epochs.csv", "spans.csv", "trials.csv"]
