@@ -284,10 +284,18 @@ def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Fin
     it: a disagreement, with what to do.
     """
     died: bool | None = None
+    lost: set[str] | None = None  # read once, and only when a folder no row names is found
     others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
     for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others):
         if folder.name.startswith(".") or not (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file()):
             continue  # not a trial's: a probe's (.probes/), Ray's own
+        lost = _lost_trials(directory) if lost is None else lost
+        if folder.name in lost:
+            yield (
+                f"trial folder {folder.name} is in no row of {TRIALS_FILE}: Ray started the trial as its driver died, "
+                "and the resume closed it in the study as lost (it was never recorded); nothing reads the folder"
+            )
+            continue
         died = died_mid_session(directory) if died is None else died
         if died:
             yield (
@@ -301,6 +309,29 @@ def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Fin
             f"a trial in {TRIALS_FILE}",
             f"none; no record names it: restore {TRIALS_FILE} from a copy, or remove the folder (`rm -r {folder}`)",
         )
+
+
+def _lost_trials(directory: Path) -> set[str]:
+    """Ray's ids of the study's trials a resume closed as lost (``LOST_ATTR``)."""
+    import optuna
+
+    from tunekit.layout import study_file
+    from tunekit.search.attrs import LOST_ATTR, RAY_TRIAL_ATTR
+    from tunekit.search.plan import study_storage
+
+    if not study_file(directory).is_file():
+        return set()  # opening a missing journal would create it
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = study_storage(directory)
+        trials = [t for s in storage.get_all_studies() for t in storage.get_all_trials(s._study_id, deepcopy=False)]
+    except (ValueError, KeyError):  # a damaged journal: its own finding says so
+        return set()
+    return {
+        str(t.user_attrs[RAY_TRIAL_ATTR])
+        for t in trials
+        if LOST_ATTR in t.user_attrs and RAY_TRIAL_ATTR in t.user_attrs
+    }
 
 
 def kept_checkpoint_findings(trial_dir: Path, label: str, kept_epoch: int) -> Iterator[Finding]:

@@ -81,10 +81,26 @@ def _repair_journal(directory: Path) -> list[str]:
     line = report.damage[0]
     with path.open("rb") as handle:
         prefix = b"".join(handle.readline() for _ in range(line - 1))
-    return [_rebuild(directory, prefix, report.damage[1])]
+    return [_rebuild(directory, prefix, report.damage[1], _ray_ids_after(path.read_bytes()[len(prefix) :]))]
 
 
-def _rebuild(directory: Path, prefix: bytes, damage: str) -> str:
+def _ray_ids_after(damaged: bytes) -> dict[int, str]:
+    """Ray's trial ids that lines after the damage still name (their trial ids are creation
+    numbers, which a line lost before them does not change): a trial only they knew keeps its
+    id, so ``tunekit check`` tells its folder from an orphan's."""
+    import json
+
+    ids: dict[int, str] = {}
+    for line in damaged.splitlines():
+        try:
+            log = json.loads(line)
+            ids[int(log["trial_id"])] = str(log["user_attr"][RAY_TRIAL_ATTR])
+        except (ValueError, TypeError, KeyError):
+            continue
+    return ids
+
+
+def _rebuild(directory: Path, prefix: bytes, damage: str, ray_ids: dict[int, str] | None = None) -> str:
     import optuna
 
     from tunekit.compat.optuna_study import journal_storage
@@ -120,7 +136,10 @@ def _rebuild(directory: Path, prefix: bytes, damage: str) -> str:
         for number in range(count):
             trial = trials[number] if number < len(trials) else None
             row = rows.get(number)
-            new.create_new_trial(study_id, template_trial=_template(spec, trial, row, epochs, held))
+            template = _template(spec, trial, row, epochs, held)
+            if trial is None and row is None and number in (ray_ids or {}):
+                template.user_attrs[RAY_TRIAL_ATTR] = (ray_ids or {})[number]
+            new.create_new_trial(study_id, template_trial=template)
         del new
         path = directory / STUDY_FILE
         if path.is_file():

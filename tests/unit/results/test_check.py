@@ -634,3 +634,18 @@ def test_a_study_trial_whose_state_is_not_its_rows_is_held_to_the_tables_by_chec
     ]
     assert check_experiment(root).ok, check_experiment(root).describe()
     assert repair_experiment(root) == []  # nothing left to repair
+
+
+def test_the_folder_of_a_trial_the_study_closed_as_lost_is_a_note(tmp_path: Path) -> None:
+    from tunekit.search.attrs import LOST_ATTR
+
+    root = consistent(tmp_path)
+    study = optuna.load_study(study_name="summary", storage=study_storage(root))
+    trial = study.ask(DISTRIBUTIONS)  # Ray started it as its driver died; the resume closed it as lost
+    trial.set_user_attr(RAY_TRIAL_ATTR, "1057c0de")
+    trial.set_user_attr(LOST_ATTR, True)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    (root / "1057c0de" / "checkpoint_000000").mkdir(parents=True)
+    report = check_experiment(root)
+    assert report.ok, report.describe()
+    assert [n for n in report.notes if n.startswith("trial folder 1057c0de is in no row of trials.csv")], report.notes
