@@ -73,6 +73,15 @@ def _ended(experiment: Path) -> int:
         return 0
 
 
+def _epochs(experiment: Path) -> int:
+    try:
+        from tunekit.store import table_rows
+
+        return len(table_rows(experiment / "epochs.csv"))
+    except (OSError, DamagedFileError):
+        return 0
+
+
 def _stop(driver: subprocess.Popen[bytes], number: int) -> int:
     if number == signal.SIGKILL:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -149,9 +158,11 @@ def _paused_and_taken_over_from_another_host(
     """The driver paused (SIGSTOP) past the lease's stale window, its search resumed from another
     host (its own UTS namespace), then the paused one continued (SIGCONT). Returns the new
     driver, and the old one's exit status."""
-    ended, deadline = _ended(experiment), time.monotonic() + 180
-    while _ended(experiment) < ended + 1 and driver.poll() is None:
-        assert time.monotonic() < deadline, "no trial ended within 180 s before the pause"
+    # Paused as soon as this session trains (its first new epoch), while trials are left to run.
+    epochs, deadline = _epochs(experiment), time.monotonic() + 180
+    while _epochs(experiment) < epochs + 1:
+        assert driver.poll() is None, "the search ended before the pause"
+        assert time.monotonic() < deadline, "no epoch was recorded within 180 s before the pause"
         time.sleep(0.2)
     os.kill(driver.pid, signal.SIGSTOP)
     resume = " ".join([*TUNEKIT, "resume", str(experiment)])

@@ -217,7 +217,9 @@ def test_a_paused_driver_that_lost_its_lease_writes_nothing_more_and_exits_with_
     finally:
         writer.kill()
     assert writer.returncode == 3, stderr
-    assert (tmp_path / "records.txt").read_text() == records  # not one write after it woke
+    # Nothing after it woke but the one write a pause may catch between its check and the write
+    # (the window the faults page states), never the writes of the loop going on.
+    assert int((tmp_path / "records.txt").read_text()) in (int(records), int(records) + 1)
     who = (
         "`tunekit run` (pid 4242 on node-b) holds it since"
         if taken == "by another driver"
