@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.compat.ray_storage import retry_checkpoint_uploads
+from tunekit.compat.ray_storage import retry_uploads
 from tunekit.compat.tf_keras import build_training_state, drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext, load_builders, whole_trial
@@ -69,7 +69,7 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
     from ray import tune
 
     progress = TrialProgress()
-    retry_checkpoint_uploads(spec.storage.outage_s)  # a storage outage waited through, not a failed trial
+    retry_uploads(spec.storage.outage_s)  # a storage outage waited through, not a failed trial
     # The trial's folder in the experiment (shared storage on a cluster), not Ray's local
     # staging directory, which Ray never copies back.
     trial_id = tune.get_context().get_trial_id()
