@@ -249,10 +249,16 @@ def finish(history: History) -> None:
 
 
 def stop_everything(history: History) -> None:
-    """Every driver this history started is ended (with its local Ray); the tmpfs is unmounted."""
+    """Every driver this history started is ended, and every process left in their sessions
+    (a killed driver's Ray agents and idle workers); the tmpfs is unmounted."""
     for driver in history.drivers:
         if driver.status() is None:
             kill_group(driver)
+    sessions = {driver.process.pid for driver in history.drivers}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) in sessions:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
     if history.mounted:
         subprocess.run(["umount", "-l", str(history.storage)], check=False)
 

@@ -18,7 +18,7 @@ from benchmarks.chaos.__main__ import run_history
 from benchmarks.chaos.history import Moment, plan
 
 # Seed: the kinds its history injects (the test checks the plan still says so).
-SAMPLE: dict[int, list[str]] = {}
+SAMPLE = {483: ["worker-kill", "lease-deleted"], 58: ["second-other-host", "damage-trials"]}
 
 
 def test_a_history_s_plan_is_the_same_for_the_same_seed_and_names_registered_kinds() -> None:
