@@ -58,6 +58,7 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
             inject = faults.KINDS[fault.kind].inject
             assert inject is not None
             history.injected.append(fault.kind)
+            history.restore = None  # a repair is for the damage this fault makes, if any
             inject(history)
         finish(history)
         _final_checks(history)

@@ -226,10 +226,12 @@ def check_exit(history: History, driver: Driver) -> None:
 
 
 def repair_if_refused(history: History, driver: Driver) -> None:
-    """A resume refused on a damaged file: the documented repair, a whole copy of it restored."""
+    """A resume refused on a damaged file, naming it: the documented repair, a whole copy restored."""
     if history.restore is None or not driver.what.startswith("resume") or driver.status() != 1:
         return
     damaged, copy = history.restore
+    if str(damaged) not in driver.log.read_text(errors="replace"):
+        return
     history.restore = None
     damaged.write_bytes(copy.read_bytes())
     history.say(f"the user restores {damaged.name} from its copy (the refusal's repair)")
