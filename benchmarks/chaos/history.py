@@ -7,6 +7,7 @@ import csv
 import os
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,6 +263,8 @@ def stop_everything(history: History) -> None:
             if int(stat.read_text().rsplit(")", 1)[1].split()[3]) in sessions:
                 os.kill(int(stat.parent.name), signal.SIGKILL)
     if history.mounted:
+        if history.violations:  # the experiment, kept for the replay's reader: the tmpfs goes with the unmount
+            shutil.copytree(history.storage, history.root / "results-kept", dirs_exist_ok=True)
         subprocess.run(["umount", "-l", str(history.storage)], check=False)
 
 
