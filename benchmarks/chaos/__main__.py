@@ -80,14 +80,15 @@ def _final_checks(history: History) -> None:
     for driver in history.drivers:
         check_exit(history, driver)
     logs = [d.log for d in history.drivers if not d.what.startswith("check")]
-    found = invariants.violations(history.experiment, history.mlflow_db, logs)
-    for problem in found:
+    disagreements, outcome = invariants.violations(history.experiment, history.mlflow_db, logs)
+    for problem in disagreements + outcome:
         history.violate(problem)
     checked = history.run_once(["check", str(history.experiment)], "check at the end")
-    if (checked.status() == 0) != (not found):
+    if (checked.status() == 0) != (not disagreements):
         said = checked.log.read_text(errors="replace").strip()[-500:]
         history.violate(
-            f"`tunekit check` exit {checked.status()} while the explorer found {len(found)} problem(s): {said}"
+            f"`tunekit check` exit {checked.status()} while the explorer found {len(disagreements)} disagreement(s): "
+            + said
         )
 
 

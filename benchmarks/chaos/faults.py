@@ -81,7 +81,9 @@ def pause_and_takeover(history: History) -> None:
     paused = history.current
     assert paused is not None
     os.kill(paused.process.pid, signal.SIGSTOP)
-    history.say(f"SIGSTOP to the driver; `tunekit resume` from host chaos-h2 (stale window {STALE_S} s)")
+    # Read once it is stopped, so it cannot change: a driver ending its search has released its lease.
+    holds = f'"pid": {paused.process.pid},' in _text(history.experiment / "driver.lease")
+    history.say(f"SIGSTOP to the driver (holding its lease: {holds}); `tunekit resume` from host chaos-h2")
     taker = history.start(
         ["resume", str(history.experiment)],
         "resume as chaos-h2",
@@ -98,7 +100,7 @@ def pause_and_takeover(history: History) -> None:
         time.sleep(0.2)
     os.kill(paused.process.pid, signal.SIGCONT)
     history.say("chaos-h2 holds the lease; SIGCONT to the paused driver")
-    _expect_lost_lease(history, paused, may_complete=False)
+    _expect_lost_lease(history, paused, may_complete=not holds)
     history.current = taker
 
 
@@ -111,7 +113,7 @@ def lease_deleted(history: History) -> None:
 
 
 def _expect_lost_lease(history: History, driver: Driver, may_complete: bool) -> None:
-    """It must exit 3 saying so; with a deleted lease, a driver past its last write may complete."""
+    """It must exit 3 saying so; unless it was past its last write (``may_complete``) and completed."""
     try:
         driver.process.wait(timeout=90)
     except subprocess.TimeoutExpired:

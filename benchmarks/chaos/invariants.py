@@ -24,9 +24,9 @@ LOST_ATTR = "tunekit_lost"  # a study trial asked for just before a driver died 
 ENDING_LINE = re.compile(r"^\[[\d:]+\] trial (\d+) (completed|pruned) ", re.MULTILINE)
 
 
-def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> list[str]:
-    """What breaks the invariants, one line each; empty when the search ended whole."""
-    problems: list[str] = []
+def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> tuple[list[str], list[str]]:
+    """What breaks the invariants, one line each: the records' disagreements (which ``tunekit
+    check`` could know too), then the search's outcome (its count, endings, consoles)."""
     try:
         samples = int(yaml.safe_load((experiment / "spec.yaml").read_text())["budget"]["num_samples"])
         trials = _rows(experiment / "trials.csv")
@@ -34,15 +34,21 @@ def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> list[str]
         study = _study_trials(experiment / "study.journal")
         runs = _mlflow_children(experiment, mlflow_db)
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, sqlite3.Error, yaml.YAMLError) as error:
-        return [f"a record does not read whole: {type(error).__name__}: {error}"]
+        return [f"a record does not read whole: {type(error).__name__}: {error}"], []
+    return _disagreements(trials, epochs, study, runs), _outcome(experiment, samples, trials, logs)
+
+
+def _disagreements(
+    trials: list[dict[str, str]],
+    epochs: list[dict[str, str]],
+    study: list[tuple[int, str, dict[str, object]]],
+    runs: dict[int, str] | None,
+) -> list[str]:
+    """Every trial exactly once in trials.csv, the study and MLflow, ending the same in each; its epochs whole."""
+    problems = []
     numbers = [int(row["number"]) for row in trials]
-    if len(trials) != samples:
-        problems.append(f"trials.csv holds {len(trials)} trials for num_samples {samples}")
     if len(set(numbers)) != len(numbers) or len({row["trial_id"] for row in trials}) != len(trials):
         problems.append(f"trials.csv names a trial twice: numbers {sorted(numbers)}")
-    bad = {row["number"]: f"{row['status']} ({row['reason']})" for row in trials if row["status"] not in ENDED}
-    if bad:
-        problems.append(f"trials not completed or pruned by ASHA or the budget: {bad}")
     ran = {number: state for number, state, attrs in study if LOST_ATTR not in attrs}
     if sorted(ran) != sorted(numbers):
         problems.append(f"the study's trials {sorted(ran)} are not trials.csv's {sorted(numbers)}")
@@ -50,10 +56,13 @@ def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> list[str]
         state = ran.get(int(row["number"]))
         if row["status"] in ENDED and state is not None and state != ENDED[row["status"]]:
             problems.append(f"trial {row['number']}: {row['status']} in trials.csv, {state} in the study")
-    if runs is not None and sorted(runs) != sorted(numbers):
-        problems.append(f"MLflow's child runs {sorted(runs)} are not trials.csv's {sorted(numbers)}")
-    if runs is not None and set(runs.values()) - {"FINISHED"}:
-        problems.append(f"MLflow's child runs not FINISHED: {runs}")
+    if runs is not None:
+        if sorted(runs) != sorted(numbers):
+            problems.append(f"MLflow's child runs {sorted(runs)} are not trials.csv's {sorted(numbers)}")
+        ends = {int(row["number"]): "FAILED" if row["status"] == "failed" else "FINISHED" for row in trials}
+        differ = {n: status for n, status in runs.items() if n in ends and status != ends[n]}
+        if differ:
+            problems.append(f"MLflow's child runs end otherwise than trials.csv says: {differ}")
     twice = [key for key, count in Counter((row["trial_id"], row["epoch"]) for row in epochs).items() if count > 1]
     if twice:
         problems.append(f"epochs.csv holds (trial, epoch) twice: {sorted(twice)[:5]}")
@@ -61,6 +70,17 @@ def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> list[str]
         recorded = sorted(int(e["epoch"]) for e in epochs if e["trial_id"] == row["trial_id"])
         if recorded != list(range(1, int(row["epochs"]) + 1)):
             problems.append(f"trial {row['number']}: epochs.csv holds epochs {recorded} for {row['epochs']} epochs")
+    return problems
+
+
+def _outcome(experiment: Path, samples: int, trials: list[dict[str, str]], logs: list[Path]) -> list[str]:
+    """num_samples trials, each ended by ASHA or its budget, none trained after it ended, no lease left."""
+    problems = []
+    if len(trials) != samples:
+        problems.append(f"trials.csv holds {len(trials)} trials for num_samples {samples}")
+    bad = {row["number"]: f"{row['status']} ({row['reason']})" for row in trials if row["status"] not in ENDED}
+    if bad:
+        problems.append(f"trials not completed or pruned by ASHA or the budget: {bad}")
     endings = Counter(int(m.group(1)) for log in logs for m in ENDING_LINE.finditer(log.read_text(errors="replace")))
     again = sorted(number for number, count in endings.items() if count > 1)
     if again:

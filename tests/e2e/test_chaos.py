@@ -67,14 +67,15 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     (tmp_path / "epochs.csv").write_text("trial_id,epoch\na,1\na,1\n")
     console = tmp_path / "console.log"
     console.write_text("[00:10] trial 0 completed after 1 epochs\n[00:02] trial 0 completed after 1 epochs\n")
-    assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [console]) == [
-        "trials.csv holds 1 trials for num_samples 2",
-        "epochs.csv holds (trial, epoch) twice: [('a', '1')]",
-        "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs",
-        "the consoles said trials [0] ended more than once (trained again)",
-    ]
+    assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [console]) == (
+        ["epochs.csv holds (trial, epoch) twice: [('a', '1')]", "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs"],
+        [
+            "trials.csv holds 1 trials for num_samples 2",
+            "the consoles said trials [0] ended more than once (trained again)",
+        ],
+    )
     (tmp_path / "trials.csv").write_bytes(b"trial_id,number,status,reason,epochs\na,0,compl\xe9ted,x,1\n")
-    assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [])[0].startswith(
+    assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [])[0][0].startswith(
         "a record does not read whole: UnicodeDecodeError"
     )
 
