@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -141,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where chaos.json and chaos.md go")
     p.add_argument("--keep", action="store_true", help="keep each history's folder (experiment, driver logs)")
     args = p.parse_args(argv)
+    # A stop (Ctrl-C, SIGTERM, also when started in the background) ends the running history's
+    # drivers and their Ray, and unmounts its tmpfs, on the way out.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     kinds = args.kinds.split(",") if args.kinds else None
     unknown = sorted(set(kinds or []) - set(faults.KINDS))
     if unknown:
