@@ -15,7 +15,9 @@ Equal terms: the headline pair tracks on both sides (each to its own fresh SQLit
 schema and experiment created before the clock, MLflow imported before it); a second pair
 runs both sides untracked (tunekit ``tracking.enabled: false``, plain Ray Tune without the
 callback). The four searches run A B A B: tracked tunekit, tracked plain, untracked tunekit,
-untracked plain; then plain Keras alone, the machine's yardstick.
+untracked plain; then plain Keras alone, the machine's yardstick; then the whole-process row,
+``tunekit run`` against a plain Ray Tune script, each timed from its command line to its exit
+(``benchmarks.whole_process``).
 
 Each side runs in its own child process with its own ``ray.init``, one after the other.
 Both sides time the same work inside each trial (see DEFINITIONS), so the comparison of
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, whole_process
 
 NAME = "overhead"
 TITLE = "tunekit vs plain Ray Tune on the default digits search"
@@ -114,8 +116,9 @@ def build_model(config: dict[str, Any], ctx: Any) -> Any:
 # ------------------------------------------------------------- the plain Ray Tune side
 
 
-def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int) -> None:
-    """What a user writes for Ray Tune by hand around the same trainable code."""
+def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int, record_timing: bool = True) -> None:
+    """What a user writes for Ray Tune by hand around the same trainable code (``record_timing``:
+    the benchmark's own timing files, which the whole-process row's script leaves out)."""
     import keras
     from ray import tune
 
@@ -181,7 +184,8 @@ def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int) ->
             pieces = record.setdefault("pieces", {})
             pieces.setdefault("epoch.train", []).append(self.validating - self.began)
             pieces.setdefault("epoch.validate", []).append(ended - self.validating)
-            timing_path.write_text(json.dumps(record))
+            if record_timing:
+                timing_path.write_text(json.dumps(record))
             directory = Path(tempfile.mkdtemp(dir=checkpoint_root))
             saving = time.perf_counter()
             self.model.save_weights(str(directory / "model.weights.h5"))
@@ -189,7 +193,8 @@ def plain_trainable(config: dict[str, Any], timing_dir: str, max_epochs: int) ->
             pieces.setdefault("epoch.checkpoint", []).append(reporting - saving)
             tune.report({**metrics, "epoch": epoch + 1}, checkpoint=tune.Checkpoint.from_directory(str(directory)))
             pieces.setdefault("epoch.report", []).append(time.perf_counter() - reporting)
-            timing_path.write_text(json.dumps(record))
+            if record_timing:
+                timing_path.write_text(json.dumps(record))
             shutil.rmtree(directory, ignore_errors=True)
 
     model.fit(train_ds, validation_data=val_ds, epochs=max_epochs, callbacks=[ReportEachEpoch()], verbose=0)
@@ -224,7 +229,9 @@ def prepare_mlflow(workdir: Path, experiment: str) -> str:
     return tracking_uri
 
 
-def _run_plain(settings: dict[str, int], workdir: Path, tracked: bool = True) -> dict[str, Any]:
+def _run_plain(
+    settings: dict[str, int], workdir: Path, tracked: bool = True, record_timing: bool = True
+) -> dict[str, Any]:
     import ray
     from ray import tune
     from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -243,7 +250,12 @@ def _run_plain(settings: dict[str, int], workdir: Path, tracked: bool = True) ->
     started = time.time()
     ray.init()
     trainable = tune.with_resources(
-        tune.with_parameters(plain_trainable, timing_dir=str(timing_dir), max_epochs=settings["max_epochs"]),
+        tune.with_parameters(
+            plain_trainable,
+            timing_dir=str(timing_dir),
+            max_epochs=settings["max_epochs"],
+            record_timing=record_timing,
+        ),
         {"cpu": 1},
     )
     tuner = tune.Tuner(
@@ -294,8 +306,15 @@ def _run_plain(settings: dict[str, int], workdir: Path, tracked: bool = True) ->
         "wall_s": wall,
         "trials": trials,
         "trials_reported": len(grid),
+        "epochs_trained": sum(int((grid[index].metrics or {}).get("epoch") or 0) for index in range(len(grid))),
         "errors": errors,
     }
+
+
+def _prepare_whole_process_store(workdir: Path) -> dict[str, Any]:
+    """The whole-process row's store, made before either side's clock (benchmarks.whole_process)."""
+    prepare_mlflow(workdir, "plain-ray-tune")
+    return {"tracking_uri": prepare_mlflow(workdir, whole_process.EXPERIMENT)}
 
 
 def _run_tunekit(settings: dict[str, int], workdir: Path, tracked: bool = True) -> dict[str, Any]:
@@ -555,6 +574,8 @@ def summarise(side: dict[str, Any], max_epochs: int) -> dict[str, Any]:
 # The side runs, in the order they run (A B A B: no pair straddles the other's), and the rows.
 SIDES = ("tunekit", "plain", "tunekit-untracked", "plain-untracked", "keras")
 ROWS = {"tracked": ("tunekit", "plain"), "untracked": ("tunekit-untracked", "plain-untracked")}
+# The in-window sides each --rows choice runs (the whole-process row's are benchmarks.whole_process's).
+IN_WINDOW_SIDES: dict[str, tuple[str, ...]] = {"all": SIDES, "tracked": ("tunekit", "plain", "keras"), "whole": ()}
 TRACKING_OF_ROW = {
     "tracked": "both sides track to MLflow (SQLite, schema made before the clock)",
     "untracked": "both sides untracked (tunekit tracking.enabled: false; plain Ray Tune without MLflowLoggerCallback)",
@@ -750,12 +771,13 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = common.parser(NAME, __doc__.splitlines()[0])
-    p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=(*SIDES, *whole_process.SIDES, "prepare-mlflow"), help=argparse.SUPPRESS)
     p.add_argument(
         "--rows",
-        choices=("both", "tracked"),
-        default="both",
-        help="both: the tracked headline and the untracked row (default); tracked: the headline only",
+        choices=tuple(IN_WINDOW_SIDES),
+        default="all",
+        help="all: the tracked headline, the untracked row and the whole-process row (default); tracked: the "
+        "headline only; whole: the whole-process row only (each side's command timed from launch to exit)",
     )
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -768,15 +790,17 @@ def main(argv: list[str] | None = None) -> int:
             "tunekit-untracked": lambda: _run_tunekit(settings, args.workdir, tracked=False),
             "plain-untracked": lambda: _run_plain(settings, args.workdir, tracked=False),
             "keras": lambda: _run_keras(settings, args.workdir),
+            "plain-process": lambda: _run_plain(settings, args.workdir, tracked=True, record_timing=False),
+            "prepare-mlflow": lambda: _prepare_whole_process_store(args.workdir),
         }
         common.write_json(args.result, common.clean(runners[args.side]()))
         return 0
 
     report = common.Report(NAME, TITLE, args.mode, args.out)
     sides: dict[str, Any] = {}
+    whole: dict[str, Any] = {}
     with common.Workdir(NAME, args.keep) as workdir:
-        wanted = SIDES if args.rows == "both" else ("tunekit", "plain", "keras")
-        for side in wanted:  # one after the other, never at the same time
+        for side in IN_WINDOW_SIDES[args.rows]:  # one after the other, never at the same time
             print(f"[{NAME}] running the {side} side ({args.mode}) ...", flush=True)
             side_dir = workdir / side
             load = os.getloadavg()
@@ -788,14 +812,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             # Each side's own load: a load spike during one side moves the ratio, not the other side.
             sides[side]["load_before"], sides[side]["load_after"] = list(load), list(os.getloadavg())
-    analysis = analyse(
-        sides["tunekit"],
-        sides["plain"],
-        sides["keras"],
-        settings,
-        sides.get("tunekit-untracked"),
-        sides.get("plain-untracked"),
-    )
+        if args.rows in ("all", "whole"):
+            for side in whole_process.SIDES:
+                print(f"[{NAME}] running the {side} side, launch to exit ({args.mode}) ...", flush=True)
+                whole[side] = whole_process.run_side(side, args.mode, settings, workdir / side)
     setup = {
         "search": "search_spaces/digits_mlp.yaml: learning_rate, units, dropout, batch_size",
         "trials": settings["num_samples"],
@@ -805,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         "scheduler": f"ASHA grace {settings['grace_period']}, rf {REDUCTION_FACTOR}, max_t {settings['max_epochs']}",
         "tracking": "headline: both sides track to MLflow on SQLite (tunekit's tracker; plain Ray Tune's "
         "MLflowLoggerCallback), each to a fresh file whose schema and experiment exist before the clock; "
-        "second row: both untracked",
+        "second row: both untracked; whole-process row: both tracked, as the headline",
         "data": "scikit-learn digits, 1437 train / 360 validation",
     }
     notes = [
@@ -823,17 +843,39 @@ def main(argv: list[str] | None = None) -> int:
         "equal terms.",
         "Other processes shared the CPU during this run; see load_before/load_after. Ratios are measured "
         "side by side in one run, one side after the other.",
+        "The whole-process row times what a user waits for: `tunekit run` against a plain Ray Tune script, "
+        "each from its command line to its exit (imports, Ray's start and shutdown, the interpreter's exit); "
+        "the other rows time from just before ray.init to after ray.shutdown in the side's process. The plain "
+        "script calls ray.shutdown itself, sparing it the 0.5 s Ray's exit hook sleeps when a script does not.",
     ]
-    details = {
-        "sides": sides,
-        "summary": analysis["summary"],
-        "breakdown": analysis["breakdown"],
-        "tracking": analysis["tracking"],
-    }
-    for key in ("untracked", "tracking_cost"):
-        if key in analysis:
-            details[key] = analysis[key]
-    return report.finish(analysis["figures"], analysis["ratios"], DEFINITIONS, setup, notes, details)
+    figures: list[dict[str, Any]] = []
+    ratios: list[str] = []
+    details: dict[str, Any] = {}
+    if sides:
+        analysis = analyse(
+            sides["tunekit"],
+            sides["plain"],
+            sides["keras"],
+            settings,
+            sides.get("tunekit-untracked"),
+            sides.get("plain-untracked"),
+        )
+        figures, ratios = analysis["figures"], analysis["ratios"]
+        details = {
+            "sides": sides,
+            "summary": analysis["summary"],
+            "breakdown": analysis["breakdown"],
+            "tracking": analysis["tracking"],
+        }
+        for key in ("untracked", "tracking_cost"):
+            if key in analysis:
+                details[key] = analysis[key]
+    if whole:
+        row_figures, row_ratios = whole_process.row(whole["tunekit-process"], whole["plain-process"])
+        figures, ratios = figures + row_figures, ratios + row_ratios
+        details["whole_process"] = whole
+    definitions = {**DEFINITIONS, **whole_process.DEFINITIONS}
+    return report.finish(figures, ratios, definitions, setup, notes, details)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,10 @@ def row_of(details: dict[str, Any], tracking: str) -> dict[str, Any] | None:
     in the shape ``pieces_of`` and the yardsticks read, or None when the run has no such row.
 
     A run from before the equal-terms change has no ``tracking`` key: its tunekit side was
-    untracked (its plain side tracked), so it answers only for ``off``."""
+    untracked (its plain side tracked), so it answers only for ``off``. A run of the whole-process
+    row alone (``overhead --rows whole``) has no in-window summary and answers for neither."""
+    if "summary" not in details:
+        return None
     kind = details.get("tracking")
     if kind is None:
         return details if tracking == "off" else None

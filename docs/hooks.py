@@ -82,6 +82,9 @@ KEY_RULES: dict[str, str] = {
     "training.executions": "fits of each configuration with seeds `seed`, `seed + 1`, ... (KerasTuner's "
     "`executions_per_trial`), trained in lockstep: every epoch reports their mean, which ASHA decides on, and "
     "`<metric>_std` their spread; the model exported is the first's",
+    "training.trial_timeout_s": "how long a running trial may report nothing before it is ended as failed and its "
+    "worker killed: seconds after its last epoch (an attempt's first epoch: at least 300 s from its start), or "
+    "`auto`: no deadline before its first epoch, then 10 times its longest epoch, at least 300 s",
     "space": "parameter -> distribution (`loguniform`, `uniform`, `int`, `choice`, `fixed`; `step`, `log`, `when`)",
     "data": "free-form settings handed to `build_data` as `ctx.data`; relative paths follow the spec's folder",
     "storage": "where experiment directories go",

@@ -13,6 +13,7 @@ SIGINT (130) or SIGTERM (143) stopped the search, which ``tunekit resume DIR`` c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -30,9 +31,30 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
+# Commands whose process ends with the search they run (``plan --probe`` runs its search in a
+# child process, which ends the same way: tunekit.search.probe).
+ENDS_WITH_ITS_SEARCH = ("run", "resume")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns its exit status.
+
+    As the process's own command (``argv`` None: the ``tunekit`` script, ``python -m tunekit.cli``),
+    a search command that started or joined Ray ends the process itself after its last line
+    (``tunekit.driver.ending``): nothing waits there. Called from Python with ``argv``, it returns.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
+    status = _handled(args)
+    if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
+        from tunekit.driver.ending import end_command
+
+        end_command(status)
+    return status
+
+
+def _handled(args: argparse.Namespace) -> int:
+    """The command's handler, its errors as one line and an exit status."""
     try:
         return int(args.handler(args) or 0)
     except SpecError as error:
@@ -162,9 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser(
         "ls",
         aliases=["list"],
-        help="the experiments in a results folder: status, trials, best, start, active time",
-        description="One line per experiment directly under FOLDER (the folder searches wrote to, "
-        "storage.path), oldest first (tunekit.experiments).",
+        help="the experiments in a results folder or bucket prefix: status, trials, best, start, active time",
+        description="One line per experiment directly under FOLDER (the folder or bucket prefix searches wrote "
+        "to, storage.path, e.g. s3://bucket/experiments), oldest first (tunekit.experiments).",
     )
     listing.add_argument("folder", nargs="?", default="tunekit_results", help="default: tunekit_results")
     listing.add_argument("--format", choices=("table", "json"), default="table")
@@ -486,36 +508,38 @@ def _logs(args: argparse.Namespace) -> int:
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
-    from tunekit.storage import readable
+    from tunekit.storage import bucket_of, readable, shown
     from tunekit.store import table_rows
 
     directory = readable(args.experiment_dir)
+    name = shown(directory)  # a bucket's URI, never this machine's cache of it
     table = directory / TRIALS_FILE
     if not table.is_file():
-        raise StorageError(f"{directory}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
+        raise StorageError(f"{name}: no {TRIALS_FILE}; not a tunekit experiment, or no trial has started yet")
     rows = table_rows(table)
     wanted = str(args.trial).strip()
     match = [r for r in rows if wanted in (r.get("trial_id"), r.get("number"))]
     if not match:
         known = ", ".join(f"{r.get('number') or '?'} ({r.get('trial_id')})" for r in rows) or "none"
-        raise TunekitError(f"trial {wanted}: not in {table}; trials: {known}")
+        raise TunekitError(f"trial {wanted}: not in {name}/{TRIALS_FILE}; trials: {known}")
     trial_id = str(match[0]["trial_id"])
+    if (bucket := bucket_of(directory)) is not None:  # a log is fetched when asked for, as it is now
+        with contextlib.suppress(FileNotFoundError):
+            bucket.fetch(directory, f"{trial_id}/{OUTPUT_FILE}", fresh=True)
     output, error = directory / trial_id / OUTPUT_FILE, directory / trial_id / ERROR_FILE
     if not output.is_file() and not error.is_file():
-        raise TunekitError(
-            f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {directory / trial_id}"
-        )
+        raise TunekitError(f"trial {wanted} ({trial_id}): neither {OUTPUT_FILE} nor {ERROR_FILE} in {name}/{trial_id}")
     if output.is_file():
         sys.stdout.write(output.read_text(errors="replace"))
     else:
-        print(f"({OUTPUT_FILE}: none in {directory / trial_id})")
+        print(f"({OUTPUT_FILE}: none in {name}/{trial_id})")
     if error.is_file():
         status = match[0].get("status")
         # Ray leaves a failed attempt's traceback in place when a retry of the trial goes on.
         earlier = (
             "" if status in ("failed", "running") else f" (an earlier attempt's; the trial was retried and {status})"
         )
-        print(f"--- {error}{earlier}")
+        print(f"--- {name}/{trial_id}/{ERROR_FILE}{earlier}")
         sys.stdout.write(error.read_text(errors="replace"))
     sys.stdout.flush()
     return 0

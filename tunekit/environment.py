@@ -9,7 +9,8 @@ One home for three things the doctor, the tracker, the driver and the benchmarks
 - ``sqlite_database()``: the database file of a ``sqlite:///`` tracking URI (the doctor checks
   it; the tracker keeps its artifacts beside it).
 - ``storage_shared_by_nodes()``: whether every node of a Ray cluster can write a
-  directory and sees the files the others write there.
+  directory and sees the files the others write there; ``bucket_writable_by_nodes()``:
+  whether every node can write under a storage URI with its own credentials.
 
 Only the standard library is imported at module level, so importing this module costs
 nothing; the storage probe imports Ray when it is called, inside a session its caller joined.
@@ -241,3 +242,46 @@ def storage_shared_by_nodes(
         "unseen": unseen,
         "driver_checked": bool(unseen) and check_here,
     }
+
+
+def bucket_writable_by_nodes(uri: str, nodes: Mapping[str, str], *, timeout_s: float) -> dict[str, Any]:
+    """Whether every node of the joined Ray cluster can write and delete an object under the
+    storage URI ``uri``, with the credentials and endpoint of that node's own environment (as
+    its trials would: a node without them fails here, not in its trials).
+
+    A task pinned to each node writes a probe object named for it and deletes it, through
+    pyarrow (which Ray Tune's storage needs on every node). The function is defined here, so
+    Ray pickles it by value: the nodes need not have tunekit.
+
+    Returns:
+        A JSON-serialisable mapping: ``hosts`` (the sorted labels) and ``write_errors`` (label
+        -> why the node could not write, or that it did not answer within ``timeout_s``).
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    prefix = STORAGE_PROBE_PREFIX + uuid.uuid4().hex[:12] + "-"
+
+    def write_and_delete(node_id: str) -> str:
+        try:
+            from pyarrow import fs
+
+            filesystem, root = fs.FileSystem.from_uri(uri)
+            probe = root.rstrip("/") + "/" + prefix + node_id
+            with filesystem.open_output_stream(probe) as stream:
+                stream.write(b"tunekit storage probe\n")
+            filesystem.delete_file(probe)
+            return ""
+        except Exception as error:  # every failure is the answer
+            return f"{type(error).__name__}: {error}"
+
+    task = ray.remote(num_cpus=0, max_retries=0)(write_and_delete)
+    pending = {
+        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(i, soft=False)).remote(i): i for i in nodes
+    }
+    done, late = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s)
+    errors = {nodes[pending[ref]]: error for ref, error in zip(done, ray.get(done), strict=True) if error}
+    errors |= {nodes[pending[ref]]: f"did not answer within {timeout_s:g} s" for ref in late}
+    for ref in late:
+        ray.cancel(ref, force=True)
+    return {"hosts": sorted(set(nodes.values())), "write_errors": errors}

@@ -55,6 +55,7 @@ TRIAL_NAME_PREFIX = "trial-"
 RETRAIN_DIR = "retrain"
 RETRAIN_FILE = "retrain.json"
 DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (never the console)
+MLFLOW_LOG_FILE = "mlflow.log"  # MLflow's own lines while tunekit sent to it: its store's errors (never the console)
 # {"host", "pid", "process_started", "command", "since", "beat", "token"}: the driver that
 # writes the experiment now, with its heartbeat; absent when none does (tunekit.lease).
 LEASE_FILE = "driver.lease"

@@ -27,6 +27,7 @@ How each storage gives the atomicity:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -258,24 +259,31 @@ def _s3_client(uri: str) -> tuple[Any, str, str]:
     """A boto3 client for an ``s3://bucket/prefix?query`` URI, with the endpoint and credentials
     pyarrow would use: the URI's query (``endpoint_override``, ``scheme``, ``region``,
     ``access_key``, ``secret_key``, ``session_token``), else the usual environment."""
-    import boto3
-    from botocore.config import Config
-
     parsed = urllib.parse.urlparse(uri)
     query = dict(urllib.parse.parse_qsl(parsed.query))
     endpoint = None
     if override := query.get("endpoint_override"):
         endpoint = override if "://" in override else f"{query.get('scheme', 'https')}://{override}"
-    client = boto3.client(
+    region = query.get("region") or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    client = _client(endpoint, region, query.get("access_key"), query.get("secret_key"), query.get("session_token"))
+    return client, parsed.netloc, parsed.path.strip("/")
+
+
+@functools.lru_cache(maxsize=8)
+def _client(endpoint: str | None, region: str | None, key: str | None, secret: str | None, token: str | None) -> Any:
+    """One client per endpoint and credentials in a process (a client costs 0.1-0.3 s to make)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
-        region_name=query.get("region") or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION"),
-        aws_access_key_id=query.get("access_key"),
-        aws_secret_access_key=query.get("secret_key"),
-        aws_session_token=query.get("session_token"),
+        region_name=region,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        aws_session_token=token,
         config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2}),
     )
-    return client, parsed.netloc, parsed.path.strip("/")
 
 
 def _code(error: Exception) -> str:

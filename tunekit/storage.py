@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import StorageError
-from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, SPEC_FILE, TENSORBOARD_DIR
+from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, LEASE_FILE, OUTPUT_FILE, SPEC_FILE, TENSORBOARD_DIR
 from tunekit.store import check_fences
 
 PUSH_EVERY_S = 2.0
@@ -124,13 +124,15 @@ class Bucket:
 
     def pull(self, cache: Path, *, payloads: bool = False, fresh: bool = False) -> Path:
         """Downloads the experiment's files into ``cache`` (what changed since the last pull);
-        without ``payloads``, checkpoints' weights and models stay in the bucket (``fetch``)."""
+        without ``payloads``, checkpoints' weights and models stay in the bucket (``fetch``). The
+        trials' ``output.log`` files stay there always (``fetch`` one): every reader pulls, and a
+        search's logs can outweigh all its records."""
         filesystem, path = self.filesystem()
         if fresh and cache.exists():
             shutil.rmtree(cache)
         cache.mkdir(parents=True, exist_ok=True)
         for relative, (size, _) in self.listing().items():
-            if not payloads and _is_payload(relative):
+            if relative.endswith(f"/{OUTPUT_FILE}") or (not payloads and _is_payload(relative)):
                 continue
             target = cache / relative
             if target.is_file() and target.stat().st_size == size and not _changes(relative):
@@ -138,10 +140,11 @@ class Bucket:
             _download(filesystem, f"{path}/{relative}", target)
         return cache
 
-    def fetch(self, cache: Path, relative: str) -> Path:
-        """One file of the experiment in ``cache`` (downloaded when missing)."""
+    def fetch(self, cache: Path, relative: str, *, fresh: bool = False) -> Path:
+        """One file of the experiment in ``cache``: downloaded when missing, or always when
+        ``fresh`` (a file that grows, as a running trial's log). Raises FileNotFoundError."""
         target = cache / relative
-        if not target.is_file():
+        if fresh or not target.is_file():
             filesystem, path = self.filesystem()
             _download(filesystem, f"{path}/{relative}", target)
         return target
@@ -228,6 +231,31 @@ def mirror_cache(bucket: Bucket, role: str, *, fresh: bool) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     (cache / ORIGIN_FILE).write_text(bucket.uri + "\n")
     return cache
+
+
+def experiments_under(uri: str) -> list[str]:
+    """The experiments under a storage URI (``s3://b/prefix``), as URIs: the URI itself when it
+    is one, else each folder directly under it that holds a ``spec.yaml``.
+
+    Raises:
+        StorageError: the URI cannot be listed (no such bucket, no access, no answer).
+    """
+    from pyarrow import fs
+
+    filesystem, path = _filesystem(uri)
+    try:
+        if filesystem.get_file_info(path.split("/", 1)[0]).type == fs.FileType.NotFound:
+            raise StorageError(f"storage {redacted(uri)}: no such bucket '{path.split('/', 1)[0]}'")
+        if Bucket(uri).exists():
+            return [uri]
+        folders = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        return [
+            join_uri(uri, folder.base_name)
+            for folder in sorted(folders, key=lambda info: info.base_name)
+            if folder.type == fs.FileType.Directory and Bucket(join_uri(uri, folder.base_name)).exists()
+        ]
+    except OSError as error:
+        raise StorageError(f"storage {redacted(uri)}: cannot list it ({error})") from None
 
 
 def readable(location: str | os.PathLike[str], *, payloads: bool = False) -> Path:

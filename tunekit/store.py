@@ -242,6 +242,8 @@ def no_space_error(experiment_dir: Path, error: BaseException | None, *, checkpo
     at a time, Ray keeps the one before until the new one is whole), plus the driver's own
     records twice over (each is rewritten beside itself), and at least 16 MiB.
     """
+    from tunekit.storage import shown
+
     storage = experiment_dir.parent
     free = _free_bytes(storage)
     need = max(16 * 2**20, checkpoints * _largest_trial_bytes(experiment_dir) + 2 * _records_bytes(experiment_dir))
@@ -249,7 +251,7 @@ def no_space_error(experiment_dir: Path, error: BaseException | None, *, checkpo
     writing = f" (writing {failed})" if failed else ""
     message = (
         f"no space left on the storage {storage}{writing}: {_mib(free)} free, the search needs at least "
-        f"{_mib(need)}; free some, then `tunekit resume {experiment_dir}` continues the search (nothing "
+        f"{_mib(need)}; free some, then `tunekit resume {shown(experiment_dir)}` continues the search (nothing "
         "it recorded is lost)"
     )
     return NoSpaceError(message, experiment_dir, failed)

@@ -28,6 +28,7 @@ from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
 from tunekit.hp_given import restricted
 from tunekit.hypermodel import HyperModel, build_function, fit_function, route_fit, with_dry_fit
 from tunekit.layout import SPEC_FILE
+from tunekit.storage import shown
 from tunekit.tuner_data import data_builder, fit_arguments
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ class Tuner:
         name, mode = self.objectives[0]
         lines = [
             "Results summary",
-            f"Results in {results.experiment_dir}",
+            f"Results in {shown(results.experiment_dir)}",
             f"Showing {num_trials} best trials",
             f'Objective(name="{name}", direction="{mode}")',
         ]

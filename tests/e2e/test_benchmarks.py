@@ -18,7 +18,18 @@ from typing import Any
 import psutil
 import pytest
 
-from benchmarks import cold_start, common, overhead, pareto, quality, regressions, run, scale, tracking_cost
+from benchmarks import (
+    cold_start,
+    common,
+    overhead,
+    pareto,
+    quality,
+    regressions,
+    run,
+    scale,
+    tracking_cost,
+    whole_process,
+)
 
 # ------------------------------------------------------------- fast, no Ray or TF
 
@@ -420,6 +431,56 @@ def test_overhead_pairs_only_sides_that_did_the_same_about_tracking() -> None:
     assert overhead.side_loads({}, busy) == ""
 
 
+def test_the_whole_process_row_times_a_command_from_launch_to_exit_and_after_its_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "side.log"
+    # A side that prints, then keeps running before it exits: its last line comes before its exit.
+    command = [sys.executable, "-c", "import time; print('closing line', flush=True); time.sleep(0.3)"]
+    timed = whole_process.timed_command(command, log, common.child_env())
+    assert log.read_text() == "closing line\n"
+    assert (
+        0
+        < timed["last_line_s"]
+        < timed["last_line_s"] + timed["exit_after_last_line_s"]
+        == pytest.approx(timed["wall_s"])
+    )
+    with pytest.raises(common.ChildFailed, match="exited 3; log tail:\nbroken"):
+        whole_process.timed_command([sys.executable, "-c", "print('broken'); exit(3)"], log, common.child_env())
+
+    def side(wall: float, epochs: int, gap: float, load: float) -> dict[str, Any]:
+        return {
+            "wall_s": wall,
+            "epochs_trained": epochs,
+            "exit_after_last_line_s": gap,
+            "load_before": [load, 0, 0],
+            "load_after": [load + 1, 0, 0],
+        }
+
+    figures, (line,) = whole_process.row(side(30.0, 240, 0.2, 1.5), side(120.0, 256, 1.9, 2.0))
+    by_name = {f["name"]: f for f in figures}
+    ratio = by_name["whole process, both tracked: wall-time ratio (plain Ray Tune script / tunekit command)"]
+    assert ratio["value"] == pytest.approx(4.0)
+    gap = by_name["whole process: tunekit command's exit after its last line"]
+    assert (gap["value"], gap["target"], gap["met"]) == (0.2, "<= 0.5 s", True)
+    assert line == (
+        "whole process, both tracked (launch to exit, each a fresh process): tunekit command 30 s vs plain Ray "
+        "Tune script 120.0 s -> 4x (240 vs 256 epochs); exit after the last line 0.2 s vs 1.9 s (load: tunekit "
+        "1.5 -> 2.5, plain 2.0 -> 3.0)"
+    )
+    assert not whole_process.row(side(30.0, 240, 2.8, 1.5), side(120.0, 256, 1.9, 2.0))[0][6]["met"]
+
+
+def test_the_tunekit_side_of_the_whole_process_row_is_the_command_a_user_types(tmp_path: Path) -> None:
+    command = whole_process.tunekit_command(
+        {"num_samples": 3, "max_epochs": 2, "grace_period": 1}, tmp_path, "sqlite:///x.db"
+    )
+    assert Path(command[0]).name == "tunekit" and command[1:3] == ["run", str(common.DIGITS_SPEC)]
+    assert command[3:] == [
+        "--storage", str(tmp_path), "--name", "tunekit", "--tracking-uri", "sqlite:///x.db",
+        "--set", "budget.num_samples=3", "--set", "budget.max_epochs=2", "--set", "scheduler.grace_period=1",
+        "--set", "tracking.experiment=whole-process",
+    ]  # fmt: skip
+
+
 def test_regressions_compare_the_row_that_tracked_as_the_published_one_did() -> None:
     keras = {"per_epoch_ms": {"epoch.train": 12.0, "epoch.validate": 3.0}}
     untracked = {"summary": {"tunekit": {"startup_s": 7.0}}, "breakdown": {"tunekit": {"per_epoch_ms": {}}}}
@@ -437,6 +498,9 @@ def test_regressions_compare_the_row_that_tracked_as_the_published_one_did() -> 
     legacy = {"summary": {"tunekit": {"startup_s": 8.0}}}  # tunekit untracked, before the equal-terms change
     assert regressions.row_of(legacy, "off") is legacy
     assert regressions.row_of(legacy, "on") is None
+    whole_process_only: dict[str, Any] = {"whole_process": {}}  # overhead --rows whole
+    assert regressions.row_of(whole_process_only, "off") is None
+    assert regressions.row_of(whole_process_only, "on") is None
 
 
 def test_regressions_refuse_to_compare_a_tracked_publication_with_an_untracked_run(

@@ -5,6 +5,7 @@ directory and tunekit cache."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,3 +111,86 @@ def test_resuming_a_uri_that_holds_no_experiment_says_so(s3: S3Server) -> None:
         1,
         "tunekit: error: s3://exps/team/nothing-here: not a tunekit experiment (no spec.yaml)",
     )
+
+
+def test_a_bucket_search_keeps_every_attempt_s_log_names_its_uri_and_resumes_elsewhere_into_one_mlflow_parent(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A search in the bucket from one machine, read, listed and grown from another (each its
+    own tunekit cache; the readers in this process), tracked in one MLflow store: every trial's
+    output.log (a failed one's too) is in the bucket, nothing is left in a tunekit folder on the
+    node, no line names a cache, and the grown search goes on under the same parent run, each
+    trial's run once."""
+    from mlflow import MlflowClient
+
+    import tunekit
+    from tunekit.cli import main
+    from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_ROLE, TAG_TRIAL_ID
+
+    uri = "s3://exps/logs/digits"
+    began = time.time()
+    (first, env_a), (second, env_b) = _machine(s3, "first"), _machine(s3, "second")
+    tracking = f"sqlite:///{first / 'mlflow.db'}"  # one store both machines reach
+    search = [
+        f"trainable={REPO / 'tests' / 'trainables' / 'nan_for_small.py'}",  # units=32 fails at its first epoch
+        "space.units={type: choice, values: [32, 64]}",
+        "search.seed=3",
+        "budget.num_samples=3",
+        "budget.max_epochs=2",
+        "tracking.tensorboard=false",
+    ]
+    ran = _tunekit(
+        ["run", str(DEFAULT_SPEC), "--storage", "s3://exps/logs", "--name", "digits", "--tracking-uri", tracking,
+         *cli_sets(search)],
+        first, env_a,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert f"experiment: {uri}" in ran.stdout
+    for key, value in {**s3.env, "TUNEKIT_CACHE": str(second / "cache")}.items():
+        monkeypatch.setenv(key, value)  # this process is the second machine
+    monkeypatch.chdir(second)
+
+    def said(*args: str) -> str:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
+        assert "/cache/" not in out + err, out + err  # the bucket's URI, never a machine's cache
+        return out
+
+    trials = tunekit.load(uri).trials.set_index("number")
+    assert set(trials["status"]) == {"completed", "failed"}, trials[["status", "reason"]]
+    # Readers pull the records, not the logs: a log is fetched when `tunekit logs` asks for it.
+    assert list((second / "cache").rglob("output.log")) == []
+    # Nothing left on the node once uploaded: no tunekit folder, and no trial's folder in Ray's session.
+    assert not (Path(tempfile.gettempdir()) / "tunekit-trials" / "digits").exists()
+    ray_sessions = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
+    left = ray_sessions.glob("session_*/artifacts/*/digits/working_dirs/*/*")
+    assert [path for path in left if path.stat().st_mtime >= began] == []
+    for number, row in trials.iterrows():  # each attempt's log, from the bucket
+        logs = said("logs", uri, str(number))
+        assert "--- tunekit: trial started in a worker" in logs
+        if row["status"] == "failed":
+            assert f"--- {uri}/{row['trial_id']}/error.txt" in logs
+            assert "TrialFailure: non-finite loss at epoch 1" in logs
+        else:
+            assert "tunekit: steps_per_execution" in logs and "error.txt" not in logs
+    listed = json.loads(said("ls", "s3://exps/logs", "--format", "json"))
+    assert [(r["experiment"], r["status"], r["path"]) for r in listed] == [("digits", "finished", uri)]
+    assert list(tunekit.compare(uri).table.index) == ["digits"]
+    complete = said("resume", uri)
+    assert f"nothing to resume (`tunekit resume {uri} --set budget.num_samples=N` grows it)" in complete
+
+    grown = _tunekit(["resume", uri, "--set", "budget.num_samples=4"], second, env_b)
+    assert grown.returncode == 0, grown.stdout[-3000:] + grown.stderr[-3000:]
+    for done in (ran, grown):
+        assert "/cache/" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert said("check", uri).startswith(f"{uri}: ok")
+    client = MlflowClient(tracking_uri=tracking)
+    experiment = client.get_experiment_by_name("digits-mlp")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == "experiment"]
+    assert len(parents) == 1, [r.data.tags for r in parents]
+    children = [r for r in runs if r.data.tags.get(PARENT_RUN_TAG) == parents[0].info.run_id]
+    assert sorted(r.data.tags[TAG_TRIAL_ID] for r in children) == sorted(tunekit.load(uri).trials["trial_id"])
+    assert len(children) == 4 and not [r for r in children if r.info.status == "RUNNING"]

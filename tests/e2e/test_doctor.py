@@ -25,7 +25,7 @@ from tunekit.cli import main
 from tunekit.doctor.checks import run_checks
 from tunekit.doctor.report import PROBLEM
 from tunekit.doctor.tracking import check_tracking
-from tunekit.testing import free_port, stop_group
+from tunekit.testing import S3Server, free_port, stop_group
 
 TRACKING_FIX = "or fix --tracking-uri"
 
@@ -193,8 +193,9 @@ ray.shutdown()
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[str]:
-    """A real one-node Ray cluster (two logical GPUs) started by a driver the test owns."""
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    """A real one-node Ray cluster (two logical GPUs) started by a driver the test owns; its
+    node has no bucket credentials (AWS_*), as a node someone forgot to give them."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen(
         [sys.executable, "-c", HEAD],
@@ -237,6 +238,35 @@ def test_cluster_resources_and_shared_storage_on_a_real_cluster(
         f"ok       storage {storage} on every node: writable and shared by every node, on 1 host(s) and this machine"
     )
     assert list(tmp_path.iterdir()) == []  # probes and the folders made for them are gone
+
+
+@pytest.mark.slow
+def test_a_node_without_the_bucket_s_credentials_is_a_problem_in_doctor(
+    ray_head: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """This machine reaches the bucket (its credentials pass the local probe); the cluster's
+    node, without them, fails the same probe in a task pinned to it: doctor says so, not a
+    search's failing trials."""
+    clean_env.setenv("RAY_AUTH_MODE", "token")
+    s3 = S3Server(tmp_path / "moto").start()
+    try:
+        s3.make_bucket("exps")
+        for key, value in s3.env.items():
+            clean_env.setenv(key, value)
+        uri = f"s3://exps/team?endpoint_override=127.0.0.1:{s3.port}&scheme=http"  # the node knows the endpoint
+        out = io.StringIO()
+        status = run_checks(ray_head, f"sqlite:///{tmp_path / 'mlflow.db'}", uri, stream=out)
+    finally:
+        s3.stop()
+    text = out.getvalue()
+    assert status == 1, text
+    assert line_for(text, f"storage {uri}:") == f"ok       storage {uri}: a probe object was written and deleted"
+    on_nodes = line_for(text, f"storage {uri} on every node")
+    assert on_nodes.startswith(f"PROBLEM  storage {uri} on every node: not writable from "), text
+    assert "ACCESS_DENIED" in on_nodes, text
+    assert fix_after(text, f"storage {uri} on every node").startswith(
+        "fix: give every node the credentials and endpoint (AWS_*, AWS_ENDPOINT_URL"
+    )
 
 
 @pytest.mark.slow

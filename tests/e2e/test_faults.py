@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import ray
 
@@ -183,8 +184,9 @@ RAY_STATE_FILES = (
 )
 
 
-def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threading.Event) -> None:
-    """Copies one whole save of Ray's state made once ``asked`` trials were asked, while one ran."""
+def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threading.Event, journal: bool) -> None:
+    """Copies one whole save of Ray's state made once ``asked`` trials were asked, while one ran
+    (and with ``journal`` the study's journal as it was then)."""
     import json
     import shutil
 
@@ -204,7 +206,7 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
         seen[stamps[0]] = [t["status"] for t in trials]
         if len(trials) != asked or all(t["status"] == "TERMINATED" for t in trials):
             continue
-        for path in files:
+        for path in [*files, *([experiment / "study.journal"] if journal else [])]:
             shutil.copy2(path, into / path.name)
         if [path.stat().st_mtime_ns for path in files] == stamps:
             return
@@ -213,12 +215,12 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
 
 
 @pytest.mark.parametrize(
-    ("concurrent", "grown"),
-    [(4, 4), (2, 4), (2, 6)],
-    ids=["every-trial-saved", "two-asked-after-the-save", "then-grown-to-6"],
+    ("concurrent", "grown", "journal"),
+    [(4, 4, False), (2, 4, False), (2, 6, False), (4, 4, True)],
+    ids=["every-trial-saved", "two-asked-after-the-save", "then-grown-to-6", "the-study-as-old-as-ray-s-state"],
 )
 def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
-    tmp_path: Path, concurrent: int, grown: int
+    tmp_path: Path, concurrent: int, grown: int, journal: bool
 ) -> None:
     # As if the driver died right after the search ended but Ray last saved while trials ran:
     # the study, the tables and the checkpoints know endings that Ray's state does not. With
@@ -228,7 +230,9 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
     # larger budget: the 4 stand and 2 more train. Epochs of at least a second, and no ending
     # before the second, hold the first trials unfinished across Ray's saves (one a second):
     # on a warm worker a whole digits trial takes under a second, and the clean-clone CI of
-    # b80b511 saw no save with 2 trials asked.
+    # b80b511 saw no save with 2 trials asked. The last case is a bucket's driver killed between
+    # two uploads: the study's journal is as old as Ray's state, the tables newer; the resume
+    # catches the study up from them (tunekit.driver.study_catch_up); before, it trained them again.
     experiment, snapshot, samples = tmp_path / "late", tmp_path / "snapshot", 4
     snapshot.mkdir()
     stop = threading.Event()
@@ -236,7 +240,7 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
 
     def snap() -> None:
         try:
-            _snapshot_ray_state(experiment, snapshot, concurrent, stop)
+            _snapshot_ray_state(experiment, snapshot, concurrent, stop, journal)
         except BaseException as error:  # reported by the test's thread
             failures.append(error)
 
@@ -337,3 +341,38 @@ def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
     assert (results.trials["status"] == "completed").all()
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("training goes on" in w for w in warnings), warnings
+
+
+def test_a_trial_whose_epoch_hangs_is_ended_at_its_deadline_and_the_search_goes_on(tmp_path: Path) -> None:
+    # One slot: the hung trial held it until the search's time budget ran out, and the
+    # trials behind it never started.
+    (tmp_path / "markers").mkdir()
+    results = tunekit.run(
+        DEFAULT_SPEC,
+        overrides=[
+            f"trainable={TEST_TRAINABLES / 'hangs_once.py'}",
+            "budget.num_samples=3",
+            "budget.max_epochs=2",
+            "budget.max_concurrent=1",
+            "scheduler.type=fifo",
+            "training.trial_timeout_s=20",
+            *QUIET,
+        ],
+        data={"marker_dir": str(tmp_path / "markers"), "hang_epoch": 2},
+        storage=tmp_path,
+        name="hung",
+        progress=False,
+    )
+    trials = results.trials.sort_values("number")
+    hung = trials.iloc[0]
+    assert hung["status"] == "failed" and hung["attempts"] == 1 and hung["epochs"] == 1
+    assert hung["reason"] == (
+        "epoch 2 did not end within 20 s of the end of epoch 1 (training.trial_timeout_s: 20); its worker was killed"
+    )
+    assert list(trials["status"].iloc[1:]) == ["completed", "completed"]
+    from tunekit.worker.heartbeat import read_heartbeat
+
+    beat = read_heartbeat(results.experiment_dir / str(hung["trial_id"]), max_age=None)
+    assert beat is not None and beat.pid is not None and not psutil.pid_exists(beat.pid)
+    study = optuna.load_study(study_name="digits-mlp", storage=study_storage(results.experiment_dir))
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] + [optuna.trial.TrialState.COMPLETE] * 2

@@ -113,23 +113,29 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     server.stop()
 
 
-def _race(uri: str, delay: float, start: Any, decided: Any, out: Any) -> None:
-    """One driver of a race: waits for the other, then ``delay`` (the same second), then takes the lease."""
+ROUNDS = 20
+
+
+def _racer(seed: int, start: Any, decided: Any, out: Any) -> None:
+    """One of two drivers that race ``ROUNDS`` times, each time on a new experiment, each start
+    a seeded moment (within half a second) after both are ready: the same second."""
     from tunekit.errors import LeaseHeldError
     from tunekit.lease import DriverLease
 
-    start.wait()
-    time.sleep(delay)
-    lease = DriverLease(uri, "run")
-    try:
-        lease.acquire()
-        won = True
-    except LeaseHeldError:
-        won = False
-    out.put(won)
-    decided.wait()
-    if won:
-        lease.release()
+    rng = random.Random(seed)
+    for attempt in range(ROUNDS):
+        lease = DriverLease(f"s3://leases/exp-{attempt}", "run")
+        start.wait()
+        time.sleep(rng.uniform(0.0, 0.5))
+        try:
+            lease.acquire()
+            won = True
+        except LeaseHeldError:
+            won = False
+        out.put((attempt, won))
+        decided.wait()  # the winner holds it until the other has tried
+        if won:
+            lease.release()
 
 
 def test_of_two_drivers_starting_in_the_same_second_on_a_bucket_exactly_one_proceeds(
@@ -138,24 +144,18 @@ def test_of_two_drivers_starting_in_the_same_second_on_a_bucket_exactly_one_proc
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
     context = multiprocessing.get_context("fork")
-    rng = random.Random(49)
-    winners = []
-    for attempt in range(20):
-        uri = f"s3://leases/exp-{attempt}"
-        start, decided, out = context.Barrier(2), context.Barrier(2), context.Queue()
-        drivers = [
-            context.Process(target=_race, args=(uri, rng.uniform(0.0, 0.8), start, decided, out)) for _ in range(2)
-        ]
-        for driver in drivers:
-            driver.start()
-        results = [out.get(timeout=60), out.get(timeout=60)]
-        for driver in drivers:
-            driver.join(timeout=60)
-        winners.append(sum(results))
-    assert winners == [1] * 20
+    start, decided, out = context.Barrier(2), context.Barrier(2), context.Queue()
+    drivers = [context.Process(target=_racer, args=(seed, start, decided, out)) for seed in (49, 50)]
+    for driver in drivers:
+        driver.start()
+    results = [out.get(timeout=60) for _ in range(2 * ROUNDS)]
+    for driver in drivers:
+        driver.join(timeout=60)
+    winners = [sum(won for attempt, won in results if attempt == round_) for round_ in range(ROUNDS)]
+    assert winners == [1] * ROUNDS
 
 
-def test_a_bucket_lease_taken_by_another_driver_is_lost_at_the_next_heartbeat(
+def test_a_bucket_lease_replaced_between_a_read_and_a_renewal_is_never_overwritten(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tunekit.lease import DriverLease
@@ -165,17 +165,18 @@ def test_a_bucket_lease_taken_by_another_driver_is_lost_at_the_next_heartbeat(
         monkeypatch.setenv(name, value)
     lease = DriverLease("s3://leases/taken", "run")
     lease.acquire()
+    client = boto3.client("s3")
     try:
-        assert isinstance(lease.file, S3LeaseObject)  # conditional writes, not the settled protocol
-        # Another driver replaces the lease (as a taker of a stale lease does): our If-Match fails.
-        client = boto3.client("s3")
-        body = json.loads(client.get_object(Bucket="leases", Key="taken/driver.lease")["Body"].read())
-        client.put_object(
-            Bucket="leases",
-            Key="taken/driver.lease",
-            Body=json.dumps({**body, "token": "theirs", "host": "h2"}).encode(),
-        )
+        assert isinstance(lease.file, S3LeaseObject)
+        ours = lease.file.read()  # the heartbeat has read it as ours ...
+        assert ours is not None
+        theirs = json.dumps({**json.loads(ours), "token": "theirs", "host": "h2"})
+        client.put_object(Bucket="leases", Key="taken/driver.lease", Body=theirs.encode())  # ... a taker replaces it
+        assert lease.file.renew(ours) is False  # ... and the renewal does not write over it (If-Match)
+        held = client.get_object(Bucket="leases", Key="taken/driver.lease")["Body"].read().decode()
+        assert json.loads(held)["token"] == "theirs"
         lease.beat()
         assert lease.lost is not None and getattr(lease.lost.holder, "host", None) == "h2"
     finally:
         lease.release()
+    assert "theirs" in client.get_object(Bucket="leases", Key="taken/driver.lease")["Body"].read().decode()

@@ -1,13 +1,20 @@
 """`tunekit plan --probe` on a tiny spec, then the search it predicts: the prediction is filed with
 the experiment, the report compares it with what happened, and the MLflow parent run holds the
-compute ledger. Real Ray, real TensorFlow trials, real SQLite (MLflow), as a user runs them."""
+compute ledger. Real Ray, real TensorFlow trials, real SQLite (MLflow), as a user runs them.
+
+The search's command is watched to its end as well: after its closing lines nothing runs that the
+exit would wait for (Ray's shutdown, the interpreter's exit handlers and teardown), and yet its
+MLflow records are whole and its Ray's processes gone."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import run_tunekit
+import psutil
+from conftest import REPO, cli_env, run_tunekit
 
 from tunekit.layout import LEDGER_FILE, PREDICTION_FILE, PROBES_DIR, TRACKING_FILE
 
@@ -27,6 +34,42 @@ storage: {{path: {root}/results}}
 tracking: {{uri: "sqlite:///{root}/mlflow.db"}}
 """
 PROBE_SECONDS = 60  # a bound: the probe ends with its trials, in about 15 s on an idle 2-core machine
+
+# `tunekit ARGS` with its end noted in the file EVENTS, line by line: what it prints (the Ray
+# processes alive as the closing lines go out), each ray.shutdown call, and the interpreter's exit
+# handlers, whose first registered runs last, after Ray's own shutdown.
+WATCHED_COMMAND = """\
+import atexit, json, sys
+import psutil, ray
+import tunekit.cli
+
+events = open(sys.argv[1], "a", buffering=1)
+atexit.register(events.write, "the interpreter's exit handlers ran\\n")
+shutdown = ray.shutdown
+
+
+def noted_shutdown(*args, **kwargs):
+    events.write("ray.shutdown\\n")
+    return shutdown(*args, **kwargs)
+
+
+ray.shutdown = noted_shutdown
+write = sys.stdout.write
+
+
+def noted_write(text):
+    if text.startswith("experiment:") and "\\ntrials:" in text:
+        ray_pids = [p.pid for p in psutil.Process().children(recursive=True)]
+        events.write(f"closing lines; Ray's processes: {json.dumps(ray_pids)}\\n")
+    elif text.strip():
+        events.write("printed\\n")
+    return write(text)
+
+
+sys.stdout.write = noted_write
+sys.argv = ["tunekit", *sys.argv[2:]]  # the process's own command line, as the tunekit script runs it
+sys.exit(tunekit.cli.main())
+"""
 
 
 def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp_path: Path) -> None:
@@ -68,8 +111,22 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
 
     # The measurement holds for any num_samples of the same spec (its fingerprint leaves it
     # out): a smaller search than the one probed keeps this test short.
-    search = run_tunekit("run", str(spec), "--name", "searched", "--set", "budget.num_samples=2", timeout=120)
+    events = tmp_path / "events.txt"
+    command = ["run", str(spec), "--name", "searched", "--set", "budget.num_samples=2"]
+    search = subprocess.run(
+        [sys.executable, "-c", WATCHED_COMMAND, str(events), *command],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
     assert search.returncode == 0, search.stderr[-2000:]
+    assert search.stdout.splitlines()[-1].startswith("best config: "), search.stdout[-2000:]
+    # Nothing after the closing lines: no Ray shutdown to wait for, no interpreter teardown.
+    *_, closing = events.read_text().splitlines()
+    assert closing.startswith("closing lines; Ray's processes: "), events.read_text()
+    ray_processes = [psutil.Process(pid) for pid in json.loads(closing.split(": ", 1)[1])]
+    assert ray_processes  # its own local Ray's: they end with the command, none outlives it
+    _, alive = psutil.wait_procs(ray_processes, timeout=5)
+    assert alive == []
+    assert "Traceback" not in search.stderr
     experiment = tmp_path / "results" / "searched"
     # Filed with the experiment: the probe's measurement, predicted again for the budget run.
     filed = json.loads((experiment / PREDICTION_FILE).read_text())

@@ -833,6 +833,56 @@ def test_sync_completes_a_search_whose_server_went_away_halfway(
 
 
 @MADE_UP
+def test_runs_held_twice_are_found_by_check_and_retired_by_sync(tmp_path: Path, sqlite_uri: str) -> None:
+    """What a resume that did not find its parent run left (another machine's cache of a bucket
+    experiment, before the parent was found by the experiment's URI and tracking.json): a second
+    parent run of the same search with its own trial runs, a trial logged twice, and a trial run
+    left RUNNING. `tunekit check` names each and `tunekit sync`; the sync keeps one of each."""
+    recorder, experiment_dir = untracked_experiment(tmp_path, sqlite_uri, "twice", trials=3)
+    synced = sync(experiment_dir)
+    mlflow_client = client(sqlite_uri)
+    parent = mlflow_client.get_run(synced.parent_run_id)
+    experiment_id = parent.info.experiment_id
+    children = {r.data.tags[TAG_TRIAL_ID]: r.info.run_id for r in runs_of(sqlite_uri, "twice", experiment_dir)[1]}
+    first, second = sorted(recorder.trials, key=lambda t: recorder.trials[t].number or 0)[:2]
+    # The other machine's parent: the same search (its start, its folder's name), from another cache.
+    twin = mlflow_client.create_run(
+        experiment_id,
+        start_time=parent.info.start_time,
+        run_name=parent.info.run_name,
+        tags={TAG_ROLE: "experiment", TAG_EXPERIMENT_DIR: f"/elsewhere/cache/{experiment_dir.name}"},
+    ).info.run_id
+    mlflow_client.create_run(experiment_id, tags={PARENT_RUN_TAG: twin, TAG_TRIAL_ID: first})
+    again = mlflow_client.create_run(experiment_id, tags={PARENT_RUN_TAG: synced.parent_run_id, TAG_TRIAL_ID: first})
+    mlflow_client.update_run(again.info.run_id, status="FINISHED")
+    mlflow_client.update_run(children[second], status="RUNNING")  # left RUNNING by a dead driver
+
+    def mlflow_findings() -> list[str]:
+        report = check_experiment(experiment_dir, tracking_uri=sqlite_uri)
+        found = [str(f) for f in report.findings if f.where in ("files vs mlflow", "mlflow runs")]
+        return found + [note for note in report.notes if "tunekit sync" in note]
+
+    label = {t: f"trial {recorder.trials[t].number} ({t})" for t in (first, second)}
+    assert sorted(mlflow_findings()) == sorted(
+        [
+            f"mlflow runs: parent run {twin} of this search: 'none' vs '1 child runs, 1 RUNNING'",
+            f"files vs mlflow: {label[first]} child runs: 1 vs 2",
+            f"files vs mlflow: {label[second]} run: 'ended' vs 'RUNNING'",
+            f"MLflow holds runs of this search twice: `tunekit sync {experiment_dir}` keeps the parent "
+            "tracking.json names and one run per trial, and moves the others to MLflow's trash",
+            f"MLflow disagrees with the files: `tunekit sync {experiment_dir}` sends it what they hold "
+            "(runs, epochs, the parent's figures)",
+        ]
+    )
+    assert sync(experiment_dir).parent_run_id == synced.parent_run_id
+    assert mlflow_findings() == []
+    assert mlflow_client.get_run(twin).info.lifecycle_stage == "deleted"  # in MLflow's trash, restorable
+    _, kept = runs_of(sqlite_uri, "twice", experiment_dir)
+    assert sorted(r.data.tags[TAG_TRIAL_ID] for r in kept) == sorted(recorder.trials)
+    assert all(r.info.status == "FINISHED" for r in kept)
+
+
+@MADE_UP
 def test_load_from_mlflow_refuses_an_ambiguous_name_unless_told_which(tmp_path: Path, sqlite_uri: str) -> None:
     older_recorder, older = untracked_experiment(tmp_path, sqlite_uri, "shared", trials=2, directory="a")
     newer_recorder, newer = untracked_experiment(tmp_path, sqlite_uri, "shared", trials=3, directory="b")
@@ -896,6 +946,25 @@ def test_sync_of_a_tracked_search_adds_nothing(tracked: tunekit.ExperimentResult
     parent, children = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
     assert synced.parent_run_id == parent.info.run_id and len(children) == 5
     assert len(client(server.uri).search_model_versions(f"name = '{REGISTERED_MODEL}'")) == 1
+
+
+def test_a_parent_summary_a_clock_running_ahead_left_latest_is_found_by_check_and_repaired_by_sync(
+    tracked: tunekit.ExperimentResults, server: MlflowServer
+) -> None:
+    # A session on a host whose clock ran 5 minutes ahead logged its count at the same step:
+    # MLflow shows its point as the latest, whatever a later session with a right clock logs.
+    mlflow_client = client(server.uri)
+    parent, _ = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    truth = parent.data.metrics["trials_completed"]
+    step = max(point.step for point in mlflow_client.get_metric_history(parent.info.run_id, "trials_completed"))
+    ahead_ms = int((time.time() + 300) * 1000)
+    mlflow_client.log_metric(parent.info.run_id, "trials_completed", truth + 2, timestamp=ahead_ms, step=step)
+    found = check_experiment(tracked.experiment_dir)
+    assert not found.ok and "trials_completed" in found.describe(), found.describe()
+    sync(tracked.experiment_dir)
+    parent, _ = runs_of(server.uri, EXPERIMENT, tracked.experiment_dir)
+    assert parent.data.metrics["trials_completed"] == truth
+    assert check_experiment(tracked.experiment_dir).ok
 
 
 @pytest.mark.slow

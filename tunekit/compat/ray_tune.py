@@ -100,6 +100,28 @@ def checkpoint_epoch(trial: Any, epoch_key: str) -> int:
     return int(metrics.get(epoch_key) or 0)
 
 
+def kill_trial_without_retry(trial: Any) -> bool:
+    """Kills ``trial``'s worker so that Ray ends the trial as errored, without a retry; False
+    when it has no worker.
+
+    Why: Ray Tune has no public call that ends one running trial from outside its loop; its
+    stop asks the trial's actor to stop, which a worker stuck inside an epoch never answers.
+    Checked against Ray 2.60: the actor is ``Trial.temporary_state.ray_actor``; its death
+    reaches ``TuneController._process_trial_failure``, which counts one more failure and
+    retries while ``Trial.should_recover()`` (``run_metadata.num_failures <= max_failures``),
+    so the trial's limit becomes the failures it had. A trial with no actor (it is being
+    placed or already stopping) is left to Ray.
+    """
+    import ray
+
+    actor = trial.temporary_state.ray_actor
+    if actor is None:
+        return False
+    trial.max_failures = trial.run_metadata.num_failures
+    ray.kill(actor, no_restart=True)
+    return True
+
+
 def checkpoint_path(trial: Any) -> Path | None:
     """The folder of the checkpoint Ray starts ``trial`` from, None when it has none (see ``checkpoint_epoch``)."""
     latest = getattr(trial, "latest_checkpoint_result", None)

@@ -1,10 +1,11 @@
-"""Reaches into Ray's worker pool: idle workers started before the actors that will need them
-(see ``tunekit.compat``). Checked against Ray 2.60."""
+"""Reaches into Ray's workers: idle workers started before the actors that will need them, and
+a trial's working directory on its node (see ``tunekit.compat``). Checked against Ray 2.60."""
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -93,3 +94,21 @@ def idle_local_workers() -> set[int]:
         except psutil.Error:  # it ended meanwhile
             continue
     return idle
+
+
+def trial_working_directory() -> Path:
+    """The running trial's working directory on this node: the folder Ray Tune uploads to the
+    trial's folder in storage when ``SyncConfig(sync_artifacts=True)`` (at each checkpoint and,
+    from the actor's main thread, whenever the attempt ends: stopped, failed or reused).
+
+    Why private: ``tune.get_context().get_trial_dir()`` is Ray's driver staging path in an
+    actor's first trial and this folder only after a reuse (``FunctionTrainable.setup`` and
+    ``reset_config`` build ``TrialInfo`` with different ``logdir``s). Checked against Ray 2.60
+    (``StorageContext.trial_working_directory``).
+    """
+    from ray.train._internal.session import get_session
+
+    session = get_session()
+    if session is None or session.storage is None:
+        raise RuntimeError("trial_working_directory: not inside a Ray Tune trial")
+    return Path(session.storage.trial_working_directory)

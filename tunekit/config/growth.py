@@ -26,14 +26,16 @@ from tunekit.store import table_rows
 GROWABLE = ("budget.num_samples", "budget.max_concurrent", "budget.time_budget_s")
 
 
-def grow_hint(experiment_dir: Path, scheduler: str, from_python: bool) -> str:
+def grow_hint(experiment: str, scheduler: str, from_python: bool) -> str:
     """How a complete search grows, said after "nothing to resume"; nothing for PBT, which cannot
-    grow. Builders passed from Python (a Tuner's, ``tunekit.run``'s) come back only from Python."""
+    grow. Builders passed from Python (a Tuner's, ``tunekit.run``'s) come back only from Python.
+    ``experiment`` as the user names it: its folder, or a bucket experiment's URI (resuming the
+    cache would bypass the bucket)."""
     if scheduler == "pbt":
         return ""
     if from_python:
         return " (more trials grow it: a Tuner's max_trials, or tunekit.resume's overrides=['budget.num_samples=N'])"
-    return f" (`tunekit resume {experiment_dir} --set budget.num_samples=N` grows it)"
+    return f" (`tunekit resume {experiment} --set budget.num_samples=N` grows it)"
 
 
 def resumed_spec(

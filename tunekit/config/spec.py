@@ -46,6 +46,8 @@ from tunekit.config.objectives import (
 from tunekit.config.objectives import MetricMode as MetricMode
 from tunekit.config.rungs import parse_rungs
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace, parse_space
+from tunekit.config.training import PRECISIONS as PRECISIONS  # re-exported: the spec's vocabularies
+from tunekit.config.training import TRAINING_KEYS, TrainingSpec, parse_training
 from tunekit.config.warm_start import check_sources, parse_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable, with_space_names
 from tunekit.errors import SpecError
@@ -53,17 +55,12 @@ from tunekit.errors import SpecError
 # The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
 Algorithm = Literal["tpe", "random", "grid", "nsga2"]
 SchedulerType = Literal["asha", "hyperband", "fifo", "pbt"]
-Precision = Literal["auto", "float32", "mixed_float16", "mixed_bfloat16"]
 # "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
 GpuMemoryMode = Literal["growth", "cap"]
-Keep = Literal["last", "best"]
 
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 SCHEDULERS: tuple[SchedulerType, ...] = get_args(SchedulerType)
-PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 GPU_MEMORY_MODES: tuple[GpuMemoryMode, ...] = get_args(GpuMemoryMode)
-KEEP_CHOICES: tuple[Keep, ...] = get_args(Keep)
-# Training settings a trial may also take from its sampled config, when the space names them.
 
 # The one table of allowed keys: the section parsers and the --set checker both read it.
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -98,18 +95,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "brackets",
     ),
     "resources": ("cpu", "gpu", "gpu_memory"),
-    "training": (
-        "batch_size",
-        "precision",
-        "jit_compile",
-        "steps_per_execution",
-        "scale_lr",
-        "seed",
-        "max_failures",
-        "checkpoint_every_s",
-        "keep",
-        "executions",
-    ),
+    "training": TRAINING_KEYS,
     "storage": ("path",),
     "tracking": ("enabled", "uri", "experiment", "registered_model", "required", "tensorboard"),
 }
@@ -158,26 +144,6 @@ class ResourcesSpec:
     cpu: float
     gpu: float
     gpu_memory: GpuMemoryMode
-
-
-@dataclass(frozen=True)
-class TrainingSpec:
-    batch_size: int
-    precision: Precision
-    jit_compile: bool
-    scale_lr: bool
-    seed: int
-    max_failures: int
-    # A trial checkpoints at each ASHA rung, at its end, and once its last checkpoint is this
-    # old (0: every epoch; PBT: every epoch). See tunekit.worker.checkpoints.CheckpointPolicy.
-    checkpoint_every_s: float = 30.0
-    # Batches per compiled call; "auto": see tunekit.worker.autocompile.steps_per_execution.
-    steps_per_execution: int | Literal["auto"] = "auto"
-    # Which epoch a trial that trains to its end keeps: its model, its figure (trials.csv's
-    # final_metric, the study's value, MLflow's, TensorBoard's). "last": the last epoch's;
-    # "best": the epoch with the best value of the metric (KerasTuner's). tunekit.worker.keep.
-    keep: Keep = "last"
-    executions: int = 1  # fits of each configuration, in lockstep, reported as their mean (tunekit.worker.executions)
 
 
 @dataclass(frozen=True)
@@ -367,7 +333,7 @@ def parse_spec(
     constraints = parse_constraints(raw.get("constraints"), objectives)
     selection = parse_selection(raw.get("select"), objectives)
     resources = _resources(_optional(raw, "resources"))
-    training = _training(_optional(raw, "training"))
+    training = parse_training(_optional(raw, "training"))
     check_searched_training_keys(space, PRECISIONS)
     check_combinations(resources.gpu, training.jit_compile, space)
     check_keep(training.keep, scheduler.type, objectives, constraints)
@@ -546,22 +512,6 @@ def _resources(raw: object) -> ResourcesSpec:
         raise SpecError("resources.gpu", "must be a fraction below 1 or a whole number of GPUs", gpu)
     memory = v.one_of(section.get("gpu_memory", "growth"), "resources.gpu_memory", GPU_MEMORY_MODES)
     return ResourcesSpec(cpu, gpu, memory)
-
-
-def _training(raw: object) -> TrainingSpec:
-    section = v.mapping(raw, "training", SECTION_KEYS["training"])
-    return TrainingSpec(
-        batch_size=v.integer(section.get("batch_size", 32), "training.batch_size", minimum=1),
-        precision=v.one_of(section.get("precision", "auto"), "training.precision", PRECISIONS),
-        jit_compile=v.boolean(section.get("jit_compile", False), "training.jit_compile"),
-        scale_lr=v.boolean(section.get("scale_lr", False), "training.scale_lr"),
-        seed=v.integer(section.get("seed", 0), "training.seed", minimum=0),
-        max_failures=v.integer(section.get("max_failures", 2), "training.max_failures", minimum=0),
-        checkpoint_every_s=v.number(section.get("checkpoint_every_s", 30.0), "training.checkpoint_every_s", at_least=0),
-        steps_per_execution=v.count_or_auto(section.get("steps_per_execution", "auto"), "training.steps_per_execution"),
-        keep=v.one_of(section.get("keep", "last"), "training.keep", KEEP_CHOICES),
-        executions=v.integer(section.get("executions", 1), "training.executions", minimum=1),
-    )
 
 
 def _storage(raw: object) -> StorageSpec:

@@ -77,7 +77,7 @@ def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, s
     if address and ray_reachable is None:
         ray_child = probe(
             "ray",
-            (address, "" if is_uri(storage_path) else storage_path),
+            (address, storage_path),
             RAY_TIMEOUT_S,
             env={"RAY_DEDUP_LOGS": "0"},
             early_answer=join_error_in,

@@ -10,8 +10,9 @@ from typing import Any
 
 from tunekit.doctor.gpus import NvidiaView
 from tunekit.doctor.network import connect
-from tunekit.doctor.report import Check, ok, problem, skip
-from tunekit.doctor.storage import check_storage_on_nodes
+from tunekit.doctor.report import Check, ok, problem
+from tunekit.doctor.storage import check_bucket_on_nodes, check_storage_on_nodes
+from tunekit.storage import is_uri
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def check_cluster(address: str, result: dict[str, Any], storage: str) -> list[Ch
     Args:
         address: the cluster's address, as given.
         result: the answer of the ``ray`` probe (``tunekit.doctor.probes``).
-        storage: the storage directory (or URI, which the nodes do not probe).
+        storage: the storage directory, or URI (each node writes there with its own credentials).
     """
     name = f"ray cluster {address}"
     refused = join_problem(address, result)
@@ -99,13 +100,8 @@ def check_cluster(address: str, result: dict[str, Any], storage: str) -> list[Ch
         checks.append(ok(f"ray node {node['host']} ({node['ip']})", _resource_text(node["resources"]) + role))
     if not nodes:
         checks.append(problem(name, "no alive nodes", "start the nodes (ray start --address=HEAD:PORT on each)"))
-    found = result.get("storage")
-    if found is None:
-        checks.append(
-            skip(f"storage {storage} on every node", "not probed from the cluster (only directory paths are)")
-        )
-        return checks
-    checks.append(check_storage_on_nodes(storage, found))
+    found = result.get("storage", {})
+    checks.append(check_bucket_on_nodes(storage, found) if is_uri(storage) else check_storage_on_nodes(storage, found))
     return checks
 
 

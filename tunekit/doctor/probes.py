@@ -26,7 +26,7 @@ from typing import Any
 
 from tunekit.doctor.child import MARK
 from tunekit.doctor.ray_errors import describe
-from tunekit.environment import STORAGE_PROBE_PREFIX, storage_shared_by_nodes
+from tunekit.environment import STORAGE_PROBE_PREFIX, bucket_writable_by_nodes, storage_shared_by_nodes
 
 STORAGE_TIMEOUT_S = 60.0
 
@@ -91,12 +91,15 @@ def ray_probe(address: str, storage: str, join_timeout_s: str = "") -> dict[str,
             for n in nodes
         ],
     }
-    if storage:
+    labels = {n["NodeID"]: n.get("NodeManagerHostname") or n["NodeManagerAddress"] for n in nodes}
+    if "://" in storage and not storage.startswith("file://"):  # a bucket: each node with its own credentials
+        result["storage"] = bucket_writable_by_nodes(storage, labels, timeout_s=STORAGE_TIMEOUT_S)
+    elif storage:
         # The node functions are pickled by value: the nodes need not have tunekit.
         # Through Ray Client the driver's files are elsewhere: only the nodes are compared.
         result["storage"] = storage_shared_by_nodes(
             storage,
-            {n["NodeID"]: n.get("NodeManagerHostname") or n["NodeManagerAddress"] for n in nodes},
+            labels,
             check_here=not address.startswith("ray://"),
             timeout_s=STORAGE_TIMEOUT_S,
         )

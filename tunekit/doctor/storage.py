@@ -93,6 +93,22 @@ def _check_storage_uri(uri: str) -> Check:
     return ok(name, "a probe object was written and deleted")
 
 
+def check_bucket_on_nodes(uri: str, found: dict[str, Any]) -> Check:
+    """A storage URI as every node of a cluster sees it, from ``bucket_writable_by_nodes``:
+    each node writes with its own credentials and endpoint, as its trials will."""
+    name = f"storage {redact_uri(uri)} on every node"
+    failed = [f"{host}: {error}" for host, error in found.get("write_errors", {}).items()]
+    if failed:
+        return problem(
+            name,
+            "not writable from " + "; ".join(failed),
+            "give every node the credentials and endpoint (AWS_*, AWS_ENDPOINT_URL, GOOGLE_APPLICATION_CREDENTIALS) "
+            "in its own environment, as a KubeRay pod gets them from a Secret",
+        )
+    hosts = found.get("hosts", [])
+    return ok(name, f"a probe object was written and deleted from every node, on {len(hosts)} host(s)")
+
+
 def check_storage_on_nodes(storage: str, found: dict[str, Any]) -> Check:
     """The storage as every node of a cluster sees it, from ``storage_shared_by_nodes``."""
     name = f"storage {storage} on every node"

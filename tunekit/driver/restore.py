@@ -26,6 +26,8 @@ from tunekit.compat.ray_saved_state import (
 from tunekit.compat.ray_tune import restored_run_config, restored_tune_config
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
+from tunekit.driver.study_catch_up import catch_up_study
+from tunekit.layout import STUDY_FILE
 from tunekit.search.trial_names import name_trials_by
 from tunekit.storage import location_of
 
@@ -41,6 +43,7 @@ def restored_tuner(
     """
     from ray import tune
 
+    from tunekit.driver.deadline import TrialDeadline
     from tunekit.driver.fencing import fenced
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
@@ -53,14 +56,19 @@ def restored_tuner(
     # (console, tracker) are per process and are attached again here.
     run_config = restored_run_config(tuner)
     recorder = next(c for c in run_config.callbacks or [] if isinstance(c, Recorder))
-    run_config.callbacks = fenced(run_config.callbacks or [])
     _resumed_from(recorder, experiment_dir)
+    # The deadline is this session's, with the resume's spec (its --set may change it).
+    others = [c for c in run_config.callbacks or [] if not isinstance(c, TrialDeadline)]
+    run_config.callbacks = fenced([*others, TrialDeadline(spec.training.trial_timeout_s, recorder)])
     # Ray would restore its saved stopper over this run's (see forget_saved_stopper).
     saved_stopper = forget_saved_stopper(experiment_dir)
     guard = run_config.stop if isinstance(run_config.stop, FailureGuard) else None
     if guard is not None:
         guard.resumed(next((s for s in saved_stopper.others if isinstance(s, FailureGuard)), None))
     recorder.listeners = [*listeners, *([guard] if guard is not None else [])]
+    # A bucket's journal whose torn tail the resume cut back, behind the tables: see study_catch_up.
+    if any(catch_up_study(recorder.searcher.study, recorder.spec, experiment_dir)):
+        recorder.warn(f"{STUDY_FILE} was behind the tables: it took the endings and epochs they hold")
     saved = saved_trials(experiment_dir)  # Ray's state, read once: a file of every trial's state
     endings = late_endings(recorder.searcher.study, saved, experiment_dir, spec.space, spec.metric.name)
     ended_in_ray = {e.trial_id for e in endings.values() if not e.unsaved}

@@ -64,6 +64,7 @@ from tunekit.driver.session import (
     wait_for_warm_workers,
 )
 from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
+from tunekit.driver.study_catch_up import caught_up
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.layout import (
     DRIVER_LOG_FILE,
@@ -89,6 +90,7 @@ from tunekit.storage import (
     mirrored,
     push_ray_state,
     redacted,
+    shown,
 )
 from tunekit.store import no_space_error, no_space_in, table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
@@ -283,15 +285,16 @@ def _resume(
 ) -> ExperimentResults:
     """``resume``'s work, with the experiment's lease held."""
     spec, grown = resumed_spec(directory, overrides, python_trainable)
+    caught_up(directory, spec, stream)  # a bucket's journal may be behind its tables: before anything reads it
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
         if stream is not None:  # no Ray, no session: the search's figures stay as they are
-            said = f"nothing to resume{grow_hint(directory, spec.scheduler.type, python_trainable is not None)}"
+            said = f"nothing to resume{grow_hint(shown(directory), spec.scheduler.type, python_trainable is not None)}"
             endings = [(row.get("status"), row.get("reason")) for row in rows]
             if unstarted_by_time_budget(spec.budget.num_samples, endings):
                 said = (
-                    f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume {directory} "
-                    "--set budget.time_budget_s=N` runs the rest for up to N seconds)"
+                    f"its time budget of {spec.budget.time_budget_s or 0:g} s ran out (`tunekit resume "
+                    f"{shown(directory)} --set budget.time_budget_s=N` runs the rest for up to N seconds)"
                 )
             stream.write(f"the search is complete: {said}\n")
         if (done := complete_record(spec, directory)) is not None and stream is not None:
@@ -419,7 +422,7 @@ def _fit(
     if signals.received is not None:
         raise SearchInterrupted(
             f"interrupted by {signal.Signals(signals.received).name}; "
-            f"`tunekit resume {experiment_dir}` continues the search",
+            f"`tunekit resume {shown(experiment_dir)}` continues the search",
             experiment_dir,
             signals.received,
         )
@@ -518,6 +521,7 @@ def _listeners(spec: ExperimentSpec, experiment_dir: Path, console: Any) -> list
 def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any]) -> tuple[Any, Any, Any]:
     from ray import tune
 
+    from tunekit.driver.deadline import TrialDeadline
     from tunekit.driver.fencing import fenced
     from tunekit.driver.recorder import Recorder
     from tunekit.driver.stopper import FailureGuard
@@ -548,11 +552,14 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
         run_config=tune.RunConfig(
             name=experiment_dir.name,
             storage_path=bucket.parent_uri if (bucket := bucket_of(experiment_dir)) else str(experiment_dir.parent),
-            callbacks=fenced([recorder]),
+            callbacks=fenced([recorder, TrialDeadline(spec.training.trial_timeout_s, recorder)]),
             stop=guard,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=spec.training.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(spec)),
+            # A bucket's trials keep their output.log and error.txt in Ray's working directory,
+            # which Ray uploads beside their checkpoints (tunekit.worker.trial._trial_dir).
+            sync_config=tune.SyncConfig(sync_artifacts=bucket is not None),
         ),
     )
     return tuner, recorder, guard

@@ -21,6 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted
+from tunekit.storage import shown
 
 if TYPE_CHECKING:
     from tunekit.lease import DriverLease
@@ -164,7 +165,8 @@ class StopSignals:
         if self.received is not None:
             to_console(
                 f"\ntunekit: second {signal.Signals(number).name}: exiting now; "
-                f"`tunekit resume {self.experiment_dir}` continues from Ray's last saved state\n"
+                f"`tunekit resume {self.experiment_dir and shown(self.experiment_dir)}` continues from Ray's last "
+                "saved state\n"
             )
             if self._on_forced_exit is not None:
                 self._on_forced_exit()
@@ -222,7 +224,7 @@ def interrupted_text(number: int, experiment_dir: Path | None) -> str:
     name = signal.Signals(number).name
     if experiment_dir is None:
         return f"tunekit: interrupted by {name} during start-up; nothing started and nothing was kept"
-    return f"tunekit: interrupted by {name}; `tunekit resume {experiment_dir}` continues the search"
+    return f"tunekit: interrupted by {name}; `tunekit resume {shown(experiment_dir)}` continues the search"
 
 
 @contextlib.contextmanager

@@ -22,6 +22,8 @@ from tunekit.results.findings import (
 )
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary
+from tunekit.storage import shown
+from tunekit.tracking.duplicates import same_search
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
     PARENT_RUN_TAG,
@@ -39,6 +41,9 @@ WHERE = "files vs mlflow"  # how each finding of the per-trial comparison is hea
 # How a finding about MLflow's own records is headed (a metric's step logged twice): no
 # dead driver's lag explains it, and `tunekit sync` does not mend it.
 ITSELF = "mlflow"
+# How a finding about runs MLflow holds twice for the search is headed: no lag explains them,
+# and `tunekit sync` retires them (tunekit.tracking.duplicates).
+TWICE = "mlflow runs"
 
 
 def check_mlflow(
@@ -62,8 +67,13 @@ def check_mlflow(
     # MLflow's retries and its searches for Databricks and Spark.
     with quick_http_retries(), absent_platforms_skipped():
         found = list(_mlflow(results, summary, record, uri))
-    report.findings.extend(finding for finding in found if finding.where == ITSELF)
-    found = [finding for finding in found if finding.where != ITSELF]
+    report.findings.extend(finding for finding in found if finding.where in (ITSELF, TWICE))
+    if any(finding.where == TWICE for finding in found):
+        report.notes.append(
+            f"MLflow holds runs of this search twice: `tunekit sync {shown(results.experiment_dir)}` keeps the "
+            "parent tracking.json names and one run per trial, and moves the others to MLflow's trash"
+        )
+    found = [finding for finding in found if finding.where not in (ITSELF, TWICE)]
     if found and died_mid_session(results.experiment_dir):
         # Its writer sent up to a second behind the search, its tables up to 2 s behind: MLflow
         # can be behind or ahead of the files, and `tunekit sync` cannot fix what is ahead.
@@ -73,7 +83,7 @@ def check_mlflow(
     report.findings.extend(found)
     if found:
         report.notes.append(
-            f"MLflow disagrees with the files: `tunekit sync {results.experiment_dir}` sends it what they hold "
+            f"MLflow disagrees with the files: `tunekit sync {shown(results.experiment_dir)}` sends it what they hold "
             "(runs, epochs, the parent's figures)"
         )
 
@@ -91,6 +101,7 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
     except Exception as error:  # MLflow raises its own and HTTP errors alike
         yield Finding(where, f"parent run {parent_id} at {uri}", "reachable", f"{type(error).__name__}: {error}")
         return
+    yield from _other_parents(client, parent)
     children = list(search_all_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'"))
     runs: dict[str, list[Any]] = {}
     for run in children:
@@ -111,6 +122,8 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
             yield Finding(where, f"{label} child runs", 1, len(found))
             continue
         run = found[0]
+        if TrialStatus(str(row["status"])).is_finished() and run.info.status == "RUNNING":
+            yield Finding(where, f"{label} run", "ended", "RUNNING")
         if run.data.tags.get(TAG_STATUS) != str(row["status"]):
             yield Finding(where, f"{label} status", str(row["status"]), run.data.tags.get(TAG_STATUS))
         tagged, wall = finite(number_or_none(run.data.tags.get(TAG_WALL_SECONDS))), finite(row.get("wall_seconds"))
@@ -144,6 +157,28 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
         if not same(finite(parent_metrics.get(key)), value, absolute=TIME_SLACK_S):
             yield Finding("summary vs mlflow parent", key, value, parent_metrics.get(key))
     yield from _parent_best(summary.best, results.metric, parent.data.tags, parent_metrics)
+
+
+def _other_parents(client: Any, parent: Any) -> Iterator[Finding]:
+    """Other parent runs of this search, each with its child runs (one a driver made that did not
+    find the recorded parent: its trials logged again, the old parent's left RUNNING)."""
+    from tunekit.tracking.client import search_all_runs
+
+    experiments = [parent.info.experiment_id]
+    for run in search_all_runs(client, experiments, f"tags.`{TAG_ROLE}` = 'experiment'"):
+        tags, start = run.data.tags, int(run.info.start_time or 0)
+        if run.info.run_id == parent.info.run_id or not same_search(
+            tags, start, parent.data.tags, int(parent.info.start_time or 0)
+        ):
+            continue
+        children = list(search_all_runs(client, experiments, f"tags.`{PARENT_RUN_TAG}` = '{run.info.run_id}'"))
+        running = sum(child.info.status == "RUNNING" for child in children)
+        yield Finding(
+            TWICE,
+            f"parent run {run.info.run_id} of this search",
+            "none",
+            f"{len(children)} child runs, {running} RUNNING",
+        )
 
 
 def steps_logged_twice(label: str, key: str, history: list[Any]) -> Iterator[Finding]:

@@ -73,4 +73,4 @@ def mlflow_link(experiment_dir: Path) -> str | None:
         return None
     if record.holds_everything:
         return record.ui_url
-    return f"{record.ui_url} (incomplete: `tunekit sync {experiment_dir}` sends what MLflow lacks)"
+    return f"{record.ui_url} (incomplete: `tunekit sync {shown(experiment_dir)}` sends what MLflow lacks)"

@@ -28,6 +28,7 @@ from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.pareto import selectable_trials
 from tunekit.results.summary import Summary, active_seconds, summarize
+from tunekit.storage import experiments_under, is_uri, readable, redacted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,18 +65,23 @@ def experiments(folder: str | Path) -> pd.DataFrame:
     value, as ``tunekit report`` gives it) and ``best_trial`` (its number), ``started`` (a
     timestamp), ``active_seconds`` (the search's running time, stops excluded) and ``path``.
 
-    ``folder`` may itself be an experiment: then it is the one row.
+    ``folder`` may itself be an experiment: then it is the one row. It may be a storage URI
+    (``s3://bucket/prefix``): then each experiment's records are read from the bucket, and
+    ``path`` is its URI.
 
     Raises:
-        TunekitError: ``folder`` is not a directory.
+        TunekitError: ``folder`` is not a directory; StorageError: a URI cannot be listed.
     """
     import pandas as pd
 
-    root = Path(folder).expanduser().resolve()
-    if not root.is_dir():
-        raise TunekitError(f"{root}: not a directory (give the folder your searches wrote to, storage.path)")
-    found = [root] if (root / SPEC_FILE).is_file() else sorted(p.parent for p in root.glob(f"*/{SPEC_FILE}"))
-    rows = [_experiment_row(directory) for directory in found]
+    if is_uri(folder):
+        rows = [_experiment_row(readable(uri), redacted(uri)) for uri in experiments_under(str(folder))]
+    else:
+        root = Path(folder).expanduser().resolve()
+        if not root.is_dir():
+            raise TunekitError(f"{root}: not a directory (give the folder your searches wrote to, storage.path)")
+        found = [root] if (root / SPEC_FILE).is_file() else sorted(p.parent for p in root.glob(f"*/{SPEC_FILE}"))
+        rows = [_experiment_row(directory, str(directory)) for directory in found]
     table = pd.DataFrame(rows, columns=list(EXPERIMENT_COLUMNS))
     if not table.empty:
         table["started"] = pd.to_datetime(table["started"], unit="s")
@@ -83,10 +89,10 @@ def experiments(folder: str | Path) -> pd.DataFrame:
     return table
 
 
-def _experiment_row(directory: Path) -> dict[str, Any]:
+def _experiment_row(directory: Path, path: str) -> dict[str, Any]:
     from tunekit.results.status import read_status
 
-    row: dict[str, Any] = {"experiment": directory.name, "path": str(directory)}
+    row: dict[str, Any] = {"experiment": directory.name, "path": path}
     try:
         status = read_status(directory)
         results = load(directory)
@@ -119,7 +125,7 @@ def _experiment_row(directory: Path) -> dict[str, Any]:
 def describe_experiments(table: pd.DataFrame, folder: str | Path) -> str:
     """``tunekit ls FOLDER``: the listing as text, one experiment a line."""
     if table.empty:
-        return f"no experiments in {Path(folder).expanduser().resolve()}"
+        return f"no experiments in {redacted(str(folder)) if is_uri(folder) else Path(folder).expanduser().resolve()}"
     shown = table.assign(
         started=[_when(v) for v in table["started"]],
         active=[duration(finite(v)) for v in table["active_seconds"]],

@@ -13,6 +13,7 @@ from typing import Any
 from tunekit.clock import duration
 from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, TrialStatus, finite
 from tunekit.results.best import BestTrial, no_best_reason
+from tunekit.storage import shown
 
 # ExperimentResults and Summary are not imported: their modules import this one, for their reprs.
 ExperimentResults = Any
@@ -73,7 +74,7 @@ def results_text(results: ExperimentResults) -> str:
     counts = _counts(results)
     return "\n".join(
         [
-            f"ExperimentResults {results.spec.name!r} at {results.experiment_dir}",
+            f"ExperimentResults {results.spec.name!r} at {shown(results.experiment_dir)}",
             f"  {counts_text(counts, len(results.trials), results.spec.budget.num_samples)}; "
             f"{results.metric} ({results.mode}); up to {results.spec.budget.max_epochs} epochs",
             f"  {best_text(results.best, results.metric, results.spec.multi_objective)}",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import finite
+from tunekit.storage import shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,7 @@ class CheckReport:
         places = ", ".join(self.checked)
         count = len(self.findings)
         verdict = "ok" if self.ok else f"{count} disagreement{'' if count == 1 else 's'}"
-        lines = [f"{self.experiment_dir}: {verdict}"]
+        lines = [f"{shown(self.experiment_dir)}: {verdict}"]
         lines.append(f"compared: {places}")
         lines += [f"  {finding}" for finding in self.findings]
         lines += [f"note: {note}" for note in self.notes]

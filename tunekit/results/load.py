@@ -25,7 +25,7 @@ from tunekit.layout import (
 )
 from tunekit.results.best import BestTrial, best_trial
 from tunekit.results.pareto import pareto_of
-from tunekit.storage import model_of, readable
+from tunekit.storage import model_of, readable, shown
 from tunekit.store import check_table
 
 if TYPE_CHECKING:
@@ -208,11 +208,11 @@ class ExperimentResults:
         if isinstance(trial, int) and not isinstance(trial, bool):
             matches = [] if self.trials.empty else list(self.trials.loc[self.trials["number"] == trial, "trial_id"])
             if not matches:
-                raise TunekitError(f"no trial number {trial} in {self.experiment_dir}")
+                raise TunekitError(f"no trial number {trial} in {shown(self.experiment_dir)}")
             return model_of(self.experiment_dir, str(matches[0]))
         if str(trial) not in ids:
-            shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
-            raise TunekitError(f"no trial {trial!r} in {self.experiment_dir}; trials: {shown or 'none'}")
+            listed = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
+            raise TunekitError(f"no trial {trial!r} in {shown(self.experiment_dir)}; trials: {listed or 'none'}")
         return model_of(self.experiment_dir, str(trial))
 
     def best_models(self, n: int = 3) -> list[TrialModel]:
@@ -261,7 +261,7 @@ def load(experiment_dir: str | Path) -> ExperimentResults:
     directory = readable(experiment_dir)  # a bucket's: its records pulled into this machine's read cache
     spec_path = directory / SPEC_FILE
     if not spec_path.is_file():
-        raise NotAnExperimentError(directory, SPEC_FILE)
+        raise NotAnExperimentError(shown(directory), SPEC_FILE)
     trials = _read_csv(pd, directory / TRIALS_FILE)
     epochs = _read_csv(pd, directory / EPOCHS_FILE)
     spec = recorded_spec(read_recorded_spec(spec_path), directory, trials)

@@ -24,6 +24,7 @@ from tunekit.layout import (
     TRIAL_COLUMNS,
 )
 from tunekit.results.load import ExperimentResults, best_trial, recorded_spec
+from tunekit.storage import readable, shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,8 +78,8 @@ def load_from_mlflow(
         if not parents:
             raise TunekitError(f"run_id: no tunekit parent run {run_id!r} in MLflow experiment {experiment_name!r}")
     elif experiment_dir is not None:
-        wanted = Path(experiment_dir).expanduser().resolve()
-        parents = [run for run in parents if run.data.tags.get(TAG_EXPERIMENT_DIR) == str(wanted)]
+        wanted = readable(experiment_dir)  # a bucket experiment's records, pulled
+        parents = [run for run in parents if run.data.tags.get(TAG_EXPERIMENT_DIR) == shown(wanted)]
         # A directory whose earlier search was deleted and made again holds the newer one's
         # clock: its parent is the one that started when it did.
         here = SearchClock.read(wanted)

@@ -39,6 +39,7 @@ from tunekit.layout import (
     retrain_folder,
 )
 from tunekit.results.models import config_of, runnable_spec
+from tunekit.storage import shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -440,7 +441,7 @@ def _log_run(experiment_dir: Path, done: Retrained, started: float) -> str | Non
     tags = {
         PARENT_RUN_TAG: record.parent_run_id,
         TAG_ROLE: RETRAIN_ROLE,
-        TAG_EXPERIMENT_DIR: str(experiment_dir),
+        TAG_EXPERIMENT_DIR: shown(experiment_dir),
         TAG_RETRAIN_TRIAL_ID: done.trial_id,
         TAG_RETRAIN_DATA: done.data,
         TAG_EPOCHS: str(done.epochs),

@@ -28,7 +28,7 @@ from tunekit.layout import (
 )
 from tunekit.results.completion import search_complete
 from tunekit.results.load import recorded_spec
-from tunekit.storage import readable
+from tunekit.storage import readable, shown
 from tunekit.store import table_rows
 from tunekit.worker.heartbeat import read_heartbeat
 
@@ -68,7 +68,7 @@ class Status:
 
     def describe(self) -> str:
         """The text ``tunekit status`` prints."""
-        lines = [f"experiment: {self.experiment_dir}"]
+        lines = [f"experiment: {shown(self.experiment_dir)}"]
         if self.heard_s_ago is None:
             lines.append("search: not started (no trial has run yet)")
         else:
@@ -130,7 +130,7 @@ def read_status(experiment_dir: str | Path) -> Status:
     """
     directory = readable(experiment_dir)
     if not (directory / SPEC_FILE).is_file():
-        raise NotAnExperimentError(directory, SPEC_FILE)
+        raise NotAnExperimentError(shown(directory), SPEC_FILE)
     spec = read_recorded_spec(directory / SPEC_FILE)
     trials = table_rows(directory / TRIALS_FILE)
     clock = SearchClock.read(directory)

@@ -337,4 +337,8 @@ def _cluster_size() -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_child(sys.argv[1:]))
+    from tunekit.driver.ending import end_command
+
+    status = _child(sys.argv[1:])
+    end_command(status)  # its Ray ended at once: `plan --probe` waits for this process's exit
+    raise SystemExit(status)

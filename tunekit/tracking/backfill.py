@@ -45,8 +45,9 @@ from tunekit.layout import (
     number_or_none,
 )
 from tunekit.lease import DriverLease
-from tunekit.storage import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted
+from tunekit.storage import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted, shown
 from tunekit.store import table_rows
+from tunekit.tracking.duplicates import retire_duplicates
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,
@@ -139,7 +140,10 @@ def _sync(directory: Path, spec: ExperimentSpec, tracking_uri: str | None) -> Sy
     writer.run()
     runs = writer.runs
     if writer.problem is not None or runs.parent_id is None or runs.experiment_id is None:
-        raise TunekitError(f"sync of {directory}: {writer.problem or 'MLflow did not open a parent run'}")
+        raise TunekitError(f"sync of {shown(directory)}: {writer.problem or 'MLflow did not open a parent run'}")
+    if runs.sender is not None:  # the runs MLflow holds twice for this search, retired
+        kept = {trial_id: trial.run_id for trial_id, trial in runs.trials.items() if trial.run_id is not None}
+        retire_duplicates(runs.sender.client, runs.experiment_id, runs.parent_id, kept)
     link = ui_url(writer.uri, runs.experiment_id)
     return SyncResult(writer.uri, runs.experiment_id, runs.parent_id, len(trials), link)
 

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
 from tunekit.errors import TunekitError
+from tunekit.storage import shown
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tracker import MlflowTracker
 from tunekit.tracking.values import brief, logger
@@ -84,7 +85,8 @@ def check_complete(spec: ExperimentSpec, experiment_dir: Path, listeners: Sequen
     """
     for listener in listeners:
         if isinstance(listener, MlflowTracker) and (shortfall := listener.shortfall()):
-            message = f"{shortfall}; the experiment is complete on disk: `tunekit sync {experiment_dir}` sends the rest"
+            complete = f"the experiment is complete on disk: `tunekit sync {shown(experiment_dir)}` sends the rest"
+            message = f"{shortfall}; {complete}"
             if spec.tracking.required:
                 raise TrackingIncomplete(f"tracking.required: {message}", experiment_dir)
             logger.warning("tunekit: MLflow lacks some of this search's records: %s", message)
@@ -117,7 +119,7 @@ def complete_record(spec: ExperimentSpec, experiment_dir: Path) -> str | None:
     try:
         result = sync(experiment_dir, tracking_uri=uri)
     except TunekitError as error:
-        message = f"{error}; `tunekit sync {experiment_dir}` sends the rest"
+        message = f"{error}; `tunekit sync {shown(experiment_dir)}` sends the rest"
         if spec.tracking.required:
             raise TrackingIncomplete(f"tracking.required: {message}", experiment_dir) from None
         logger.warning("tunekit: MLflow lacks some of this search's records: %s", message)

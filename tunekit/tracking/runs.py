@@ -35,6 +35,7 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.results.best import NO_BEST, no_best_reason
+from tunekit.storage import shown
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled, side_by_side
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
@@ -164,6 +165,7 @@ class RunBook:
         self._model_trial: str | None = None
         self._last_best: tuple[int, float | None] | None = None
         self._last_best_ms = 0  # the timestamp of the parent's last best point
+        self._summary_keys: set[str] = set()  # the parent's summary metrics (one point per session)
         self._fill_only = fill_only
         self._parent_found = False  # the parent existed before this session: its metrics may too
         self._record: TrackingRecord | None = None  # tracking.json, once the parent is open
@@ -274,7 +276,11 @@ class RunBook:
         summary = _ledger_metrics(self.experiment_dir / LEDGER_FILE) or self._recorded_figures(event)
         if event.sessions:
             self._parent.tags[TAG_SESSIONS] = json.dumps([list(pair) for pair in event.sessions])
-        self._parent.metrics.extend(MetricPoint(key, value, now, 0) for key, value in summary.items())
+        # At the session's number, not a time: MLflow's latest point is the highest step, then the
+        # latest timestamp, and a driver whose clock ran ahead would stay "latest" over every later one.
+        session = len(event.sessions)
+        self._parent.metrics.extend(MetricPoint(key, value, now, session) for key, value in summary.items())
+        self._summary_keys = set(summary)
         # A search that ended with no trial reporting the metric failed (the command exits 1);
         # one whose select rule chose no trial of its front did not.
         status = "KILLED" if event.interrupted else "FINISHED" if finite(event.best) is not None else "FAILED"
@@ -347,14 +353,20 @@ class RunBook:
         name = self.spec.tracking.experiment or self.spec.name
         experiment_id = self._open_experiment(client, name)
         self._experiment_id = experiment_id
-        directory = str(self.experiment_dir)
-        # The parent of this search: its directory, and its start (a search made again in a
-        # directory whose earlier search was deleted is another search, with a parent of its own).
+        # A bucket experiment is its URI, whichever machine's cache the driver works in.
+        directory = shown(self.experiment_dir)
+        # The parent of this search: the run its tracking.json names, else its directory; and
+        # its start (a search made again in a directory whose earlier search was deleted is
+        # another search, with a parent of its own).
+        recorded = TrackingRecord.read(self.experiment_dir)
+        named = recorded.parent_run_id if recorded is not None else None
         parents = [
             run
             for run in client.search_runs(experiment_id, f"tags.`{TAG_ROLE}` = 'experiment'")
-            if run.tags.get(TAG_EXPERIMENT_DIR) == directory and abs(run.start_ms - self._started * 1000) <= 1
+            if (run.run_id == named or run.tags.get(TAG_EXPERIMENT_DIR) == directory)
+            and abs(run.start_ms - self._started * 1000) <= 1
         ]
+        parents.sort(key=lambda run: run.run_id != named)  # the recorded one first
         if parents:
             run = parents[0]
             parent_id = self._parent_id = run.run_id
@@ -484,13 +496,16 @@ class RunBook:
     def _drop_held_points(self, run_id: str, metrics: list[MetricPoint]) -> None:
         """Removes the points MLflow already holds, step and value, for their key (``fill_only``).
 
-        A point at a held step with another value stays: a search stopped and resumed logs
-        its summary at step 0 and its running best at each count of ended trials again, and
-        the resumed session's values, later, are the ones MLflow must show as latest.
+        A point at a held step with another value stays: a search stopped and resumed logs its
+        running best at each count of ended trials again, and the resumed session's values,
+        later, are the ones MLflow must show as latest. A summary point goes after every step
+        MLflow holds for its key (``_latest_summary``).
         """
         client = self._sender().client
-        held = {key: set(client.metric_history(run_id, key)) for key in {m.key for m in metrics}}
-        metrics[:] = [m for m in metrics if (m.step, m.value) not in held[m.key]]
+        held = {key: client.metric_history(run_id, key) for key in {m.key for m in metrics}}
+        summary = [_latest_summary(m, held[m.key]) for m in metrics if m.key in self._summary_keys]
+        running = [m for m in metrics if m.key not in self._summary_keys and (m.step, m.value) not in held[m.key]]
+        metrics[:] = running + [m for m in summary if m is not None]
 
     def _log_best_model(self, trial_id: str) -> None:
         trial = self.trials.get(trial_id)
@@ -547,6 +562,16 @@ def _ledger_metrics(path: Path) -> dict[str, float]:
     except (OSError, ValueError, AttributeError):
         return {}
     return {str(key): number for key, value in metrics.items() if (number := finite(value)) is not None}
+
+
+def _latest_summary(point: MetricPoint, held: list[tuple[int, float]]) -> MetricPoint | None:
+    """A summary point as MLflow must show it, latest: None when its latest step holds only this
+    value already; else after every step it holds, whatever their times (a session on a host
+    whose clock ran ahead logged its own with a later timestamp)."""
+    last = max((step for step, _ in held), default=-1)
+    if last >= 0 and {value for step, value in held if step == last} == {point.value}:
+        return None
+    return point if point.step > last else point._replace(step=last + 1)
 
 
 def ui_url(tracking_uri: str, experiment_id: str) -> str | None:

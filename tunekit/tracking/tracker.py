@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import TrialStatus, finite, stopped_for_good
+from tunekit.storage import shown
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,
@@ -223,7 +224,7 @@ class MlflowTracker:
             writer.warn_once(
                 f"MLflow at {writer.uri or 'the tracking URI'} did not take everything in "
                 f"{self.flush_timeout:.0f} s; MLflow may lack some of this search's records "
-                f"(`tunekit sync {self.experiment_dir}` sends what it lacks)"
+                f"(`tunekit sync {shown(self.experiment_dir)}` sends what it lacks)"
             )
         self._thread = None
 

@@ -28,6 +28,7 @@ from tunekit.tracking.events import Flush, Stop, TrackerEvent
 from tunekit.tracking.prepare import quiet_store_logs
 from tunekit.tracking.prepare import wait as wait_for_the_store
 from tunekit.tracking.runs import RunBook
+from tunekit.tracking.store_log import store_logs_to
 from tunekit.tracking.values import brief, logger
 
 PROBE_TIMEOUT_S = 5.0
@@ -105,6 +106,8 @@ class MlflowWriter:
         self._warn = warn or _log_warning
         self._tracking_uri = tracking_uri
         self._runs = RunBook(spec, experiment_dir, started, fill_only=fill_only)
+        self._failed_syncs = 0  # over the whole search: the end's line says how many
+        self._store_log: Path | None = None  # where MLflow's own lines go while this writer sends
         # Process-wide settings for the MLflow client while this writer sends, undone at its end.
         self._client_settings = contextlib.ExitStack()
 
@@ -152,17 +155,22 @@ class MlflowWriter:
                     continue
                 except Exception as error:  # a server that went away: keep the data, retry later
                     failures += 1
+                    self._failed_syncs += 1
                     if failures == 1:
                         self.warn_once(
                             f"logging to MLflow at {self.uri} failed ({brief(error)}); training "
-                            "goes on, and tracking keeps what it has not sent and retries"
+                            f"goes on, and tracking keeps what it has not sent and retries{self._said_where()}"
                         )
                     retry_at = self._clock() + self._backoff[min(failures, len(self._backoff)) - 1]
                     if stop_at is not None and retry_at >= stop_at:
                         break
                     continue
                 if failures:
-                    logger.info("tunekit: MLflow at %s is reachable again; tracking caught up", self.uri)
+                    logger.info(
+                        "tunekit: MLflow at %s is reachable again after %d failed attempts; tracking caught up",
+                        self.uri,
+                        self._failed_syncs,
+                    )
                 failures, retry_at = 0, 0.0
                 _release(waiters)
             if stop_at is not None and not failures:
@@ -171,7 +179,10 @@ class MlflowWriter:
             self._runs.record_holds_everything()
         if not self.disabled and failures:
             left = self._runs.unsent_metrics()
-            self.problem = f"MLflow at {self.uri} stayed unreachable; {left} metric values were not logged"
+            self.problem = (
+                f"MLflow at {self.uri} stayed unreachable ({self._failed_syncs} failed attempts{self._said_where()}); "
+                f"{left} metric values were not logged"
+            )
             self.warn_once(self.problem)
         _release(waiters)
         self._client_settings.close()
@@ -204,6 +215,11 @@ class MlflowWriter:
         except queue.Empty:
             return None
 
+    def _said_where(self) -> str:
+        """Where MLflow's own lines of the failures are, for a warning: "" when it wrote none."""
+        written = self._store_log is not None and self._store_log.is_file()
+        return f"; MLflow's messages are in {self._store_log}" if written else ""
+
     def _disable(self, message: str) -> None:
         self.disabled = True
         self.problem = message
@@ -214,6 +230,7 @@ class MlflowWriter:
         """Resolves the URI, checks the server answers, and opens experiment and parent run."""
         # The store opened while Ray started (tunekit.tracking.prepare), when it was: not twice at once.
         wait_for_the_store(PREPARE_WAIT_S)
+        self._store_log = self._client_settings.enter_context(store_logs_to(self.experiment_dir))
         raw_uri = self._raw_uri() or default_tracking_uri()
         self.uri = redact_uri(raw_uri)
         self._client_settings.enter_context(absent_platforms_skipped())

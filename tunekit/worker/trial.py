@@ -20,11 +20,12 @@ trial's ``output.log``; a failure's full traceback to its ``error.txt``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import shutil
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tunekit.compat.tf_keras import build_training_state, drop_custom_gradients
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext, load_builders
-from tunekit.errors import FatalTrialError, TrialFailure, describe_error
+from tunekit.errors import FatalTrialError, StorageError, TrialFailure, describe_error
 from tunekit.layout import (
     EPOCH_KEY,
     ERROR_FILE,
@@ -71,6 +72,8 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
     # staging directory, which Ray never copies back.
     trial_id = tune.get_context().get_trial_id()
     trial_dir = _trial_dir(experiment_dir, trial_id)
+    if is_uri(experiment_dir):
+        _take_over_the_trial_folder(experiment_dir, trial_dir)
     profile = TrialProfile.for_trial(trial_id)
     with _output_to(trial_dir / OUTPUT_FILE):
         heartbeat.announce(trial_dir)  # `tunekit status` shows where it runs from now on
@@ -87,23 +90,48 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
         finally:
             _release_trial_state()
             profile.write()
-    if is_uri(experiment_dir):  # its log and error into the bucket, beside its checkpoints
-        _upload_trial_files(experiment_dir, trial_dir)
 
 
 def _trial_dir(experiment_dir: str, trial_id: str) -> Path:
     """The trial's folder: in the experiment (a shared folder on a cluster), or, for a bucket
-    experiment, on this node (uploaded as each attempt ends: ``_upload_trial_files``)."""
+    experiment, Ray's working directory of the trial on this node, which Ray uploads to the
+    trial's folder in the bucket (``SyncConfig(sync_artifacts=True)``, set by the runner).
+
+    Why Ray's upload and not the trial's own: Ray ends an attempt (a stop, a failure, the last
+    epoch) while the trial's function waits inside its last report, so code after that report
+    never runs; Ray's upload runs in the worker's main thread whenever an attempt ends."""
     if is_uri(experiment_dir):
-        return Path(tempfile.gettempdir()) / "tunekit-trials" / Bucket(experiment_dir).name / trial_id
+        from tunekit.compat.ray_workers import trial_working_directory
+
+        return trial_working_directory()
     return Path(experiment_dir) / trial_id
 
 
-def _upload_trial_files(experiment_dir: str, trial_dir: Path) -> None:
-    bucket = Bucket(experiment_dir)
-    names = [name for name in (OUTPUT_FILE, ERROR_FILE) if (trial_dir / name).is_file()]
-    with contextlib.suppress(OSError):  # the trial's result stands without its log
-        bucket.push(trial_dir.parent, [f"{trial_dir.name}/{name}" for name in names])
+# This worker's bucket trials' folders: Ray uploaded each before it handed the worker the next
+# trial (``reset_config`` syncs an attempt's folder before it returns), and the last one before
+# it ends the worker (``stop``), after which the worker's exit removes it.
+_uploaded: list[Path] = []
+
+
+@atexit.register
+def _remove_uploaded() -> None:
+    for folder in _uploaded:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _take_over_the_trial_folder(experiment_dir: str, trial_dir: Path) -> None:
+    """Removes this worker's earlier trial folders (uploaded), and starts the trial's log from
+    the bucket's copy when this node has none (an earlier attempt ran elsewhere, or before a
+    resume): Ray's upload replaces the bucket's log with this folder's, which then holds every
+    attempt's lines."""
+    for earlier in [folder for folder in _uploaded if folder != trial_dir]:
+        shutil.rmtree(earlier, ignore_errors=True)
+        _uploaded.remove(earlier)
+    if trial_dir not in _uploaded:
+        _uploaded.append(trial_dir)
+    if not (trial_dir / OUTPUT_FILE).is_file():
+        with contextlib.suppress(OSError, StorageError):  # none yet: the first attempt
+            Bucket(experiment_dir).fetch(trial_dir.parent, f"{trial_dir.name}/{OUTPUT_FILE}")
 
 
 @contextlib.contextmanager

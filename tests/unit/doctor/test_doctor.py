@@ -348,3 +348,22 @@ def test_a_package_that_slows_every_ray_process_is_a_problem_with_its_fix(
     assert found.is_problem
     assert found.lines()[0].startswith("PROBLEM  ray start-up: rfc3987-syntax is installed: jsonschema imports it")
     assert found.lines()[1].strip().startswith("fix: pip uninstall rfc3987-syntax")
+
+
+def test_a_bucket_is_probed_from_every_node_and_a_node_without_credentials_is_a_problem() -> None:
+    nodes = [
+        {"host": "head", "ip": "10.0.0.1", "resources": {"CPU": 4}, "head": True},
+        {"host": "gpu-1", "ip": "10.0.0.2", "resources": {"CPU": 4}},
+    ]
+    result = {"ray_version": "2.60.0", "resources": {"CPU": 8}, "nodes": nodes}
+    uri = "s3://exps/team"
+    written = doctor.check_cluster("10.0.0.1:6379", {**result, "storage": {"hosts": ["gpu-1", "head"]}}, uri)
+    assert written[-1].lines() == [
+        "ok       storage s3://exps/team on every node: a probe object was written and deleted from every node, "
+        "on 2 host(s)"
+    ]
+    denied = {"hosts": ["gpu-1", "head"], "write_errors": {"gpu-1": "OSError: AWS Error ACCESS_DENIED"}}
+    [*_, check] = doctor.check_cluster("10.0.0.1:6379", {**result, "storage": denied}, uri)
+    assert check.status == PROBLEM
+    assert check.detail == "not writable from gpu-1: OSError: AWS Error ACCESS_DENIED"
+    assert check.fix.startswith("give every node the credentials and endpoint")

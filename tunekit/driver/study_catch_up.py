@@ -1,0 +1,227 @@
+"""A study that is behind the tables: caught up from ``trials.csv`` and ``epochs.csv`` before a resume.
+
+In a local experiment the study hears of each epoch and each ending first, the tables up to
+two seconds later, and ``tunekit.driver.late_endings`` makes the study's decisions stand. A
+bucket experiment's driver uploads its records every ``storage.PUSH_EVERY_S`` seconds, one
+file after another; a SIGKILL between two uploads (or a journal that changed after the last
+one) leaves the bucket with tables newer than the journal. Resumed from there, a trial that
+``trials.csv`` holds as completed was RUNNING in the study and Ray's state: it was trained
+again from its last checkpoint and ended a second time with another value; a running trial's
+study lacked the epochs ``epochs.csv`` had (``[1..17, 20]`` against ``[1..20]``).
+
+So before a resume reads the study (before Ray starts, and before it decides whether the
+search is complete), every study trial still RUNNING takes what
+the tables know of it: the epochs the study lacks (the metric's intermediate values; with
+several objectives each epoch's tracked metrics, as the searcher keeps them) and, when
+``trials.csv`` says it ended, that ending (COMPLETE with its kept epoch's values, PRUNED or
+FAIL). ``late_endings`` then ends it in Ray's state, so it is never trained again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import yaml
+
+from tunekit.compat.optuna_study import reopen_trial
+from tunekit.config.spec import ExperimentSpec
+from tunekit.layout import (
+    EPOCH_COLUMNS,
+    EPOCH_KEY,
+    EPOCHS_FILE,
+    STUDY_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    finite,
+    study_file,
+)
+from tunekit.search.attrs import (
+    DUPLICATE_ATTR,
+    EPOCH_RESULT_ATTR_PREFIX,
+    FINAL_RESULT_ATTR,
+    HISTORY_ATTR,
+    LOST_ATTR,
+    RAY_TRIAL_ATTR,
+    epoch_results,
+)
+from tunekit.search.plan import study_storage
+from tunekit.search.searcher import final_result, objective_values, set_constraints
+from tunekit.store import table_rows
+
+if TYPE_CHECKING:
+    import optuna
+
+# trials.csv's endings as the searcher tells the study them (``tunekit.search.searcher``).
+_STUDY_STATES: dict[str, str] = {
+    TrialStatus.COMPLETED: "COMPLETE",
+    TrialStatus.PRUNED: "PRUNED",
+    TrialStatus.FAILED: "FAIL",
+}
+
+
+def caught_up(experiment_dir: Path, spec: ExperimentSpec, stream: TextIO | None) -> None:
+    """Catches the experiment's study up with its tables (``catch_up_study``), and says so on
+    ``stream`` when it lacked anything. Call it with the experiment's lease held."""
+    import optuna
+
+    path = study_file(experiment_dir)
+    if path.name != STUDY_FILE or not _whole_tail(path):
+        # An older experiment's SQLite study is written before its tables, never after; a torn
+        # tail is the resume's to cut back (``resumable.check_resumable``), and the restore
+        # catches the study up after that (``tunekit.driver.restore``).
+        return
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=spec.name, storage=study_storage(experiment_dir))
+    except (ValueError, KeyError):  # a damaged journal: the resume refuses it in one line, later
+        return
+    ended, added = catch_up_study(study, spec, experiment_dir)
+    if (ended or added) and stream is not None:
+        stream.write(
+            f"tunekit: {STUDY_FILE} was behind {TRIALS_FILE} and {EPOCHS_FILE} (its last upload came before "
+            f"theirs): it took {ended} trial endings and {added} epochs from them, so no ended trial trains again\n"
+        )
+
+
+def _whole_tail(path: Path) -> bool:
+    """The journal exists and ends with a whole line (an append after a torn one would damage it)."""
+    try:
+        with path.open("rb") as journal:
+            journal.seek(-1, 2)
+            return journal.read(1) == b"\n"
+    except OSError:  # missing, or empty
+        return False
+
+
+def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path) -> tuple[int, int]:
+    """Gives the study's RUNNING trials the epochs and endings the tables hold and it lacks.
+
+    Returns:
+        (trials it ended, epochs it added).
+    """
+    from optuna.trial import TrialState
+
+    tables = {cells["trial_id"]: cells for cells in table_rows(experiment_dir / TRIALS_FILE) if cells.get("trial_id")}
+    epochs: dict[str, dict[int, dict[str, float]]] = {}
+    for cells in table_rows(experiment_dir / EPOCHS_FILE):
+        if cells.get("trial_id") in tables:
+            metrics = {name: float(text) for name, text in cells.items() if name not in EPOCH_COLUMNS and text}
+            epochs.setdefault(cells["trial_id"], {})[int(cells["epoch"])] = metrics
+    ended = _add_missing(study, spec, tables, epochs)
+    added = 0
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial_id = str(frozen.user_attrs.get(RAY_TRIAL_ATTR))
+        if trial_id not in tables or {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(frozen.user_attrs):
+            continue
+        trial = reopen_trial(study, frozen)
+        rows = epochs.get(trial_id, {})
+        added += _add_epochs(trial, frozen, spec, rows)
+        ended += _end(study, trial, spec, tables[trial_id], rows)
+    return ended, added
+
+
+def _add_missing(
+    study: optuna.Study, spec: ExperimentSpec, tables: Mapping[str, Mapping[str, str]], epochs: Mapping[str, Any]
+) -> int:
+    """Adds the ended trials the tables hold and the study lacks altogether (asked after the
+    journal's upload), as the searcher would have told them; returns how many.
+
+    A trial's study number is its ``number`` in ``trials.csv``, so only the trials that follow
+    the study's last, in order, are added; a trial still running there (Optuna adds only
+    finished trials) ends the run of them.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    known = {str(t.user_attrs.get(RAY_TRIAL_ATTR)) for t in study.get_trials(deepcopy=False)}
+    missing = sorted((int(float(c["number"])), t, c) for t, c in tables.items() if t not in known and c.get("number"))
+    count = 0
+    for number, trial_id, cells in missing:
+        state = _STUDY_STATES.get(str(cells.get("status")))
+        if number != len(study.trials) or state is None:
+            break
+        params = {name.removeprefix("params."): text for name, text in cells.items() if name.startswith("params.")}
+        fixed = optuna.trial.FixedTrial({name: yaml.safe_load(text) for name, text in params.items() if text})
+        spec.space.sample(fixed)  # type: ignore[arg-type]  # FixedTrial keeps each distribution asked for
+        rows = epochs.get(trial_id, {})
+        values, attrs = _told(spec, state, cells, rows)
+        steps = {e: v for e, metrics in rows.items() if (v := finite(metrics.get(spec.metric.name))) is not None}
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.FAIL if state == "COMPLETE" and values is None else TrialState[state],
+                values=values,
+                params=fixed.params,
+                distributions=fixed.distributions,
+                intermediate_values={} if spec.multi_objective else steps,
+                user_attrs={RAY_TRIAL_ATTR: trial_id, **attrs},
+            )
+        )
+        count += 1
+    return count
+
+
+def _told(
+    spec: ExperimentSpec, state: str, cells: Mapping[str, str], rows: Mapping[int, dict[str, float]]
+) -> tuple[list[float] | None, dict[str, Any]]:
+    """The values and user attrs the searcher gives a trial that ended in ``state``: a completed
+    trial's kept epoch's objectives, a pruned one's last value of the metric (as Optuna's tell)."""
+    attrs: dict[str, Any] = {}
+    if spec.multi_objective:  # each epoch's tracked metrics, as the searcher keeps them
+        attrs = {
+            f"{EPOCH_RESULT_ATTR_PREFIX}{e}": final_result(spec, {**m, EPOCH_KEY: e})["metrics"]
+            for e, m in rows.items()
+        }
+    if state == "COMPLETE":
+        kept = int(float(cells.get("kept_epoch") or cells.get("epochs") or 0))
+        result = {**rows.get(kept, {}), EPOCH_KEY: kept}
+        if spec.multi_objective:
+            attrs[FINAL_RESULT_ATTR] = final_result(spec, result)
+        return objective_values(spec, result), attrs
+    pruned = rows and state == "PRUNED" and not spec.multi_objective
+    last = finite(rows[max(rows)].get(spec.metric.name)) if pruned else None
+    return ([last] if last is not None else None), attrs
+
+
+def _add_epochs(trial: optuna.Trial, frozen: Any, spec: ExperimentSpec, rows: Mapping[int, dict[str, float]]) -> int:
+    held = set(epoch_results(frozen.user_attrs) if spec.multi_objective else frozen.intermediate_values)
+    added = 0
+    for epoch in sorted(set(rows) - held):
+        result = {**rows[epoch], EPOCH_KEY: epoch}
+        value = finite(result.get(spec.metric.name))
+        if value is None:
+            continue
+        if spec.multi_objective:  # as the searcher keeps them: Optuna has no intermediate values for these
+            trial.set_user_attr(f"{EPOCH_RESULT_ATTR_PREFIX}{epoch}", final_result(spec, result)["metrics"])
+        else:
+            trial.report(value, step=epoch)
+        added += 1
+    return added
+
+
+def _end(
+    study: optuna.Study, trial: optuna.Trial, spec: ExperimentSpec, cells: Mapping[str, str], rows: Mapping[int, Any]
+) -> int:
+    """Tells the study the ending ``trials.csv`` gives the trial, as the searcher told it; 0 when it has none."""
+    from optuna.trial import TrialState
+
+    status = cells.get("status")
+    if status == TrialStatus.PRUNED:
+        study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+    elif status == TrialStatus.FAILED:
+        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+    elif status == TrialStatus.COMPLETED:
+        kept = int(float(cells.get("kept_epoch") or cells.get("epochs") or 0))
+        result = {**rows.get(kept, {}), EPOCH_KEY: kept}
+        values = objective_values(spec, result)
+        if values is None:
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            return 1
+        set_constraints(trial, spec, result)
+        if spec.multi_objective:
+            trial.set_user_attr(FINAL_RESULT_ATTR, final_result(spec, result))
+        study.tell(trial, values if spec.multi_objective else values[0], skip_if_finished=True)
+    else:
+        return 0
+    return 1
