@@ -201,7 +201,7 @@ def ensure_driving(history: History) -> Driver | None:
         if driver is not None:
             check_exit(history, driver)
             repair_if_refused(history, driver)
-        resumes = sum(d.what.startswith("resume") for d in history.drivers if d.what != "second driver")
+        resumes = sum(d.what.startswith("resume") for d in history.drivers)
         if resumes >= MAX_RESUMES:
             history.violate(f"the search did not complete after {resumes} resumes")
             return None
