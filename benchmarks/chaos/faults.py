@@ -185,12 +185,14 @@ def store_full(history: History) -> None:
 
 
 def store_read_only(history: History) -> None:
-    done = subprocess.run(["mount", "-o", "remount,ro", str(history.storage)], capture_output=True, text=True)
-    if done.returncode != 0:
-        history.say(f"remount read-only refused ({done.stderr.strip()}): nothing injected")
-        return
-    history.say("the store remounted read-only")
-    _until_it_ends_then(history, ["mount", "-o", "remount,rw", str(history.storage)], "writable again")
+    """A read-only bind mount laid over the tmpfs: every new open for writing fails (EROFS), as
+    on a volume turned read-only; files the driver holds open stay writable (a plain remount
+    to read-only is refused while they are open). Lifted once the driver ended."""
+    where = str(history.storage)
+    subprocess.run(["mount", "--bind", where, where], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", where], check=True)
+    history.say("the store turned read-only (a read-only bind mount over it)")
+    _until_it_ends_then(history, ["umount", "-l", where], "writable again")
 
 
 def _until_it_ends_then(history: History, fix: list[str], fixed: str) -> None:
@@ -320,7 +322,9 @@ KINDS: dict[str, FaultKind] = {
         FaultKind("clock-behind", "SIGKILL, then the resume under `faketime -f -5m`", clock_behind),
         FaultKind("worker-kill", "SIGKILL of a Ray worker running a trial", worker_kill),
         FaultKind("store-full", "the experiment's tmpfs shrunk to what it holds", store_full, tmpfs=True),
-        FaultKind("store-read-only", "the experiment's tmpfs remounted read-only", store_read_only, tmpfs=True),
+        FaultKind(
+            "store-read-only", "the experiment's tmpfs turned read-only (a bind mount)", store_read_only, tmpfs=True
+        ),
         FaultKind(
             "damage-journal",
             "SIGKILL, then study.journal damaged",

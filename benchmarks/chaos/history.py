@@ -265,7 +265,8 @@ def stop_everything(history: History) -> None:
     if history.mounted:
         if history.violations:  # the experiment, kept for the replay's reader: the tmpfs goes with the unmount
             shutil.copytree(history.storage, history.root / "results-kept", dirs_exist_ok=True)
-        subprocess.run(["umount", "-l", str(history.storage)], check=False)
+        while subprocess.run(["mountpoint", "-q", str(history.storage)], check=False).returncode == 0:
+            subprocess.run(["umount", "-l", str(history.storage)], check=True)  # a read-only layer, then the tmpfs
 
 
 def on_another_host(hostname: str, command: list[str]) -> list[str]:
