@@ -58,9 +58,10 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
                 continue
             inject = faults.KINDS[fault.kind].inject
             assert inject is not None
-            history.injected.append(fault.kind)
             history.restore = None  # a repair is for the damage this fault makes, if any
+            history.idle = False
             inject(history)
+            (history.found_nothing if history.idle else history.injected).append(fault.kind)
         finish(history)
         _final_checks(history)
     finally:
@@ -69,6 +70,7 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
         "seed": seed,
         "plan": [{"kind": f.kind, "moment": f.moment.describe()} for f in planned],
         "injected": history.injected,
+        "found_nothing": history.found_nothing,
         "drivers": [{"what": d.what, "exit": d.status(), "log": str(d.log)} for d in history.drivers],
         "events": history.events,
         "violations": history.violations,
@@ -98,6 +100,8 @@ def report(histories: list[dict[str, Any]], command: str, wall_s: float) -> dict
         "command": command,
         "histories": len(histories),
         "faults_injected": dict(sorted(Counter(k for h in histories for k in h["injected"]).items())),
+        # A fault's moment came but it found nothing to break (no trial worker, no checkpoint yet).
+        "found_nothing": dict(sorted(Counter(k for h in histories for k in h["found_nothing"]).items())),
         "kinds_off": faults.enabled(),
         "violations": [
             {"seed": h["seed"], "violation": v, "replay": f"python -m benchmarks.chaos --replay {h['seed']}"}
@@ -118,10 +122,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"`{result['command']}`: {result['histories']} histories in {result['wall_s']:.0f} s, "
         f"{len(result['violations'])} violation(s).",
         "",
-        "| fault kind | injected |",
-        "| --- | --- |",
-        *(f"| {kind} | {count} |" for kind, count in result["faults_injected"].items()),
-        *(f"| {kind} | {why} |" for kind, why in result["kinds_off"].items()),
+        "| fault kind | injected | found nothing to break |",
+        "| --- | --- | --- |",
+        *(
+            f"| {kind} | {result['faults_injected'].get(kind, 0)} | {result['found_nothing'].get(kind, 0)} |"
+            for kind in sorted({*result["faults_injected"], *result["found_nothing"]})
+        ),
+        *(f"| {kind} | {why} | |" for kind, why in result["kinds_off"].items()),
         "",
         "## Violations",
         "",

@@ -169,6 +169,7 @@ def worker_kill(history: History) -> None:
     workers = [pid for pid in _descendants(driver.process.pid) if _cmdline(pid).startswith("ray::ImplicitFunc")]
     if not workers:
         history.say("no trial worker runs now: nothing killed")
+        history.idle = True
         return
     pid = history.rng.choice(sorted(workers))
     os.kill(pid, signal.SIGKILL)
@@ -219,6 +220,7 @@ def damage(history: History, pick: Callable[[Path, random.Random], Path | None],
     target = pick(history.experiment, history.rng)
     if target is None or not target.is_file() or target.stat().st_size < 2:
         history.say(f"no {record} to damage yet: nothing damaged")
+        history.idle = True
         return
     copy = history.root / "copies" / f"{len(history.events)}-{target.name}"
     copy.parent.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,8 @@ class History:
     events: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     injected: list[str] = field(default_factory=list)
+    found_nothing: list[str] = field(default_factory=list)  # kinds whose moment came with nothing to break
+    idle: bool = False  # set by an injector that found nothing to break (no worker, no checkpoint yet)
     resume_prefix: list[str] = field(default_factory=list)  # e.g. faketime for the next resume only
     restore: tuple[Path, Path] | None = None  # a damaged file and its whole copy: the user's repair
     mounted: bool = False
