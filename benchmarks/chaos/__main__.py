@@ -102,6 +102,7 @@ def report(histories: list[dict[str, Any]], command: str, wall_s: float) -> dict
         "faults_injected": dict(sorted(Counter(k for h in histories for k in h["injected"]).items())),
         # A fault's moment came but it found nothing to break (no trial worker, no checkpoint yet).
         "found_nothing": dict(sorted(Counter(k for h in histories for k in h["found_nothing"]).items())),
+        "kinds": {name: kind.what for name, kind in faults.KINDS.items()},
         "kinds_off": faults.enabled(),
         "violations": [
             {"seed": h["seed"], "violation": v, "replay": f"python -m benchmarks.chaos --replay {h['seed']}"}
