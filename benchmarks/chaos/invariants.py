@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 ENDED = {"completed": "COMPLETE", "pruned": "PRUNED"}  # trials.csv's status, the study's state
+RUN_STATUS = {"failed": "FAILED", "stopped": "KILLED"}  # an MLflow run's end for a trial's status; else FINISHED
 LOST_ATTR = "tunekit_lost"  # a study trial asked for just before a driver died and never run
 # "[01:15] trial 1 completed after 3 epochs ...": a trial's ending (a stop's "stopped" is a hold, not one).
 ENDING_LINE = re.compile(r"^\[[\d:]+\] trial (\d+) (completed|pruned) ", re.MULTILINE)
@@ -59,7 +60,7 @@ def _disagreements(
     if runs is not None:
         if sorted(runs) != sorted(numbers):
             problems.append(f"MLflow's child runs {sorted(runs)} are not trials.csv's {sorted(numbers)}")
-        ends = {int(row["number"]): "FAILED" if row["status"] == "failed" else "FINISHED" for row in trials}
+        ends = {int(row["number"]): RUN_STATUS.get(row["status"], "FINISHED") for row in trials}
         differ = {n: status for n, status in runs.items() if n in ends and status != ends[n]}
         if differ:
             problems.append(f"MLflow's child runs end otherwise than trials.csv says: {differ}")
