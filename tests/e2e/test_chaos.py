@@ -17,10 +17,12 @@ from benchmarks.chaos import faults, invariants
 from benchmarks.chaos.__main__ import run_history
 from benchmarks.chaos.history import Moment, plan
 
-# Seed: kinds its history injects (a later fault of its plan may come after the search completed),
-# chosen among histories that held on today's main. Seeds that broke an invariant (a damaged
-# trials.csv, 58; a worker killed, then the lease deleted, 483) wait for issues 49 and 50's fixes.
-SAMPLE = {237718: ["sigterm", "clock-ahead"], 497363: ["lease-deleted", "pause-takeover"]}
+# Seeds whose histories held on today's main, with their plans: 237718 SIGTERM, then a resume under
+# faketime +5m; 497363 a deleted lease, then a paused driver taken over from another host, then a
+# second driver from another host. A later fault may come after the search completed (a loaded
+# machine trains as fast, and starts slower): the first always comes. Seeds that broke an invariant
+# (a damaged trials.csv, 58; a worker killed, then the lease deleted, 483) wait for issues 49 and 50.
+SAMPLE = {237718: "sigterm", 497363: "lease-deleted"}
 
 
 def test_a_history_s_plan_is_the_same_for_the_same_seed_and_names_registered_kinds() -> None:
@@ -85,9 +87,9 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
 @pytest.mark.slow
 def test_a_fixed_sample_of_fault_histories_breaks_no_invariant(tmp_path: Path) -> None:
     began = time.monotonic()
-    for seed, kinds in SAMPLE.items():
+    for seed, first in SAMPLE.items():
         history = run_history(seed, tmp_path)
         events = "\n".join(history["events"])
-        assert set(kinds) <= set(history["injected"]), events  # these came before the search completed
+        assert history["injected"][:1] == [first], events
         assert history["violations"] == [], events
     print(f"{len(SAMPLE)} fault histories in {time.monotonic() - began:.0f} s")
