@@ -1,0 +1,142 @@
+"""The invariants after a history, checked from the files themselves, independently of ``tunekit check``.
+
+Read with the standard library, Optuna (on a copy of the journal, so nothing is written into
+the experiment) and SQLite (MLflow's store): trials.csv, epochs.csv, spec.yaml, the study,
+MLflow's child runs of the experiment's parent, and every driver's console output.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import sqlite3
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+ENDED = {"completed": "COMPLETE", "pruned": "PRUNED"}  # trials.csv's status, the study's state
+RUN_STATUS = {"failed": "FAILED", "stopped": "KILLED"}  # an MLflow run's end for a trial's status; else FINISHED
+LOST_ATTR = "tunekit_lost"  # a study trial asked for just before a driver died and never run
+# "[01:15] trial 1 completed after 3 epochs ...": a trial's ending (a stop's "stopped" is a hold, not one).
+ENDING_LINE = re.compile(r"^\[[\d:]+\] trial (\d+) (completed|pruned) ", re.MULTILINE)
+
+
+def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> tuple[list[str], list[str]]:
+    """What breaks the invariants, one line each: the records' disagreements (which ``tunekit
+    check`` could know too), then the search's outcome (its count, endings, consoles)."""
+    try:
+        samples = int(yaml.safe_load((experiment / "spec.yaml").read_text())["budget"]["num_samples"])
+        trials = _rows(experiment / "trials.csv")
+        epochs = _rows(experiment / "epochs.csv")
+        study = _study_trials(experiment / "study.journal")
+        runs = _mlflow_children(experiment, mlflow_db)
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, sqlite3.Error, yaml.YAMLError) as error:
+        return [f"a record does not read whole: {type(error).__name__}: {error}"], []
+    return _disagreements(trials, epochs, study, runs), _outcome(experiment, samples, trials, logs)
+
+
+def _disagreements(
+    trials: list[dict[str, str]],
+    epochs: list[dict[str, str]],
+    study: list[tuple[int, str, dict[str, object]]],
+    runs: dict[int, str] | None,
+) -> list[str]:
+    """Every trial exactly once in trials.csv, the study and MLflow, ending the same in each; its epochs whole."""
+    problems = []
+    numbers = [int(row["number"]) for row in trials]
+    if len(set(numbers)) != len(numbers) or len({row["trial_id"] for row in trials}) != len(trials):
+        problems.append(f"trials.csv names a trial twice: numbers {sorted(numbers)}")
+    ran = {number: state for number, state, attrs in study if LOST_ATTR not in attrs}
+    if sorted(ran) != sorted(numbers):
+        problems.append(f"the study's trials {sorted(ran)} are not trials.csv's {sorted(numbers)}")
+    for row in trials:
+        state = ran.get(int(row["number"]))
+        if row["status"] in ENDED and state is not None and state != ENDED[row["status"]]:
+            problems.append(f"trial {row['number']}: {row['status']} in trials.csv, {state} in the study")
+    if runs is not None:
+        if sorted(runs) != sorted(numbers):
+            problems.append(f"MLflow's child runs {sorted(runs)} are not trials.csv's {sorted(numbers)}")
+        ends = {int(row["number"]): RUN_STATUS.get(row["status"], "FINISHED") for row in trials}
+        differ = {n: status for n, status in runs.items() if n in ends and status != ends[n]}
+        if differ:
+            problems.append(f"MLflow's child runs end otherwise than trials.csv says: {differ}")
+    twice = [key for key, count in Counter((row["trial_id"], row["epoch"]) for row in epochs).items() if count > 1]
+    if twice:
+        problems.append(f"epochs.csv holds (trial, epoch) twice: {sorted(twice)[:5]}")
+    for row in trials:
+        recorded = sorted(int(e["epoch"]) for e in epochs if e["trial_id"] == row["trial_id"])
+        if recorded != list(range(1, int(row["epochs"]) + 1)):
+            problems.append(f"trial {row['number']}: epochs.csv holds epochs {recorded} for {row['epochs']} epochs")
+    return problems
+
+
+def _outcome(experiment: Path, samples: int, trials: list[dict[str, str]], logs: list[Path]) -> list[str]:
+    """num_samples trials, each ended by ASHA or its budget, none trained after it ended, no lease left."""
+    problems = []
+    if len(trials) != samples:
+        problems.append(f"trials.csv holds {len(trials)} trials for num_samples {samples}")
+    bad = {row["number"]: f"{row['status']} ({row['reason']})" for row in trials if row["status"] not in ENDED}
+    if bad:
+        problems.append(f"trials not completed or pruned by ASHA or the budget: {bad}")
+    endings = Counter(int(m.group(1)) for log in logs for m in ENDING_LINE.finditer(log.read_text(errors="replace")))
+    again = sorted(number for number, count in endings.items() if count > 1)
+    if again:
+        problems.append(f"the consoles said trials {again} ended more than once (trained again)")
+    if (experiment / "driver.lease").exists():
+        problems.append("driver.lease is left behind though no driver runs")
+    return problems
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as file:
+        reader = csv.DictReader(file, strict=True)
+        rows = list(reader)
+    width = len(reader.fieldnames or [])
+    for number, row in enumerate(rows, start=2):
+        if None in row or len(row) != width or None in row.values():
+            raise ValueError(f"{path.name} line {number}: {width} columns expected")
+    return rows
+
+
+def _study_trials(journal: Path) -> list[tuple[int, str, dict[str, object]]]:
+    """Each study trial's number, state and user attributes, read from a copy of the journal."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "study.journal"
+        shutil.copyfile(journal, copy)
+        storage = JournalStorage(JournalFileBackend(str(copy)))
+        names = optuna.get_all_study_names(storage)
+        if len(names) != 1:
+            raise ValueError(f"study.journal holds studies {names}, not one")
+        study = optuna.load_study(study_name=names[0], storage=storage)
+        return [(t.number, t.state.name, dict(t.user_attrs)) for t in study.trials]
+
+
+def _mlflow_children(experiment: Path, mlflow_db: Path) -> dict[int, str] | None:
+    """The status of the parent run's active child runs by trial number (``trial-<n> · ...``),
+    a number twice raising; None untracked."""
+    tracking = experiment / "tracking.json"
+    if not tracking.is_file():
+        return None
+    parent = json.loads(tracking.read_text())["parent_run_id"]
+    with sqlite3.connect(f"file:{mlflow_db}?mode=ro", uri=True) as db:
+        names = db.execute(
+            "SELECT r.name, r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "WHERE t.key = 'mlflow.parentRunId' AND t.value = ? AND r.lifecycle_stage = 'active'",
+            (parent,),
+        ).fetchall()
+    runs: dict[int, str] = {}
+    for name, status in names:
+        match = re.match(r"trial-(\d+)", name or "")
+        if match is None or int(match.group(1)) in runs:
+            raise ValueError(f"MLflow child run {name!r}: not named trial-<n>, or its number twice")
+        runs[int(match.group(1))] = status
+    return runs
