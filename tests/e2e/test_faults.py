@@ -17,6 +17,8 @@ import ray
 
 import tunekit
 from tunekit.driver.session import ray_init_options
+from tunekit.errors import DamagedFileError
+from tunekit.results.repair import repair_experiment
 from tunekit.results.status import read_status
 from tunekit.search.plan import study_storage
 from tunekit.testing import MlflowServer
@@ -230,9 +232,9 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
     # larger budget: the 4 stand and 2 more train. Epochs of at least a second, and no ending
     # before the second, hold the first trials unfinished across Ray's saves (one a second):
     # on a warm worker a whole digits trial takes under a second, and the clean-clone CI of
-    # b80b511 saw no save with 2 trials asked. The last case is a bucket's driver killed between
-    # two uploads: the study's journal is as old as Ray's state, the tables newer; the resume
-    # catches the study up from them (tunekit.driver.study_catch_up); before, it trained them again.
+    # b80b511 saw no save with 2 trials asked. The last case: the study's journal as old as Ray's
+    # state, the tables newer (once, a bucket's driver killed between two uploads); refused, then
+    # repaired by `tunekit check --repair`; before, the resume trained the ended trials again.
     experiment, snapshot, samples = tmp_path / "late", tmp_path / "snapshot", 4
     snapshot.mkdir()
     stop = threading.Event()
@@ -272,6 +274,13 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
     epochs_before = (experiment / "epochs.csv").read_text().splitlines()
     for saved in snapshot.iterdir():
         saved.replace(experiment / saved.name)
+    if journal:
+        # The study's journal older than its seal and tables (a bucket's uploads now go journal
+        # first, tables, then the seal, so only damage leaves it so): the resume refuses it in one
+        # line naming the repair, which rebuilds the study from its whole lines and the tables.
+        with pytest.raises(DamagedFileError, match="tunekit check --repair"):
+            tunekit.resume(experiment, overrides=[f"budget.num_samples={grown}"], progress=False)
+        assert repair_experiment(experiment)
 
     results = tunekit.resume(experiment, overrides=[f"budget.num_samples={grown}"], progress=False)
 
