@@ -93,6 +93,9 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
     searcher = OptunaStudySearcher(spec, experiment_dir)
     name_trials_by(searcher.trial_number)
     searcher.study  # noqa: B018 - create the study (and enqueue warm starts) before any trial
+    # A search started over (its last driver died in start-up, before Ray saved anything, having
+    # asked the study for trials): those trials never ran, and never will.
+    searcher.close_orphans()
     scheduler = build_scheduler(spec, experiment_dir, searcher.trial_number)
     guard = FailureGuard()
     recorder = Recorder(spec, experiment_dir, searcher, scheduler, [*listeners, guard])

@@ -536,7 +536,7 @@ class OptunaStudySearcher(Searcher):
         self.exhausted_reason = state.get("exhausted")
         self._live = {}
         self._ran = None
-        self._close_orphans()
+        self.close_orphans()
 
     def settle_ended(self, ended: Mapping[str, dict[str, Any]]) -> None:
         """Closes the study trials of trials the search ended without telling this searcher.
@@ -552,12 +552,14 @@ class OptunaStudySearcher(Searcher):
             if self._numbers.get(trial_id) in open_numbers:
                 self.on_trial_complete(trial_id, dict(result), error=bool(result.get(FAILURE_KEY)))
 
-    def _close_orphans(self) -> None:
+    def close_orphans(self) -> None:
         """Fails study trials asked for after Ray's last experiment checkpoint.
 
         The driver died between asking Optuna and saving Ray's state: Ray will never run
         those trials, so they must not stay RUNNING (samplers would count them forever).
-        A grid point such a trial held goes to the next trial Ray asks for.
+        A grid point such a trial held goes to the next trial Ray asks for. A search that
+        starts over (its driver died before Ray saved anything) calls it on its new searcher:
+        every trial the study holds running is then such a trial.
         """
         known = set(self._numbers.values())
         lost = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in known]

@@ -146,6 +146,19 @@ def test_a_trial_lost_with_the_driver_does_not_teach(tmp_path: Path) -> None:
     assert (lost.state, lost.user_attrs.get(LOST_ATTR), teaches(lost)) == (TrialState.FAIL, True, False)
 
 
+def test_a_search_started_over_closes_the_trials_its_dead_driver_asked_for(tmp_path: Path) -> None:
+    # Its driver died in start-up (a lost lease, a kill) after asking the study, before Ray saved.
+    storage = optuna.storages.InMemoryStorage()
+    searcher = OptunaStudySearcher(make_spec(num_samples=4), tmp_path, storage=storage)
+    searcher.suggest("a")
+    searcher.suggest("b")
+    again = OptunaStudySearcher(make_spec(num_samples=4), tmp_path, storage=storage)
+    again.close_orphans()
+    assert [(t.state, t.user_attrs.get(LOST_ATTR)) for t in again.study.trials] == [(TrialState.FAIL, True)] * 2
+    assert again.lost_numbers == (0, 1)
+    assert again.suggest("c") is not None  # the search goes on with new trials
+
+
 def test_a_tpe_history_window_and_failures_compose(tmp_path: Path) -> None:
     spec = make_spec(num_samples=30, search={"algorithm": "tpe", "seed": 0, "n_startup_trials": 10, "tpe_history": 10})
     failed = run(searcher_for(spec, tmp_path), 30)
