@@ -137,8 +137,8 @@ def _rebuild(directory: Path, prefix: bytes, damage: str, ray_ids: dict[int, str
             trial = trials[number] if number < len(trials) else None
             row = rows.get(number)
             template = _template(spec, trial, row, epochs, held)
-            if trial is None and row is None and number in (ray_ids or {}):
-                template.user_attrs[RAY_TRIAL_ATTR] = (ray_ids or {})[number]
+            if row is None and number in (ray_ids or {}):  # its Ray id named only after the damage
+                template.user_attrs.setdefault(RAY_TRIAL_ATTR, (ray_ids or {})[number])
             new.create_new_trial(study_id, template_trial=template)
         del new
         path = directory / STUDY_FILE
@@ -196,8 +196,17 @@ def _template(
     from optuna.trial import TrialState, create_trial
 
     if row is None:
-        if trial is not None:
+        if trial is not None and trial.state.is_finished():
             return trial  # a trial the tables do not hold: a warm start's history, a duplicate, a lost ask
+        if trial is not None:  # asked, never run (its closing as lost was in the lines the damage took)
+            return create_trial(
+                state=TrialState.FAIL,
+                params=dict(trial.params),
+                distributions=dict(trial.distributions),
+                user_attrs={**trial.user_attrs, LOST_ATTR: True},
+                system_attrs=dict(trial.system_attrs),
+                intermediate_values=dict(trial.intermediate_values),
+            )
         return create_trial(state=TrialState.FAIL, user_attrs={LOST_ATTR: "rebuilt: lost with the journal's damage"})
     state = _state(str(row["status"]), finite(row.get("final_metric")), held, trial)
     params = dict(trial.params) if trial is not None else {}
