@@ -261,11 +261,19 @@ def _s3_client(uri: str) -> tuple[Any, str, str]:
     ``access_key``, ``secret_key``, ``session_token``), else the usual environment."""
     parsed = urllib.parse.urlparse(uri)
     query = dict(urllib.parse.parse_qsl(parsed.query))
-    endpoint = None
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if override := query.get("endpoint_override"):
         endpoint = override if "://" in override else f"{query.get('scheme', 'https')}://{override}"
-    region = query.get("region") or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-    client = _client(endpoint, region, query.get("access_key"), query.get("secret_key"), query.get("session_token"))
+    # Read here, not left to boto3: they are the cache's key, so a changed environment (another
+    # endpoint, other credentials) gets a client of its own.
+    client = _client(
+        endpoint,
+        query.get("region") or env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
+        query.get("access_key") or env.get("AWS_ACCESS_KEY_ID"),
+        query.get("secret_key") or env.get("AWS_SECRET_ACCESS_KEY"),
+        query.get("session_token") or env.get("AWS_SESSION_TOKEN"),
+    )
     return client, parsed.netloc, parsed.path.strip("/")
 
 
