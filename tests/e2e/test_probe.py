@@ -122,9 +122,9 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
     # Nothing after the closing lines: no Ray shutdown to wait for, no interpreter teardown.
     *_, closing = events.read_text().splitlines()
     assert closing.startswith("closing lines; Ray's processes: "), events.read_text()
-    ray_processes = [psutil.Process(pid) for pid in json.loads(closing.split(": ", 1)[1])]
-    assert ray_processes  # its own local Ray's: they end with the command, none outlives it
-    _, alive = psutil.wait_procs(ray_processes, timeout=5)
+    ray_pids = json.loads(closing.split(": ", 1)[1])
+    assert ray_pids  # its own local Ray's: they end with the command, none outlives it
+    _, alive = psutil.wait_procs(_still_running(ray_pids), timeout=5)
     assert alive == []
     assert "Traceback" not in search.stderr
     experiment = tmp_path / "results" / "searched"
@@ -155,3 +155,14 @@ def test_probe_predicts_the_search_and_the_report_and_mlflow_hold_the_ledger(tmp
     assert parent.data.metrics["ledger_slot_hours"] == written["slot_hours"] > 0
     assert parent.data.metrics["predicted_wall_seconds"] == filed["predicted_wall_seconds"]
     assert LEDGER_FILE in [artifact.path for artifact in client.list_artifacts(parent.info.run_id)]
+
+
+def _still_running(pids: list[int]) -> list[psutil.Process]:
+    """The processes of ``pids`` not ended yet (one that ended as it was looked up is ended)."""
+    running = []
+    for pid in pids:
+        try:
+            running.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return running
