@@ -557,9 +557,8 @@ class OptunaStudySearcher(Searcher):
 
         The driver died between asking Optuna and saving Ray's state: Ray will never run
         those trials, so they must not stay RUNNING (samplers would count them forever).
-        A grid point such a trial held goes to the next trial Ray asks for. A search that
-        starts over (its driver died before Ray saved anything) calls it on its new searcher:
-        every trial the study holds running is then such a trial.
+        A grid point such a trial held goes to the next trial Ray asks for (see also
+        ``tunekit.driver.tune_run``: a search started over).
         """
         known = set(self._numbers.values())
         lost = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in known]
