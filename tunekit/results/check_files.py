@@ -285,10 +285,7 @@ def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Fin
     """
     died: bool | None = None
     lost: set[str] | None = None  # read once, and only when a folder no row names is found
-    others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
-    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others):
-        if folder.name.startswith(".") or not (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file()):
-            continue  # not a trial's: a probe's (.probes/), Ray's own
+    for folder in unnamed_trial_folders(directory, trial_ids):
         lost = _lost_trials(directory) if lost is None else lost
         if folder.name in lost:
             yield (
@@ -309,6 +306,18 @@ def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Fin
             f"a trial in {TRIALS_FILE}",
             f"none; no record names it: restore {TRIALS_FILE} from a copy, or remove the folder (`rm -r {folder}`)",
         )
+
+
+def unnamed_trial_folders(directory: Path, trial_ids: set[str]) -> list[Path]:
+    """Folders holding a trial's checkpoint or output.log whose names are not in ``trial_ids``;
+    a probe's (``.probes/``), one set aside (``.orphans/``) and Ray's own are not trials'."""
+    others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
+    return [
+        folder
+        for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others)
+        if not folder.name.startswith(".")
+        and (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file())
+    ]
 
 
 def _lost_trials(directory: Path) -> set[str]:

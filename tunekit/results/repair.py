@@ -15,6 +15,9 @@ creation), each as one whole operation, into a new journal renamed over the old 
 damaged file is kept beside it (``study.journal.damaged``) and the new one sealed. A number
 that neither the prefix nor the tables know (a trial asked for just before the damage, never
 recorded) is kept as a failed trial marked lost, as a resume closes such a trial.
+A lost trial's Ray id, when only the lost lines held it, is its folder's whose newest checkpoint
+holds its parameters; a trial folder no record names after the rebuild (its trial's creation
+was in the lost lines, or it has no checkpoint) is moved to ``.orphans/``, kept and read by nothing.
 
 What cannot be rebuilt: what only the lost lines held (a trial's PBT steps, several objectives'
 per-epoch attributes); ``tunekit check`` after the repair says where these differ.
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
 
 DAMAGED_SUFFIX = ".damaged"
+ORPHANS_DIR = ".orphans"  # a dot folder: no reader takes it for a trial's
 
 
 def repair_experiment(experiment_dir: str | Path) -> list[str]:
@@ -133,12 +137,15 @@ def _rebuild(directory: Path, prefix: bytes, damage: str, ray_ids: dict[int, str
         rows = {int(n): row for row in table_rows_of(results.trials) if (n := finite(row.get("number"))) is not None}
         epochs = _metric_by_epoch(results)
         count = max(len(trials), max(rows, default=-1) + 1)
-        for number in range(count):
-            trial = trials[number] if number < len(trials) else None
-            row = rows.get(number)
-            template = _template(spec, trial, row, epochs, held)
-            if row is None and number in (ray_ids or {}):  # its Ray id named only after the damage
+        templates = [
+            _template(spec, trials[number] if number < len(trials) else None, rows.get(number), epochs, held)
+            for number in range(count)
+        ]
+        for number, template in enumerate(templates):
+            if number not in rows and number in (ray_ids or {}):  # its Ray id named only after the damage
                 template.user_attrs.setdefault(RAY_TRIAL_ATTR, (ray_ids or {})[number])
+        orphans = _name_orphan_folders(directory, templates, {str(row["trial_id"]) for row in rows.values()})
+        for template in templates:
             new.create_new_trial(study_id, template_trial=template)
         del new
         path = directory / STUDY_FILE
@@ -149,11 +156,55 @@ def _rebuild(directory: Path, prefix: bytes, damage: str, ray_ids: dict[int, str
         kept.unlink(missing_ok=True)
     JournalSealer(directory).seal()
     whole_lines, from_tables = prefix.count(b"\n"), count - len(trials)
+    set_aside = _set_aside(directory, orphans)
     return (
         f"{STUDY_FILE}: rebuilt ({damage}): {len(trials)} trials from its first {whole_lines} whole lines, "
         f"{from_tables} from {TRIALS_FILE} and {EPOCHS_FILE}, every trial's state and epochs held to "
-        f"them; the damaged file is kept as {STUDY_FILE}{DAMAGED_SUFFIX}"
+        f"them; the damaged file is kept as {STUDY_FILE}{DAMAGED_SUFFIX}{set_aside}"
     )
+
+
+def _name_orphan_folders(directory: Path, templates: list[Any], recorded: set[str]) -> list[Path]:
+    """Gives a lost trial whose Ray id only the damaged lines held the folder whose checkpoint
+    holds its parameters; returns the trial folders still named by no record (a lost trial
+    without a checkpoint, or one whose creation the damage took)."""
+    from tunekit.results.check_files import unnamed_trial_folders
+
+    named = recorded | {str(t.user_attrs[RAY_TRIAL_ATTR]) for t in templates if RAY_TRIAL_ATTR in t.user_attrs}
+    orphans = unnamed_trial_folders(directory, named)
+    for template in templates:
+        if template.user_attrs.get(LOST_ATTR) and RAY_TRIAL_ATTR not in template.user_attrs and template.params:
+            match = next((f for f in orphans if _checkpointed_config(f).items() >= template.params.items()), None)
+            if match is not None:
+                template.user_attrs[RAY_TRIAL_ATTR] = match.name
+                orphans.remove(match)
+    return orphans
+
+
+def _checkpointed_config(folder: Path) -> dict[str, Any]:
+    """The configuration a trial folder's newest checkpoint was trained with ({} without one)."""
+    import json
+
+    from tunekit.layout import CHECKPOINT_STATE
+
+    for checkpoint in sorted(folder.glob("checkpoint_*"), reverse=True):
+        try:
+            return dict(json.loads((checkpoint / CHECKPOINT_STATE).read_text())["config"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return {}
+
+
+def _set_aside(directory: Path, orphans: list[Path]) -> str:
+    """Moves trial folders no record names into ``.orphans/`` (kept, and read by nothing); says so."""
+    if not orphans:
+        return ""
+    aside = directory / ORPHANS_DIR
+    aside.mkdir(exist_ok=True)
+    for folder in orphans:
+        os.replace(folder, aside / folder.name)
+    names = ", ".join(folder.name for folder in orphans)
+    return f"; trial folders no record names now ({names}) are moved to {ORPHANS_DIR}/"
 
 
 # The Optuna states (their journal codes) a trial of each status may have; see check._study_states.

@@ -649,3 +649,44 @@ def test_the_folder_of_a_trial_the_study_closed_as_lost_is_a_note(tmp_path: Path
     report = check_experiment(root)
     assert report.ok, report.describe()
     assert [n for n in report.notes if n.startswith("trial folder 1057c0de is in no row of trials.csv")], report.notes
+
+
+def test_a_lost_trial_whose_ray_id_only_the_damaged_lines_held_gets_its_folder_back_by_check_repair(
+    tmp_path: Path,
+) -> None:
+    """The journal's damage took the lines naming two lost trials' Ray ids: the repair gives one
+    back the folder whose checkpoint holds its parameters, and sets aside the folder that has no
+    checkpoint (nothing tells whose it was), so that `check` passes after the repair."""
+    from tunekit.results.repair import ORPHANS_DIR, repair_experiment
+    from tunekit.search.attrs import LOST_ATTR
+
+    root = consistent(tmp_path)
+    study = optuna.load_study(study_name="summary", storage=study_storage(root))
+    for ray_id, units in (("1057c0de", 128), ("0ddba11s", 64)):  # Ray started both as the driver died
+        trial = study.ask(DISTRIBUTIONS)
+        trial.set_user_attr(RAY_TRIAL_ATTR, ray_id)
+        trial.set_user_attr(LOST_ATTR, True)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    lost = [t for t in study.trials if t.user_attrs.get(LOST_ATTR)]
+    checkpoint = root / "1057c0de" / "checkpoint_000001"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 1, "config": {**lost[0].params, "_seed": 1}}))
+    (root / "0ddba11s").mkdir()
+    (root / "0ddba11s" / "output.log").write_text("--- tunekit: trial started in a worker ---\n")
+    assert check_experiment(root).ok
+    journal = root / "study.journal"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    damaged = [i for i, line in enumerate(lines) if b"1057c0de" in line or b"0ddba11s" in line]
+    for i in damaged:
+        lines[i] = b'{"op_code": 4, "garbage\n'  # each line that named a lost trial's Ray id, changed
+    journal.write_bytes(b"".join(lines))
+    assert not check_experiment(root).ok
+    (repaired,) = repair_experiment(root)
+    assert repaired.endswith(f"; trial folders no record names now (0ddba11s) are moved to {ORPHANS_DIR}/")
+    assert (root / ORPHANS_DIR / "0ddba11s" / "output.log").is_file() and not (root / "0ddba11s").exists()
+    rebuilt = optuna.load_study(study_name="summary", storage=study_storage(root)).trials
+    # The second lost trial's creation came after the first damaged line: the prefix never held it.
+    assert [t.user_attrs.get(RAY_TRIAL_ATTR) for t in rebuilt] == ["a", "b", "1057c0de"]
+    assert [bool(t.user_attrs.get(LOST_ATTR)) for t in rebuilt] == [False, False, True]
+    report = check_experiment(root)
+    assert report.ok, report.describe()
