@@ -315,8 +315,7 @@ def unnamed_trial_folders(directory: Path, trial_ids: set[str]) -> list[Path]:
     return [
         folder
         for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others)
-        if not folder.name.startswith(".")
-        and (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file())
+        if not folder.name.startswith(".") and (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file())
     ]
 
 
