@@ -219,17 +219,22 @@ def fragile_search(kt: ModuleType, root: Path, **extra: Any) -> Any:
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         return model
 
+    # The grid's order (seed 0) puts units=4 last: one failure in a row is the limit, and ends the search there.
     tuner = kt.GridSearch(
-        build_model, objective="val_accuracy", max_retries_per_trial=1, directory=str(root),
-        project_name="fragile", overwrite=True, **extra,
+        build_model, objective="val_accuracy", max_retries_per_trial=1, max_consecutive_failed_trials=1,
+        directory=str(root), project_name="fragile", overwrite=True, **extra,
     )  # fmt: skip
     # tf.data datasets reach the trials as datasets (saved once beside the experiment).
     train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(64)
-    tuner.search(train, validation_data=tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(64), epochs=1)
+    with pytest.raises(RuntimeError, match=r"Number of consecutive failures exceeded the limit of 1\.") as raised:
+        tuner.search(train, validation_data=tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(64), epochs=1)
+    assert "4 units are too few" in str(raised.value)  # as KerasTuner's message ends with the trial's
     return tuner
 
 
 def test_a_failing_build_fails_its_trial_after_its_retries_and_the_grid_search_goes_on(tmp_path: Path) -> None:
+    """max_retries_per_trial retries a trial; the grid goes on after a failure;
+    max_consecutive_failed_trials ends the search with KerasTuner's RuntimeError."""
     began = time.monotonic()
     tuner = fragile_search(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
     timed("failed trials in a grid on tunekit", began)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import keras_tuner
 
+from tunekit.driver.guard import CONSECUTIVE_RULE
 from tunekit.errors import SearchAborted, TunekitError
 from tunekit.hypermodel import DryModel, fit_function
 from tunekit.keras_tuner.data import saved
@@ -66,6 +67,7 @@ class OnTunekit:
 
         Raises:
             keras_tuner.errors.FatalError: a trial raised one (the search ended there).
+            RuntimeError: ``max_consecutive_failed_trials`` trials in a row failed, as KerasTuner raises.
         """
         from tunekit.driver.runner import resume, run
 
@@ -101,6 +103,9 @@ class OnTunekit:
         except SearchAborted as aborted:
             if FATAL_MARK in str(aborted):
                 raise keras_tuner.errors.FatalError(str(aborted).replace(FATAL_MARK, "")) from aborted
+            if CONSECUTIVE_RULE in str(aborted):  # KerasTuner's oracle raises a RuntimeError with these words
+                limit = f"the limit of {self.oracle.max_consecutive_failed_trials}"
+                raise RuntimeError(f"Number of consecutive failures exceeded {limit}.\n{aborted}") from aborted
             raise
 
     def _declare_fit_parameters(self, fit_args: tuple[Any, ...], fit_kwargs: dict[str, Any]) -> None:
