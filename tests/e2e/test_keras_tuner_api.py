@@ -121,7 +121,8 @@ def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(
     assert "accuracy" in epochs.columns  # the tuner's metrics= recompiled the model
     # The user's TensorBoard: one folder per trial, named as KerasTuner names trials, with HParams.
     logs = root / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == sorted(f"{n}" for n in trials["number"]), list(logs.iterdir())
+    # A grid's max_trials is None: KerasTuner pads its trial ids to len("None") digits.
+    assert sorted(p.name for p in logs.iterdir()) == sorted(f"{n:04d}" for n in trials["number"]), list(logs.iterdir())
     for folder in logs.iterdir():
         assert (folder / "execution0" / "validation").is_dir()
         summaries = b"".join(p.read_bytes() for p in (folder / "execution0").glob("events.out.tfevents.*"))
@@ -143,9 +144,12 @@ def test_the_same_fit_override_runs_as_with_keras_tuner(
     began = time.monotonic()
     theirs = search_with_fit(real_keras_tuner, tmp_path)
     timed("fit override on keras_tuner", began)
-    assert len(theirs.oracle.trials) == len(ours.results.trials) == 2
+    assert len(theirs.oracle.trials) == len(ours.results.trials) == len(ours.oracle.trials) == 2
+    assert sorted(theirs.oracle.trials) == sorted(ours.oracle.trials) == ["0000", "0001"]
     theirs_logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
-    assert len(theirs_logs) == len(list((root / "logs").iterdir())) == 2
+    assert theirs_logs == sorted(p.name for p in (root / "logs").iterdir())
+    best = ours.oracle.get_best_trials(1)[0]  # KerasTuner's own ranking of the trials tunekit ran
+    assert best.score == ours.results.trials["final_metric"].max() and best.status == "COMPLETED"
     assert {t.hyperparameters.values["shuffle"] for t in theirs.oracle.trials.values()} == {False, True}
     capsys.readouterr()
     theirs.search_space_summary()

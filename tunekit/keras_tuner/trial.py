@@ -138,7 +138,7 @@ class TunerTrial:
 def trial_id(oracle: Any, ctx: Any) -> str:
     """KerasTuner's id for the trial: its number, zero-padded to the digits of ``max_trials``."""
     number = ctx.trial_number or 0
-    return f"{number:0{len(str(oracle.max_trials or 0))}d}"
+    return f"{number:0{len(str(oracle.max_trials))}d}"  # as KerasTuner's Oracle.create_trial pads it
 
 
 class TrialRun:

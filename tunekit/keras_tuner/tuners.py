@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import keras_tuner
 
 from tunekit.driver.guard import CONSECUTIVE_RULE
-from tunekit.errors import SearchAborted, TunekitError
+from tunekit.errors import NoResultError, SearchAborted, TunekitError
 from tunekit.hp import ENUMERATED_INT_VALUES, MAX_BUILDS
 from tunekit.hypermodel import DryModel, fit_function
 from tunekit.keras_tuner.data import saved
@@ -109,6 +109,30 @@ class OnTunekit:
                 limit = f"the limit of {self.oracle.max_consecutive_failed_trials}"
                 raise RuntimeError(f"Number of consecutive failures exceeded {limit}.\n{aborted}") from aborted
             raise
+        except NoResultError:
+            pass  # every trial failed: KerasTuner's search returns, its results_summary shows why
+        self._trials_to_oracle()
+
+    def _trials_to_oracle(self) -> None:
+        """The experiment's trials on the oracle as KerasTuner's (``oracle.trials``, ``end_order``,
+        ``get_best_trials``): named by number as KerasTuner names them, with their score; a pruned
+        or stopped trial is KerasTuner's STOPPED, a failed one FAILED with its reason."""
+        rows = sorted(self.results.trials.to_dict("records"), key=lambda row: int(row["number"]))
+        values = dict(self._best(len(rows), scored_only=False))
+        statuses = {"completed": "COMPLETED", "failed": "FAILED"}
+        self.oracle.trials.clear()
+        self.oracle.end_order = []
+        for row in rows:
+            failed = row["status"] == "failed"
+            trial = keras_tuner.engine.trial.Trial(
+                values[str(row["trial_id"])],
+                trial_id=_trial_id(self.oracle, int(row["number"])),
+                status=statuses.get(str(row["status"]), "STOPPED"),
+                message=str(row.get("reason")) if failed else None,
+            )
+            trial.score = float(row["final_metric"]) if _finite(row.get("final_metric")) else None
+            self.oracle.trials[trial.trial_id] = trial
+            self.oracle.end_order.append(trial.trial_id)
 
     def _declare_branch_parameters(self) -> None:
         """Builds once more for each other value of each discrete parameter (from the build that
@@ -296,8 +320,9 @@ def _native(value: Any) -> Any:
 
 
 def _trial_id(oracle: Any, number: int) -> str:
-    """KerasTuner's name for trial ``number``: zero-padded to the digits of ``max_trials``."""
-    return f"{number:0{len(str(oracle.max_trials or 0))}d}"
+    """KerasTuner's name for trial ``number``: zero-padded to the length of ``str(max_trials)``
+    (four digits when it is None, as KerasTuner's Grid and Hyperband pad them)."""
+    return f"{number:0{len(str(oracle.max_trials))}d}"
 
 
 def _no_data(config: Any, ctx: Any) -> None:
