@@ -9,6 +9,7 @@ one Ray session for the module.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -156,6 +157,15 @@ def test_the_same_fit_override_runs_as_with_keras_tuner(
     ours.search_space_summary()
     theirs_summary, ours_summary = capsys.readouterr().out.split("Search space summary")[1:]
     assert theirs_summary == ours_summary  # the same constructor and fit found the same space
+    theirs.results_summary(2)
+    ours.results_summary(2)
+    theirs_results, ours_results = capsys.readouterr().out.split("Results summary")[1:]
+
+    def shape(text: str) -> list[str]:  # the lines, their numbers and truth values masked
+        lines = [line for line in text.splitlines() if not line.startswith("Results in")]
+        return [re.sub(r"\b(\d[\d.e+-]*|True|False)\b", "#", line) for line in lines]
+
+    assert shape(theirs_results) == shape(ours_results), ours_results  # trials by id (0000, 0001), best first
 
 
 # --------------------------------------------------------------------------- a run_trial override
