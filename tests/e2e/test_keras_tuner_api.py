@@ -275,8 +275,9 @@ def fatal_search(kt: ModuleType, root: Path, **extra: Any) -> None:
 @pytest.mark.parametrize("kt", [tunekit_keras_tuner, real_keras_tuner], ids=["tunekit", "keras_tuner"])
 def test_a_fatal_error_ends_the_search_and_is_raised_from_search(kt: ModuleType, tmp_path: Path) -> None:
     extra = {"progress": False, **NOT_TRACKED} if kt is tunekit_keras_tuner else {}
-    with pytest.raises(real_keras_tuner.errors.FatalError, match="the data are not there"):
+    with pytest.raises(real_keras_tuner.errors.FatalError) as raised:
         fatal_search(kt, tmp_path, **extra)
+    assert str(raised.value) == "the data are not there"  # the script's own message, as KerasTuner raises it
 
 
 # --------------------------------------------------------------------------- grid, resume, constructor

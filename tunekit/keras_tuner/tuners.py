@@ -103,8 +103,9 @@ class OnTunekit:
                     build_model=trial,
                 )
         except SearchAborted as aborted:
-            if FATAL_MARK in str(aborted):
-                raise keras_tuner.errors.FatalError(str(aborted).replace(FATAL_MARK, "")) from aborted
+            if FATAL_MARK in str(aborted):  # the trial's own message, as KerasTuner raises it; tunekit's is the cause
+                message = str(aborted).split(FATAL_MARK, 1)[1].removeprefix("FatalError: ")
+                raise keras_tuner.errors.FatalError(message) from aborted
             if CONSECUTIVE_RULE in str(aborted):  # KerasTuner's oracle raises a RuntimeError with these words
                 limit = f"the limit of {self.oracle.max_consecutive_failed_trials}"
                 raise RuntimeError(f"Number of consecutive failures exceeded {limit}.\n{aborted}") from aborted
