@@ -73,6 +73,8 @@ KEY_RULES: dict[str, str] = {
     "training.scale_lr": "multiply `learning_rate` by the number of replicas",
     "training.seed": "Keras's seed for every trial",
     "training.max_failures": "retries of a trial whose worker died, from its last checkpoint",
+    "training.max_consecutive_failures": "`null` (no limit) or an integer >= 1: trials in a row that may fail "
+    "before the search stops (KerasTuner's `max_consecutive_failed_trials`)",
     "training.checkpoint_every_s": "a trial checkpoints at each ASHA rung, at its end, and once its last checkpoint "
     "is this many seconds old (`0`: every epoch; PBT: every epoch); a dead worker or a resumed search retrains "
     "the epochs since",

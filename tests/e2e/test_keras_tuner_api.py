@@ -9,6 +9,7 @@ one Ray session for the module.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -121,7 +122,8 @@ def test_a_hypermodel_fit_gets_search_arguments_and_returns_the_objective(
     assert "accuracy" in epochs.columns  # the tuner's metrics= recompiled the model
     # The user's TensorBoard: one folder per trial, named as KerasTuner names trials, with HParams.
     logs = root / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == sorted(f"{n}" for n in trials["number"]), list(logs.iterdir())
+    # A grid's max_trials is None: KerasTuner pads its trial ids to len("None") digits.
+    assert sorted(p.name for p in logs.iterdir()) == sorted(f"{n:04d}" for n in trials["number"]), list(logs.iterdir())
     for folder in logs.iterdir():
         assert (folder / "execution0" / "validation").is_dir()
         summaries = b"".join(p.read_bytes() for p in (folder / "execution0").glob("events.out.tfevents.*"))
@@ -143,15 +145,27 @@ def test_the_same_fit_override_runs_as_with_keras_tuner(
     began = time.monotonic()
     theirs = search_with_fit(real_keras_tuner, tmp_path)
     timed("fit override on keras_tuner", began)
-    assert len(theirs.oracle.trials) == len(ours.results.trials) == 2
+    assert len(theirs.oracle.trials) == len(ours.results.trials) == len(ours.oracle.trials) == 2
+    assert sorted(theirs.oracle.trials) == sorted(ours.oracle.trials) == ["0000", "0001"]
     theirs_logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
-    assert len(theirs_logs) == len(list((root / "logs").iterdir())) == 2
+    assert theirs_logs == sorted(p.name for p in (root / "logs").iterdir())
+    best = ours.oracle.get_best_trials(1)[0]  # KerasTuner's own ranking of the trials tunekit ran
+    assert best.score == ours.results.trials["final_metric"].max() and best.status == "COMPLETED"
     assert {t.hyperparameters.values["shuffle"] for t in theirs.oracle.trials.values()} == {False, True}
     capsys.readouterr()
     theirs.search_space_summary()
     ours.search_space_summary()
     theirs_summary, ours_summary = capsys.readouterr().out.split("Search space summary")[1:]
     assert theirs_summary == ours_summary  # the same constructor and fit found the same space
+    theirs.results_summary(2)
+    ours.results_summary(2)
+    theirs_results, ours_results = capsys.readouterr().out.split("Results summary")[1:]
+
+    def shape(text: str) -> list[str]:  # the lines, their numbers and truth values masked
+        lines = [line for line in text.splitlines() if not line.startswith("Results in")]
+        return [re.sub(r"\b(\d[\d.e+-]*|True|False)\b", "#", line) for line in lines]
+
+    assert shape(theirs_results) == shape(ours_results), ours_results  # trials by id (0000, 0001), best first
 
 
 # --------------------------------------------------------------------------- a run_trial override
@@ -219,17 +233,22 @@ def fragile_search(kt: ModuleType, root: Path, **extra: Any) -> Any:
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         return model
 
+    # Seed 7 orders tunekit's grid 8, 16, 4: the limit of one failure in a row ends the search at its last trial.
     tuner = kt.GridSearch(
-        build_model, objective="val_accuracy", max_retries_per_trial=1, directory=str(root),
-        project_name="fragile", overwrite=True, **extra,
+        build_model, objective="val_accuracy", max_retries_per_trial=1, max_consecutive_failed_trials=1, seed=7,
+        directory=str(root), project_name="fragile", overwrite=True, **extra,
     )  # fmt: skip
     # tf.data datasets reach the trials as datasets (saved once beside the experiment).
     train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(64)
-    tuner.search(train, validation_data=tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(64), epochs=1)
+    with pytest.raises(RuntimeError, match=r"Number of consecutive failures exceeded the limit of 1\.") as raised:
+        tuner.search(train, validation_data=tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(64), epochs=1)
+    assert "4 units are too few" in str(raised.value)  # as KerasTuner's message ends with the trial's
     return tuner
 
 
 def test_a_failing_build_fails_its_trial_after_its_retries_and_the_grid_search_goes_on(tmp_path: Path) -> None:
+    """max_retries_per_trial retries a trial; the grid goes on after a failure;
+    max_consecutive_failed_trials ends the search with KerasTuner's RuntimeError."""
     began = time.monotonic()
     tuner = fragile_search(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
     timed("failed trials in a grid on tunekit", began)
@@ -256,8 +275,9 @@ def fatal_search(kt: ModuleType, root: Path, **extra: Any) -> None:
 @pytest.mark.parametrize("kt", [tunekit_keras_tuner, real_keras_tuner], ids=["tunekit", "keras_tuner"])
 def test_a_fatal_error_ends_the_search_and_is_raised_from_search(kt: ModuleType, tmp_path: Path) -> None:
     extra = {"progress": False, **NOT_TRACKED} if kt is tunekit_keras_tuner else {}
-    with pytest.raises(real_keras_tuner.errors.FatalError, match="the data are not there"):
+    with pytest.raises(real_keras_tuner.errors.FatalError) as raised:
         fatal_search(kt, tmp_path, **extra)
+    assert str(raised.value) == "the data are not there"  # the script's own message, as KerasTuner raises it
 
 
 # --------------------------------------------------------------------------- grid, resume, constructor
@@ -300,6 +320,9 @@ def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light(tmp_path
     tuner = tunekit_keras_tuner.RandomSearch(build_model, objective="val_loss", max_trials=2, directory=str(tmp_path))
     assert isinstance(tuner, real_keras_tuner.RandomSearch)
     assert [p.name for p in tuner.oracle.hyperparameters.space] == ["deep"]
+    # search() builds each other value of a discrete parameter once: what a branch declares is searched.
+    tuner._declare_branch_parameters()
+    assert [p.name for p in tuner.oracle.hyperparameters.space] == ["deep", "extra"]
     code = "import sys, tunekit; print('keras_tuner' in sys.modules, 'tensorflow' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.split() == ["False", "False"]

@@ -25,6 +25,7 @@ TRAINING_KEYS = (
     "scale_lr",
     "seed",
     "max_failures",
+    "max_consecutive_failures",
     "checkpoint_every_s",
     "keep",
     "executions",
@@ -53,6 +54,9 @@ class TrainingSpec:
     # How long a running trial may report nothing before it is ended and its worker killed:
     # seconds from its start or its last epoch, or "auto" (tunekit.driver.deadline.TrialDeadline).
     trial_timeout_s: float | Literal["auto"] = "auto"
+    # Trials in a row (as they end) that may fail before the search stops; None: no limit
+    # (KerasTuner's max_consecutive_failed_trials; tunekit.driver.guard).
+    max_consecutive_failures: int | None = None
 
 
 def parse_training(raw: object) -> TrainingSpec:
@@ -70,7 +74,14 @@ def parse_training(raw: object) -> TrainingSpec:
         keep=v.one_of(section.get("keep", "last"), "training.keep", KEEP_CHOICES),
         executions=v.integer(section.get("executions", 1), "training.executions", minimum=1),
         trial_timeout_s=_seconds_or_auto(section.get("trial_timeout_s", "auto"), "training.trial_timeout_s"),
+        max_consecutive_failures=_count_or_none(
+            section.get("max_consecutive_failures"), "training.max_consecutive_failures"
+        ),
     )
+
+
+def _count_or_none(value: object, path: str) -> int | None:
+    return None if value is None else v.integer(value, path, minimum=1)
 
 
 def _seconds_or_auto(value: object, path: str) -> float | Literal["auto"]:

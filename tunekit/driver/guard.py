@@ -16,6 +16,8 @@ from tunekit.layout import FAILURE_KEY, FAILURE_KIND_KEY, NO_SPACE_FAILURE
 # How many trials may fail with one identical error, before any succeeds, before the
 # search is stopped as hopeless (the error is in the trainable, not in the configs).
 REPEATED_FAILURE_LIMIT = 3
+# The spec's limit on failures in a row, which replaces that rule where it is set.
+CONSECUTIVE_RULE = "training.max_consecutive_failures"
 
 
 class FailureRules:
@@ -24,11 +26,19 @@ class FailureRules:
     A result carrying ``FAILURE_KEY`` stops its trial. The search stops on a fatal
     failure (``FAILURE_KIND_KEY == "fatal"``), or once ``REPEATED_FAILURE_LIMIT`` trials
     have failed with the same error (same ``failure_fingerprint``) before any trial
-    reported an epoch; ``abort_reason`` says which. Ray asks ``stop_all`` after each
-    result, so the search stops at that trial: trials still running end as stopped.
+    reported an epoch. Where ``consecutive_limit`` is set (``training.max_consecutive_failures``,
+    KerasTuner's ``max_consecutive_failed_trials``), it replaces that rule: the search stops once
+    so many trials in a row failed as they ended. ``abort_reason`` says why. Ray asks
+    ``stop_all`` after each result, so the search stops at that trial: trials still running end
+    as stopped.
     """
 
-    def __init__(self) -> None:
+    # Class defaults: a guard Ray saved before they existed has them too.
+    consecutive_limit: int | None = None
+    _in_a_row = 0  # the trials that failed since the last that ended otherwise
+
+    def __init__(self, consecutive_limit: int | None = None) -> None:
+        self.consecutive_limit = consecutive_limit
         self.abort_reason: str | None = None
         self.abort_trial: str | None = None  # the trial whose failure the reason follows, if one
         self._any_success = False
@@ -58,6 +68,7 @@ class FailureRules:
         if previous is not None:
             self._any_success = previous._any_success
             self._failed_trials = {key: set(trials) for key, trials in previous._failed_trials.items()}
+            self._in_a_row = previous._in_a_row
         self.abort_reason = None
         self.abort_trial = None
 
@@ -67,6 +78,15 @@ class FailureRules:
         result does. Ray asks ``stop_all`` at every step, so the search stops at the next."""
         if self.abort_reason is None:
             self.abort_reason = self._abort_reason(trial_id, reason, "")
+
+    def count_ending(self, trial_id: str, failed: bool, reason: str) -> None:
+        """A trial ended (completed, pruned or failed; not stopped by the search): a failure adds
+        to the failures in a row, any other end starts them again, as KerasTuner counts them."""
+        self._in_a_row = self._in_a_row + 1 if failed else 0
+        limit = self.consecutive_limit
+        if failed and limit is not None and self._in_a_row >= limit and self.abort_reason is None:
+            self.abort_trial = trial_id
+            self.abort_reason = f"made {self._in_a_row} failed trials in a row ({CONSECUTIVE_RULE}: {limit}): {reason}"
 
     def abort_message(self, number_of: Callable[[str], int | None]) -> str | None:
         """Why the search stopped, naming the trial as the console does: by number, then id."""
@@ -83,7 +103,7 @@ class FailureRules:
         if kind == "fatal":
             self.abort_trial = trial_id
             return f"failed with an error every trial would hit: {reason}"
-        if self._any_success:
+        if self._any_success or self.consecutive_limit is not None:
             return None
         trials = self._failed_trials.setdefault(failure_fingerprint(reason), set())
         trials.add(trial_id)

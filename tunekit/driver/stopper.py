@@ -21,5 +21,8 @@ class FailureGuard(FailureRules, Stopper, Listener):
     """
 
     def trial_ended(self, record: TrialRecord) -> None:
-        if record.status == TrialStatus.FAILED and record.reason:
+        failed = record.status == TrialStatus.FAILED
+        if failed and record.reason:
             self.worker_failed(record.trial_id, record.reason)
+        if failed or record.status in (TrialStatus.COMPLETED, TrialStatus.PRUNED):
+            self.count_ending(record.trial_id, failed, record.reason or "")

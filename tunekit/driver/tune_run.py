@@ -97,7 +97,7 @@ def _build_tuner(spec: ExperimentSpec, experiment_dir: Path, listeners: list[Any
     # asked the study for trials): those trials never ran, and never will.
     searcher.close_orphans()
     scheduler = build_scheduler(spec, experiment_dir, searcher.trial_number)
-    guard = FailureGuard()
+    guard = FailureGuard(spec.training.max_consecutive_failures)
     recorder = Recorder(spec, experiment_dir, searcher, scheduler, [*listeners, guard])
     tuner = tune.Tuner(
         _trainable(spec, experiment_dir),

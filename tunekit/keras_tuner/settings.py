@@ -87,7 +87,11 @@ def spec_for(
         "search": {"algorithm": algorithm, "seed": int(oracle.seed or 0)},
         "scheduler": scheduler,
         # KerasTuner scores a trial by its best epoch and restores that epoch's weights.
-        "training": {"seed": int(oracle.seed or 0), "keep": "best" if len(metrics) == 1 else "last"},
+        "training": {
+            "seed": int(oracle.seed or 0),
+            "keep": "best" if len(metrics) == 1 else "last",
+            "max_consecutive_failures": _positive_or_none(getattr(oracle, "max_consecutive_failed_trials", None)),
+        },
         "space": space_of(oracle),
     }
     if algorithm == "tpe" and getattr(oracle, "num_initial_points", None):
@@ -95,3 +99,8 @@ def spec_for(
     if storage is not None:
         spec["storage"] = {"path": storage}
     return _merged(spec, sections)
+
+
+def _positive_or_none(value: Any) -> int | None:
+    """KerasTuner's limit as the spec's: a number below 1 never stops its search (no limit)."""
+    return int(value) if value is not None and int(value) >= 1 else None

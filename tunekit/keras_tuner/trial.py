@@ -41,7 +41,11 @@ class TunerTrial:
     """``build_model`` of a KerasTuner search: runs the tuner's ``run_trial`` in the worker.
 
     Attributes:
-        tuner: the script's tuner (travels to the workers by Ray's serialisation).
+        tuner: the script's tuner. It travels to the workers pickled apart and is loaded in the
+            trial, after tunekit set up the worker's devices: a Keras object it holds (the
+            ``optimizer=`` of KerasTuner's compile overrides) starts TensorFlow as it is loaded,
+            and TensorFlow's threads can no longer be set after that. Its ``distribution_strategy``
+            is made again in the worker, of the same class.
         names: spec name → KerasTuner name of each parameter.
         args, kwargs: what ``search`` was given.
     """
@@ -49,13 +53,38 @@ class TunerTrial:
     runs_whole_trial = True
 
     def __init__(self, tuner: Any, names: Mapping[str, str], args: tuple[Any, ...], kwargs: Mapping[str, Any]):
-        self.tuner = tuner
+        from ray import cloudpickle
+
+        # A tf.distribute strategy cannot be pickled: each trial makes its own of the same class,
+        # over the devices Ray gave the trial's worker.
+        strategy = getattr(tuner, "distribution_strategy", None)
+        self._strategy = None if strategy is None else type(strategy)
+        tuner.distribution_strategy = None
+        try:
+            self._pickled_tuner = cloudpickle.dumps(tuner)
+        finally:
+            tuner.distribution_strategy = strategy
+        self._tuner: Any = tuner
+        self._shown = f"{type(tuner).__module__}.{type(tuner).__qualname__}"
         self.names = dict(names)
         self.args = args
         self.kwargs = dict(kwargs)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tuner": None}
+
+    @property
+    def tuner(self) -> Any:
+        if self._tuner is None:
+            from ray import cloudpickle
+
+            self._tuner = cloudpickle.loads(self._pickled_tuner)
+            if self._strategy is not None:
+                self._tuner.distribution_strategy = self._strategy()
+        return self._tuner
+
     def __repr__(self) -> str:  # spec.yaml's trainable line
-        return f"TunerTrial({type(self.tuner).__module__}.{type(self.tuner).__qualname__})"
+        return f"TunerTrial({self._shown})"
 
     def __call__(self, config: Mapping[str, Any], ctx: Any) -> Any:
         raise FatalTrialError("a KerasTuner search's trial runs whole (run_whole_trial), not build_model alone")
@@ -109,7 +138,7 @@ class TunerTrial:
 def trial_id(oracle: Any, ctx: Any) -> str:
     """KerasTuner's id for the trial: its number, zero-padded to the digits of ``max_trials``."""
     number = ctx.trial_number or 0
-    return f"{number:0{len(str(oracle.max_trials or 0))}d}"
+    return f"{number:0{len(str(oracle.max_trials))}d}"  # as KerasTuner's Oracle.create_trial pads it
 
 
 class TrialRun:

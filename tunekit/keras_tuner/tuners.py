@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import keras_tuner
 
-from tunekit.errors import SearchAborted, TunekitError
+from tunekit.driver.guard import CONSECUTIVE_RULE
+from tunekit.errors import NoResultError, SearchAborted, TunekitError
+from tunekit.hp import ENUMERATED_INT_VALUES, MAX_BUILDS
 from tunekit.hypermodel import DryModel, fit_function
 from tunekit.keras_tuner.data import saved
 from tunekit.keras_tuner.settings import SECTIONS, names_of, spec_for
@@ -66,10 +68,12 @@ class OnTunekit:
 
         Raises:
             keras_tuner.errors.FatalError: a trial raised one (the search ended there).
+            RuntimeError: ``max_consecutive_failed_trials`` trials in a row failed, as KerasTuner raises.
         """
         from tunekit.driver.runner import resume, run
 
         directory = self.experiment_dir
+        self._declare_branch_parameters()
         self._declare_fit_parameters(fit_args, fit_kwargs)
         epochs = fit_kwargs.get("epochs")
         spec = spec_for(self.oracle, self.project_name, epochs, self.sections, str(directory.parent))
@@ -99,9 +103,69 @@ class OnTunekit:
                     build_model=trial,
                 )
         except SearchAborted as aborted:
-            if FATAL_MARK in str(aborted):
-                raise keras_tuner.errors.FatalError(str(aborted).replace(FATAL_MARK, "")) from aborted
+            if FATAL_MARK in str(aborted):  # the trial's own message, as KerasTuner raises it; tunekit's is the cause
+                message = str(aborted).split(FATAL_MARK, 1)[1].removeprefix("FatalError: ")
+                raise keras_tuner.errors.FatalError(message) from aborted
+            if CONSECUTIVE_RULE in str(aborted):  # KerasTuner's oracle raises a RuntimeError with these words
+                limit = f"the limit of {self.oracle.max_consecutive_failed_trials}"
+                raise RuntimeError(f"Number of consecutive failures exceeded {limit}.\n{aborted}") from aborted
             raise
+        except NoResultError:
+            pass  # every trial failed: KerasTuner's search returns, its results_summary shows why
+        self._trials_to_oracle()
+
+    def _trials_to_oracle(self) -> None:
+        """The experiment's trials on the oracle as KerasTuner's (``oracle.trials``, ``end_order``,
+        ``get_best_trials``): named by number as KerasTuner names them, with their score; a pruned
+        or stopped trial is KerasTuner's STOPPED, a failed one FAILED with its reason."""
+        rows = sorted(self.results.trials.to_dict("records"), key=lambda row: int(row["number"]))
+        values = dict(self._best(len(rows), scored_only=False))
+        statuses = {"completed": "COMPLETED", "failed": "FAILED"}
+        self.oracle.trials.clear()
+        self.oracle.end_order = []
+        for row in rows:
+            failed = row["status"] == "failed"
+            trial = keras_tuner.engine.trial.Trial(
+                values[str(row["trial_id"])],
+                trial_id=_trial_id(self.oracle, int(row["number"])),
+                status=statuses.get(str(row["status"]), "STOPPED"),
+                message=str(row.get("reason")) if failed else None,
+            )
+            trial.score = float(row["final_metric"]) if _finite(row.get("final_metric")) else None
+            self.oracle.trials[trial.trial_id] = trial
+            self.oracle.end_order.append(trial.trial_id)
+
+    def _declare_branch_parameters(self) -> None:
+        """Builds once more for each other value of each discrete parameter (from the build that
+        declared it), so a parameter only some values declare (``units_2`` under ``num_layers=3``)
+        is searched from the first trial. KerasTuner's constructor builds the defaults only and
+        its oracle adds such parameters as trials declare them; tunekit proposes whole
+        configurations, so the space must hold them before. At most ``MAX_BUILDS`` builds, in
+        ``search`` (the constructor stays as cheap as KerasTuner's); a build that raises for a
+        value declares what it reached first, as in a trial."""
+        oracle = self.oracle
+        if not (oracle.allow_new_entries and oracle.tune_new_entries):
+            return  # new parameters keep their defaults (or fail the trial), as in KerasTuner
+        if type(self.hypermodel).__module__.startswith("keras_tuner.src.applications"):
+            return  # they declare every parameter in the first build (HyperResNet's branches took 15 s)
+        bases: dict[str, dict[str, Any]] = {item.name: {} for item in oracle.hyperparameters.space}
+        queue, builds = list(bases), 0
+        while queue and builds < MAX_BUILDS:
+            name = queue.pop(0)
+            declared = next(item for item in oracle.hyperparameters.space if item.name == name)
+            for value in _other_values(declared)[: MAX_BUILDS - builds]:
+                hp = oracle.get_space()
+                hp.values.update({**bases[name], name: value})
+                builds += 1
+                with contextlib.suppress(Exception):
+                    self.hypermodel.build(hp)
+                oracle.update_space(hp)
+                for item in oracle.hyperparameters.space:
+                    if item.name not in bases:  # found here: its own values are tried from these
+                        bases[item.name] = {key: hp.values[key] for key in (*bases[name], name)}
+                        queue.append(item.name)
+        if builds:
+            _drop_keras_graphs()
 
     def _declare_fit_parameters(self, fit_args: tuple[Any, ...], fit_kwargs: dict[str, Any]) -> None:
         """A HyperModel's own ``fit`` run once on a model that does not train, with ``search``'s
@@ -178,7 +242,9 @@ class OnTunekit:
         return models
 
     def results_summary(self, num_trials: int = 10) -> None:
-        """Prints the best trials as KerasTuner does, each with its tunekit status."""
+        """Prints the best trials as KerasTuner does: completed ones by score, then, when fewer
+        completed than ``num_trials``, the others (tunekit's status and reason in place of
+        KerasTuner's message)."""
         results = self.results
         lines = [
             "Results summary",
@@ -187,20 +253,29 @@ class OnTunekit:
             str(self.oracle.objective),
         ]
         rows = {str(row["trial_id"]): row for row in results.trials.to_dict("records")}
-        for trial_id, hp in self._best(num_trials):
+        for trial_id, hp in self._best(num_trials, scored_only=False):
             row = rows[trial_id]
-            lines += ["", f"Trial {_trial_id(self.oracle, int(row['number']))} summary ({row['status']})"]
-            lines.append("Hyperparameters:")
-            lines += [f"{name}: {value}" for name, value in hp.values.items()]
-            lines.append(f"Score: {row['final_metric']}")
+            lines += ["", f"Trial {_trial_id(self.oracle, int(row['number']))} summary", "Hyperparameters:"]
+            lines += [f"{name}: {value}" for name, value in hp.values.items()] or ["default configuration"]
+            if _finite(row.get("final_metric")):
+                lines.append(f"Score: {row['final_metric']}")
+            if row["status"] != "completed":
+                reason = row.get("reason")
+                lines.append(
+                    f"Status: {row['status']}" + (f" ({reason})" if isinstance(reason, str) and reason else "")
+                )
         print("\n".join(lines))
 
-    def _best(self, count: int) -> list[tuple[str, Any]]:
-        """(trial id, HyperParameters) of the best trials that scored, completed ones first, best first."""
+    def _best(self, count: int, *, scored_only: bool = True) -> list[tuple[str, Any]]:
+        """(trial id, HyperParameters) of the best trials, completed ones first, best first; those
+        without a score (failed) last, unless ``scored_only``."""
         names = names_of(self.oracle)
         sign = -1.0 if self.oracle.objective.direction == "max" else 1.0
-        scored = [row for row in self.results.trials.to_dict("records") if _finite(row.get("final_metric"))]
+        rows = self.results.trials.to_dict("records")
+        scored = [row for row in rows if _finite(row.get("final_metric"))]
         scored.sort(key=lambda row: (row.get("status") != "completed", sign * float(row["final_metric"])))
+        if not scored_only:
+            scored += sorted((row for row in rows if not _finite(row.get("final_metric"))), key=lambda r: r["number"])
         found = []
         for row in scored:
             hp = self.oracle.get_space()
@@ -213,6 +288,23 @@ class OnTunekit:
             if len(found) == count:
                 break
         return found
+
+
+def _other_values(declared: Any) -> list[Any]:
+    """A discrete parameter's values but its default (a ``Choice``, a ``Boolean``, an ``Int`` of at
+    most ``ENUMERATED_INT_VALUES`` values); none for any other."""
+    kind = type(declared).__name__
+    if kind == "Choice":
+        values = list(declared.values)
+    elif kind == "Boolean":
+        values = [False, True]
+    elif kind == "Int" and declared.sampling == "linear":
+        values = list(range(declared.min_value, declared.max_value + 1, declared.step or 1))
+        values = values if len(values) <= ENUMERATED_INT_VALUES else []
+    else:
+        return []
+    default = declared.default if declared.default is not None else values[0] if values else None
+    return [value for value in values if value != default]
 
 
 def _finite(value: Any) -> bool:
@@ -229,8 +321,9 @@ def _native(value: Any) -> Any:
 
 
 def _trial_id(oracle: Any, number: int) -> str:
-    """KerasTuner's name for trial ``number``: zero-padded to the digits of ``max_trials``."""
-    return f"{number:0{len(str(oracle.max_trials or 0))}d}"
+    """KerasTuner's name for trial ``number``: zero-padded to the length of ``str(max_trials)``
+    (four digits when it is None, as KerasTuner's Grid and Hyperband pad them)."""
+    return f"{number:0{len(str(oracle.max_trials))}d}"
 
 
 def _no_data(config: Any, ctx: Any) -> None:

@@ -253,13 +253,13 @@ class OptunaStudySearcher(Searcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """The next configuration, or ``Searcher.FINISHED``.
 
-        A TPE or random proposal equal to a configuration a Ray trial already ran is not
-        trained again: the study is told that trial's outcome for it (COMPLETE with its
-        value, PRUNED with its intermediate values, FAIL; FAIL when that trial still
-        runs), marked ``DUPLICATE_ATTR``, and asked again, up to
-        ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration is picked at
-        random, and when none is left the search ends with ``exhausted_reason`` set.
-        """
+        A TPE proposal equal to a configuration a Ray trial already ran is not trained again:
+        the study is told that trial's outcome for it (COMPLETE with its value, PRUNED with its
+        intermediate values, FAIL; FAIL when that trial still runs), marked ``DUPLICATE_ATTR``,
+        and asked again, up to ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration
+        is picked at random. A random search draws unseen ones only, after its warm starts (a
+        repeat told to the study takes a trial number; KerasTuner's never skip). When none is
+        left the search ends with ``exhausted_reason`` set."""
         if trial_id in self._numbers:  # Ray asks again for a trial it restores
             return None
         if self.exhausted_reason is not None or len(self._numbers) >= self._spec.budget.num_samples:
@@ -319,19 +319,19 @@ class OptunaStudySearcher(Searcher):
     # -------------------------------------------------------------- no repeated work
 
     def _ask_new(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
-        space = self._spec.space
-        for _ in range(MAX_REPEATED_PROPOSALS):
+        space, random_search = self._spec.space, self._spec.search.algorithm == "random"
+        drawn = random_search and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        for _ in range(0 if drawn else MAX_REPEATED_PROPOSALS):
             trial = self.study.ask()
             config = space.sample(trial)
-            earlier = self._runs().get(space.key(config))
-            if earlier is None:
+            if (earlier := self._runs().get(space.key(config))) is None:
                 return trial, config
             self._tell_repeat(trial, earlier)
-        point = self._unseen_configuration()
-        if point is None:
+        if (point := self._unseen_configuration()) is None:
             return None
         trial, config = self._ask_pinned(point)
-        trial.set_user_attr(UNSEEN_PICK_ATTR, True)
+        if not drawn:
+            trial.set_user_attr(UNSEEN_PICK_ATTR, True)
         return trial, config
 
     def _runs(self) -> dict[tuple[Any, ...], int]:

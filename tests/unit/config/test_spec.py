@@ -210,6 +210,16 @@ def test_defaults_are_filled_and_spec_is_frozen(monkeypatch: pytest.MonkeyPatch)
         spec.name = "other"  # type: ignore[misc]
 
 
+def test_failures_in_a_row_have_no_limit_unless_one_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    assert load_spec(base()).training.max_consecutive_failures is None
+    spec = load_spec(base(), ["training.max_consecutive_failures=3"])
+    assert spec.training.max_consecutive_failures == 3
+    assert load_spec(yaml.safe_load(spec.to_yaml())).training.max_consecutive_failures == 3
+    with pytest.raises(SpecError, match=r"training.max_consecutive_failures: must be an integer >= 1, got 0"):
+        load_spec(base(), ["training.max_consecutive_failures=0"])
+
+
 def test_int_bounds_are_inclusive_and_conditionals_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     raw = base()

@@ -154,3 +154,31 @@ def test_a_resume_without_the_saved_guard_counts_from_nothing() -> None:
     for index in range(REPEATED_FAILURE_LIMIT - 1):
         guard(f"t{index}", failed("OSError: a"))
     assert guard.stop_all() is False
+
+
+def test_a_limit_on_failures_in_a_row_stops_the_search_at_the_trial_that_reaches_it() -> None:
+    # KerasTuner's max_consecutive_failed_trials: counted as trials end, reset by any other end.
+    guard = FailureRules(consecutive_limit=2)
+    guard.count_ending("t0", True, "ValueError: too big")
+    guard.count_ending("t1", False, "")  # completed or pruned: the count starts again
+    guard.count_ending("t2", True, "ValueError: too big")
+    assert guard.stop_all() is False
+    guard.count_ending("t3", True, "FailedTrialError: too small")
+    assert guard.stop_all() is True
+    assert guard.abort_message({"t3": 3}.get) == (
+        "trial 3 (t3) made 2 failed trials in a row (training.max_consecutive_failures: 2): FailedTrialError: too small"
+    )
+
+
+def test_a_limit_on_failures_in_a_row_replaces_the_same_error_rule() -> None:
+    guard = FailureRules(consecutive_limit=REPEATED_FAILURE_LIMIT + 2)
+    for index in range(REPEATED_FAILURE_LIMIT + 1):
+        assert guard(f"t{index}", failed("ValueError: shapes differ")) is True  # the trial stops
+        guard.count_ending(f"t{index}", True, "ValueError: shapes differ")
+    assert guard.stop_all() is False  # 4 the same, under a limit of 5: KerasTuner goes on too
+    guard.count_ending("t9", True, "ValueError: shapes differ")
+    assert guard.stop_all() is True
+    resumed = FailureRules(consecutive_limit=REPEATED_FAILURE_LIMIT + 2)
+    resumed.resumed(guard)  # the count goes on in a resumed search
+    resumed.count_ending("t10", True, "ValueError: shapes differ")
+    assert resumed.stop_all() is True

@@ -255,6 +255,26 @@ def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(
     )
 
 
+def test_a_random_search_draws_unseen_configurations_and_its_numbers_skip_none(tmp_path: Path) -> None:
+    """As KerasTuner's RandomSearch: a repeat is drawn again, not told to the study, so the
+    study's numbers (trials.csv's, MLflow's, a KerasTuner script's trial ids) are 0..N-1."""
+    spec = make_spec(SMALL, algorithm="random", num_samples=6)
+    searcher = in_memory(spec, tmp_path)
+    configs = []
+    for i in range(6):
+        config = searcher.suggest(f"t{i}")
+        assert isinstance(config, dict)
+        configs.append((config["a"], config["b"]))
+        train(searcher, f"t{i}", [0.1 * i, 0.1 * i])
+    assert len(set(configs)) == 6  # the whole space, once each
+    assert [searcher.trial_number(f"t{i}") for i in range(6)] == list(range(6))
+    assert len(searcher.study.trials) == 6 and searcher.skipped_repeats == 0
+    assert not any(UNSEEN_PICK_ATTR in t.user_attrs for t in searcher.study.trials)
+    assert searcher.suggest("t6") == Searcher.FINISHED
+    again = in_memory(spec, tmp_path / "again")  # the same seed draws the same configurations
+    assert [tuple(again.suggest(f"t{i}").values()) for i in range(6)] == configs  # type: ignore[union-attr]
+
+
 def test_continuous_spaces_are_not_held_back(tmp_path: Path) -> None:
     spec = make_spec(
         {"rate": {"type": "uniform", "low": 0.0, "high": 1.0}},
