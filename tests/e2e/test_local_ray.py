@@ -2,7 +2,7 @@
 environment had Ray start two more), and tunekit prestarts, for Ray Tune's trial actors, as many
 workers as the search runs trials at once, each with TensorFlow imported as it started and its
 runtime still unread (each trial configures its devices), and the objects of those imports frozen.
-A dashboard process it does not start."""
+Ray's dashboard, autoscaler monitor and log monitor it does not start."""
 
 from __future__ import annotations
 
@@ -68,8 +68,10 @@ def test_the_first_trials_run_in_workers_tunekit_prestarted_with_tensorflow_impo
     assert len(idle) == 2 and {pid for pid, *_ in looks} == idle, (looks, idle)
     # TensorFlow imported, its runtime (threads, devices) still for the trial to configure
     assert [look[1:] for look in looks] == [("2", "0", True, True, True, True)] * 2
-    # no dashboard process: Ray would start one with the dashboard off and wait for it (compat.ray_node)
-    assert not [line for line in ray_processes if "dashboard/dashboard.py" in line], ray_processes
+    # no daemon tunekit has no use for: Ray would start the dashboard even off, and wait for it (compat.ray_node)
+    daemons = ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "_private/log_monitor.py")
+    assert not [line for line in ray_processes if any(daemon in line for daemon in daemons)], ray_processes
+    assert [line for line in ray_processes if "raylet/raylet" in line], ray_processes  # the node itself
     assert idle_after == set()  # no worker beyond the trials': not one per CPU
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # the driver's own environment is as it was
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat.ray_node import no_dashboard_process
+from tunekit.compat.ray_node import lean_local_node
 from tunekit.compat.ray_tune import (
     notebook_output_kept,
     ray_leaves_sigterm_alone,
@@ -305,7 +305,7 @@ def _init(ray: Any, address: str | None, options: dict[str, Any]) -> None:
             # against 0.3 s, and two more Python processes importing Ray on the search's cores.
             # Each of its workers imports TensorFlow as it starts (tunekit.worker.preload), and
             # tunekit starts as many as its trials need (_prestart_warm_workers), not Ray one per CPU.
-            with _environment(options["runtime_env"]["env_vars"]), no_dashboard_process():
+            with _environment(options["runtime_env"]["env_vars"]), lean_local_node():
                 ray.init(
                     address="local",
                     _system_config={"preload_python_modules": [PRELOAD_MODULE], **NO_PRESTART_AT_FIRST_DRIVER},
