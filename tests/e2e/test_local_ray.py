@@ -1,7 +1,8 @@
 """The local Ray tunekit starts: its workers' environment comes from the raylet (a job runtime
 environment had Ray start two more), and tunekit prestarts, for Ray Tune's trial actors, as many
 workers as the search runs trials at once, each with TensorFlow imported as it started and its
-runtime still unread (each trial configures its devices)."""
+runtime still unread (each trial configures its devices), and the objects of those imports frozen.
+Ray's dashboard, autoscaler monitor and log monitor it does not start."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import ray
 
@@ -24,7 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 class _Probe:
     """Stands for a trial's actor: created with the runtime environment Ray Tune gives them."""
 
-    def look(self) -> tuple[int, str | None, str | None, bool, bool, bool]:
+    def look(self) -> tuple[int, str | None, str | None, bool, bool, bool, bool]:
+        import gc
+
         tensorflow_runtime_started = None
         if "tensorflow" in sys.modules:
             from tensorflow.python.eager import context
@@ -37,6 +41,8 @@ class _Probe:
             (os.getcwd() in sys.path),
             "tunekit.worker.preload" in sys.modules and "tensorflow" in sys.modules,
             tensorflow_runtime_started is False,
+            # the imports' objects frozen, out of the collector's sight, and the collector on again
+            gc.isenabled() and gc.get_freeze_count() > 100_000,
         )
 
 
@@ -56,10 +62,25 @@ def test_the_first_trials_run_in_workers_tunekit_prestarted_with_tensorflow_impo
             looks = ray.get([probe.look.remote() for probe in probes])
             time.sleep(1)
             idle_after = idle_local_workers()
+            ray_processes = _command_lines(psutil.Process().children(recursive=True))
     finally:
         session.shutdown()
     assert len(idle) == 2 and {pid for pid, *_ in looks} == idle, (looks, idle)
     # TensorFlow imported, its runtime (threads, devices) still for the trial to configure
-    assert [look[1:] for look in looks] == [("2", "0", True, True, True)] * 2
+    assert [look[1:] for look in looks] == [("2", "0", True, True, True, True)] * 2
+    # no daemon tunekit has no use for: Ray would start the dashboard even off, and wait for it (compat.ray_node)
+    daemons = ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "_private/log_monitor.py")
+    assert not [line for line in ray_processes if any(daemon in line for daemon in daemons)], ray_processes
+    assert [line for line in ray_processes if "raylet/raylet" in line], ray_processes  # the node itself
     assert idle_after == set()  # no worker beyond the trials': not one per CPU
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # the driver's own environment is as it was
+
+
+def _command_lines(processes: list[psutil.Process]) -> list[str]:
+    lines = []
+    for process in processes:
+        try:
+            lines.append(" ".join(process.cmdline()))
+        except psutil.Error:  # it ended meanwhile
+            continue
+    return lines

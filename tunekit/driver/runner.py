@@ -57,8 +57,6 @@ from tunekit.driver.session import (
     wait_for_warm_workers,
 )
 from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
-from tunekit.driver.study_catch_up import caught_up
-from tunekit.driver.tune_run import tuner_for
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
 from tunekit.journal import JournalSealer
 from tunekit.layout import (
@@ -280,6 +278,8 @@ def _resume(
     for mended in check_resumable(directory):
         if stream is not None:
             stream.write(f"tunekit: {mended}\n")
+    from tunekit.driver.study_catch_up import caught_up
+
     caught_up(directory, spec, stream)  # a study behind its tables takes their endings: before anything reads it
     rows = table_rows(directory / TRIALS_FILE)
     if not grown and search_complete(directory, spec.name, spec.budget.num_samples, rows):
@@ -321,6 +321,12 @@ def _resume(
     return _closed(directory, stream, python_trainable)
 
 
+# What _fit imports once Ray is up: imported while Ray starts (session.ray_session), not before
+# it, where Ray Tune's, Optuna's and pandas's imports (0.7 s of CPU, quiet) delayed Ray's start and
+# so the first trials' workers.
+AFTER_RAY_STARTS = ("ray.tune", "tunekit.driver.tune_run", "tunekit.driver.recorder", "tunekit.search.history")
+
+
 def _fit(
     spec: ExperimentSpec,
     experiment_dir: Path,
@@ -330,7 +336,6 @@ def _fit(
     restore: bool,
 ) -> None:
     from tunekit.driver.progress import ConsoleProgress
-    from tunekit.search.history import HistorySummary
 
     session_began = time.time()  # the active clock's session starts here, with the console's
     console = ConsoleProgress(spec, stream) if stream else None
@@ -342,8 +347,9 @@ def _fit(
     discard = None if restore else experiment_dir
     with (
         StopSignals(experiment_dir, kill_owned_local_ray, discard=discard) as signals,
+        ray_session(target.address, spec, console, signals, experiment_dir / DRIVER_LOG_FILE, AFTER_RAY_STARTS),
+        # After Ray's start: it imports Ray Tune (in the background, with AFTER_RAY_STARTS).
         driver_env(),
-        ray_session(target.address, spec, console, signals, experiment_dir / DRIVER_LOG_FILE),
     ):
         # A session that cannot place a trial ran nowhere: cluster.json keeps the last one's.
         check_cluster_fits(spec, experiment_dir)
@@ -358,6 +364,8 @@ def _fit(
         if console:
             console.phase("preparing the study and the Tuner")
         from tunekit.driver.guard import FailureRules
+        from tunekit.driver.tune_run import tuner_for
+        from tunekit.search.history import HistorySummary
 
         tuner, recorder, guard = tuner_for(spec, experiment_dir, console, restore=restore)
         recorder.session_began = session_began

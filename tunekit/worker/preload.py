@@ -23,6 +23,7 @@ import os
 import time
 from pathlib import Path
 
+from tunekit.worker.lasting import lasting_imports
 from tunekit.worker.profile import PROFILE_DIR_ENV
 
 STARTED = time.time()
@@ -41,18 +42,11 @@ def _import_for_trials() -> None:
     import tunekit.worker.trial  # noqa: F401
 
 
-def _freeze_imported_objects() -> None:
-    # The ~420,000 objects TensorFlow's and Keras's imports made, out of the collector's sight
-    # (as the trial does once per worker: tunekit.worker.trial._freeze_imported_objects), so that
-    # the full collection it makes first walks only what came after, not all of them.
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
-_import_for_trials()
-_freeze_imported_objects()
+# Without the collector, and then out of its sight (as the trial does once per worker:
+# tunekit.worker.trial._freeze_imported_objects), so that the full collection the trial then
+# makes walks only what came after, not the ~420,000 objects the imports made.
+with lasting_imports():
+    _import_for_trials()
 ENDED = time.time()
 
 

@@ -7,7 +7,9 @@ the top of tunekit.worker.trial, which the driver loads to hand Ray the trial fu
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 
 DRIVER_MODULES = (
     "tunekit.driver.runner",
@@ -25,3 +27,29 @@ DRIVER_MODULES = (
 def test_the_driver_s_modules_import_no_tensorflow_or_keras(imported_after: Callable[[str], list[str]]) -> None:
     heavy = imported_after(f"import {', '.join(DRIVER_MODULES)}")
     assert "tensorflow" not in heavy and "keras" not in heavy, heavy
+
+
+def test_a_search_starts_ray_before_it_imports_ray_tune_optuna_or_pandas(
+    imported_after: Callable[[str], list[str]],
+) -> None:
+    # Everything `tunekit run` imports before ray.init (its session imports Ray itself): Ray Tune,
+    # Optuna and pandas come while Ray starts (runner.AFTER_RAY_STARTS), not before it.
+    heavy = imported_after("import tunekit.cli, tunekit.driver.runner, tunekit.driver.progress, tunekit.driver.session")
+    assert heavy == [], heavy
+
+
+def test_what_a_search_imports_while_ray_starts_names_modules_that_exist() -> None:
+    from tunekit.driver.runner import AFTER_RAY_STARTS
+
+    # The background import suppresses a failure (the later import raises it): a typo would go
+    # unseen. Found on disk, not imported: a unit test imports no Ray.
+    assert [name for name in AFTER_RAY_STARTS if not _module_file(name)] == []
+
+
+def _module_file(name: str) -> bool:
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        return False
+    path = Path(spec.origin).parent.joinpath(*rest)
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
