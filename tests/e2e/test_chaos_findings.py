@@ -1,0 +1,133 @@
+"""The fault explorer's findings (issue 50), each a named regression test of the fault it found.
+
+Each reproduces the history's fault where it lands, without Ray where Ray plays no part in it:
+a small driver process (``python -c``) does what the driver did at the fault's moment, with
+stand-ins for Ray's processes named as Ray names them. ``python -m benchmarks.chaos --replay
+SEED`` replays the whole history; its timing depends on the machine, so these tests pin the fault.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tunekit.errors import EXIT_LEASE_LOST
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _driver(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run as a driver process of its own, with this checkout's tunekit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# Seed 545445: a driver paused in its start-up (inside ray.init) and taken over from another host
+# said the lost-lease line, then exited 1: killing its local Ray before its own exit let Ray's
+# client in the driver see its raylet die and end the process first ("Failed to get the system
+# config from raylet because it is dead"). A stand-in client here ends the process with status 1
+# once its stand-in raylet's pipe closes, as Ray's does from its own thread.
+LOST_LEASE_IN_START_UP = """
+    import os, subprocess, threading, time
+    from tunekit.driver.signals import _exit_lease_lost
+    from tunekit.errors import LeaseLostError
+
+    quiet = {"stdin": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    raylet = subprocess.Popen(["bash", "-c", "exec -a ray::raylet sleep 60"], stdout=subprocess.PIPE, **quiet)
+    workers = [
+        subprocess.Popen(["bash", "-c", "exec -a ray::IDLE sleep 60"], stdout=subprocess.DEVNULL, **quiet)
+        for _ in range(4)
+    ]
+
+    def ray_client():
+        raylet.stdout.read()
+        os._exit(1)
+
+    threading.Thread(target=ray_client, daemon=True).start()
+    time.sleep(0.3)
+    print(raylet.pid, *[w.pid for w in workers], flush=True)
+    _exit_lease_lost(LeaseLostError("results/x: this driver lost the experiment's lease: ..."))
+"""
+
+
+def test_a_lease_lost_during_start_up_exits_3_with_its_line_and_its_ray_killed_after() -> None:
+    for _ in range(3):  # a race the old order lost every time: no luck either way
+        done = _driver(LOST_LEASE_IN_START_UP)
+        assert done.returncode == EXIT_LEASE_LOST, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            "tunekit: error: results/x: this driver lost the experiment's lease: ..."
+        ]
+        pids = [int(pid) for pid in done.stdout.split()]
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(pid) for pid in pids), "the stand-ins for Ray's processes outlived the driver"
+
+
+# Seed 219569: SIGTERM after the last trial ended, before the summary: the driver died by the
+# signal's default action (-15, no line). A signal after fit, during the closing writes, was taken
+# for a start-up one: the command exited at once and removed the new search's directory.
+SIGNAL_WHILE_CLOSING = """
+    import os, signal, sys, time
+    from pathlib import Path
+    import tunekit.cli
+    from tunekit.driver.signals import StopSignals, exit_at_once_in_start_up
+
+    experiment, moment = Path(sys.argv[1]), sys.argv[2]
+
+    def search(args):  # `tunekit run`'s handler, to the end of a search whose trials all ended
+        experiment.mkdir()
+        with exit_at_once_in_start_up():
+            with StopSignals(experiment, discard=experiment) as signals:  # a new search's, as run's
+                with signals.fitting():
+                    (experiment / "trials.csv").write_text("every trial ended\\n")  # fit returned by itself
+                if moment == "closing writes":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.2)
+                    (experiment / "study.seal.json").write_text("{}")  # the closing writes go on
+            if moment == "closing lines":
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                print("the summary", flush=True)
+        return 0
+
+    tunekit.cli._run = search
+    sys.exit(tunekit.cli.main(["run", "spec.yaml"]))
+"""
+
+
+@pytest.mark.parametrize("moment", ["closing writes", "closing lines"])
+def test_sigterm_after_the_last_trial_ended_says_its_line_exits_143_and_keeps_the_records(
+    tmp_path: Path, moment: str
+) -> None:
+    experiment = tmp_path / "chaos"
+    done = _driver(SIGNAL_WHILE_CLOSING, str(experiment), moment)
+    assert done.returncode == 128 + signal.SIGTERM, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines() == [
+        f"tunekit: interrupted by SIGTERM; `tunekit resume {experiment}` continues the search"
+    ]
+    assert (experiment / "trials.csv").is_file()
+    if moment == "closing writes":
+        assert (experiment / "study.seal.json").is_file()
