@@ -8,6 +8,7 @@ SEED`` replays the whole history; its timing depends on the machine, so these te
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -131,3 +132,33 @@ def test_sigterm_after_the_last_trial_ended_says_its_line_exits_143_and_keeps_th
     assert (experiment / "trials.csv").is_file()
     if moment == "closing writes":
         assert (experiment / "study.seal.json").is_file()
+
+
+# Seed 940928: SIGKILL, a resume under `faketime -f -5m`, ended by a full store, then a resume:
+# the skewed session named its saves 5 minutes before the first driver's, Ray restored the
+# greatest name, and the last resume recorded the two trials the skewed session held as stopped
+# and ran two new ones. The resume now renames the save written last to sort last.
+def test_a_resume_continues_from_ray_s_last_save_though_a_clock_behind_named_it_earlier(tmp_path: Path) -> None:
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    from tunekit.compat.ray_saved_state import SAVE_FILES, name_the_last_save_newest
+
+    first, skewed = "2026-12-07_13-52-40", "2026-12-07_13-47-54"  # as in the history
+    for age, session in ((60, first), (0, skewed)):
+        for template in SAVE_FILES:
+            path = tmp_path / template.format(session)
+            path.write_text(json.dumps({"session": session}) if path.suffix == ".json" else "")
+            os.utime(path, (time.time() - age, time.time() - age))
+
+    said = name_the_last_save_newest(tmp_path)  # what the resume does first (check_resumable), and says
+
+    assert said == (
+        f"Ray's last save (experiment_state-{skewed}.json) was named before experiment_state-{first}.json by a "
+        "clock that ran behind: renamed to session 2026-12-07_13-52-41, so that this resume continues from it"
+    )
+    newest = _find_newest_experiment_checkpoint(str(tmp_path))
+    assert newest is not None and json.loads(Path(newest).read_text()) == {"session": skewed}
+    assert sorted(p.name for p in tmp_path.glob("*-2026-12-07_13-52-41.*")) == sorted(
+        template.format("2026-12-07_13-52-41") for template in SAVE_FILES
+    )
+    assert name_the_last_save_newest(tmp_path) is None  # once in order, nothing more to do
