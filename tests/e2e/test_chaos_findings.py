@@ -162,3 +162,50 @@ def test_a_resume_continues_from_ray_s_last_save_though_a_clock_behind_named_it_
         template.format("2026-12-07_13-52-41") for template in SAVE_FILES
     )
     assert name_the_last_save_newest(tmp_path) is None  # once in order, nothing more to do
+
+
+# Seeds 474354 and 907796 (`--kinds store-read-only,sigkill --seed 11`): the store turned
+# read-only under a running search; Ray's checkpoint upload in the worker raised pyarrow's
+# `[Errno 30] Cannot create directory`, the trials were recorded failed for it (and the resume
+# kept them failed), and Ray's tracebacks of its state it could not save reached the console.
+
+
+def test_a_read_only_store_under_a_trial_ends_the_search_in_one_line_with_no_trial_failed(tmp_path: Path) -> None:
+    import logging
+
+    from tunekit.driver.guard import FailureRules
+    from tunekit.driver.signals import _TrialTracebackFilter
+    from tunekit.errors import StorageError
+    from tunekit.layout import FAILURE_KEY, FAILURE_KIND_KEY
+    from tunekit.worker.trial import _records_refused
+
+    experiment = tmp_path / "chaos"
+    refused = OSError(30, f"Cannot create directory '{experiment}/cb350004/checkpoint_000002'. Detail: [errno 30]")
+    line = _records_refused(refused, str(experiment), experiment / "cb350004")
+    assert line == (
+        f"storage {experiment / 'cb350004'}: read-only; fix: make it writable (remount it read-write), "
+        "then run the command again"
+    )
+    # The trial's own error stays the trial's: a data file it may not read, elsewhere.
+    assert (
+        _records_refused(PermissionError(13, "Permission denied", "/data/x.npz"), str(experiment), experiment) is None
+    )
+
+    rules = FailureRules()
+    with pytest.raises(StorageError, match=r"^trial cb350004: storage .*: read-only; fix: "):
+        rules("cb350004", {FAILURE_KEY: line, FAILURE_KIND_KEY: "storage"})
+    assert not rules.stop_all()  # no verdict on the trial: the search's end holds it for the resume
+
+    try:
+        raise OSError(30, "Read-only file system", str(experiment / "callback-states-x.pkl.partial"))
+    except OSError:
+        record = logging.LogRecord(
+            "ray.tune.execution.experiment_state",
+            logging.ERROR,
+            "",
+            0,
+            "Saving experiment state",
+            None,
+            sys.exc_info(),
+        )
+    assert not _TrialTracebackFilter().filter(record)

@@ -41,12 +41,14 @@ class _TrialTracebackFilter(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tunekit.storage_faults import is_transient
+        from tunekit.storage_faults import is_permanent, is_transient
 
-        # Ray's own tracebacks of a storage outage (a checkpoint it could not rotate away, its
-        # state it could not save): tunekit says the outage once as it starts and once as it ends.
+        # Ray's own tracebacks of a storage fault (a checkpoint it could not rotate away, its
+        # state it could not save): tunekit says an outage once as it starts and once as it ends,
+        # and a read-only or full store in the one line the search ends with.
         raised = record.exc_info[1] if record.exc_info else None
-        return not (str(record.msg).startswith(self.DROPPED) or (raised is not None and is_transient(raised)))
+        storage = raised is not None and (is_transient(raised) or is_permanent(raised))
+        return not (str(record.msg).startswith(self.DROPPED) or storage)
 
 
 @contextlib.contextmanager
