@@ -168,8 +168,6 @@ def test_a_resume_continues_from_ray_s_last_save_though_a_clock_behind_named_it_
 # read-only under a running search; Ray's checkpoint upload in the worker raised pyarrow's
 # `[Errno 30] Cannot create directory`, the trials were recorded failed for it (and the resume
 # kept them failed), and Ray's tracebacks of its state it could not save reached the console.
-
-
 def test_a_read_only_store_under_a_trial_ends_the_search_in_one_line_with_no_trial_failed(tmp_path: Path) -> None:
     import logging
 
