@@ -49,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     status = _handled(args)
+    if args.command in ENDS_WITH_ITS_SEARCH:
+        from tunekit.driver.signals import signalled_while_closing
+
+        status = signalled_while_closing(status)
     if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
         from tunekit.driver.ending import end_command
 

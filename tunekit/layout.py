@@ -143,6 +143,9 @@ FAILURE_KIND_KEY = "tunekit_failure_kind"  # "fatal" stops the search, "trial" d
 # The kind of a trial whose storage filled up: no failure of the trial's, the search ends
 # with the storage's error and a resume continues the trial (tunekit.driver.guard).
 NO_SPACE_FAILURE = "no_space"
+# The kind of a trial whose own records' storage refused a write for good (read-only, no
+# permission): no failure of the trial's either, the search ends with the storage's line.
+STORAGE_FAILURE = "storage"
 INFO_KEY = "tunekit"  # bookkeeping, never a metric: metric names, devices, resume point
 # In INFO_KEY: set on the last epoch's report when the model's own callbacks ended
 # training (EarlyStopping, anything setting ``model.stop_training``).

@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks import common
 from benchmarks.chaos import faults, invariants
+from benchmarks.chaos.bucket import OUTAGE_S, BucketStorage
 from benchmarks.chaos.history import (
     NAME,
     SEARCH,
@@ -36,7 +37,8 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
     off = faults.enabled()
     on = [name for name in (kinds or faults.KINDS) if name not in off]
     tmpfs = {name for name in on if faults.KINDS[name].tmpfs}
-    planned = plan(seed, on, tmpfs)
+    bucket = frozenset(name for name in on if faults.KINDS[name].bucket)
+    planned = plan(seed, on, tmpfs, bucket, frozenset(name for name in on if faults.KINDS[name].folder))
     root = workdir / f"history-{seed}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -49,9 +51,13 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
                 ["mount", "-t", "tmpfs", "-o", f"size={faults.TMPFS_SIZE}", "tmpfs", str(history.storage)], check=True
             )
             history.mounted = True
-        sets = cli_sets([*SEARCH, f"tracking.uri=sqlite:///{history.mlflow_db}"])
+        extra = []
+        if any(f.kind in bucket for f in planned):
+            history.bucket = BucketStorage.serve(root, seed)
+            extra = [f"storage.outage_s={OUTAGE_S}"]
+        sets = cli_sets([*SEARCH, f"tracking.uri=sqlite:///{history.mlflow_db}", *extra])
         spec = str(common.DIGITS_SPEC)
-        history.current = history.start(["run", spec, "--storage", str(history.storage), "--name", NAME, *sets], "run")
+        history.current = history.start(["run", spec, "--storage", history.where, "--name", NAME, *sets], "run")
         for fault in planned:
             if not wait_for(history, fault.moment):
                 history.say(f"{fault.kind}: the search completed before its moment; not injected")
@@ -83,10 +89,11 @@ def _final_checks(history: History) -> None:
     for driver in history.drivers:
         check_exit(history, driver)
     logs = [d.log for d in history.drivers if not d.what.startswith("check")]
+    history.pull()
     disagreements, outcome = invariants.violations(history.experiment, history.mlflow_db, logs)
     for problem in disagreements + outcome:
         history.violate(problem)
-    checked = history.run_once(["check", str(history.experiment)], "check at the end")
+    checked = history.run_once(["check", history.target], "check at the end")
     if (checked.status() == 0) != (not disagreements):
         said = checked.log.read_text(errors="replace").strip()[-500:]
         history.violate(

@@ -14,6 +14,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ class FaultKind:
     what: str
     inject: Callable[[History], None] | None
     tmpfs: bool = False  # the experiment must live on a tmpfs this explorer mounts (root only)
+    bucket: bool = False  # the experiment must live in a bucket behind a proxy (benchmarks.chaos.bucket)
+    folder: bool = False  # it reads or changes the experiment's files in place: not with a bucket's
     waiting_for: str = ""  # why it is off: the tunekit support it needs, not on this branch yet
 
 
@@ -85,7 +88,7 @@ def pause_and_takeover(history: History) -> None:
     holds = f'"pid": {paused.process.pid},' in _text(history.experiment / "driver.lease")
     history.say(f"SIGSTOP to the driver (holding its lease: {holds}); `tunekit resume` from host chaos-h2")
     taker = history.start(
-        ["resume", str(history.experiment)],
+        ["resume", history.target],
         "resume as chaos-h2",
         host="chaos-h2",
         env={"TUNEKIT_LEASE_STALE_S": STALE_S},
@@ -131,7 +134,7 @@ def second_driver(history: History, host: str | None) -> None:
     first = history.current
     assert first is not None
     where = f"from host {host}" if host else "on the same host"
-    second = history.run_once(["resume", str(history.experiment)], f"second driver {where}", host=host)
+    second = history.run_once(["resume", history.target], f"second driver {where}", host=host)
     text = second.log.read_text(errors="replace").strip()
     if first.status() is not None:
         history.say(f"the first driver ended meanwhile (exit {first.status()}): the second's answer is no verdict")
@@ -208,6 +211,42 @@ def _until_it_ends_then(history: History, fix: list[str], fixed: str) -> None:
     history.say(f"the store is {fixed} (driver exit {driver.status()})")
 
 
+def storage_outage(history: History) -> None:
+    """The S3 API unreachable (its loopback proxy stopped): for a few seconds, which the search
+    waits through, or until the driver ends, past ``storage.outage_s``, in one line, resumable.
+    No trial may fail for it (the invariants at the end)."""
+    driver, bucket = history.current, history.bucket
+    assert driver is not None and bucket is not None
+    past = history.rng.random() < 0.5
+    seconds = history.rng.uniform(2.0, 6.0)
+    bucket.proxy.stop()
+    history.say(f"the S3 API unreachable ({'past storage.outage_s' if past else f'for {seconds:.1f} s'})")
+    if not past:
+        time.sleep(seconds)
+        bucket.proxy.start()
+        history.say("the S3 API reachable again")
+        if driver.status() not in (None, 0):
+            history.violate(f"a {seconds:.1f} s outage, within the bound, ended the driver: exit {driver.status()}")
+        return
+    try:
+        driver.process.wait(timeout=bucket_outage_wait_s())
+    except subprocess.TimeoutExpired:
+        history.violate(f"the driver still ran {bucket_outage_wait_s():.0f} s into an outage past storage.outage_s")
+        kill_group(driver)
+    bucket.proxy.start()
+    said = [line for line in driver.log.read_text(errors="replace").splitlines() if line.startswith("tunekit: error:")]
+    history.say(f"the S3 API reachable again (driver exit {driver.status()})")
+    if driver.status() != 0 and (driver.status() != 1 or not said or "unreachable" not in said[-1]):
+        history.violate(f"an outage past the bound: exit {driver.status()}, said {said[-1:]}, not the outage's line")
+
+
+def bucket_outage_wait_s() -> float:
+    """How long a driver may take to end in an outage past its bound: the bound, then a retry round."""
+    from benchmarks.chaos.bucket import OUTAGE_S
+
+    return OUTAGE_S + 90.0
+
+
 # -------------------------------------------------------------------- damage while stopped
 
 DAMAGE_OPS = ("cut", "flip", "insert")
@@ -230,7 +269,7 @@ def damage(history: History, pick: Callable[[Path, random.Random], Path | None],
     target.write_bytes(damaged_bytes(whole, op, history.rng))
     history.restore = (target, copy)
     history.say(f"{op} in {target.relative_to(history.experiment)} ({len(whole)} bytes) while stopped")
-    checked = history.run_once(["check", str(history.experiment)], f"check after {op}")
+    checked = history.run_once(["check", history.target], f"check after {op}")
     said = checked.log.read_text(errors="replace")
     history.say(f"`tunekit check` exit {checked.status()}; names the file: {target.name in said}")
     # A journal cut can look like a torn last line, which resume repairs; every other damage is knowable.
@@ -315,11 +354,14 @@ KINDS: dict[str, FaultKind] = {
         FaultKind("sigint", "SIGINT of the driver", sigint),
         FaultKind("pause-short", "SIGSTOP of the driver for 1-4 s, then SIGCONT", pause_short),
         FaultKind(
-            "pause-takeover", "SIGSTOP past the stale window, resume from host chaos-h2, SIGCONT", pause_and_takeover
+            "pause-takeover",
+            "SIGSTOP past the stale window, resume from host chaos-h2, SIGCONT",
+            pause_and_takeover,
+            folder=True,
         ),
         FaultKind("second-same-host", "`tunekit resume` while the driver runs, same host", second_same_host),
         FaultKind("second-other-host", "`tunekit resume` while the driver runs, from host chaos-h3", second_other_host),
-        FaultKind("lease-deleted", "driver.lease deleted under the running driver", lease_deleted),
+        FaultKind("lease-deleted", "driver.lease deleted under the running driver", lease_deleted, folder=True),
         FaultKind("clock-ahead", "SIGKILL, then the resume under `faketime -f +5m`", clock_ahead),
         FaultKind("clock-behind", "SIGKILL, then the resume under `faketime -f -5m`", clock_behind),
         FaultKind("worker-kill", "SIGKILL of a Ray worker running a trial", worker_kill),
@@ -331,35 +373,48 @@ KINDS: dict[str, FaultKind] = {
             "damage-journal",
             "SIGKILL, then study.journal damaged",
             _damage_kind("study.journal", _named("study.journal")),
+            folder=True,
         ),
         FaultKind(
-            "damage-trials", "SIGKILL, then trials.csv damaged", _damage_kind("trials.csv", _named("trials.csv"))
+            "damage-trials",
+            "SIGKILL, then trials.csv damaged",
+            _damage_kind("trials.csv", _named("trials.csv")),
+            folder=True,
         ),
         FaultKind(
-            "damage-epochs", "SIGKILL, then epochs.csv damaged", _damage_kind("epochs.csv", _named("epochs.csv"))
+            "damage-epochs",
+            "SIGKILL, then epochs.csv damaged",
+            _damage_kind("epochs.csv", _named("epochs.csv")),
+            folder=True,
         ),
-        FaultKind("damage-json", "SIGKILL, then a JSON record damaged", _damage_kind("json", _json_record)),
+        FaultKind(
+            "damage-json", "SIGKILL, then a JSON record damaged", _damage_kind("json", _json_record), folder=True
+        ),
         FaultKind(
             "damage-checkpoint",
             "SIGKILL, then a checkpoint's weights.npz damaged",
             _damage_kind("checkpoint", _checkpoint_payload),
+            folder=True,
         ),
         FaultKind(
             "storage-outage",
-            "the S3 API (moto) behind a loopback proxy stopped for a while",
-            None,
-            waiting_for="tunekit.testing.LoopbackProxy and storage.outage_s (issue 49, another helper's branch)",
+            "the S3 API (moto) behind a loopback proxy stopped: 2-6 s, or past storage.outage_s",
+            storage_outage,
+            bucket=True,
         ),
     ]
 }
 
 
 def enabled(kinds: dict[str, FaultKind] = KINDS) -> dict[str, str]:
-    """Each kind that is off, with why: its tunekit support has not landed, or mounts need root."""
+    """Each kind that is off, with why: its tunekit support has not landed, mounts need root, or
+    a bucket needs moto's server."""
     off = {}
     for kind in kinds.values():
         if kind.inject is None:
             off[kind.name] = f"off: waiting for {kind.waiting_for}"
         elif kind.tmpfs and os.geteuid() != 0:
             off[kind.name] = "off: mounting a tmpfs needs root"
+        elif kind.bucket and not Path(sys.executable).with_name("moto_server").is_file():
+            off[kind.name] = "off: an S3 API needs moto's server (moto[server])"
     return off

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import common
+from benchmarks.chaos.bucket import BucketStorage
 
 TUNEKIT = [sys.executable, "-m", "tunekit.cli"]
 NUM_SAMPLES = 4
@@ -85,11 +86,28 @@ class History:
     resume_prefix: list[str] = field(default_factory=list)  # e.g. faketime for the next resume only
     restore: tuple[Path, Path] | None = None  # a damaged file and its whole copy: the user's repair
     mounted: bool = False
+    bucket: BucketStorage | None = None  # the experiment lives there, not in ``storage`` (storage-outage)
     began: float = field(default_factory=time.monotonic)
 
     @property
     def experiment(self) -> Path:
-        return self.storage / NAME
+        """The experiment's folder; for a bucket's, the explorer's copy (``pull``)."""
+        return self.root / "pulled" / NAME if self.bucket is not None else self.storage / NAME
+
+    @property
+    def where(self) -> str:
+        """The storage a search is started in, as the drivers are given it."""
+        return self.bucket.uri if self.bucket is not None else str(self.storage)
+
+    @property
+    def target(self) -> str:
+        """The experiment, as the drivers are given it (``tunekit resume TARGET``)."""
+        return f"{self.bucket.uri}/{NAME}" if self.bucket is not None else str(self.experiment)
+
+    def pull(self) -> None:
+        """A bucket experiment's copy in ``experiment`` made afresh, for what reads its files."""
+        if self.bucket is not None:
+            self.bucket.pull(NAME, self.experiment)
 
     @property
     def mlflow_db(self) -> Path:
@@ -117,6 +135,7 @@ class History:
         command = [*(prefix or []), *TUNEKIT, *args]
         if host is not None:
             command = on_another_host(host, command)
+        env = {**(self.bucket.env(self.root) if self.bucket is not None else {}), **(env or {})}
         with log.open("wb") as out:
             process = subprocess.Popen(
                 command, cwd=self.root, stdout=out, stderr=out, start_new_session=True, env=common.child_env(env)
@@ -138,6 +157,9 @@ class History:
 
     def epochs(self) -> int:
         """Epochs epochs.csv records (0 when it is missing or unreadable now)."""
+        if self.bucket is not None:
+            data = self.bucket.read(f"{NAME}/epochs.csv") or b""
+            return sum(1 for _ in csv.DictReader(data.decode(errors="replace").splitlines()))
         try:
             with (self.experiment / "epochs.csv").open(newline="", errors="replace") as file:
                 return sum(1 for _ in csv.DictReader(file))
@@ -145,12 +167,28 @@ class History:
             return 0
 
 
-def plan(seed: int, kinds: list[str], tmpfs_kinds: set[str]) -> list[PlannedFault]:
-    """One or two faults of the enabled ``kinds``, each at a seeded moment; at most one needs the tmpfs."""
+def plan(
+    seed: int,
+    kinds: list[str],
+    tmpfs_kinds: set[str],
+    bucket_kinds: frozenset[str] = frozenset(),
+    folder_kinds: frozenset[str] = frozenset(),
+) -> list[PlannedFault]:
+    """One to three faults of the enabled ``kinds``, each at a seeded moment; at most one needs the
+    tmpfs, and none that needs the experiment in a bucket with one that needs it in a folder (the
+    tmpfs's kinds, and those that read or change its files in place)."""
     rng = random.Random(seed)
     faults: list[PlannedFault] = []
+    in_folder = set(tmpfs_kinds) | folder_kinds
     for _ in range(rng.choice([1, 1, 2, 2, 2, 3])):
-        choices = [k for k in kinds if k not in tmpfs_kinds or not any(f.kind in tmpfs_kinds for f in faults)]
+        chosen = {f.kind for f in faults}
+        choices = [
+            k
+            for k in kinds
+            if not (k in tmpfs_kinds and chosen & (tmpfs_kinds | bucket_kinds))
+            and not (k in bucket_kinds and chosen & in_folder)
+            and not (k in in_folder and chosen & bucket_kinds)
+        ]
         kind = rng.choice(choices)
         if rng.random() < 0.15:
             moment = Moment(True, 0, rng.uniform(2.0, 20.0))
@@ -209,7 +247,7 @@ def ensure_driving(history: History) -> Driver | None:
             return None
         prefix, history.resume_prefix = history.resume_prefix, []
         what = "resume" + (f" under {' '.join(prefix)}" if prefix else "")
-        history.current = history.start(["resume", str(history.experiment)], what, prefix)
+        history.current = history.start(["resume", history.target], what, prefix)
 
 
 def check_exit(history: History, driver: Driver) -> None:
@@ -264,6 +302,8 @@ def stop_everything(history: History) -> None:
         with contextlib.suppress(OSError, ValueError, IndexError):
             if int(stat.read_text().rsplit(")", 1)[1].split()[3]) in sessions:
                 os.kill(int(stat.parent.name), signal.SIGKILL)
+    if history.bucket is not None:
+        history.bucket.stop()
     if history.mounted:
         if history.violations:  # the experiment, kept for the replay's reader: the tmpfs goes with the unmount
             shutil.copytree(history.storage, history.root / "results-kept", dirs_exist_ok=True)

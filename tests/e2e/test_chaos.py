@@ -35,12 +35,17 @@ def test_a_history_s_plan_is_the_same_for_the_same_seed_and_names_registered_kin
     assert Moment(False, 2, 0.5).describe() == "0.5 s after 2 more epoch(s) recorded"
 
 
-def test_a_kind_whose_support_has_not_landed_is_off_and_says_what_it_waits_for() -> None:
-    off = faults.enabled()
-    assert off["storage-outage"].startswith("off: waiting for tunekit.testing.LoopbackProxy")
-    assert "storage-outage" not in [
-        f.kind for seed in range(50) for f in plan(seed, list(faults.KINDS.keys() - off), set())
-    ]
+def test_a_kind_whose_support_has_not_landed_is_off_and_a_bucket_kind_comes_with_no_folder_kind() -> None:
+    waiting = faults.FaultKind("later", "not yet", None, waiting_for="its support")
+    assert faults.enabled({"later": waiting}) == {"later": "off: waiting for its support"}
+    on = [k for k in faults.KINDS if k not in faults.enabled()]
+    assert "storage-outage" in on
+    tmpfs = {k for k in on if faults.KINDS[k].tmpfs}
+    bucket = frozenset(k for k in on if faults.KINDS[k].bucket)
+    folder = frozenset(k for k in on if faults.KINDS[k].folder) | tmpfs
+    plans = [{f.kind for f in plan(seed, on, tmpfs, bucket, folder)} for seed in range(200)]
+    assert any(p & bucket for p in plans) and any(p & folder for p in plans)
+    assert not any(p & bucket and p & folder for p in plans)
 
 
 @pytest.mark.parametrize("op", faults.DAMAGE_OPS)

@@ -9,6 +9,7 @@ the files again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,51 @@ def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
 # The files of a save that Tuner.restore reads, each the newest by name (Ray 2.60: the
 # controller's CKPT_FILE_TMPL, SearchGenerator's and the callbacks' restore_from_dir).
 SAVED_STATE_PATTERNS = ("experiment_state-*.json", "search_gen_state-*.json", "callback-states-*.pkl")
+
+
+# Every file of one save, by its session (Ray 2.60: TuneController's, SearchGenerator's,
+# Searcher's and the callbacks' CKPT_FILE_TMPL); each restore reads the greatest name.
+SAVE_FILES = ("experiment_state-{}.json", "search_gen_state-{}.json", "searcher-state-{}.pkl", "callback-states-{}.pkl")
+SESSION_FORMAT = "%Y-%m-%d_%H-%M-%S"
+
+
+def name_the_last_save_newest(experiment_dir: Path) -> str | None:
+    """Renames the files of Ray's save written last so that their names sort last, when a driver
+    whose clock was behind named it before another session's; returns what it did, or None.
+
+    Why: Ray names a session's saves by its driver's wall clock as it starts and restores the
+    greatest name, never the newest file (Ray 2.60: ``_find_newest_experiment_checkpoint``,
+    ``_load_newest_checkpoint``, ``Searcher.restore_from_dir``: ``max`` of the names). A resume
+    whose clock ran 5 minutes behind (seed 940928 of the fault explorer) named its saves before
+    the first driver's; the next resume restored the first driver's state, recorded the trials
+    the skewed session held as stopped and ran new ones instead. Which save is the last is told
+    by the storage's modification times (stamped by its clock, not a driver's), so only for a
+    folder, not a bucket's mirror.
+    """
+    import datetime as dt
+
+    from tunekit.fences import check_fences
+
+    states = sorted(experiment_dir.glob(SAVE_FILES[0].format("*")))
+    if len(states) < 2:
+        return None
+    last = max(states, key=lambda path: path.stat().st_mtime_ns)
+    if last == states[-1]:
+        return None
+    session, newest = (path.name[len("experiment_state-") : -len(".json")] for path in (last, states[-1]))
+    try:
+        after = dt.datetime.strptime(newest, SESSION_FORMAT) + dt.timedelta(seconds=1)
+    except ValueError:
+        return None  # not a name Ray gave: left as it is
+    renamed = after.strftime(SESSION_FORMAT)
+    check_fences()  # the experiment's writer alone renames its files
+    for template in SAVE_FILES:
+        if (old := experiment_dir / template.format(session)).is_file():
+            os.replace(old, experiment_dir / template.format(renamed))
+    return (
+        f"Ray's last save ({last.name}) was named before {states[-1].name} by a clock that ran behind: "
+        f"renamed to session {renamed}, so that this resume continues from it"
+    )
 
 
 def damaged_saved_state(experiment_dir: Path) -> tuple[str, str] | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tunekit.errors import NoSpaceError, failure_fingerprint
-from tunekit.layout import FAILURE_KEY, FAILURE_KIND_KEY, NO_SPACE_FAILURE
+from tunekit.errors import NoSpaceError, StorageError, failure_fingerprint
+from tunekit.layout import FAILURE_KEY, FAILURE_KIND_KEY, NO_SPACE_FAILURE, STORAGE_FAILURE
 
 # How many trials may fail with one identical error, before any succeeds, before the
 # search is stopped as hopeless (the error is in the trainable, not in the configs).
@@ -56,6 +56,8 @@ class FailureRules:
             # (raised out of Ray's loop, its running trials held for the resume), and the
             # trial is no failure of its own.
             raise NoSpaceError(f"trial {trial_id}: {reason}")
+        if result.get(FAILURE_KIND_KEY) == STORAGE_FAILURE:  # read-only, no permission: as a full one
+            raise StorageError(f"trial {trial_id}: {reason}")
         if self.abort_reason is None:
             self.abort_reason = self._abort_reason(trial_id, str(reason), str(result.get(FAILURE_KIND_KEY)))
         return True

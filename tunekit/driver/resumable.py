@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunekit.compat.ray_saved_state import damaged_saved_state
+from tunekit.compat.ray_saved_state import damaged_saved_state, name_the_last_save_newest
 from tunekit.errors import DamagedFileError
 from tunekit.journal import damage_message, journal_repair, verify_journal
 from tunekit.layout import (
@@ -27,6 +27,7 @@ from tunekit.layout import (
     TRIALS_FILE,
     study_file,
 )
+from tunekit.storage import bucket_of
 from tunekit.store import check_table, read_json, repair_torn_tail
 
 TABLES = (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE, EXPLOITS_FILE)
@@ -47,6 +48,8 @@ def check_resumable(experiment_dir: Path) -> list[str]:
         check_table(experiment_dir / name)
     for name in RECORDS:
         read_json(experiment_dir / name)
+    if bucket_of(experiment_dir) is None and (renamed := name_the_last_save_newest(experiment_dir)):
+        mended.append(renamed)
     if damage := damaged_saved_state(experiment_dir):  # Ray would start the search over
         name, problem = damage
         raise DamagedFileError(

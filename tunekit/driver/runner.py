@@ -419,12 +419,13 @@ def _fit(
             keep_workers_warm(spec)  # for this process's next search
     if console and (exhausted := space_ran_out(experiment_dir, spec.name)):
         console.phase(f"the search ended early: {exhausted}")
-    if signals.received is not None:
+    # A signal after the search ended by itself (``late``) stopped nothing, but ends the command as one.
+    if (number := signals.received if signals.received is not None else signals.late) is not None:
         raise SearchInterrupted(
-            f"interrupted by {signal.Signals(signals.received).name}; "
+            f"interrupted by {signal.Signals(number).name}; "
             f"`tunekit resume {shown(experiment_dir)}` continues the search",
             experiment_dir,
-            signals.received,
+            number,
         )
     if isinstance(guard, FailureRules) and guard.abort_reason:
         message = guard.abort_message(recorder.searcher.trial_number)

@@ -41,12 +41,14 @@ class _TrialTracebackFilter(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tunekit.storage_faults import is_transient
+        from tunekit.storage_faults import is_permanent, is_transient
 
-        # Ray's own tracebacks of a storage outage (a checkpoint it could not rotate away, its
-        # state it could not save): tunekit says the outage once as it starts and once as it ends.
+        # Ray's own tracebacks of a storage fault (a checkpoint it could not rotate away, its
+        # state it could not save): tunekit says an outage once as it starts and once as it ends,
+        # and a read-only or full store in the one line the search ends with.
         raised = record.exc_info[1] if record.exc_info else None
-        return not (str(record.msg).startswith(self.DROPPED) or (raised is not None and is_transient(raised)))
+        storage = raised is not None and (is_transient(raised) or is_permanent(raised))
+        return not (str(record.msg).startswith(self.DROPPED) or storage)
 
 
 @contextlib.contextmanager
@@ -86,8 +88,11 @@ class StopSignals:
     ``fit`` it sets Tune's own stop event (Ray
     installs its handler for SIGUSR1 too, and tunekit sets ``TUNE_DISABLE_SIGINT_HANDLER``),
     so Tune ends its loop, saves the experiment state and removes its actors, including
-    trials still waiting for resources; ``fit`` returns and the tables are written. A
-    second signal exits at once with status 128 + signal.
+    trials still waiting for resources; ``fit`` returns and the tables are written. After
+    ``fit`` returned by itself (the search's closing writes: the study settled, the journal
+    sealed) the signal is kept in ``late`` and the closing finishes, so the records stay whole;
+    the search then ends as a stopped one does. A second signal exits at once with status
+    128 + signal.
     """
 
     _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -120,7 +125,9 @@ class StopSignals:
         self.on_stop: list[Callable[[], None]] = []
         self._discard = discard
         self.received: int | None = None
+        self.late: int | None = None  # a signal after fit returned by itself (see the class)
         self._in_fit = False
+        self._fitted = False
         self._saved: dict[int, Any] = {}
         self._active = threading.current_thread() is threading.main_thread()
         self._handled = threading.Event()
@@ -141,6 +148,11 @@ class StopSignals:
             StopSignals.running = self._outer
             for number, handler in self._saved.items():
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+            if self._fitted and self.exit_in_start_up:
+                # The command's closing lines and exit are left: a signal meanwhile is said as it ends.
+                _closing.update(signal=self.late, experiment_dir=self.experiment_dir)
+                for number in self._SIGNALS:
+                    signal.signal(number, _signal_while_closing)
         if isinstance(error, _StartUpInterrupted) and self.received is not None:
             name = signal.Signals(self.received).name
             raise SearchInterrupted(
@@ -186,12 +198,13 @@ class StopSignals:
             yield
         finally:
             self._in_fit = False
+            self._fitted = True
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
         if self._raising_again:
             self._raising_again = False
             raise _StartUpInterrupted
-        if self.received is not None:
+        if self.received is not None or self.late is not None:
             to_console(
                 f"\ntunekit: second {signal.Signals(number).name}: exiting now; "
                 f"`tunekit resume {self.experiment_dir and shown(self.experiment_dir)}` continues from Ray's last "
@@ -200,6 +213,10 @@ class StopSignals:
             if self._on_forced_exit is not None:
                 self._on_forced_exit()
             os._exit(128 + number)
+        if self._fitted:
+            # Not the start-up's exit at once, which would remove a new search that has run.
+            self.late = number
+            return
         self.received = number
         if not self._in_fit:
             if self.exit_in_start_up:
@@ -265,9 +282,33 @@ def interrupted_text(number: int, experiment_dir: Path | None) -> str:
     return f"tunekit: interrupted by {name}; `tunekit resume {shown(experiment_dir)}` continues the search"
 
 
+# The signal that came while the command closed its search (after its StopSignals ended; the
+# search's records were written), and the experiment it names; see signalled_while_closing.
+_closing: dict[str, Any] = {"signal": None, "experiment_dir": None}
+
+
+def _signal_while_closing(number: int, frame: FrameType | None) -> None:
+    if _closing["signal"] is not None:
+        to_console(f"\ntunekit: second {signal.Signals(number).name}: exiting now\n")
+        os._exit(128 + number)
+    _closing["signal"] = number
+
+
+def signalled_while_closing(status: int) -> int:
+    """The command's exit status: ``status``, or, for a search that ended well while a signal came
+    as it closed, the signal's line said and 128 + signal, as for any stopped search."""
+    number = _closing["signal"]
+    if number is None or status != 0:
+        return status
+    to_console(f"{interrupted_text(number, _closing['experiment_dir'])}\n")
+    return 128 + int(number)
+
+
 @contextlib.contextmanager
 def exit_at_once_in_start_up() -> Iterator[None]:
-    """For the ``tunekit`` command's searches: a signal before ``fit`` ends the process at once."""
+    """For the ``tunekit`` command's searches: a signal before ``fit`` ends the process at once;
+    one after it (the closing lines) ends it with the signal's status (``signalled_while_closing``)."""
+    _closing.update(signal=None, experiment_dir=None)
     StopSignals.exit_in_start_up = True
     try:
         yield
@@ -276,11 +317,16 @@ def exit_at_once_in_start_up() -> Iterator[None]:
 
 
 def kill_ray_children() -> None:
-    """Kills every Ray process this process started, whether or not ``ray.init`` finished.
+    """Has every Ray process this process started killed as this process exits, whether or not
+    ``ray.init`` finished. For the command's exits only (``os._exit`` follows).
 
-    Ray's processes are stopped (SIGSTOP) before their descendants are listed: a raylet killed
-    while it started a worker would orphan it, and a worker busy importing TensorFlow notices
-    its raylet gone only when the import ends, seconds after this process exited.
+    Ray's processes are stopped (SIGSTOP) now, and killed (SIGKILL) by a small process of their
+    own once this one has exited. Killed before, a raylet's end reached this process's Ray client,
+    which ends the process with status 1 at once, from its own thread (``Failed to get the system
+    config from raylet because it is dead``): a driver that lost its lease said so and exited 1,
+    not 3. Stopped, none can start another: a raylet killed while it started a worker would
+    orphan it, and a worker busy importing TensorFlow notices its raylet gone only when the
+    import ends, seconds after this process exited.
     """
     try:
         import psutil
@@ -300,9 +346,35 @@ def kill_ray_children() -> None:
                 doomed |= {descendant.pid: descendant for descendant in process.children(recursive=True)}
         for process in doomed.values():
             with contextlib.suppress(psutil.Error):
-                process.kill()
+                process.suspend()
+        if doomed:
+            _kill_after_this_process(sorted(doomed))
     except Exception as error:  # best effort on the way out; the process is exiting anyway
         logging.getLogger(__name__).debug("could not kill the local Ray's processes: %s", error)
+
+
+def _kill_after_this_process(pids: list[int]) -> None:
+    """Starts ``kill -KILL pids`` waiting for this process's end: it reads a pipe whose one
+    writing end this process holds (not inherited by any child), which closes as it exits."""
+    reading, writing = os.pipe()
+    os.posix_spawn(
+        "/bin/sh",
+        ["sh", "-c", 'read -r _; kill -KILL "$@"', "sh", *map(str, pids)],
+        dict(os.environ),
+        file_actions=[
+            (os.POSIX_SPAWN_DUP2, reading, 0),
+            # Not the console's, nor a pipe a caller reads to its end: some pids are gone already.
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+        ],
+        setsid=True,  # a signal to this process's group does not end it before its work
+    )
+    os.close(reading)
+    _HELD_UNTIL_EXIT.append(writing)
+
+
+# The writing ends of the pipes _kill_after_this_process's killers wait on: open until the exit.
+_HELD_UNTIL_EXIT: list[int] = []
 
 
 def exit_when_lost(lease: DriverLease) -> None:

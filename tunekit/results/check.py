@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.clock import SearchClock, died_mid_session
-from tunekit.errors import DamagedRecordWarning
+from tunekit.errors import DamagedFileError, DamagedRecordWarning
 from tunekit.layout import (
     CHECKPOINT_STATE,
     EPOCHS_FILE,
@@ -147,9 +147,23 @@ def check_experiment(
     tracked = TrackingRecord.read(results.experiment_dir)
     if mlflow and tracked is not None:
         check_mlflow(report, results, summary, tracked, tracking_uri)
+    elif mlflow and (damage := _damaged_json(results.experiment_dir / TRACKING_FILE)) is not None:
+        # Not "never tracked": resume refuses it, so check names it (fault explorer seed 219569).
+        report.findings.append(Finding(TRACKING_FILE, "the record reads whole", "yes", damage))
     elif mlflow:
         report.notes.append(f"not tracked in MLflow (no {TRACKING_FILE})")
     return report
+
+
+def _damaged_json(path: Path) -> str | None:
+    """What is wrong with the JSON record at ``path`` (empty, not JSON), or None when it reads or is missing."""
+    from tunekit.store import read_json
+
+    try:
+        read_json(path)
+    except DamagedFileError as error:
+        return str(error)
+    return None
 
 
 def _as_a_dead_driver_s_lag(

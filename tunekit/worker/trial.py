@@ -44,6 +44,7 @@ from tunekit.layout import (
     FAILURE_KIND_KEY,
     NO_SPACE_FAILURE,
     OUTPUT_FILE,
+    STORAGE_FAILURE,
     number_in_trial_name,
 )
 from tunekit.storage import Bucket, is_uri
@@ -88,10 +89,30 @@ def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str)
                 why = f"no space left on the device of {full.filename or trial_dir} (writing its checkpoint or log)"
                 _report_failure(tune, trial_dir, why, NO_SPACE_FAILURE, progress.epoch, error)
                 return
+            if (refused := _records_refused(error, experiment_dir, trial_dir)) is not None:
+                _report_failure(tune, trial_dir, refused, STORAGE_FAILURE, progress.epoch, error)
+                return
             _report_failure(tune, trial_dir, describe_error(error), "trial", progress.epoch, error)
         finally:
             _release_trial_state()
             profile.write()
+
+
+def _records_refused(error: BaseException, experiment_dir: str, trial_dir: Path) -> str | None:
+    """The storage's one line when it refused for good (read-only, no permission) a write of the
+    experiment's records (the trial's checkpoint, its log); None for any other error, which is
+    the trial's own (a data file it may not read). A read-only store once failed the running
+    trials (fault explorer seeds 474354, 907796), and the resume kept them failed."""
+    from tunekit.storage_faults import permanent_problem
+
+    places = {str(trial_dir), experiment_dir.split("://", 1)[-1]}
+    link: BaseException | None = error
+    while link is not None:
+        named = f"{getattr(link, 'filename', None) or ''} {link}"
+        if isinstance(link, OSError) and any(place in named for place in places):
+            return permanent_problem(link, getattr(link, "filename", None) or trial_dir)
+        link = link.__cause__ or link.__context__
+    return None
 
 
 def _trial_dir(experiment_dir: str, trial_id: str) -> Path:

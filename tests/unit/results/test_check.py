@@ -690,3 +690,14 @@ def test_a_lost_trial_whose_ray_id_only_the_damaged_lines_held_gets_its_folder_b
     assert [bool(t.user_attrs.get(LOST_ATTR)) for t in rebuilt] == [False, False, True]
     report = check_experiment(root)
     assert report.ok, report.describe()
+
+
+def test_a_tracking_record_that_does_not_parse_is_a_disagreement_not_an_untracked_search(tmp_path: Path) -> None:
+    # Fault explorer seed 219569: a line inserted in tracking.json; `resume` refused it, `check` said ok.
+    root = consistent(tmp_path)
+    (root / "tracking.json").write_bytes(b'#chaos \x00\xff not a record\n{"tracking_uri": "sqlite:///m.db"}')
+    report = check_experiment(root)
+    assert not report.ok
+    assert [str(f).split(" vs ")[0] for f in report.findings] == ["tracking.json: the record reads whole: 'yes'"]
+    assert "not valid JSON" in str(report.findings[0].actual)
+    assert not any("not tracked" in note for note in report.notes)

@@ -1,0 +1,209 @@
+"""The fault explorer's findings (issue 50), each a named regression test of the fault it found.
+
+Each reproduces the history's fault where it lands, without Ray where Ray plays no part in it:
+a small driver process (``python -c``) does what the driver did at the fault's moment, with
+stand-ins for Ray's processes named as Ray names them. ``python -m benchmarks.chaos --replay
+SEED`` replays the whole history; its timing depends on the machine, so these tests pin the fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tunekit.errors import EXIT_LEASE_LOST
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _driver(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run as a driver process of its own, with this checkout's tunekit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# Seed 545445: a driver paused in its start-up (inside ray.init) and taken over from another host
+# said the lost-lease line, then exited 1: killing its local Ray before its own exit let Ray's
+# client in the driver see its raylet die and end the process first ("Failed to get the system
+# config from raylet because it is dead"). A stand-in client here ends the process with status 1
+# once its stand-in raylet's pipe closes, as Ray's does from its own thread.
+LOST_LEASE_IN_START_UP = """
+    import os, subprocess, threading, time
+    from tunekit.driver.signals import _exit_lease_lost
+    from tunekit.errors import LeaseLostError
+
+    quiet = {"stdin": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    raylet = subprocess.Popen(["bash", "-c", "exec -a ray::raylet sleep 60"], stdout=subprocess.PIPE, **quiet)
+    workers = [
+        subprocess.Popen(["bash", "-c", "exec -a ray::IDLE sleep 60"], stdout=subprocess.DEVNULL, **quiet)
+        for _ in range(4)
+    ]
+
+    def ray_client():
+        raylet.stdout.read()
+        os._exit(1)
+
+    threading.Thread(target=ray_client, daemon=True).start()
+    time.sleep(0.3)
+    print(raylet.pid, *[w.pid for w in workers], flush=True)
+    _exit_lease_lost(LeaseLostError("results/x: this driver lost the experiment's lease: ..."))
+"""
+
+
+def test_a_lease_lost_during_start_up_exits_3_with_its_line_and_its_ray_killed_after() -> None:
+    for _ in range(3):  # a race the old order lost every time: no luck either way
+        done = _driver(LOST_LEASE_IN_START_UP)
+        assert done.returncode == EXIT_LEASE_LOST, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            "tunekit: error: results/x: this driver lost the experiment's lease: ..."
+        ]
+        pids = [int(pid) for pid in done.stdout.split()]
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(pid) for pid in pids), "the stand-ins for Ray's processes outlived the driver"
+
+
+# Seed 219569: SIGTERM after the last trial ended, before the summary: the driver died by the
+# signal's default action (-15, no line). A signal after fit, during the closing writes, was taken
+# for a start-up one: the command exited at once and removed the new search's directory.
+SIGNAL_WHILE_CLOSING = """
+    import os, signal, sys, time
+    from pathlib import Path
+    import tunekit.cli
+    from tunekit.driver.signals import StopSignals, exit_at_once_in_start_up
+
+    experiment, moment = Path(sys.argv[1]), sys.argv[2]
+
+    def search(args):  # `tunekit run`'s handler, to the end of a search whose trials all ended
+        experiment.mkdir()
+        with exit_at_once_in_start_up():
+            with StopSignals(experiment, discard=experiment) as signals:  # a new search's, as run's
+                with signals.fitting():
+                    (experiment / "trials.csv").write_text("every trial ended\\n")  # fit returned by itself
+                if moment == "closing writes":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.2)
+                    (experiment / "study.seal.json").write_text("{}")  # the closing writes go on
+            if moment == "closing lines":
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                print("the summary", flush=True)
+        return 0
+
+    tunekit.cli._run = search
+    sys.exit(tunekit.cli.main(["run", "spec.yaml"]))
+"""
+
+
+@pytest.mark.parametrize("moment", ["closing writes", "closing lines"])
+def test_sigterm_after_the_last_trial_ended_says_its_line_exits_143_and_keeps_the_records(
+    tmp_path: Path, moment: str
+) -> None:
+    experiment = tmp_path / "chaos"
+    done = _driver(SIGNAL_WHILE_CLOSING, str(experiment), moment)
+    assert done.returncode == 128 + signal.SIGTERM, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines() == [
+        f"tunekit: interrupted by SIGTERM; `tunekit resume {experiment}` continues the search"
+    ]
+    assert (experiment / "trials.csv").is_file()
+    if moment == "closing writes":
+        assert (experiment / "study.seal.json").is_file()
+
+
+# Seed 940928: SIGKILL, a resume under `faketime -f -5m`, ended by a full store, then a resume:
+# the skewed session named its saves 5 minutes before the first driver's, Ray restored the
+# greatest name, and the last resume recorded the two trials the skewed session held as stopped
+# and ran two new ones. The resume now renames the save written last to sort last.
+def test_a_resume_continues_from_ray_s_last_save_though_a_clock_behind_named_it_earlier(tmp_path: Path) -> None:
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    from tunekit.compat.ray_saved_state import SAVE_FILES, name_the_last_save_newest
+
+    first, skewed = "2026-12-07_13-52-40", "2026-12-07_13-47-54"  # as in the history
+    for age, session in ((60, first), (0, skewed)):
+        for template in SAVE_FILES:
+            path = tmp_path / template.format(session)
+            path.write_text(json.dumps({"session": session}) if path.suffix == ".json" else "")
+            os.utime(path, (time.time() - age, time.time() - age))
+
+    said = name_the_last_save_newest(tmp_path)  # what the resume does first (check_resumable), and says
+
+    assert said == (
+        f"Ray's last save (experiment_state-{skewed}.json) was named before experiment_state-{first}.json by a "
+        "clock that ran behind: renamed to session 2026-12-07_13-52-41, so that this resume continues from it"
+    )
+    newest = _find_newest_experiment_checkpoint(str(tmp_path))
+    assert newest is not None and json.loads(Path(newest).read_text()) == {"session": skewed}
+    assert sorted(p.name for p in tmp_path.glob("*-2026-12-07_13-52-41.*")) == sorted(
+        template.format("2026-12-07_13-52-41") for template in SAVE_FILES
+    )
+    assert name_the_last_save_newest(tmp_path) is None  # once in order, nothing more to do
+
+
+# Seeds 474354 and 907796 (`--kinds store-read-only,sigkill --seed 11`): the store turned
+# read-only under a running search; Ray's checkpoint upload in the worker raised pyarrow's
+# `[Errno 30] Cannot create directory`, the trials were recorded failed for it (and the resume
+# kept them failed), and Ray's tracebacks of its state it could not save reached the console.
+def test_a_read_only_store_under_a_trial_ends_the_search_in_one_line_with_no_trial_failed(tmp_path: Path) -> None:
+    import logging
+
+    from tunekit.driver.guard import FailureRules
+    from tunekit.driver.signals import _TrialTracebackFilter
+    from tunekit.errors import StorageError
+    from tunekit.layout import FAILURE_KEY, FAILURE_KIND_KEY
+    from tunekit.worker.trial import _records_refused
+
+    experiment = tmp_path / "chaos"
+    refused = OSError(30, f"Cannot create directory '{experiment}/cb350004/checkpoint_000002'. Detail: [errno 30]")
+    line = _records_refused(refused, str(experiment), experiment / "cb350004")
+    assert line == (
+        f"storage {experiment / 'cb350004'}: read-only; fix: make it writable (remount it read-write), "
+        "then run the command again"
+    )
+    # The trial's own error stays the trial's: a data file it may not read, elsewhere.
+    assert (
+        _records_refused(PermissionError(13, "Permission denied", "/data/x.npz"), str(experiment), experiment) is None
+    )
+
+    rules = FailureRules()
+    with pytest.raises(StorageError, match=r"^trial cb350004: storage .*: read-only; fix: "):
+        rules("cb350004", {FAILURE_KEY: line, FAILURE_KIND_KEY: "storage"})
+    assert not rules.stop_all()  # no verdict on the trial: the search's end holds it for the resume
+
+    try:
+        raise OSError(30, "Read-only file system", str(experiment / "callback-states-x.pkl.partial"))
+    except OSError:
+        record = logging.LogRecord(
+            "ray.tune.execution.experiment_state",
+            logging.ERROR,
+            "",
+            0,
+            "Saving experiment state",
+            None,
+            sys.exc_info(),
+        )
+    assert not _TrialTracebackFilter().filter(record)
