@@ -8,16 +8,14 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import psutil
 import pytest
-import ray
 
 import tunekit
-from tunekit.driver.session import ray_init_options
 from tunekit.errors import DamagedFileError
 from tunekit.results.repair import repair_experiment
 from tunekit.results.status import read_status
@@ -25,19 +23,12 @@ from tunekit.search.plan import study_storage
 from tunekit.testing import MlflowServer
 from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 TEST_TRAINABLES = REPO / "tests" / "trainables"
 QUIET = ["tracking.enabled=false"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
 
 
 def test_non_finite_loss_fails_that_trial_and_the_search_goes_on(tmp_path: Path) -> None:
