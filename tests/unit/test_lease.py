@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tunekit import lease as lease_module
 from tunekit.errors import LeaseHeldError
 from tunekit.lease import DriverLease
 
@@ -90,7 +91,8 @@ def test_another_host_s_stale_heartbeat_is_taken_over(tmp_path: Path) -> None:
         lease.release()
 
 
-def test_another_host_s_moving_heartbeat_is_a_live_driver(tmp_path: Path) -> None:
+def test_another_host_s_moving_heartbeat_is_a_live_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lease_module, "BEAT_S", 0.4)  # the taker looks every 0.2 s, not every second
     _lease_of_another_host(tmp_path, time.time())
     stop = threading.Event()
 
@@ -132,8 +134,11 @@ def test_the_same_process_shares_its_lease(tmp_path: Path) -> None:
 # --------------------------------------------------- liveness never trusts another host's clock
 
 
-def test_a_live_holder_whose_clock_runs_minutes_behind_keeps_its_lease(tmp_path: Path) -> None:
+def test_a_live_holder_whose_clock_runs_minutes_behind_keeps_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Its heartbeats say "five minutes ago" by this host's clock, but they move: it lives.
+    monkeypatch.setattr(lease_module, "BEAT_S", 0.4)  # the taker looks every 0.2 s, not every second
     skew = -300.0
     _lease_of_another_host(tmp_path, time.time() + skew)
     stop = threading.Event()
@@ -254,7 +259,6 @@ def test_a_storage_error_while_renewing_is_no_verdict(tmp_path: Path) -> None:
 def test_writes_wait_for_a_storage_that_cannot_confirm_the_lease_then_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tunekit import lease as lease_module
     from tunekit.errors import StorageError
     from tunekit.store import write_text
 
