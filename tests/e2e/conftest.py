@@ -53,3 +53,47 @@ def experiments_written_since(root: Path, began: float) -> list[Path]:
         if (directory / SPEC_FILE).is_file() and trials.stat().st_mtime >= began and ".probes" not in directory.parts:
             found.append(directory)
     return sorted(found)
+
+
+# ------------------------------------------------------------ one local Ray for in-process searches
+
+SHARED_RAY = "shared_ray"
+# By a test's node id: whether the next test to run is in a module that uses ``shared_ray``.
+_KEEP_RAY_AFTER: dict[str, bool] = {}
+_STARTED: list[bool] = []  # holds True while a Ray started by ``shared_ray`` runs
+
+
+@pytest.fixture(scope="module")
+def shared_ray() -> None:
+    """A local Ray of 2 CPUs that ``tunekit.run`` in this process joins.
+
+    Modules that ask for it next to each other share one: each start and stop of Ray costs
+    seconds. It ends after the last test of such a run of modules (``pytest_runtest_teardown``),
+    so a module that starts a Ray of its own, or whose commands start theirs, never finds it.
+    """
+    import ray
+
+    from tunekit.driver.session import ray_init_options
+
+    if not ray.is_initialized():
+        ray.init("local", num_cpus=2, **ray_init_options())
+        _STARTED[:] = [True]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    users = {item.nodeid.split("::")[0] for item in items if SHARED_RAY in getattr(item, "fixturenames", ())}
+    next_module = None  # the module of the next test that runs (a test marked skip does not)
+    for item in reversed(items):
+        _KEEP_RAY_AFTER[item.nodeid] = next_module in users
+        if not item.get_closest_marker("skip"):
+            next_module = item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _STARTED and (nextitem is None or not _KEEP_RAY_AFTER.get(item.nodeid, False)):
+        import ray
+
+        ray.shutdown()
+        _STARTED.clear()

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -243,35 +244,65 @@ def _outage(proxy: LoopbackProxy, seconds: float) -> None:
     proxy.start()
 
 
-def test_bucket_outages_are_waited_through_within_the_bound_and_past_it_end_the_search_for_the_resume(
+def _timed_tunekit(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    began = time.monotonic()
+    done = _tunekit(args, cwd, env)
+    return done, time.monotonic() - began
+
+
+def test_bucket_outages_are_waited_through_and_past_the_bound_end_the_search_and_a_silent_endpoint_fails_in_time(
     s3: S3Server,
 ) -> None:
     """One search (storage.outage_s 20 s): a 5 s blip and a 12 s outage mid-training are waited
     through (each trial waits in its checkpoint upload, the console says the outage once each
     way, no trial fails); then the S3 API stays away: the search ends as interrupted in one line,
-    exit 1, no trial failed, and with the API back `tunekit resume` finishes it, `check` passing."""
+    exit 1, no trial failed, and with the API back `tunekit resume` finishes it, `check` passing.
+
+    While that search waits out its last outage (its trials idle), `run` and `doctor` meet a
+    silent endpoint (a second proxy that accepts and never answers) and fail in the 20 s their
+    message states: the same S3 session, without waiting those 20 s on their own."""
     proxy = LoopbackProxy(s3.port).start()
+    silent = LoopbackProxy(s3.port, silent=True).start()
     cwd, env = _machine(s3, "outage")
     env["AWS_ENDPOINT_URL"] = proxy.endpoint
     # The lease's stale window past the outage's bound and the stop: the outage, not the lease's
     # fence (which refuses writes once the lease is unconfirmed that long), ends the search here.
     env["TUNEKIT_LEASE_STALE_S"] = "60"
+    silent_cwd, silent_env = _machine(s3, "silent")
+    silent_env["AWS_ENDPOINT_URL"] = silent.endpoint
     uri = "s3://exps/outage/x"
     args = ["run", str(DEFAULT_SPEC), "--storage", "s3://exps/outage", "--name", "x"]
     try:
-        search = Search([*args, *cli_sets([*OUTAGE_SEARCH, "storage.outage_s=20"])], cwd, env)
-        search.wait_for("first epoch reported")
-        _outage(proxy, 5)
-        time.sleep(3)
-        _outage(proxy, 12)
-        search.wait_for("is reachable again after", timeout=60)
-        time.sleep(3)
-        proxy.stop()  # for good: past the bound
-        status = search.process.wait(timeout=300)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            search = Search([*args, *cli_sets([*OUTAGE_SEARCH, "storage.outage_s=20"])], cwd, env)
+            search.wait_for("first epoch reported")
+            _outage(proxy, 5)
+            time.sleep(3)
+            _outage(proxy, 12)
+            search.wait_for("is reachable again after", timeout=60)
+            time.sleep(3)
+            proxy.stop()  # for good: past the bound
+            silent_run = pool.submit(
+                _timed_tunekit,
+                ["run", str(DEFAULT_SPEC), "--storage", "s3://exps/team", *cli_sets(SEARCH)],
+                silent_cwd,
+                silent_env,
+            )
+            silent_doctor = pool.submit(
+                _timed_tunekit, ["doctor", "--storage", "s3://exps/team"], silent_cwd, silent_env
+            )
+            status = search.process.wait(timeout=300)
+            (done, done_took), (doctor, doctor_took) = silent_run.result(), silent_doctor.result()
         proxy.start()  # the storage back at its address: the resume's trials upload where they did
         resumed = _tunekit(["resume", uri], cwd, env)
     finally:
         proxy.stop()
+        silent.stop()
+    said = "storage s3://exps/team: did not answer within 20 s; fix: check the endpoint"
+    assert done.returncode == 1 and done.stderr.strip().startswith(f"tunekit: error: {said}"), done.stderr
+    assert 20 <= done_took < 28, done_took  # the deadline said, and the command's own start
+    assert "did not answer within 20 s" in doctor.stdout, doctor.stdout
+    assert doctor_took < 60, doctor_took  # the stack's checks (TensorFlow, Ray) run beside the probe
     errors = search.said("tunekit: error:")
     assert status == 1 and len(errors) == 1, "\n".join(search.lines[-40:])
     assert errors[0].startswith(f"tunekit: error: storage {uri}: unreachable for "), errors
@@ -293,23 +324,3 @@ def test_bucket_outages_are_waited_through_within_the_bound_and_past_it_end_the_
     assert all(line.startswith("trials.csv vs study: trial ") and "epochs reported" in line for line in found), (
         checked.stdout + checked.stderr
     )
-
-
-def test_a_silent_endpoint_fails_in_the_time_the_message_states_in_run_and_doctor(s3: S3Server) -> None:
-    silent = LoopbackProxy(s3.port, silent=True).start()
-    cwd, env = _machine(s3, "silent")
-    env["AWS_ENDPOINT_URL"] = silent.endpoint
-    said = "storage s3://exps/team: did not answer within 20 s; fix: check the endpoint"
-    try:
-        began = time.monotonic()
-        done = _tunekit(["run", str(DEFAULT_SPEC), "--storage", "s3://exps/team", *cli_sets(SEARCH)], cwd, env)
-        took = time.monotonic() - began
-        assert done.returncode == 1 and done.stderr.strip().startswith(f"tunekit: error: {said}"), done.stderr
-        assert 20 <= took < 28, took  # the deadline said, and the command's own start
-        began = time.monotonic()
-        doctor = _tunekit(["doctor", "--storage", "s3://exps/team"], cwd, env)
-        took = time.monotonic() - began
-        assert "did not answer within 20 s" in doctor.stdout, doctor.stdout
-        assert took < 60, took  # the stack's checks (TensorFlow, Ray) run beside the probe
-    finally:
-        silent.stop()

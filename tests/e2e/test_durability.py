@@ -21,10 +21,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-import ray
 
 import tunekit
-from tunekit.driver.session import ray_init_options
 from tunekit.errors import DamagedFileError, NoSpaceError
 from tunekit.results.check import check_experiment
 from tunekit.search.attrs import LOST_ATTR
@@ -360,14 +358,7 @@ def test_a_truncated_model_of_the_best_trial_fails_check_naming_the_file(copy_of
 # ----------------------------------------------------------------- in this process's Ray
 
 
-@pytest.fixture(scope="module")
-def ray_here() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
-
-
-def test_a_torn_journal_is_cut_back_once_and_the_grown_search_runs_on(ray_here: None, tmp_path: Path) -> None:
+def test_a_torn_journal_is_cut_back_once_and_the_grown_search_runs_on(shared_ray: None, tmp_path: Path) -> None:
     experiment = tmp_path / "torn"
     tunekit.run(
         DEFAULT_SPEC,
@@ -406,7 +397,7 @@ def test_a_torn_journal_is_cut_back_once_and_the_grown_search_runs_on(ray_here: 
 
 
 def test_a_crash_by_exception_holds_running_trials_and_the_resume_finishes_them(
-    ray_here: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A full disk under a table write, injected through the store's seam, mid-search."""
     from tunekit.driver import recorder, records

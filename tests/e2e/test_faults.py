@@ -5,18 +5,17 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import psutil
 import pytest
-import ray
 
 import tunekit
-from tunekit.driver.session import ray_init_options
 from tunekit.errors import DamagedFileError
 from tunekit.results.repair import repair_experiment
 from tunekit.results.status import read_status
@@ -24,19 +23,12 @@ from tunekit.search.plan import study_storage
 from tunekit.testing import MlflowServer
 from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
 TEST_TRAINABLES = REPO / "tests" / "trainables"
 QUIET = ["tracking.enabled=false"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
 
 
 def test_non_finite_loss_fails_that_trial_and_the_search_goes_on(tmp_path: Path) -> None:
@@ -186,11 +178,10 @@ RAY_STATE_FILES = (
 )
 
 
-def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threading.Event, journal: bool) -> None:
-    """Copies one whole save of Ray's state made once ``asked`` trials were asked, while one ran
-    (and with ``journal`` the study's journal as it was then)."""
+def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threading.Event) -> None:
+    """Copies one whole save of Ray's state made once ``asked`` trials were asked, while one ran,
+    and the study's journal as it was then."""
     import json
-    import shutil
 
     seen: dict[int, list[str]] = {}  # each save read, by its first file's stamp: the statuses it held
     while not stop.is_set():
@@ -208,7 +199,7 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
         seen[stamps[0]] = [t["status"] for t in trials]
         if len(trials) != asked or all(t["status"] == "TERMINATED" for t in trials):
             continue
-        for path in [*files, *([experiment / "study.journal"] if journal else [])]:
+        for path in [*files, experiment / "study.journal"]:
             shutil.copy2(path, into / path.name)
         if [path.stat().st_mtime_ns for path in files] == stamps:
             return
@@ -216,33 +207,21 @@ def _snapshot_ray_state(experiment: Path, into: Path, asked: int, stop: threadin
     raise AssertionError(f"no save of Ray's state had {asked} trials asked and one running; the saves read: {saves}")
 
 
-@pytest.mark.parametrize(
-    ("concurrent", "grown", "journal"),
-    [(4, 4, False), (2, 4, False), (2, 6, False), (4, 4, True)],
-    ids=["every-trial-saved", "two-asked-after-the-save", "then-grown-to-6", "the-study-as-old-as-ray-s-state"],
-)
-def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
-    tmp_path: Path, concurrent: int, grown: int, journal: bool
-) -> None:
-    # As if the driver died right after the search ended but Ray last saved while trials ran:
-    # the study, the tables and the checkpoints know endings that Ray's state does not. With
-    # 4 at once, the first saves hold every trial unfinished (two wait for a CPU); with 2,
-    # the snapshot is of the first two, and the other two were asked after it, as when Ray
-    # saves seldom in a search of thousands of short trials. The last case resumes with a
-    # larger budget: the 4 stand and 2 more train. Epochs of at least a second, and no ending
-    # before the second, hold the first trials unfinished across Ray's saves (one a second):
-    # on a warm worker a whole digits trial takes under a second, and the clean-clone CI of
-    # b80b511 saw no save with 2 trials asked. The last case: the study's journal as old as Ray's
-    # state, the tables newer (once, a bucket's driver killed between two uploads); refused, then
-    # repaired by `tunekit check --repair`; before, the resume trained the ended trials again.
-    experiment, snapshot, samples = tmp_path / "late", tmp_path / "snapshot", 4
+LATE_SAMPLES = 4
+
+
+def _search_with_an_early_save(root: Path, concurrent: int) -> tuple[Path, Path]:
+    """A search of 4 trials, ``concurrent`` at once, in ``root / "late"``, and a copy of one whole
+    save of Ray's state (with the study's journal as it was then) made while a trial ran, in
+    ``root / "snapshot"``."""
+    experiment, snapshot = root / "late", root / "snapshot"
     snapshot.mkdir()
     stop = threading.Event()
     failures: list[BaseException] = []
 
     def snap() -> None:
         try:
-            _snapshot_ray_state(experiment, snapshot, concurrent, stop, journal)
+            _snapshot_ray_state(experiment, snapshot, concurrent, stop)
         except BaseException as error:  # reported by the test's thread
             failures.append(error)
 
@@ -254,7 +233,7 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
             overrides=[
                 f"trainable={TEST_TRAINABLES / 'slow_digits.py'}",
                 "data.epoch_seconds=1",
-                f"budget.num_samples={samples}",
+                f"budget.num_samples={LATE_SAMPLES}",
                 "budget.max_epochs=4",
                 f"budget.max_concurrent={concurrent}",
                 "scheduler.grace_period=2",
@@ -262,7 +241,7 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
                 "search.n_startup_trials=2",
                 *QUIET,
             ],
-            storage=tmp_path,
+            storage=root,
             name="late",
             progress=False,
         )
@@ -270,10 +249,51 @@ def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
         stop.set()
         watcher.join()
     assert not failures, failures
+    return experiment, snapshot
+
+
+@pytest.fixture(scope="module")
+def late_search(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], tuple[Path, Path]]:
+    """``_search_with_an_early_save`` run once per concurrency and shared by the cases that start
+    from it (each resumes its own copy): two searches for the four cases, not four."""
+    searches: dict[int, tuple[Path, Path]] = {}
+
+    def search(concurrent: int) -> tuple[Path, Path]:
+        if concurrent not in searches:
+            searches[concurrent] = _search_with_an_early_save(tmp_path_factory.mktemp("late"), concurrent)
+        return searches[concurrent]
+
+    return search
+
+
+@pytest.mark.parametrize(
+    ("concurrent", "grown", "journal"),
+    [(4, 4, False), (2, 4, False), (2, 6, False), (4, 4, True)],
+    ids=["every-trial-saved", "two-asked-after-the-save", "then-grown-to-6", "the-study-as-old-as-ray-s-state"],
+)
+def test_trials_that_ended_after_ray_s_last_save_keep_their_ending_on_resume(
+    tmp_path: Path, late_search: Callable[[int], tuple[Path, Path]], concurrent: int, grown: int, journal: bool
+) -> None:
+    # As if the driver died right after the search ended but Ray last saved while trials ran:
+    # the study, the tables and the checkpoints know endings that Ray's state does not. With
+    # 4 at once, the first saves hold every trial unfinished (two wait for a CPU); with 2,
+    # the snapshot is of the first two, and the other two were asked after it, as when Ray
+    # saves seldom in a search of thousands of short trials. The third case resumes with a
+    # larger budget: the 4 stand and 2 more train. Epochs of at least a second, and no ending
+    # before the second, hold the first trials unfinished across Ray's saves (one a second):
+    # on a warm worker a whole digits trial takes under a second, and the clean-clone CI of
+    # b80b511 saw no save with 2 trials asked. The last case: the study's journal as old as Ray's
+    # state, the tables newer (once, a bucket's driver killed between two uploads); refused, then
+    # repaired by `tunekit check --repair`; before, the resume trained the ended trials again.
+    # Each case resumes its own copy of the search made with its concurrency.
+    searched, snapshot = late_search(concurrent)
+    experiment, samples = tmp_path / "late", LATE_SAMPLES
+    shutil.copytree(searched, experiment, symlinks=True)
     ended = {row["trial_id"]: row for row in _ended_trials(experiment / "trials.csv")}
     epochs_before = (experiment / "epochs.csv").read_text().splitlines()
     for saved in snapshot.iterdir():
-        saved.replace(experiment / saved.name)
+        if saved.name != "study.journal" or journal:
+            shutil.copy2(saved, experiment / saved.name)
     if journal:
         # The study's journal older than its seal and tables (a bucket's uploads now go journal
         # first, tables, then the seal, so only damage leaves it so): the resume refuses it in one
@@ -354,7 +374,8 @@ def test_tracking_server_that_disappears_mid_search_does_not_stop_training(
 
 def test_a_trial_whose_epoch_hangs_is_ended_at_its_deadline_and_the_search_goes_on(tmp_path: Path) -> None:
     # One slot: the hung trial held it until the search's time budget ran out, and the
-    # trials behind it never started.
+    # trials behind it never started. 8 s: a digits epoch takes well under a second once
+    # started, and the test waits the deadline out in full.
     (tmp_path / "markers").mkdir()
     results = tunekit.run(
         DEFAULT_SPEC,
@@ -364,7 +385,7 @@ def test_a_trial_whose_epoch_hangs_is_ended_at_its_deadline_and_the_search_goes_
             "budget.max_epochs=2",
             "budget.max_concurrent=1",
             "scheduler.type=fifo",
-            "training.trial_timeout_s=20",
+            "training.trial_timeout_s=8",
             *QUIET,
         ],
         data={"marker_dir": str(tmp_path / "markers"), "hang_epoch": 2},
@@ -376,7 +397,7 @@ def test_a_trial_whose_epoch_hangs_is_ended_at_its_deadline_and_the_search_goes_
     hung = trials.iloc[0]
     assert hung["status"] == "failed" and hung["attempts"] == 1 and hung["epochs"] == 1
     assert hung["reason"] == (
-        "epoch 2 did not end within 20 s of the end of epoch 1 (training.trial_timeout_s: 20); its worker was killed"
+        "epoch 2 did not end within 8 s of the end of epoch 1 (training.trial_timeout_s: 8); its worker was killed"
     )
     assert list(trials["status"].iloc[1:]) == ["completed", "completed"]
     from tunekit.worker.heartbeat import read_heartbeat

@@ -12,21 +12,18 @@ import io
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pandas as pd
 import pytest
-import ray
 import yaml
 from mlflow.tracking import MlflowClient
 from ray.tune.stopper import TimeoutStopper
 from ray.tune.utils.serialization import TuneFunctionDecoder
 
 import tunekit
-from tunekit.driver.session import ray_init_options
 from tunekit.layout import SPEC_FILE
 from tunekit.results import summarize
 from tunekit.results.closing import closing_text
@@ -36,7 +33,7 @@ from tunekit.search.plan import study_storage
 from tunekit.search.searcher import open_study
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_SIX = [
@@ -49,13 +46,6 @@ FIRST_SIX = [
     "params.learning_rate",
     "params.units",
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ import pytest
 import tunekit
 from tunekit import load_spec
 from tunekit.contract import TrainableRef, TrialContext
-from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 
@@ -204,20 +202,11 @@ def test_mnist_mlp_reads_an_image_folder(small_digits_folder: Path) -> None:
 # ------------------------------------------------------------------- end to end
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    ray = pytest.importorskip("ray")
-    # address="local": a private Ray, even if a cluster was started on this machine
-    ray.init(address="local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
-
-
 def run_spec(name: str, overrides: list[str], storage: Path) -> tunekit.ExperimentResults:
     return tunekit.run(SPECS / f"{name}.yaml", overrides=overrides, storage=storage, name=name, progress=False)
 
 
-def test_grid_spec_smoke(ray_session: None, small_digits_folder: Path, tmp_path: Path) -> None:
+def test_grid_spec_smoke(shared_ray: None, small_digits_folder: Path, tmp_path: Path) -> None:
     results = run_spec(
         "cifar_resnet_grid",
         [
@@ -237,7 +226,7 @@ def test_grid_spec_smoke(ray_session: None, small_digits_folder: Path, tmp_path:
     assert results.best_metric is not None and results.best_metric > 0.1
 
 
-def test_asha_spec_smoke(ray_session: None, small_digits_folder: Path, tmp_path: Path) -> None:
+def test_asha_spec_smoke(shared_ray: None, small_digits_folder: Path, tmp_path: Path) -> None:
     results = run_spec(
         "cifar_resnet_asha",
         [
@@ -255,7 +244,7 @@ def test_asha_spec_smoke(ray_session: None, small_digits_folder: Path, tmp_path:
     assert "completed" in set(trials["status"])
 
 
-def test_schedules_spec_smoke(ray_session: None, small_digits_folder: Path, tmp_path: Path) -> None:
+def test_schedules_spec_smoke(shared_ray: None, small_digits_folder: Path, tmp_path: Path) -> None:
     results = run_spec(
         "cifar_resnet_schedules",
         [
@@ -271,7 +260,7 @@ def test_schedules_spec_smoke(ray_session: None, small_digits_folder: Path, tmp_
     assert sorted(trials["params.schedule"]) == ["cosine", "exponential", "step"]
 
 
-def test_mnist_mlp_on_upscaled_digits(ray_session: None, tmp_path: Path) -> None:
+def test_mnist_mlp_on_upscaled_digits(shared_ray: None, tmp_path: Path) -> None:
     spec = {
         "name": "mnist-mlp",
         "trainable": "trainables.mnist_mlp",

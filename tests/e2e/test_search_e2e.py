@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
-import ray
 
 import tunekit
 from tunekit.cli import main as cli_main
-from tunekit.driver.session import ray_init_options
 from tunekit.layout import OUTPUT_FILE
 from tunekit.search.plan import study_storage
 from tunekit.worker.autocompile import AUTO_STEPS_PER_EXECUTION
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"
@@ -30,13 +27,6 @@ SMOKE = [
     "search.n_startup_trials=3",
     "tracking.enabled=false",
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

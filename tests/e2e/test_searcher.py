@@ -5,7 +5,6 @@ The searcher driven directly, without Ray: tests/unit/search/test_searcher.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,6 @@ QUIET = {
 }
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    import ray
-
-    from tunekit.driver.session import ray_init_options
-
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
-
-
 def digits_spec(space: dict[str, Any], algorithm: str, **budget: Any) -> dict[str, Any]:
     return {
         "name": "searcher-e2e",
@@ -55,7 +43,7 @@ def digits_spec(space: dict[str, Any], algorithm: str, **budget: Any) -> dict[st
 
 @pytest.mark.slow
 def test_a_repeated_conditional_grid_runs_each_configuration_twice(
-    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO)
     space = {
@@ -102,7 +90,7 @@ def test_a_repeated_conditional_grid_runs_each_configuration_twice(
 
 @pytest.mark.slow
 def test_an_exhausted_space_ends_a_real_search_early(
-    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO)
     space = {"units": {"type": "choice", "values": [16, 32]}}

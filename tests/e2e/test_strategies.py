@@ -8,12 +8,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import trial_infos
-
-from tunekit.driver.session import ray_init_options
 
 pytestmark = pytest.mark.slow
 
@@ -97,17 +94,8 @@ def test_mirrored_strategy_matches_default_strategy(digits_folder: Path) -> None
 # ------------------------------------------------------------------ mixed precision
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Any:
-    ray = pytest.importorskip("ray")
-    # address="local": a private Ray, even if a cluster was started on this machine
-    ray.init(address="local", num_cpus=2, **ray_init_options())
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_trial_runs_on_cpu(ray_session: Any, tmp_path: Path, precision: str) -> None:
+def test_mixed_precision_trial_runs_on_cpu(shared_ray: None, tmp_path: Path, precision: str) -> None:
     import tunekit
 
     results = tunekit.run(

@@ -201,19 +201,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
 
 
 @pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    import ray
-
-    from tunekit.driver.session import ray_init_options
-
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def tracked(
-    server: MlflowServer, ray_session: None, tmp_path_factory: pytest.TempPathFactory
+    server: MlflowServer, shared_ray: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tunekit.ExperimentResults:
     """A small real search logged to the server: 5 trials, 3 epochs, some pruned.
 
@@ -630,7 +619,7 @@ def test_resume_adds_no_duplicate_runs_or_points(tracked: tunekit.ExperimentResu
 
 @pytest.mark.slow
 def test_unreachable_tracking_uri_warns_once_and_the_search_completes_naming_sync(
-    ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    shared_ray: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     with caplog.at_level(logging.WARNING, logger="tunekit.tracking.tracker"):
@@ -659,7 +648,7 @@ def _ray_saved_an_ended_trial(experiment_dir: Path) -> bool:
 
 @pytest.mark.slow
 def test_killed_driver_then_resume_leaves_one_run_per_trial_and_one_point_per_epoch(
-    server: MlflowServer, ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    server: MlflowServer, shared_ray: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     storage, name, experiment = tmp_path / "results", "killed", "tunekit-killed"
     overrides = [

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tunekit import lease as lease_module
 from tunekit.errors import LeaseHeldError
 from tunekit.lease import DriverLease
 
@@ -80,9 +81,9 @@ def _lease_of_another_host(experiment: Path, beat: float) -> None:
 
 def test_another_host_s_stale_heartbeat_is_taken_over(tmp_path: Path) -> None:
     _lease_of_another_host(tmp_path, time.time() - 0.5)
-    lease = DriverLease(tmp_path, "resume", stale_s=1.5)
+    lease = DriverLease(tmp_path, "resume", stale_s=0.8)
     began = time.monotonic()
-    lease.acquire()  # the heartbeat never moves: stale 1.5 s later
+    lease.acquire()  # the heartbeat never moves: stale 0.8 s later
     try:
         assert 0.5 < time.monotonic() - began < 3.0
         assert lease.took_over is not None and lease.took_over.host == "node-b"
@@ -90,7 +91,8 @@ def test_another_host_s_stale_heartbeat_is_taken_over(tmp_path: Path) -> None:
         lease.release()
 
 
-def test_another_host_s_moving_heartbeat_is_a_live_driver(tmp_path: Path) -> None:
+def test_another_host_s_moving_heartbeat_is_a_live_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lease_module, "BEAT_S", 0.4)  # the taker looks every 0.2 s, not every second
     _lease_of_another_host(tmp_path, time.time())
     stop = threading.Event()
 
@@ -132,8 +134,11 @@ def test_the_same_process_shares_its_lease(tmp_path: Path) -> None:
 # --------------------------------------------------- liveness never trusts another host's clock
 
 
-def test_a_live_holder_whose_clock_runs_minutes_behind_keeps_its_lease(tmp_path: Path) -> None:
+def test_a_live_holder_whose_clock_runs_minutes_behind_keeps_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Its heartbeats say "five minutes ago" by this host's clock, but they move: it lives.
+    monkeypatch.setattr(lease_module, "BEAT_S", 0.4)  # the taker looks every 0.2 s, not every second
     skew = -300.0
     _lease_of_another_host(tmp_path, time.time() + skew)
     stop = threading.Event()
@@ -160,11 +165,11 @@ def test_a_dead_holder_whose_clock_ran_minutes_ahead_is_taken_over_in_the_stale_
     _lease_of_another_host(tmp_path, time.time() + 300)
     written = time.time() - 30
     os.utime(tmp_path / "driver.lease", (written, written))
-    lease = DriverLease(tmp_path, "resume", stale_s=3)
+    lease = DriverLease(tmp_path, "resume", stale_s=1)
     began = time.monotonic()
     lease.acquire()
     try:
-        assert time.monotonic() - began < 6.0  # the stale window watched, not 300 s more
+        assert time.monotonic() - began < 4.0  # the stale window watched, not 300 s more
         assert lease.took_over is not None and lease.took_over.host == "node-b"
     finally:
         lease.release()
@@ -172,12 +177,15 @@ def test_a_dead_holder_whose_clock_ran_minutes_ahead_is_taken_over_in_the_stale_
 
 # ----------------------------------------------------------------------------- fencing
 
+# FENCE_S cut to 0.5 s (3 s in the product) so the test's pause past it is short.
 WRITER = """
 import sys, time
 from pathlib import Path
+from tunekit import lease as lease_module
 from tunekit.driver.signals import exit_when_lost
 from tunekit.lease import DriverLease
 from tunekit.store import write_text
+lease_module.FENCE_S = 0.5
 experiment = Path(sys.argv[1])
 lease = DriverLease(experiment, "run")
 lease.acquire()
@@ -206,7 +214,7 @@ def test_a_paused_driver_that_lost_its_lease_writes_nothing_more_and_exits_with_
         while not (tmp_path / "records.txt").exists():
             time.sleep(0.05)
         os.kill(writer.pid, signal.SIGSTOP)
-        time.sleep(3.5)  # paused past FENCE_S: it must confirm its lease before its next write
+        time.sleep(1.0)  # paused past FENCE_S: it must confirm its lease before its next write
         if taken == "by another driver":
             _lease_of_another_host(tmp_path, time.time())
         else:
@@ -251,13 +259,12 @@ def test_a_storage_error_while_renewing_is_no_verdict(tmp_path: Path) -> None:
 def test_writes_wait_for_a_storage_that_cannot_confirm_the_lease_then_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tunekit import lease as lease_module
     from tunekit.errors import StorageError
     from tunekit.store import write_text
 
     monkeypatch.setattr(lease_module, "FENCE_S", 0.0)  # every write confirms the lease first
     lease = DriverLease(tmp_path, "run", stale_s=0.3)
-    lease.outage_s = 1.5
+    lease.outage_s = 0.6
     lease.acquire()
     try:
         (tmp_path / "driver.lease").unlink()
@@ -265,9 +272,9 @@ def test_writes_wait_for_a_storage_that_cannot_confirm_the_lease_then_stop(
         write_text(tmp_path / "early.txt", "x")  # within the stale window of the last confirmation: goes on
         time.sleep(0.4)
         began = time.monotonic()
-        with pytest.raises(StorageError, match=r"the storage has not confirmed this driver.s lease for 1\.5 s"):
+        with pytest.raises(StorageError, match=r"the storage has not confirmed this driver.s lease for 0\.6 s"):
             write_text(tmp_path / "records.txt", "x")
-        assert 1.0 < time.monotonic() - began < 4.0
+        assert 0.3 < time.monotonic() - began < 3.0
         assert not (tmp_path / "records.txt").exists()
     finally:
         (tmp_path / "driver.lease").rmdir()
