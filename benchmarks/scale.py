@@ -64,7 +64,7 @@ TPE_HISTORY = 1000
 BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the code running
     "sampler": ("optuna/samplers", "optuna/_hypervolume", "optuna/search_space", "scipy"),
     "study storage": ("optuna/storages", "tunekit/compat/optuna_study", "sqlalchemy", "sqlite3", "alembic"),
-    "recorder": ("tunekit/driver/recorder", "tunekit/driver/records", "tunekit/clock", "csv"),
+    "recorder": ("tunekit/driver/recorder", "tunekit/driver/records", "tunekit/storage/clock", "csv"),
     "tracker": ("tunekit/tracking", "mlflow"),
     "progress": ("tunekit/driver/progress",),
     "ray": ("ray/",),

@@ -8,7 +8,7 @@ trial failed, or the time budget ran out first), when a fatal trial error stoppe
 search, for a storage error (read-only, full, unreachable for longer than
 ``storage.outage_s``: ``tunekit resume DIR`` continues such a search) or for any other
 tunekit error; 2 for an invalid spec or usage; 3 when the driver lost the experiment's lease
-to another driver (``tunekit.lease``); 128 + the signal when SIGINT (130) or SIGTERM (143)
+to another driver (``tunekit.storage.lease``); 128 + the signal when SIGINT (130) or SIGTERM (143)
 stopped the search, which ``tunekit resume DIR`` continues.
 """
 
@@ -84,7 +84,7 @@ def _handled(args: argparse.Namespace) -> int:
         return 0
     except OSError as error:
         # A read-only folder, a full disk, no permission, no bucket, an outage: one line with the fix.
-        from tunekit.storage_faults import storage_line
+        from tunekit.storage.faults import storage_line
 
         if (problem := storage_line(error)) is None or args.debug:
             raise
@@ -545,8 +545,8 @@ def _logs(args: argparse.Namespace) -> int:
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
-    from tunekit.storage import bucket_of, readable, shown
-    from tunekit.store import table_rows
+    from tunekit.storage.buckets import bucket_of, readable, shown
+    from tunekit.storage.store import table_rows
 
     directory = readable(args.experiment_dir)
     name = shown(directory)  # a bucket's URI, never this machine's cache of it

@@ -28,7 +28,7 @@ from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
 from tunekit.hp_given import restricted
 from tunekit.hypermodel import HyperModel, build_function, fit_function, route_fit, with_dry_fit
 from tunekit.layout import SPEC_FILE
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 from tunekit.tuner_data import data_builder, fit_arguments
 
 if TYPE_CHECKING:

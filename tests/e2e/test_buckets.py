@@ -278,7 +278,7 @@ def test_bucket_outages_are_waited_through_within_the_bound_and_past_it_end_the_
     assert "past storage.outage_s (20 s)" in errors[0]
     assert errors[0].endswith(f"`tunekit resume {uri}` continues it once the storage is back")
     assert not search.said(" failed (")
-    # The one traceback allowed is the lease's heartbeat thread's (tunekit.lease, issue 49's item 1).
+    # The one traceback allowed is the lease's heartbeat thread's (tunekit.storage.lease, issue 49's item 1).
     tracebacks = len(search.said("Traceback"))
     assert tracebacks <= 2 * len(search.said("Exception in thread tunekit-lease")), "\n".join(search.lines)
     assert all(", failed 0;" in line for line in search.said("| done "))

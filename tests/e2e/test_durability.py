@@ -66,7 +66,7 @@ def _driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def _ended(experiment: Path) -> int:
     try:
-        from tunekit.store import table_rows
+        from tunekit.storage.store import table_rows
 
         return sum(row["status"] != "running" for row in table_rows(experiment / "trials.csv"))
     except (OSError, DamagedFileError):
@@ -75,7 +75,7 @@ def _ended(experiment: Path) -> int:
 
 def _epochs(experiment: Path) -> int:
     try:
-        from tunekit.store import table_rows
+        from tunekit.storage.store import table_rows
 
         return len(table_rows(experiment / "epochs.csv"))
     except (OSError, DamagedFileError):

@@ -27,7 +27,6 @@ from ray.tune.schedulers import FIFOScheduler
 
 import tunekit
 from tunekit.cli import main as cli_main
-from tunekit.clock import SearchClock, ended_by_its_driver
 from tunekit.compat.ray_saved_state import finished_trials, saved_trials
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
@@ -37,6 +36,7 @@ from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatu
 from tunekit.results.check import check_experiment
 from tunekit.results.closing import closing_text
 from tunekit.results.mlflow import ambiguity_message, load_from_mlflow
+from tunekit.storage.clock import SearchClock, ended_by_its_driver
 from tunekit.testing import MlflowServer, free_port
 from tunekit.tracking import sync
 from tunekit.tracking.preflight import TrackingIncomplete, check_complete

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from tunekit.errors import LeaseHeldError
-from tunekit.lease import DriverLease
+from tunekit.storage.lease import DriverLease
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from tunekit.lease import DriverLease
+from tunekit.storage.lease import DriverLease
 lease = DriverLease(Path(sys.argv[1]), "resume")
 lease.acquire()
 print("held", flush=True)
@@ -176,8 +176,8 @@ WRITER = """
 import sys, time
 from pathlib import Path
 from tunekit.driver.signals import exit_when_lost
-from tunekit.lease import DriverLease
-from tunekit.store import write_text
+from tunekit.storage.lease import DriverLease
+from tunekit.storage.store import write_text
 experiment = Path(sys.argv[1])
 lease = DriverLease(experiment, "run")
 lease.acquire()
@@ -251,9 +251,9 @@ def test_a_storage_error_while_renewing_is_no_verdict(tmp_path: Path) -> None:
 def test_writes_wait_for_a_storage_that_cannot_confirm_the_lease_then_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tunekit import lease as lease_module
     from tunekit.errors import StorageError
-    from tunekit.store import write_text
+    from tunekit.storage import lease as lease_module
+    from tunekit.storage.store import write_text
 
     monkeypatch.setattr(lease_module, "FENCE_S", 0.0)  # every write confirms the lease first
     lease = DriverLease(tmp_path, "run", stale_s=0.3)

@@ -31,7 +31,7 @@ def _newest_saved_state(experiment_dir: Path) -> tuple[Path, dict[str, Any]] | N
 
 
 def _write_saved_state(path: Path, state: dict[str, Any]) -> None:
-    from tunekit.store import write_json
+    from tunekit.storage.store import write_json
 
     write_json(path, state)
 

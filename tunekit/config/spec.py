@@ -149,7 +149,7 @@ class ResourcesSpec:
 @dataclass(frozen=True)
 class StorageSpec:
     path: str
-    outage_s: float = 300.0  # how long transient storage errors are waited through (tunekit.storage_faults)
+    outage_s: float = 300.0  # how long transient storage errors are waited through (tunekit.storage.faults)
 
 
 @dataclass(frozen=True)

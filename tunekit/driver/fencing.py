@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tunekit.fences import check_fences
+from tunekit.storage.fences import check_fences
 
 
 class LeaseFence(Callback):

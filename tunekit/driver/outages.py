@@ -20,9 +20,9 @@ from typing import Any, TextIO
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.signals import stop_search_for
 from tunekit.errors import SearchInterrupted, StorageError, StorageUnreachableError
-from tunekit.storage import mirrored, shown
-from tunekit.storage_faults import is_transient, permanent_problem
-from tunekit.store import free_bytes, no_space_error, no_space_in, space_needed
+from tunekit.storage.buckets import mirrored, shown
+from tunekit.storage.faults import is_transient, permanent_problem
+from tunekit.storage.store import free_bytes, no_space_error, no_space_in, space_needed
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from tunekit.layout import (
 )
 from tunekit.search.pareto import is_feasible
 from tunekit.search.plan import rung_of
-from tunekit.store import write_text
+from tunekit.storage.store import write_text
 
 
 @dataclass

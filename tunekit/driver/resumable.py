@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tunekit.compat.ray_saved_state import damaged_saved_state
 from tunekit.errors import DamagedFileError
-from tunekit.journal import damage_message, journal_repair, verify_journal
 from tunekit.layout import (
     CLUSTER_FILE,
     EPOCHS_FILE,
@@ -27,7 +26,8 @@ from tunekit.layout import (
     TRIALS_FILE,
     study_file,
 )
-from tunekit.store import check_table, read_json, repair_torn_tail
+from tunekit.storage.journal import damage_message, journal_repair, verify_journal
+from tunekit.storage.store import check_table, read_json, repair_torn_tail
 
 TABLES = (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE, EXPLOITS_FILE)
 RECORDS = (STARTED_FILE, TRACKING_FILE, CLUSTER_FILE)

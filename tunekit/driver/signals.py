@@ -21,10 +21,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, TunekitError
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 
 if TYPE_CHECKING:
-    from tunekit.lease import DriverLease
+    from tunekit.storage.lease import DriverLease
 
 
 class _TrialTracebackFilter(logging.Filter):
@@ -41,7 +41,7 @@ class _TrialTracebackFilter(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tunekit.storage_faults import is_transient
+        from tunekit.storage.faults import is_transient
 
         # Ray's own tracebacks of a storage outage (a checkpoint it could not rotate away, its
         # state it could not save): tunekit says the outage once as it starts and once as it ends.

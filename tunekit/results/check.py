@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock, died_mid_session
 from tunekit.errors import DamagedRecordWarning
 from tunekit.layout import (
     CHECKPOINT_STATE,
@@ -72,7 +71,8 @@ from tunekit.search.attrs import (
     epoch_results,
 )
 from tunekit.search.forecast import slot_units
-from tunekit.storage import readable
+from tunekit.storage.buckets import readable
+from tunekit.storage.clock import SearchClock, died_mid_session
 from tunekit.tracking.record import TrackingRecord
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from tunekit.clock import duration
 from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, TrialStatus, finite
 from tunekit.results.best import BestTrial, no_best_reason
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
+from tunekit.storage.clock import duration
 
 # ExperimentResults and Summary are not imported: their modules import this one, for their reprs.
 ExperimentResults = Any

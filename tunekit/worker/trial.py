@@ -46,8 +46,8 @@ from tunekit.layout import (
     OUTPUT_FILE,
     number_in_trial_name,
 )
-from tunekit.storage import Bucket, is_uri
-from tunekit.store import no_space_in
+from tunekit.storage.buckets import Bucket, is_uri
+from tunekit.storage.store import no_space_in
 from tunekit.worker import heartbeat
 from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint

@@ -16,11 +16,11 @@ import pytest
 from tensorboardX.proto.api_pb2 import DataType
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
-from tunekit.clock import SearchClock
 from tunekit.config.spec import load_spec
 from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.errors import SpecError
 from tunekit.layout import TENSORBOARD_DIR, TrialStatus
+from tunekit.storage.clock import SearchClock
 from tunekit.testing import read_events
 from tunekit.tracking.tensorboard import STATUS_FAILURE, STATUS_SUCCESS, STATUS_UNKNOWN, TensorBoardLogger
 
