@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.tuner_data import is_dataset
+from tunekit.tuner.data import is_dataset
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 import keras_tuner
 
 from tunekit.errors import SearchAborted, TunekitError
-from tunekit.hypermodel import DryModel, fit_function
 from tunekit.keras_tuner.data import saved
 from tunekit.keras_tuner.settings import SECTIONS, names_of, spec_for
 from tunekit.keras_tuner.trial import FATAL_MARK, TrialRun, TunerTrial
 from tunekit.layout import SPEC_FILE
-from tunekit.tuner import _drop_keras_graphs
+from tunekit.tuner.hypermodel import DryModel, fit_function
+from tunekit.tuner.tuner import _drop_keras_graphs
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
