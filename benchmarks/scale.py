@@ -474,7 +474,7 @@ def _spec(trials: int, tracking_uri: str | None, tpe_history: int | None = None)
 def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
     import tunekit
     from tunekit.driver.tune_run import synthetic_trials_for_benchmarks
-    from tunekit.testing import MlflowServer, PostgresServer, postgres_bin
+    from tunekit.testing.servers import MlflowServer, PostgresServer, postgres_bin
     from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
     workdir.mkdir(parents=True, exist_ok=True)

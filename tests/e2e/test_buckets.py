@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.testing import LoopbackProxy, S3Server, cli_sets, free_port
+from tunekit.testing.runs import cli_sets
+from tunekit.testing.servers import LoopbackProxy, S3Server, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -37,7 +37,7 @@ def test_a_history_s_plan_is_the_same_for_the_same_seed_and_names_registered_kin
 
 def test_a_kind_whose_support_has_not_landed_is_off_and_says_what_it_waits_for() -> None:
     off = faults.enabled()
-    assert off["storage-outage"].startswith("off: waiting for tunekit.testing.LoopbackProxy")
+    assert off["storage-outage"].startswith("off: waiting for tunekit.testing.servers.LoopbackProxy")
     assert "storage-outage" not in [
         f.kind for seed in range(50) for f in plan(seed, list(faults.KINDS.keys() - off), set())
     ]

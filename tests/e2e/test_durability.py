@@ -29,7 +29,8 @@ from tunekit.errors import DamagedFileError, NoSpaceError
 from tunekit.results.check import check_experiment
 from tunekit.search.attrs import LOST_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.testing import MlflowServer, cli_sets
+from tunekit.testing.runs import cli_sets
+from tunekit.testing.servers import MlflowServer
 
 pytestmark = pytest.mark.slow
 

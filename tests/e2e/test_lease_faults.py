@@ -20,7 +20,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tunekit.testing import S3Server
+from tunekit.testing.servers import S3Server
 
 # A driver on another host (its own UTS namespace, hostname given) whose clock is skewed by
 # faketime: takes the lease, says what happened, holds it a moment, and releases it.

@@ -175,7 +175,7 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
 
     # TensorBoard: each moved trial's run steps its mutated values at its exploits' epochs,
     # from its starting value at step 0, the resume adding its step and repeating none.
-    from tunekit.testing import read_events
+    from tunekit.testing.runs import read_events
 
     for trial_id, rows in steps.groupby("trial_id"):
         number = int(trials.loc[trials["trial_id"] == trial_id, "number"].iloc[0])
