@@ -11,7 +11,8 @@ import pytest
 
 from tunekit.config.space import parse_space
 from tunekit.errors import FatalTrialError, SpecError
-from tunekit.tuner.hp import HyperParameters, UnknownParameterError, discover, spec_name
+from tunekit.tuner.discover import discover, spec_name
+from tunekit.tuner.hp import HyperParameters, UnknownParameterError
 
 
 def kerastuner_mlp(hp: HyperParameters) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import pytest
 
 from tunekit.config.space import parse_space
 from tunekit.errors import SpecError
-from tunekit.tuner.hp import HyperParameters, discover
+from tunekit.tuner.discover import discover
+from tunekit.tuner.hp import HyperParameters
 from tunekit.tuner.hp_given import restricted
 
 

@@ -27,7 +27,8 @@ from tunekit.errors import SpecError, TunekitError
 from tunekit.layout import SPEC_FILE
 from tunekit.storage.buckets import shown
 from tunekit.tuner.data import data_builder, fit_arguments
-from tunekit.tuner.hp import Declared, Discovery, HyperParameters, discover, spec_name
+from tunekit.tuner.discover import Discovery, discover, spec_name
+from tunekit.tuner.hp import Declared, HyperParameters
 from tunekit.tuner.hp_given import restricted
 from tunekit.tuner.hypermodel import HyperModel, build_function, fit_function, route_fit, with_dry_fit
 
