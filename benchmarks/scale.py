@@ -69,7 +69,7 @@ BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the 
     "progress": ("tunekit/driver/progress",),
     "ray": ("ray/",),
 }
-# The sampler's calls, through the wrapper tunekit.search.searcher.build_sampler returns.
+# The sampler's calls, through the wrapper tunekit.search.study.build_sampler returns.
 SAMPLER_WRAPPER = "tunekit/search/searcher.py"
 SAMPLER_CALLS = {"infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial"}
 
@@ -708,7 +708,7 @@ def _sampler(tpe_history: int | None = None) -> Any:
     """The sampler tunekit builds for this benchmark's spec: TPE, multivariate, constant liar,
     seeded; ``tpe_history``: it models only that many recent trials (``search.tpe_history``)."""
     import tunekit
-    from tunekit.search.searcher import build_sampler
+    from tunekit.search.study import build_sampler
 
     return build_sampler(tunekit.load_spec(_spec(1, "http://127.0.0.1:5000", tpe_history)))
 

@@ -280,7 +280,7 @@ def ask_lagged(study: optuna.Study, lag: int | None, ask: Any) -> Any:
     """``ask()`` with the study's sampler shown only the trials numbered below ``m - lag``, or
     ``WAITING`` until they have all ended; ``ask()`` itself when ``lag`` is None.
 
-    The sampler (``tunekit.search.searcher._PinnableSampler``) applies ``lagged_study`` while
+    The sampler (``tunekit.search.study.PinnableSampler``) applies ``lagged_study`` while
     its ``lag_cut`` is set.
     """
     if lag is None:
