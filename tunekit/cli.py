@@ -28,7 +28,6 @@ from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, S
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
-    from tunekit.results.load import ExperimentResults
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -414,6 +413,7 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from tunekit.results.closing import closing_lines, mlflow_link
+    from tunekit.results.display import trial_table
     from tunekit.results.ledger import describe
     from tunekit.results.load import load
     from tunekit.results.summary import summarize
@@ -426,7 +426,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(summary.to_json(results))
     else:
-        print(_table(results))
+        print(trial_table(results))
         print()
         print("\n".join(closing_lines(results, summary)))
         print(describe(summary.ledger, summary.predicted_vs_actual))
@@ -505,40 +505,6 @@ def _sync(args: argparse.Namespace) -> int:
     if synced.ui_url:
         print(f"MLflow UI: {synced.ui_url}")
     return 0
-
-
-def _table(results: ExperimentResults) -> str:
-    from tunekit.layout import FINAL_PREFIX, PARAM_PREFIX
-
-    if results.trials.empty:
-        return "no trials recorded"
-    table = results.ranked()
-    params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
-    # Several objectives: each trial's Pareto rank and every objective's final value.
-    finals = [c for c in table.columns if c.startswith(FINAL_PREFIX)] or ["final_metric"]
-    ranks = ["pareto_rank"] if "pareto_rank" in table.columns else []
-    shown = table[["number", "status", *ranks, "epochs", *finals, "best_metric", "wall_seconds", *params, "reason"]]
-    renamed = {c: c[len(PARAM_PREFIX) :] for c in params} | {c: c[len(FINAL_PREFIX) :] for c in finals}
-    shown = shown.rename(columns=renamed | {"final_metric": results.metric, "best_metric": f"best {results.metric}"})
-    reasons = shown["reason"].map(_short_reason)
-    width = max(len("reason"), *(len(r) for r in reasons))
-    # text reads from the left: pad so pandas' right alignment leaves the column flush left
-    shown = shown.assign(reason=[r.ljust(width) for r in reasons])
-    shown = shown.rename(columns={"reason": "reason".ljust(width)})
-    return "\n".join(
-        line.rstrip() for line in shown.to_string(index=False, float_format=lambda x: f"{x:.4g}").splitlines()
-    )
-
-
-REASON_WIDTH = 60
-
-
-def _short_reason(value: object) -> str:
-    """One line of at most REASON_WIDTH characters (empty for no reason)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    text = " ".join(str(value).split())
-    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."
 
 
 def _logs(args: argparse.Namespace) -> int:
