@@ -25,7 +25,7 @@ from tunekit.search.history import optuna_distribution
 from tunekit.search.plan import study_storage
 from tunekit.storage.journal import SEAL_BLOCK, JournalSealer, verify_journal
 
-from .results.made_up_experiments import asha_experiment
+from ..results.made_up_experiments import asha_experiment
 
 GARBAGE = (
     b"\n",
