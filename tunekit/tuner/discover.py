@@ -1,19 +1,18 @@
 """The search space a ``build_model(hp)`` declares, found before launch by calling it.
 
-tunekit's searcher proposes a whole configuration
-before a trial starts, so the space must be known before launch. ``discover`` calls
-``build_model`` with every parameter at its default, then again with one discrete
-parameter (a choice, a boolean, an int of at most ``ENUMERATED_INT_VALUES`` values) set to
-each of its other values; a call that declared parameters not seen before is the start of
-the same walk over those new parameters, until nothing new appears or ``MAX_BUILDS`` builds
-ran. A parameter first declared
-only under some values of a discrete parameter (``units_2`` only when ``num_layers`` is 3)
-becomes conditional on them (``when``), so TPE samples it only where it is used, as Optuna's
-define-by-run does. Conditions written with ``conditional_scope`` or ``parent_name`` are
-kept as written. Limits: a branch taken only for values of a float (or of a wide int
-range) other than its bounds is not explored, and a parameter found only through such a
-branch is sampled in every trial; a parameter no explored build declares is not searched
-(a trial that declares it gets its default, and the trial's log says so).
+tunekit's searcher proposes a whole configuration before a trial starts, so the space must be
+known before launch. ``discover`` calls ``build_model`` with every parameter at its default,
+then again with one discrete parameter (a choice, a boolean, an int of at most
+``ENUMERATED_INT_VALUES`` values) set to each of its other values; a call that declared
+parameters not seen before is the start of the same walk over those new parameters, until
+nothing new appears or ``MAX_BUILDS`` builds ran. A parameter first declared only under some
+values of a discrete parameter (``units_2`` only when ``num_layers`` is 3) becomes conditional
+on them (``when``), so TPE samples it only where it is used, as Optuna's define-by-run does.
+Conditions written with ``conditional_scope`` or ``parent_name`` are kept as written. Limits: a
+branch taken only for values of a float (or of a wide int range) other than its bounds is not
+explored, and a parameter found only through such a branch is sampled in every trial; a
+parameter no explored build declares is not searched (a trial that declares it gets its
+default, and the trial's log says so).
 """
 
 from __future__ import annotations
