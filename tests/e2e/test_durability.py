@@ -74,15 +74,6 @@ def _ended(experiment: Path) -> int:
         return 0
 
 
-def _epochs(experiment: Path) -> int:
-    try:
-        from tunekit.storage.store import table_rows
-
-        return len(table_rows(experiment / "epochs.csv"))
-    except (OSError, DamagedFileError):
-        return 0
-
-
 def _stop(driver: subprocess.Popen[bytes], number: int) -> int:
     if number == signal.SIGKILL:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -124,6 +115,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MlflowServer)
     sets = cli_sets([*CHAOS_SEARCH, f"tracking.uri={mlflow_server.uri}"])
     driver = _driver(["run", str(DEFAULT_SPEC), "--storage", str(root / "results"), "--name", "chaos", *sets], log)
     stops: list[tuple[str, int, int]] = []
+    session_log = 0
     second: tuple[dict[str, subprocess.CompletedProcess[str]], float] = ({}, 0.0)
     for stop in range(STOPS):
         number = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
@@ -145,25 +137,28 @@ def chaos(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MlflowServer)
         stops.append((signal.Signals(number).name, ended, status))
         if status == 0:
             break  # it finished as the signal came: nothing more to break
+        session_log = log.stat().st_size  # before the new driver's first line
         driver = _driver(["resume", str(experiment)], log)
     paused_status = None
     if driver.poll() is None:
-        driver, paused_status = _paused_and_taken_over_from_another_host(driver, experiment, log)
+        driver, paused_status = _paused_and_taken_over_from_another_host(driver, experiment, log, session_log)
     status = driver.wait(timeout=600)
     return Chaos(experiment, stops, status, log, *second, paused_status=paused_status)
 
 
 def _paused_and_taken_over_from_another_host(
-    driver: subprocess.Popen[bytes], experiment: Path, log: Path
+    driver: subprocess.Popen[bytes], experiment: Path, log: Path, session_log: int
 ) -> tuple[subprocess.Popen[bytes], int]:
     """The driver paused (SIGSTOP) past the lease's stale window, its search resumed from another
     host (its own UTS namespace), then the paused one continued (SIGCONT). Returns the new
     driver, and the old one's exit status."""
-    # Paused as soon as this session trains (its first new epoch), while trials are left to run.
-    epochs, deadline = _epochs(experiment), time.monotonic() + 180
-    while _epochs(experiment) < epochs + 1:
+    # Paused as soon as this session's trials start (its log from ``session_log`` says so): trials
+    # are then left to run whatever the load. (Paused at its first new epoch, that epoch could end
+    # the last trial, and the other host's resume rightly found nothing to resume: exit 0.)
+    deadline = time.monotonic() + 180
+    while "first trial started" not in log.read_bytes()[session_log:].decode(errors="replace"):
         assert driver.poll() is None, "the search ended before the pause"
-        assert time.monotonic() < deadline, "no epoch was recorded within 180 s before the pause"
+        assert time.monotonic() < deadline, "no trial started within 180 s before the pause"
         time.sleep(0.2)
     os.kill(driver.pid, signal.SIGSTOP)
     resume = " ".join([*TUNEKIT, "resume", str(experiment)])
