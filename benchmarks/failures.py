@@ -80,7 +80,8 @@ def search(arm: str, seed: int, trials: int, objectives: int, workdir: Path) -> 
 
     from tunekit.config.spec import load_spec
     from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY
-    from tunekit.search.searcher import OptunaStudySearcher, build_sampler
+    from tunekit.search.searcher import OptunaStudySearcher
+    from tunekit.search.study import build_sampler
 
     sections: dict[str, Any] = {"budget": {"num_samples": trials}, "search": {"seed": seed}}
     if objectives == 2:

@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks import common
 from tunekit.layout import TrialStatus
-from tunekit.testing import MlflowServer
+from tunekit.testing.servers import MlflowServer
 
 NAME = "logging_cost"
 TITLE = "MLflow tracking: blocking time per epoch in the driver, tunekit vs synchronous log_metric"

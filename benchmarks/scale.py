@@ -64,12 +64,12 @@ TPE_HISTORY = 1000
 BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the code running
     "sampler": ("optuna/samplers", "optuna/_hypervolume", "optuna/search_space", "scipy"),
     "study storage": ("optuna/storages", "tunekit/compat/optuna_study", "sqlalchemy", "sqlite3", "alembic"),
-    "recorder": ("tunekit/driver/recorder", "tunekit/driver/records", "tunekit/clock", "csv"),
+    "recorder": ("tunekit/driver/recorder", "tunekit/driver/records", "tunekit/storage/clock", "csv"),
     "tracker": ("tunekit/tracking", "mlflow"),
     "progress": ("tunekit/driver/progress",),
     "ray": ("ray/",),
 }
-# The sampler's calls, through the wrapper tunekit.search.searcher.build_sampler returns.
+# The sampler's calls, through the wrapper tunekit.search.study.build_sampler returns.
 SAMPLER_WRAPPER = "tunekit/search/searcher.py"
 SAMPLER_CALLS = {"infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial"}
 
@@ -474,7 +474,7 @@ def _spec(trials: int, tracking_uri: str | None, tpe_history: int | None = None)
 def _run_tunekit(trials: int, window: int, workdir: Path, tpe_history: int | None = None) -> dict[str, Any]:
     import tunekit
     from tunekit.driver.tune_run import synthetic_trials_for_benchmarks
-    from tunekit.testing import MlflowServer, PostgresServer, postgres_bin
+    from tunekit.testing.servers import MlflowServer, PostgresServer, postgres_bin
     from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -708,7 +708,7 @@ def _sampler(tpe_history: int | None = None) -> Any:
     """The sampler tunekit builds for this benchmark's spec: TPE, multivariate, constant liar,
     seeded; ``tpe_history``: it models only that many recent trials (``search.tpe_history``)."""
     import tunekit
-    from tunekit.search.searcher import build_sampler
+    from tunekit.search.study import build_sampler
 
     return build_sampler(tunekit.load_spec(_spec(1, "http://127.0.0.1:5000", tpe_history)))
 

@@ -1,7 +1,7 @@
 """MkDocs hooks: the spec and CLI reference pages, generated from tunekit's own code.
 
 ``mkdocs build`` and ``mkdocs serve`` call ``on_pre_build``, which writes
-``reference/spec-keys.md`` (from ``tunekit.config.spec.SECTION_KEYS``, the section
+``reference/spec-keys.md`` (from ``tunekit.config.sections.SECTION_KEYS``, the section
 dataclasses' types and the defaults a minimal spec is given) and ``reference/cli.md``
 (from ``tunekit.cli``'s argparse parsers). They are written only when their text changes,
 so ``mkdocs serve`` does not rebuild in a loop, and they are not committed (.gitignore):
@@ -136,7 +136,7 @@ REQUIRED = ("name", "metric", "metric.name", "budget", "budget.num_samples", "bu
 
 def spec_keys() -> list[str]:
     """Every key the spec takes, as ``section.key`` (top-level keys alone)."""
-    from tunekit.config.spec import SECTION_KEYS
+    from tunekit.config.sections import SECTION_KEYS
 
     keys = list(SECTION_KEYS[""])
     for section, names in SECTION_KEYS.items():
@@ -145,24 +145,25 @@ def spec_keys() -> list[str]:
 
 
 def spec_reference() -> str:
-    from tunekit.config import objectives, spec
+    from tunekit.config import objectives, training
+    from tunekit.config import sections as types_of
 
     sections: dict[str, Any] = {
         "metric": objectives.MetricSpec,
-        "budget": spec.BudgetSpec,
-        "search": spec.SearchSettings,
-        "scheduler": spec.SchedulerSpec,
-        "resources": spec.ResourcesSpec,
-        "training": spec.TrainingSpec,
-        "storage": spec.StorageSpec,
-        "tracking": spec.TrackingSpec,
+        "budget": types_of.BudgetSpec,
+        "search": types_of.SearchSettings,
+        "scheduler": types_of.SchedulerSpec,
+        "resources": types_of.ResourcesSpec,
+        "training": training.TrainingSpec,
+        "storage": types_of.StorageSpec,
+        "tracking": types_of.TrackingSpec,
     }
     defaults = _defaults()
     lines = [
         "# Spec keys",
         "",
         "Every key of a spec, with its type, its default and its rule. Generated from "
-        "`tunekit.config.spec` by `docs/hooks.py` at each build, so it cannot drift from the code; "
+        "`tunekit.config` by `docs/hooks.py` at each build, so it cannot drift from the code; "
         "[the annotated spec](spec.md) shows them in one file.",
         "",
         "| key | type | default | rule |",

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tunekit.testing import CHROMIUM, chromium, page_text
+from tunekit.testing.browser import CHROMIUM, chromium, page_text
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -23,7 +23,7 @@ from tunekit.layout import ENDED_STATUSES, TrialStatus
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import summarize
 from tunekit.search.forecast import trial_epochs
-from tunekit.search.searcher import open_study
+from tunekit.search.study import open_study
 from tunekit.worker.checks import check_epoch_metrics
 
 REPO = Path(__file__).resolve().parents[1]

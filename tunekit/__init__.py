@@ -202,9 +202,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module("tunekit.plots")
-    if name in ("Tuner", "Hyperband", "HyperParameters"):  # KerasTuner's shapes (tunekit.tuner, tunekit.hp)
-        from tunekit.hp import HyperParameters
-        from tunekit.tuner import Hyperband, Tuner
+    if name in ("Tuner", "Hyperband", "HyperParameters"):  # KerasTuner's shapes (tunekit.tuner)
+        from tunekit.tuner.hp import HyperParameters
+        from tunekit.tuner.tuner import Hyperband, Tuner
 
         return {"Tuner": Tuner, "Hyperband": Hyperband, "HyperParameters": HyperParameters}[name]
     if name == "ray_init_options":  # the driver's own function, imported only when asked for

@@ -8,7 +8,7 @@ trial failed, or the time budget ran out first), when a fatal trial error stoppe
 search, for a storage error (read-only, full, unreachable for longer than
 ``storage.outage_s``: ``tunekit resume DIR`` continues such a search) or for any other
 tunekit error; 2 for an invalid spec or usage; 3 when the driver lost the experiment's lease
-to another driver (``tunekit.lease``); 128 + the signal when SIGINT (130) or SIGTERM (143)
+to another driver (``tunekit.storage.lease``); 128 + the signal when SIGINT (130) or SIGTERM (143)
 stopped the search, which ``tunekit resume DIR`` continues.
 """
 
@@ -28,7 +28,6 @@ from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, S
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
-    from tunekit.results.load import ExperimentResults
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -88,7 +87,7 @@ def _handled(args: argparse.Namespace) -> int:
         return 0
     except OSError as error:
         # A read-only folder, a full disk, no permission, no bucket, an outage: one line with the fix.
-        from tunekit.storage_faults import storage_line
+        from tunekit.storage.faults import storage_line
 
         if (problem := storage_line(error)) is None or args.debug:
             raise
@@ -418,6 +417,7 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from tunekit.results.closing import closing_lines, mlflow_link
+    from tunekit.results.display import trial_table
     from tunekit.results.ledger import describe
     from tunekit.results.load import load
     from tunekit.results.summary import summarize
@@ -430,7 +430,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(summary.to_json(results))
     else:
-        print(_table(results))
+        print(trial_table(results))
         print()
         print("\n".join(closing_lines(results, summary)))
         print(describe(summary.ledger, summary.predicted_vs_actual))
@@ -511,46 +511,12 @@ def _sync(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(results: ExperimentResults) -> str:
-    from tunekit.layout import FINAL_PREFIX, PARAM_PREFIX
-
-    if results.trials.empty:
-        return "no trials recorded"
-    table = results.ranked()
-    params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
-    # Several objectives: each trial's Pareto rank and every objective's final value.
-    finals = [c for c in table.columns if c.startswith(FINAL_PREFIX)] or ["final_metric"]
-    ranks = ["pareto_rank"] if "pareto_rank" in table.columns else []
-    shown = table[["number", "status", *ranks, "epochs", *finals, "best_metric", "wall_seconds", *params, "reason"]]
-    renamed = {c: c[len(PARAM_PREFIX) :] for c in params} | {c: c[len(FINAL_PREFIX) :] for c in finals}
-    shown = shown.rename(columns=renamed | {"final_metric": results.metric, "best_metric": f"best {results.metric}"})
-    reasons = shown["reason"].map(_short_reason)
-    width = max(len("reason"), *(len(r) for r in reasons))
-    # text reads from the left: pad so pandas' right alignment leaves the column flush left
-    shown = shown.assign(reason=[r.ljust(width) for r in reasons])
-    shown = shown.rename(columns={"reason": "reason".ljust(width)})
-    return "\n".join(
-        line.rstrip() for line in shown.to_string(index=False, float_format=lambda x: f"{x:.4g}").splitlines()
-    )
-
-
-REASON_WIDTH = 60
-
-
-def _short_reason(value: object) -> str:
-    """One line of at most REASON_WIDTH characters (empty for no reason)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    text = " ".join(str(value).split())
-    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."
-
-
 def _logs(args: argparse.Namespace) -> int:
 
     from tunekit.errors import StorageError
     from tunekit.layout import ERROR_FILE, OUTPUT_FILE, TRIALS_FILE
-    from tunekit.storage import bucket_of, readable, shown
-    from tunekit.store import table_rows
+    from tunekit.storage.buckets import bucket_of, readable, shown
+    from tunekit.storage.store import table_rows
 
     directory = readable(args.experiment_dir)
     name = shown(directory)  # a bucket's URI, never this machine's cache of it

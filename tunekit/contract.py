@@ -186,7 +186,7 @@ def load_builders(trainable: Trainable) -> Builders:
 
     With the space's names known (``with_space_names``), each builder's reads are checked:
     a key the space lacks is a fatal ``UnknownParameterError`` naming the space's keys, and a
-    ``build_model(hp)`` gets KerasTuner's ``hp`` over the trial's values (``tunekit.hp``).
+    ``build_model(hp)`` gets KerasTuner's ``hp`` over the trial's values (``tunekit.tuner.hp``).
     """
     if isinstance(trainable, RecordedTrainable):
         raise SpecError(
@@ -199,7 +199,7 @@ def load_builders(trainable: Trainable) -> Builders:
         builders = Builders(module.build_data, module.build_model, getattr(module, "fit_options", None))
     if trainable.space_names is None:
         return builders
-    from tunekit.hp import NameChecked
+    from tunekit.tuner.hp import NameChecked
 
     names = trainable.space_names
     reads: set[str] = set()  # one set for the three: the search's end warns of names none read
@@ -313,7 +313,7 @@ def _builder(name: str, function: object) -> Callable[..., Any]:
 
 
 def _takes_hp(function: Callable[..., Any]) -> bool:
-    from tunekit.hp import takes_hp
+    from tunekit.tuner.hp import takes_hp
 
     return takes_hp(function)
 

@@ -141,7 +141,7 @@ class StorageUnreachableError(StorageError):
 
 
 class LeaseHeldError(StorageError):
-    """Another driver holds the experiment's lease: one writer at a time (``tunekit.lease``)."""
+    """Another driver holds the experiment's lease: one writer at a time (``tunekit.storage.lease``)."""
 
 
 # The exit status of a driver that lost its lease (``tunekit.driver.fencing``): 1 and 2 are
@@ -152,10 +152,10 @@ EXIT_LEASE_LOST = 3
 class LeaseLostError(StorageError):
     """This driver no longer holds the experiment's lease: another driver took it over (this one
     was paused, or cut off from the storage, past the stale window), or it was deleted. It must
-    not write again; its trials are the new holder's (``tunekit.lease``).
+    not write again; its trials are the new holder's (``tunekit.storage.lease``).
 
     Attributes:
-        holder: who holds it now (a ``tunekit.lease.Holder``), None when nobody does.
+        holder: who holds it now (a ``tunekit.storage.lease.Holder``), None when nobody does.
     """
 
     def __init__(self, message: str, holder: object = None) -> None:

@@ -32,13 +32,13 @@ SPEC_FILE = "spec.yaml"
 STUDY_FILE = "study.journal"
 SQLITE_STUDY_FILE = "study.db"
 # The journal's length and a CRC-32 per block of its lines, as its driver last wrote them
-# (tunekit.journal): a cut or a changed byte anywhere in what it covers is found.
+# (tunekit.storage.journal): a cut or a changed byte anywhere in what it covers is found.
 JOURNAL_SEAL_FILE = "study.seal.json"
 TRIALS_FILE = "trials.csv"
 EPOCHS_FILE = "epochs.csv"
 TRACKING_FILE = "tracking.json"  # where in MLflow the experiment's runs are (tunekit.tracking.tracker)
 # {"started_at": wall-clock seconds, "sessions": [[start, end], ...]}: the search's clock
-# (tunekit.clock). Every time column counts active seconds on it: the time between a stop
+# (tunekit.storage.clock). Every time column counts active seconds on it: the time between a stop
 # and a resume is left out. Written by tunekit.driver.recorder.
 STARTED_FILE = "started.json"
 SPANS_FILE = "spans.csv"  # one row per stretch a trial ran (start and end on the active clock)
@@ -60,7 +60,7 @@ RETRAIN_FILE = "retrain.json"
 DRIVER_LOG_FILE = "driver.log"  # Ray's own lines from joining and starting (never the console)
 MLFLOW_LOG_FILE = "mlflow.log"  # MLflow's own lines while tunekit sent to it: its store's errors (never the console)
 # {"host", "pid", "process_started", "command", "since", "beat", "token"}: the driver that
-# writes the experiment now, with its heartbeat; absent when none does (tunekit.lease).
+# writes the experiment now, with its heartbeat; absent when none does (tunekit.storage.lease).
 LEASE_FILE = "driver.lease"
 STARTED_KEY = "started_at"
 
@@ -91,7 +91,7 @@ KEPT_WEIGHTS = "kept.npz"
 FINAL_MODEL = "model.keras"  # the whole model, when Keras can serialise it
 FINAL_WEIGHTS = "model.weights.h5"  # the fallback: weights only, rebuilt with build_model
 # Beside a checkpoint's payloads: {file name: SHA-256} of each as its worker wrote it
-# (tunekit.checksums), since a changed byte inside an array or a weight reads as a number.
+# (tunekit.storage.checksums), since a changed byte inside an array or a weight reads as a number.
 CHECKSUMS_FILE = "checksums.json"
 CHECKSUMMED = (CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, KEPT_WEIGHTS, FINAL_MODEL, FINAL_WEIGHTS)
 
@@ -299,7 +299,7 @@ WARM_START_FILE = "warm_start.json"
 # (it takes the source's, with the mutated parameters perturbed).
 EXPLOITS_FILE = "exploits.csv"
 EXPLOIT_COLUMNS = ("trial_id", "number", "epoch", "source_trial_id", "source_number", "source_epoch", "time")
-# Columns whose every cell is a number or empty (tunekit.store refuses a table where one is
+# Columns whose every cell is a number or empty (tunekit.storage.store refuses a table where one is
 # not: a changed byte must not read as a metric); in epochs.csv every column but the ids.
 NUMBER_COLUMNS = {
     TRIALS_FILE: (

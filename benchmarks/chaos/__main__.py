@@ -27,7 +27,7 @@ from benchmarks.chaos.history import (
     stop_everything,
     wait_for,
 )
-from tunekit.testing import cli_sets
+from tunekit.testing.runs import cli_sets
 
 DEFAULT_OUT = common.DEFAULT_OUT / "chaos"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.testing import LoopbackProxy, S3Server
+from tunekit.testing.servers import LoopbackProxy, S3Server
 
 BUCKET = "chaos"
 OUTAGE_S = 15  # the search's storage.outage_s in a bucket history: outages past it end the driver

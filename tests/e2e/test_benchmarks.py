@@ -292,10 +292,10 @@ def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu
 
     import optuna
 
-    from tunekit.search.searcher import _PinnableSampler
+    from tunekit.search.study import PinnableSampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=_PinnableSampler(optuna.samplers.TPESampler(seed=0, n_startup_trials=5)))
+    study = optuna.create_study(sampler=PinnableSampler(optuna.samplers.TPESampler(seed=0, n_startup_trials=5)))
     sampler = scale.CpuSampler(threading.get_ident())
     started = time.thread_time()
     sampler.start()

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.testing import LoopbackProxy, S3Server, cli_sets, free_port
+from tunekit.testing.runs import cli_sets
+from tunekit.testing.servers import LoopbackProxy, S3Server, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -309,7 +310,7 @@ def test_bucket_outages_are_waited_through_and_past_the_bound_end_the_search_and
     assert "past storage.outage_s (20 s)" in errors[0]
     assert errors[0].endswith(f"`tunekit resume {uri}` continues it once the storage is back")
     assert not search.said(" failed (")
-    # The one traceback allowed is the lease's heartbeat thread's (tunekit.lease, issue 49's item 1).
+    # The one traceback allowed is the lease's heartbeat thread's (tunekit.storage.lease, issue 49's item 1).
     tracebacks = len(search.said("Traceback"))
     assert tracebacks <= 2 * len(search.said("Exception in thread tunekit-lease")), "\n".join(search.lines)
     assert all(", failed 0;" in line for line in search.said("| done "))

@@ -34,8 +34,8 @@ import pytest
 import tunekit
 from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE, RETRAIN_DIR, RETRAIN_FILE, TRACKING_FILE, TRIALS_FILE
 from tunekit.search.plan import study_storage
-from tunekit.storage import Bucket
-from tunekit.testing import S3Server, free_port
+from tunekit.storage.buckets import Bucket
+from tunekit.testing.servers import S3Server, free_port
 
 pytestmark = pytest.mark.slow
 

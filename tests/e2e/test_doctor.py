@@ -25,7 +25,7 @@ from tunekit.cli import main
 from tunekit.doctor.checks import run_checks
 from tunekit.doctor.report import PROBLEM
 from tunekit.doctor.tracking import check_tracking
-from tunekit.testing import S3Server, free_port, stop_group
+from tunekit.testing.servers import S3Server, free_port, stop_group
 
 TRACKING_FIX = "or fix --tracking-uri"
 

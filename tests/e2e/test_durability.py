@@ -27,7 +27,8 @@ from tunekit.errors import DamagedFileError, NoSpaceError
 from tunekit.results.check import check_experiment
 from tunekit.search.attrs import LOST_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.testing import MlflowServer, cli_sets
+from tunekit.testing.runs import cli_sets
+from tunekit.testing.servers import MlflowServer
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def _driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 def _ended(experiment: Path) -> int:
     try:
-        from tunekit.store import table_rows
+        from tunekit.storage.store import table_rows
 
         return sum(row["status"] != "running" for row in table_rows(experiment / "trials.csv"))
     except (OSError, DamagedFileError):

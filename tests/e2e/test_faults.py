@@ -20,7 +20,7 @@ from tunekit.errors import DamagedFileError
 from tunekit.results.repair import repair_experiment
 from tunekit.results.status import read_status
 from tunekit.search.plan import study_storage
-from tunekit.testing import MlflowServer
+from tunekit.testing.servers import MlflowServer
 from tunekit.tracking.tracker import FLUSH_TIMEOUT_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]

@@ -30,7 +30,7 @@ from tunekit.results.closing import closing_text
 from tunekit.results.status import read_status
 from tunekit.search.attrs import HISTORY_ATTR, RAY_TRIAL_ATTR, WARM_START_ATTR
 from tunekit.search.plan import study_storage
-from tunekit.search.searcher import open_study
+from tunekit.search.study import open_study
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]

@@ -257,7 +257,7 @@ def test_stepped_ranges_have_kerastuners_values() -> None:
 def test_hyperbands_default_trials_are_what_kerastuners_brackets_start() -> None:
     import keras_tuner
 
-    from tunekit.tuner import kerastuner_trials
+    from tunekit.tuner.tuner import kerastuner_trials
 
     for max_epochs, factor in ((20, 3), (100, 3), (8, 2), (2, 3), (81, 3)):
         oracle = keras_tuner.oracles.HyperbandOracle(objective="val_loss", max_epochs=max_epochs, factor=factor)
@@ -271,7 +271,7 @@ def test_kerastuners_hypermodel_with_its_own_fit_trains_through_it() -> None:
     import tensorflow as tf
 
     from tunekit.contract import TrialContext
-    from tunekit.tuner import HyperModelBuilder
+    from tunekit.tuner.tuner import HyperModelBuilder
 
     class MyHyperModel(keras_tuner.HyperModel):
         def build(self, hp: Any) -> keras.Model:

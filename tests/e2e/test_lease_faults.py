@@ -20,14 +20,14 @@ from typing import Any
 import boto3
 import pytest
 
-from tunekit.testing import S3Server
+from tunekit.testing.servers import S3Server
 
 # A driver on another host (its own UTS namespace, hostname given) whose clock is skewed by
 # faketime: takes the lease, says what happened, holds it a moment, and releases it.
 TAKE = """
 import sys, time
 from tunekit.errors import LeaseHeldError
-from tunekit.lease import DriverLease
+from tunekit.storage.lease import DriverLease
 began = time.monotonic()
 lease = DriverLease(sys.argv[1], "resume")
 try:
@@ -41,7 +41,7 @@ lease.release()
 
 HOLD = """
 import sys, time
-from tunekit.lease import DriverLease
+from tunekit.storage.lease import DriverLease
 lease = DriverLease(sys.argv[1], "run")
 lease.acquire()
 print("held", flush=True)
@@ -120,7 +120,7 @@ def _racer(seed: int, start: Any, decided: Any, out: Any) -> None:
     """One of two drivers that race ``ROUNDS`` times, each time on a new experiment, each start
     a seeded moment (within half a second) after both are ready: the same second."""
     from tunekit.errors import LeaseHeldError
-    from tunekit.lease import DriverLease
+    from tunekit.storage.lease import DriverLease
 
     rng = random.Random(seed)
     for attempt in range(ROUNDS):
@@ -158,8 +158,8 @@ def test_of_two_drivers_starting_in_the_same_second_on_a_bucket_exactly_one_proc
 def test_a_bucket_lease_replaced_between_a_read_and_a_renewal_is_never_overwritten(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tunekit.lease import DriverLease
-    from tunekit.lease_files import S3LeaseObject
+    from tunekit.storage.lease import DriverLease
+    from tunekit.storage.lease_files import S3LeaseObject
 
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)

@@ -16,7 +16,8 @@ from urllib.parse import quote
 import pytest
 
 from tunekit.layout import TRACKING_FILE
-from tunekit.testing import CHROMIUM, MlflowServer, chromium, page_text
+from tunekit.testing.browser import CHROMIUM, chromium, page_text
+from tunekit.testing.servers import MlflowServer
 from tunekit.tracking.tracker import MlflowTracker
 
 from .test_tracking import client, drive, recorder_for, runs_of, small_spec

@@ -198,7 +198,7 @@ def test_jupyterlab_from_the_notebooks_extra_serves_the_notebooks(tmp_path: Path
 
     import requests
 
-    from tunekit.testing import free_port, stop_group
+    from tunekit.testing.servers import free_port, stop_group
 
     port, token = free_port(), "tunekit-test"
     command = [

@@ -126,7 +126,7 @@ def test_trainable_output_lands_in_each_trial_folder(project_run: tunekit.Experi
 def test_the_users_tensorboard_callback_logs_into_each_trial_folder_beside_tunekits_logs(
     project_run: tunekit.ExperimentResults, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from tunekit.testing import read_events
+    from tunekit.testing.runs import read_events
 
     # keras.callbacks.TensorBoard() with its relative default log_dir, "logs": in the trial's
     # folder, not in the directory the search ran from.

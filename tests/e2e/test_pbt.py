@@ -25,13 +25,13 @@ import pytest
 import ray
 
 import tunekit
-from tunekit.clock import SearchClock
 from tunekit.driver.session import ray_init_options
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX, TRACKING_FILE
 from tunekit.results import plots, summarize
 from tunekit.results.mlflow import load_from_mlflow
 from tunekit.search.attrs import PBT_STEPS_ATTR
 from tunekit.search.plan import study_storage
+from tunekit.storage.clock import SearchClock
 from tunekit.tracking.client import ARTIFACTS_FOLDER
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
 
@@ -175,7 +175,7 @@ def test_a_population_of_4_survives_a_killed_worker_and_a_resume_and_records_eac
 
     # TensorBoard: each moved trial's run steps its mutated values at its exploits' epochs,
     # from its starting value at step 0, the resume adding its step and repeating none.
-    from tunekit.testing import read_events
+    from tunekit.testing.runs import read_events
 
     for trial_id, rows in steps.groupby("trial_id"):
         number = int(trials.loc[trials["trial_id"] == trial_id, "number"].iloc[0])

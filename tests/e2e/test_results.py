@@ -197,7 +197,7 @@ def test_the_html_report_and_the_notebook_view_render_in_chromium(
 ) -> None:
     """The page a browser shows: the report's headline, parameters and every trial; the
     notebook's HTML view (``_repr_html_``, as Jupyter shows ``results``) with the best trial."""
-    from tunekit.testing import CHROMIUM, chromium, page_text
+    from tunekit.testing.browser import CHROMIUM, chromium, page_text
 
     if CHROMIUM is None:
         pytest.skip("needs Debian's chromium: apt-get install -y chromium")

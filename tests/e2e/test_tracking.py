@@ -27,7 +27,6 @@ from ray.tune.schedulers import FIFOScheduler
 
 import tunekit
 from tunekit.cli import main as cli_main
-from tunekit.clock import SearchClock, ended_by_its_driver
 from tunekit.compat.ray_saved_state import finished_trials, saved_trials
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.driver.recorder import EpochRow, Recorder, TrialRecord
@@ -37,7 +36,8 @@ from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, TRACKING_FILE, TrialStatu
 from tunekit.results.check import check_experiment
 from tunekit.results.closing import closing_text
 from tunekit.results.mlflow import ambiguity_message, load_from_mlflow
-from tunekit.testing import MlflowServer, free_port
+from tunekit.storage.clock import SearchClock, ended_by_its_driver
+from tunekit.testing.servers import MlflowServer, free_port
 from tunekit.tracking import sync
 from tunekit.tracking.preflight import TrackingIncomplete, check_complete
 from tunekit.tracking.record import TrackingRecord
@@ -1006,7 +1006,8 @@ def test_tensorboard_lists_every_trial_with_its_params_final_metric_and_status(
 ) -> None:
     """tunekit's TensorBoard logs of the tracked search, read by a real ``tensorboard`` on
     127.0.0.1 through its HParams plugin's HTTP API, and rendered by headless chromium."""
-    from tunekit.testing import CHROMIUM, TensorBoardServer, chromium, page_text
+    from tunekit.testing.browser import CHROMIUM, chromium, page_text
+    from tunekit.testing.servers import TensorBoardServer
 
     logdir = tracked.experiment_dir / "tensorboard"
     server = TensorBoardServer(logdir, tmp_path / "tensorboard.log").start()

@@ -14,7 +14,7 @@ import pytest
 from tunekit.config.spec import load_spec
 from tunekit.contract import Builders, TrainableRef, builders_from, load_builders, locate_trainable
 from tunekit.errors import SpecError
-from tunekit.hp import NameChecked
+from tunekit.tuner.hp import NameChecked
 
 BUILDERS = """
 from {helper} import answer

@@ -87,3 +87,47 @@ def test_only_layout_spells_the_experiment_file_names() -> None:
     )
     spelled = {name: names.findall(path.read_text()) for name, path in modules().items() if name != "tunekit.layout"}
     assert {name: found for name, found in spelled.items() if found} == {}
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "explanation" / "architecture.md"
+
+
+def part_of(name: str) -> str:
+    """The top-level part a module belongs to, spelled as the architecture page spells it."""
+    path = modules()[name]
+    if path.parent == PACKAGE:
+        return path.name
+    return path.relative_to(PACKAGE).parts[0] + "/"
+
+
+def tree_parts() -> set[str]:
+    """Every package and top-level module of tunekit/, as the architecture page names them."""
+    return {part_of(name) for name in modules()}
+
+
+def page_parts() -> dict[str, set[str]]:
+    """The architecture page's table: each part it names, with the parts it may import."""
+    rows = re.findall(r"^\| `tunekit/([^`]+)` \| [^|]+ \| ([^|]+) \|", ARCHITECTURE.read_text(), re.M)
+    assert len({part for part, _ in rows}) == len(rows), f"{ARCHITECTURE}: a part named twice"
+    return {part: set(re.findall(r"`([^`]+)`", imports)) for part, imports in rows}
+
+
+def test_the_architecture_page_names_every_package_and_top_level_module_and_nothing_else() -> None:
+    assert set(page_parts()) == tree_parts()
+
+
+def test_each_part_imports_only_what_the_architecture_page_allows_it() -> None:
+    allowed = page_parts()
+    graph = import_graph()
+    found: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        for target in targets:
+            if part_of(target) != part_of(name):
+                found.setdefault(part_of(name), set()).add(part_of(target))
+    beyond = {part: sorted(used - allowed.get(part, set())) for part, used in found.items()}
+    assert {part: used for part, used in beyond.items() if used} == {}
+
+
+def test_the_page_reader_sees_a_part_and_its_imports() -> None:
+    assert page_parts()["layout.py"] == set()
+    assert "storage/" in page_parts()["driver/"]

@@ -17,7 +17,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.storages.journal._file import get_lock_file
 from optuna.trial import FrozenTrial, TrialState
 
-from tunekit.fences import check_fences
+from tunekit.storage.fences import check_fences
 
 _FINISHED = frozenset(state for state in TrialState if state.is_finished())
 _WAITING_ONLY = (TrialState.WAITING,)
@@ -85,7 +85,7 @@ class UnsyncedJournalFile(JournalFileBackend):
     _appender: BinaryIO | None = None
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        check_fences()  # a driver that lost its lease appends nothing more (tunekit.lease)
+        check_fences()  # a driver that lost its lease appends nothing more (tunekit.storage.lease)
         lines = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
         file = self._appender = self._appender or open(self._file_path, "ab")  # noqa: SIM115 - kept open
         if not self._flock_refused:
@@ -280,7 +280,7 @@ def ask_lagged(study: optuna.Study, lag: int | None, ask: Any) -> Any:
     """``ask()`` with the study's sampler shown only the trials numbered below ``m - lag``, or
     ``WAITING`` until they have all ended; ``ask()`` itself when ``lag`` is None.
 
-    The sampler (``tunekit.search.searcher._PinnableSampler``) applies ``lagged_study`` while
+    The sampler (``tunekit.search.study.PinnableSampler``) applies ``lagged_study`` while
     its ``lag_cut`` is set.
     """
     if lag is None:

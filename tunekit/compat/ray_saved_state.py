@@ -32,7 +32,7 @@ def _newest_saved_state(experiment_dir: Path) -> tuple[Path, dict[str, Any]] | N
 
 
 def _write_saved_state(path: Path, state: dict[str, Any]) -> None:
-    from tunekit.store import write_json
+    from tunekit.storage.store import write_json
 
     write_json(path, state)
 
@@ -75,7 +75,7 @@ def name_the_last_save_newest(experiment_dir: Path) -> str | None:
     """
     import datetime as dt
 
-    from tunekit.fences import check_fences
+    from tunekit.storage.fences import check_fences
 
     states = sorted(experiment_dir.glob(SAVE_FILES[0].format("*")))
     if len(states) < 2:

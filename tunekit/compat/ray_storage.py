@@ -6,7 +6,7 @@ against Ray 2.60) copies a trial's checkpoint to the storage inside ``tune.repor
 ``output.log`` and ``error.txt``) beside it and when an attempt ends; each raises on the first
 network error (the artifacts' at the next call, from the background sync that failed): the
 trial fails and its trained epochs are thrown away by a bucket that was away for a few seconds.
-Wrapped, a transient error is tried again (``tunekit.storage_faults.retrying``) while the trial
+Wrapped, a transient error is tried again (``tunekit.storage.faults.retrying``) while the trial
 waits, for the search's ``storage.outage_s`` and a margin, so that the driver, which stops the
 search at the bound itself (holding its trials for the resume), decides first. Each copy is
 whole or tried again whole: it writes the same objects under the same folder.
@@ -63,7 +63,7 @@ def _past_vanished_files(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _retried(original: Callable[..., Any], outage_s: float) -> Callable[..., Any]:
-    from tunekit.storage_faults import retrying
+    from tunekit.storage.faults import retrying
 
     @functools.wraps(original)
     def retried(self: Any, *args: Any, **kwargs: Any) -> Any:

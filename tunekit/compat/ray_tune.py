@@ -456,7 +456,7 @@ def new_trials_in(generator: SearchGenerator, experiment_dir: Path) -> None:
     (``SearchGenerator._experiment``, ``Experiment.storage``, ``StorageContext.storage_fs_path``
     and ``experiment_dir_name``; a ``Trial`` copies its creator's storage).
     """
-    from tunekit.storage import bucket_of
+    from tunekit.storage.buckets import bucket_of
 
     storage = getattr(getattr(generator, "_experiment", None), "storage", None)
     if storage is None:

@@ -1,6 +1,6 @@
 """A spec without ``space:`` whose trainable declares its space in code: ``build_model(hp)``.
 
-The space is found as ``tunekit.Tuner`` finds it (``tunekit.hp.discover``: ``build_model`` at
+The space is found as ``tunekit.Tuner`` finds it (``tunekit.tuner.discover.discover``: ``build_model`` at
 the defaults, then each discrete parameter's other values), before the search is launched, so
 the searcher proposes whole configurations and ``tunekit validate --print`` and ``plan`` show
 the space. Building a Keras model imports TensorFlow, which the driver and the CLI never do:
@@ -33,7 +33,8 @@ def space_in_code(trainable: Any, raw: Mapping[str, Any]) -> dict[str, Any] | No
         SpecError: the builds failed, or declared nothing searchable (the child's own error).
     """
     if isinstance(trainable, Builders):  # functions of this process: a notebook has Keras already
-        from tunekit.hp import discover, takes_hp
+        from tunekit.tuner.discover import discover
+        from tunekit.tuner.hp import takes_hp
 
         if not takes_hp(trainable.build_model):
             return None
@@ -98,7 +99,7 @@ def _context(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _with_context(build_model: Any, context: dict[str, Any]) -> Any:
     """``build_model(hp)`` as it is; ``build_model(hp, ctx)`` with the context it is found under."""
     from tunekit.contract import TrialContext
-    from tunekit.hp import positional_count
+    from tunekit.tuner.hp import positional_count
 
     ctx = TrialContext(**context)
     return (lambda hp: build_model(hp, ctx)) if positional_count(build_model) >= 2 else build_model
@@ -117,7 +118,7 @@ def _last_json(text: str) -> dict[str, Any] | None:
 
 def _find(request: dict[str, Any]) -> dict[str, Any]:
     from tunekit.contract import load_builders
-    from tunekit.hp import discover
+    from tunekit.tuner.discover import discover
 
     ref = TrainableRef(
         request["reference"], Path(request["source"]), Path(request["import_root"]), request["installed"]

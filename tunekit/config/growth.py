@@ -21,7 +21,7 @@ from tunekit.config.spec import ExperimentSpec, apply_override, parse_spec
 from tunekit.contract import Trainable
 from tunekit.errors import SpecError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE
-from tunekit.store import table_rows
+from tunekit.storage.store import table_rows
 
 GROWABLE = ("budget.num_samples", "budget.max_concurrent", "budget.time_budget_s")
 

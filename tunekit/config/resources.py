@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from tunekit.config.spec import ResourcesSpec
+from tunekit.config.sections import ResourcesSpec
 
 if TYPE_CHECKING:
     pass

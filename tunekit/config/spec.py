@@ -1,7 +1,8 @@
 """The experiment spec: YAML in, a typed and frozen ExperimentSpec out, or one SpecError.
 
 This is the only module that reads spec files. Everything downstream receives an
-``ExperimentSpec`` and can trust it.
+``ExperimentSpec`` and can trust it. The run's settings sections (budget, search, scheduler,
+resources, storage, tracking) are typed and parsed in ``tunekit.config.sections``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import yaml
 
 from tunekit.config import _validate as v
-from tunekit.config import pbt
 from tunekit.config.code_space import space_in_code
 from tunekit.config.combinations import check_combinations, check_keep, check_searched_training_keys
 from tunekit.config.files import (
-    DEFAULT_STORAGE,
     RESOLVED_HEADER,
     SPEC_LINE,
     Chain,
@@ -44,126 +43,31 @@ from tunekit.config.objectives import (
     raw_extras,
 )
 from tunekit.config.objectives import MetricMode as MetricMode
-from tunekit.config.rungs import parse_rungs
-from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace, parse_space
+from tunekit.config.sections import (
+    SECTION_KEYS,
+    BudgetSpec,
+    ResourcesSpec,
+    SchedulerSpec,
+    SearchSettings,
+    StorageSpec,
+    TrackingSpec,
+    optional,
+    parse_budget,
+    parse_resources,
+    parse_scheduler,
+    parse_search,
+    parse_storage,
+    parse_tracking,
+    scheduler_raw,
+)
+from tunekit.config.space import SearchSpace, parse_space
 from tunekit.config.training import PRECISIONS as PRECISIONS  # re-exported: the spec's vocabularies
-from tunekit.config.training import TRAINING_KEYS, TrainingSpec, parse_training
-from tunekit.config.warm_start import check_sources, parse_sources
+from tunekit.config.training import TrainingSpec, parse_training
+from tunekit.config.warm_start import check_sources
 from tunekit.contract import RecordedTrainable, Trainable, TrainableRef, locate_trainable, with_space_names
 from tunekit.errors import SpecError
 
-# The closed vocabularies of the spec: each a Literal type, its allowed values derived from it.
-Algorithm = Literal["tpe", "random", "grid", "nsga2"]
-SchedulerType = Literal["asha", "hyperband", "fifo", "pbt"]
-# "growth": grow on demand; "cap": a hard limit of the GPU share × the device's memory.
-GpuMemoryMode = Literal["growth", "cap"]
-
-ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
-SCHEDULERS: tuple[SchedulerType, ...] = get_args(SchedulerType)
-GPU_MEMORY_MODES: tuple[GpuMemoryMode, ...] = get_args(GpuMemoryMode)
-
-# The one table of allowed keys: the section parsers and the --set checker both read it.
-SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "": (
-        "extends",
-        "name",
-        "trainable",
-        "metric",
-        "budget",
-        "search",
-        "scheduler",
-        "resources",
-        "training",
-        "space",
-        "data",
-        "storage",
-        "tracking",
-        "constraints",
-        "select",
-    ),
-    "metric": ("name", "mode"),
-    "budget": ("num_samples", "max_epochs", "max_concurrent", "time_budget_s"),
-    "search": ("algorithm", "seed", "n_startup_trials", "tpe_history", "warm_start", "warm_start_from", "reproducible"),
-    "scheduler": (
-        "type",
-        "grace_period",
-        "reduction_factor",
-        "perturbation_interval",
-        "quantile_fraction",
-        "resample_probability",
-        "mutate",
-        "brackets",
-    ),
-    "resources": ("cpu", "gpu", "gpu_memory"),
-    "training": TRAINING_KEYS,
-    "storage": ("path", "outage_s"),
-    "tracking": ("enabled", "uri", "experiment", "registered_model", "required", "tensorboard"),
-}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-
-
-@dataclass(frozen=True)
-class BudgetSpec:
-    num_samples: int
-    max_epochs: int
-    max_concurrent: int
-    time_budget_s: float | None
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    algorithm: Algorithm
-    seed: int
-    n_startup_trials: int
-    warm_start: tuple[Mapping[str, Any], ...]
-    # Earlier experiments' directories (absolute) whose finished trials seed the study.
-    warm_start_from: tuple[str, ...] = ()
-    # TPE models only this many most recent finished trials (None: all of them).
-    tpe_history: int | None = None
-    # Trial n's proposal sees only trials < n - K ended (it waits for them); None: whatever ended.
-    reproducible: int | None = None
-
-
-@dataclass(frozen=True)
-class SchedulerSpec:
-    type: SchedulerType
-    grace_period: int
-    reduction_factor: float
-    # PBT only (tunekit.config.pbt): epochs between perturbations, the share of the
-    # population copied from and into, the chance to resample instead of perturb, and
-    # the parameters that mutate.
-    perturbation_interval: int = 0
-    quantile_fraction: float = 0.25
-    resample_probability: float = 0.25
-    mutate: tuple[str, ...] = ()
-    brackets: int = 1  # Hyperband's (tunekit.config.rungs); 1 for ASHA
-
-
-@dataclass(frozen=True)
-class ResourcesSpec:
-    cpu: float
-    gpu: float
-    gpu_memory: GpuMemoryMode
-
-
-@dataclass(frozen=True)
-class StorageSpec:
-    path: str
-    outage_s: float = 300.0  # how long transient storage errors are waited through (tunekit.storage_faults)
-
-
-@dataclass(frozen=True)
-class TrackingSpec:
-    enabled: bool
-    uri: str | None
-    experiment: str | None
-    registered_model: str | None
-    # An unreachable server fails the search at start-up, and records MLflow did not take
-    # by the end fail it too (`tunekit sync` sends them later); false: a warning, as ever.
-    required: bool = False
-    # TensorBoard logs of every trial in <experiment>/tensorboard/ (tunekit.tracking.tensorboard),
-    # written whether MLflow tracking is on or off.
-    tensorboard: bool = True
 
 
 @dataclass(frozen=True)
@@ -327,20 +231,20 @@ def parse_spec(
     space = SearchSpace(()) if recorded_without_space else parse_space(given, "space")
     trainable = with_space_names(trainable, space.names)  # trials check their builders' reads against it
     objectives = parse_objectives(v.require(raw, "metric", ""))
-    search = _search(_optional(raw, "search"), space, spec_dir)
-    budget = _budget(v.require(raw, "budget", ""), search, space)
-    check_scheduler(objectives, _optional(raw, "scheduler"))  # before PBT's own settings are checked
-    scheduler = _scheduler(_optional(raw, "scheduler"), budget, search, space)
+    search = parse_search(optional(raw, "search"), space, spec_dir)
+    budget = parse_budget(v.require(raw, "budget", ""), search, space)
+    check_scheduler(objectives, optional(raw, "scheduler"))  # before PBT's own settings are checked
+    scheduler = parse_scheduler(optional(raw, "scheduler"), budget, search, space)
     constraints = parse_constraints(raw.get("constraints"), objectives)
     selection = parse_selection(raw.get("select"), objectives)
-    resources = _resources(_optional(raw, "resources"))
-    training = parse_training(_optional(raw, "training"))
+    resources = parse_resources(optional(raw, "resources"))
+    training = parse_training(optional(raw, "training"))
     check_searched_training_keys(space, PRECISIONS)
     check_combinations(resources.gpu, training.jit_compile, space)
     check_keep(training.keep, scheduler.type, objectives, constraints)
-    storage = _storage(_optional(raw, "storage"))
-    tracking = _tracking(_optional(raw, "tracking"))
-    data = _optional(raw, "data")
+    storage = parse_storage(optional(raw, "storage"))
+    tracking = parse_tracking(optional(raw, "tracking"))
+    data = optional(raw, "data")
     if not isinstance(data, Mapping):
         raise SpecError("data", "must be a mapping of settings for build_data", data)
     data_section: dict[str, Any] = copy.deepcopy(dict(data))
@@ -354,7 +258,7 @@ def parse_spec(
             "warm_start": [dict(p) for p in search.warm_start],
             "warm_start_from": list(search.warm_start_from),
         },
-        "scheduler": _scheduler_raw(scheduler),
+        "scheduler": scheduler_raw(scheduler),
         "resources": asdict(resources),
         "training": asdict(training),
         "space": copy.deepcopy(dict(given or {})),
@@ -416,130 +320,6 @@ def _resolved_trainable(trainable: Trainable) -> str | dict[str, str]:
     if trainable.installed:
         return trainable.reference
     return {"module": trainable.reference, "path": str(trainable.import_root)}
-
-
-def _optional(section: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """A missing or null section means its defaults; any other value must pass its checks."""
-    value = section.get(key)
-    return ({} if default is None else default) if value is None else value
-
-
-def _search(raw: object, space: SearchSpace, spec_dir: Path | None) -> SearchSettings:
-    section = v.mapping(raw, "search", SECTION_KEYS["search"])
-    algorithm = v.one_of(section.get("algorithm", "tpe"), "search.algorithm", ALGORITHMS)
-    seed = v.integer(section.get("seed", 0), "search.seed", minimum=0)
-    startup = v.integer(section.get("n_startup_trials", 10), "search.n_startup_trials", minimum=0)
-    points = v.sequence(_optional(section, "warm_start", []), "search.warm_start")
-    if points and algorithm == "grid":
-        raise SpecError("search.warm_start", "is not used by grid search; remove it", points)
-    warm_start = []
-    for index, point in enumerate(points):
-        point_path = v.join("search.warm_start", index)
-        if not isinstance(point, Mapping):
-            raise SpecError(point_path, "must map parameter names to values", point)
-        space.check_point(point, point_path)
-        warm_start.append(dict(point))
-    sources = parse_sources(section.get("warm_start_from"), spec_dir, algorithm)
-    if algorithm == "grid":
-        space.grid_size()  # every parameter expands, and the grid is of a sane size
-    lag = section.get("reproducible")
-    reproducible = None if lag is None else v.integer(lag, "search.reproducible", minimum=0)
-    return SearchSettings(
-        algorithm, seed, startup, tuple(warm_start), sources, _tpe_history(section, algorithm, startup), reproducible
-    )
-
-
-def _tpe_history(section: Mapping[str, Any], algorithm: str, startup: int) -> int | None:
-    value = section.get("tpe_history")
-    if value is None:
-        return None
-    if algorithm != "tpe":
-        raise SpecError("search.tpe_history", f"applies to search.algorithm tpe only, not {algorithm}", value)
-    # Fewer than the start-up trials and TPE would never leave its random start.
-    return v.integer(value, "search.tpe_history", minimum=max(1, startup))
-
-
-def _budget(raw: object, search: SearchSettings, space: SearchSpace) -> BudgetSpec:
-    section = v.mapping(raw, "budget", SECTION_KEYS["budget"])
-    if search.algorithm == "grid":
-        # Omitted: every configuration once. A multiple: each configuration that many
-        # times, every repeat with its own seed (in the config key REPEAT_SEED_KEY).
-        size = space.grid_size()
-        num_samples = v.integer(_optional(section, "num_samples", size), "budget.num_samples", minimum=1)
-        if num_samples % size:
-            raise SpecError(
-                "budget.num_samples", f"must be a multiple of the grid size ({size}) for grid search", num_samples
-            )
-        if num_samples > size and REPEAT_SEED_KEY in space.names:
-            rule = f"repeats each grid point with its own {REPEAT_SEED_KEY}, which the space searches itself"
-            raise SpecError("budget.num_samples", f"{rule}; use {size}", num_samples)
-    else:
-        num_samples = v.integer(v.require(section, "num_samples", "budget"), "budget.num_samples", minimum=1)
-    max_epochs = v.integer(v.require(section, "max_epochs", "budget"), "budget.max_epochs", minimum=1)
-    max_concurrent = v.integer(section.get("max_concurrent", 1), "budget.max_concurrent", minimum=1)
-    if (lag := search.reproducible) is not None and max_concurrent > lag + 1:
-        rule = f"must be at most {lag + 1}: search.reproducible {lag} runs no more at once"
-        raise SpecError("budget.max_concurrent", rule, max_concurrent)
-    time_budget = section.get("time_budget_s")
-    time_budget_s = None if time_budget is None else v.number(time_budget, "budget.time_budget_s", above=0)
-    return BudgetSpec(num_samples, max_epochs, max_concurrent, time_budget_s)
-
-
-def _scheduler(raw: object, budget: BudgetSpec, search: SearchSettings, space: SearchSpace) -> SchedulerSpec:
-    section = v.mapping(raw, "scheduler", SECTION_KEYS["scheduler"])
-    kind = v.one_of(section.get("type", "asha"), "scheduler.type", SCHEDULERS)
-    if kind == "pbt":
-        settings = pbt.parse_pbt_settings(section, budget.num_samples, budget.max_epochs, budget.max_concurrent)
-        pbt.check_searched_by(search.algorithm)
-        return SchedulerSpec("pbt", 1, 3.0, **settings, mutate=pbt.parse_mutate(section.get("mutate"), space))
-    pbt.check_asha_section(section)
-    grace, factor, brackets = parse_rungs(section, kind, budget.max_epochs)
-    return SchedulerSpec(kind, grace, factor, brackets=brackets)
-
-
-def _scheduler_raw(scheduler: SchedulerSpec) -> dict[str, Any]:
-    """The scheduler section as the experiment records it: the settings of its type only."""
-    filled = asdict(scheduler)
-    kind = scheduler.type
-    unused = (pbt.ASHA_KEYS if kind == "pbt" else pbt.PBT_KEYS) + ("brackets",) * (kind != "hyperband")
-    return {key: list(value) if key == "mutate" else value for key, value in filled.items() if key not in unused}
-
-
-def _resources(raw: object) -> ResourcesSpec:
-    section = v.mapping(raw, "resources", SECTION_KEYS["resources"])
-    cpu = v.number(section.get("cpu", 1), "resources.cpu", above=0)
-    gpu = v.number(section.get("gpu", 0), "resources.gpu", at_least=0)
-    if gpu > 1 and not gpu.is_integer():
-        raise SpecError("resources.gpu", "must be a fraction below 1 or a whole number of GPUs", gpu)
-    memory = v.one_of(section.get("gpu_memory", "growth"), "resources.gpu_memory", GPU_MEMORY_MODES)
-    return ResourcesSpec(cpu, gpu, memory)
-
-
-def _storage(raw: object) -> StorageSpec:
-    section = v.mapping(raw, "storage", SECTION_KEYS["storage"])
-    path = v.string(section.get("path", DEFAULT_STORAGE), "storage.path")
-    return StorageSpec(path, v.number(section.get("outage_s", 300.0), "storage.outage_s", above=0))
-
-
-def _tracking(raw: object) -> TrackingSpec:
-    section = v.mapping(raw, "tracking", SECTION_KEYS["tracking"])
-    optional = {key: section.get(key) for key in ("uri", "experiment", "registered_model")}
-    for key, value in optional.items():
-        if value is not None:
-            v.string(value, f"tracking.{key}")
-    enabled = v.boolean(section.get("enabled", True), "tracking.enabled")
-    required = v.boolean(section.get("required", False), "tracking.required")
-    if required and not enabled:
-        raise SpecError("tracking.required", "must be false when tracking.enabled is false", required)
-    tensorboard = v.boolean(section.get("tensorboard", True), "tracking.tensorboard")
-    return TrackingSpec(
-        enabled=enabled,
-        uri=optional["uri"],
-        experiment=optional["experiment"],
-        registered_model=optional["registered_model"],
-        required=required,
-        tensorboard=tensorboard,
-    )
 
 
 def _plain(value: Any) -> Any:

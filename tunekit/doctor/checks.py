@@ -44,7 +44,7 @@ from tunekit.doctor.report import Check, hide_secrets
 from tunekit.doctor.stack import check_import_costs, check_versions
 from tunekit.doctor.storage import check_storage
 from tunekit.doctor.tracking import check_tracking, default_tracking_uri
-from tunekit.storage import is_uri
+from tunekit.storage.buckets import is_uri
 
 TENSORFLOW_TIMEOUT_S = 120.0
 RAY_TIMEOUT_S = 90.0

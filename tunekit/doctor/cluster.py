@@ -12,7 +12,7 @@ from tunekit.doctor.gpus import NvidiaView
 from tunekit.doctor.network import connect
 from tunekit.doctor.report import Check, ok, problem
 from tunekit.doctor.storage import check_bucket_on_nodes, check_storage_on_nodes
-from tunekit.storage import is_uri
+from tunekit.storage.buckets import is_uri
 
 logger = logging.getLogger(__name__)
 

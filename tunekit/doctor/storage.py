@@ -11,7 +11,7 @@ from typing import Any
 
 from tunekit.doctor.report import Check, ok, problem
 from tunekit.environment import STORAGE_PROBE_PREFIX, redact_uri
-from tunekit.storage import bucket_problem, is_uri
+from tunekit.storage.buckets import bucket_problem, is_uri
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _free_space(path: Path) -> str:
 
 
 def _check_storage_uri(uri: str) -> Check:
-    """The probe and the words of ``tunekit run``'s (``tunekit.storage.bucket_problem``), one limit."""
+    """The probe and the words of ``tunekit run``'s (``tunekit.storage.buckets.bucket_problem``), one limit."""
     name = f"storage {redact_uri(uri)}"
     if found := bucket_problem(uri):
         what, _, fix = found.partition("; fix: ")

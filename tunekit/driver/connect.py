@@ -29,7 +29,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.doctor.report import Check
 from tunekit.errors import ClusterError, ResourceError
 from tunekit.layout import CLUSTER_FILE, DRIVER_LOG_FILE
-from tunekit.store import write_text
+from tunekit.storage.store import write_text
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What a driver does about its lease while Ray Tune runs the search.
 
-``tunekit.store`` checks the lease before every write of tunekit's own records. Ray Tune
+``tunekit.storage.store`` checks the lease before every write of tunekit's own records. Ray Tune
 writes too (its saved state, the checkpoints it rotates away), so the Tune loop is fenced
 as well: ``LeaseFence`` checks the lease at the start of every step and before every result,
 ending and saving Tune processes, which come before Ray acts on them.
@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tunekit.fences import check_fences
+from tunekit.storage.fences import check_fences
 
 
 class LeaseFence(Callback):

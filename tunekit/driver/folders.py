@@ -11,9 +11,18 @@ from pathlib import Path
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import SpecError, StorageError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE
-from tunekit.storage import Bucket, bucket_of, check_bucket, is_uri, join_uri, local_path, mirror_cache, redacted
-from tunekit.storage_faults import permanent_problem
-from tunekit.store import write_text
+from tunekit.storage.buckets import (
+    Bucket,
+    bucket_of,
+    check_bucket,
+    is_uri,
+    join_uri,
+    local_path,
+    mirror_cache,
+    redacted,
+)
+from tunekit.storage.faults import permanent_problem
+from tunekit.storage.store import write_text
 
 
 def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:

@@ -32,7 +32,7 @@ from tunekit.search.attrs import (
     RAY_TRIAL_ATTR,
     epoch_results,
 )
-from tunekit.store import table_rows
+from tunekit.storage.store import table_rows
 
 if TYPE_CHECKING:
     import optuna

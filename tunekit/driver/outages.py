@@ -1,6 +1,6 @@
 """The experiment's storage while a search runs, and before a resume starts Ray.
 
-A search's storage faults each end in one line (``tunekit.storage_faults`` tells their kinds):
+A search's storage faults each end in one line (``tunekit.storage.faults`` tells their kinds):
 
 * a full disk anywhere, in the driver or a trial: ``NoSpaceError`` naming the storage and the
   space the search needs;
@@ -20,9 +20,9 @@ from typing import Any, TextIO
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.signals import stop_search_for
 from tunekit.errors import SearchInterrupted, StorageError, StorageUnreachableError
-from tunekit.storage import mirrored, shown
-from tunekit.storage_faults import is_transient, permanent_problem
-from tunekit.store import free_bytes, no_space_error, no_space_in, space_needed
+from tunekit.storage.buckets import mirrored, shown
+from tunekit.storage.faults import is_transient, permanent_problem
+from tunekit.storage.store import free_bytes, no_space_error, no_space_in, space_needed
 
 
 @contextlib.contextmanager
@@ -46,7 +46,7 @@ def storage_watched(spec: ExperimentSpec, experiment_dir: Path, stream: TextIO |
                 )
             except (SearchInterrupted, StorageError) as error:
                 # The outage's stop, or a write that waited as long for the lease's confirmation
-                # (tunekit.lease): the outage says it. A user's signal, or another storage error, as it is.
+                # (tunekit.storage.lease): the outage says it. A user's signal, or another storage error, as it is.
                 if mirror is None or not (mirror.gave_up or mirror.outage.ongoing):
                     raise
                 mirror.gave_up = mirror.gave_up or mirror.outage.unreachable(error)

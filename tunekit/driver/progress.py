@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 from tunekit.driver.records import epochs_text, reason_beside_epochs
 from tunekit.driver.trial_costs import TrialCosts
 from tunekit.layout import ENDED_STATUSES, ERROR_FILE, TrialStatus, stopped_for_good
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 from tunekit.worker import heartbeat
 
 if TYPE_CHECKING:

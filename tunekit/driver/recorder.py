@@ -22,7 +22,6 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
-from tunekit.clock import SearchClock
 from tunekit.compat.ray_saved_state import saved_stop_decisions
 from tunekit.compat.ray_tune import checkpoint_epoch
 from tunekit.config.objectives import headline_metric
@@ -46,7 +45,6 @@ from tunekit.driver.records import (
 )
 from tunekit.driver.saved_records import SavedRecords, records_of, revived
 from tunekit.driver.worker_deaths import ray_error_text
-from tunekit.journal import JournalSealer
 from tunekit.layout import (
     CHECKPOINT_NOTE,
     CHECKPOINTED,
@@ -69,6 +67,8 @@ from tunekit.search.moasha import RecordingMOASHA
 from tunekit.search.pbt import ExploitStep, RecordingPBT, write_exploits_csv
 from tunekit.search.plan import pick_best, rung_of
 from tunekit.search.schedulers import RecordingASHA
+from tunekit.storage.clock import SearchClock
+from tunekit.storage.journal import JournalSealer
 
 logger = logging.getLogger("tunekit")
 

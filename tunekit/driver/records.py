@@ -38,7 +38,7 @@ from tunekit.layout import (
 )
 from tunekit.search.pareto import is_feasible
 from tunekit.search.plan import rung_of
-from tunekit.store import write_text
+from tunekit.storage.store import write_text
 
 
 @dataclass
@@ -70,7 +70,7 @@ class TrialRecord:
     finals: dict[str, float] = field(default_factory=dict)
     feasible: bool | None = None
     # Each stretch the trial held its slot, [start, end] on the search's active clock
-    # (tunekit.clock); the last end is None while it runs. A retry, a resume and a PBT
+    # (tunekit.storage.clock); the last end is None while it runs. A retry, a resume and a PBT
     # pause each end one. The trial's time is their sum, never a gap between them.
     spans: list[list[float | None]] = field(default_factory=list)
     # Who ran each span, in the same order: {"attempt", "node_id", "pid"} (node and pid from
@@ -112,7 +112,7 @@ class EpochRow:
     metrics: dict[str, float]
     attempt: int
     resumed_from_epoch: int | None
-    at: float  # active seconds since the search started (tunekit.clock)
+    at: float  # active seconds since the search started (tunekit.storage.clock)
 
 
 # ------------------------------------------------------------------ how trials end

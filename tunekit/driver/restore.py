@@ -29,7 +29,7 @@ from tunekit.driver.late_endings import late_endings
 from tunekit.driver.study_catch_up import catch_up_study
 from tunekit.layout import STUDY_FILE
 from tunekit.search.trial_names import name_trials_by
-from tunekit.storage import location_of
+from tunekit.storage.buckets import location_of
 
 
 def restored_tuner(

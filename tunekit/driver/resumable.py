@@ -4,7 +4,7 @@ A resume continues from the study, the tables, the clock and Ray's saved state. 
 missing or damaged used to surface only after Ray had started and trials had trained (a
 missing study: an ``IndexError`` after 24 s, and an empty journal left behind). Here each is
 read first, in a second or so, and a resume that cannot continue is refused with one line
-naming the file (the journal's line: ``tunekit.journal`` reads it whole); the one damage a
+naming the file (the journal's line: ``tunekit.storage.journal`` reads it whole); the one damage a
 resume mends itself, the study journal's torn last line, is cut back and said once, and only
 when every line before it is whole.
 """
@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tunekit.compat.ray_saved_state import damaged_saved_state, name_the_last_save_newest
 from tunekit.errors import DamagedFileError
-from tunekit.journal import damage_message, journal_repair, verify_journal
 from tunekit.layout import (
     CLUSTER_FILE,
     EPOCHS_FILE,
@@ -27,8 +26,9 @@ from tunekit.layout import (
     TRIALS_FILE,
     study_file,
 )
-from tunekit.storage import bucket_of
-from tunekit.store import check_table, read_json, repair_torn_tail
+from tunekit.storage.buckets import bucket_of
+from tunekit.storage.journal import damage_message, journal_repair, verify_journal
+from tunekit.storage.store import check_table, read_json, repair_torn_tail
 
 TABLES = (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE, EXPLOITS_FILE)
 RECORDS = (STARTED_FILE, TRACKING_FILE, CLUSTER_FILE)

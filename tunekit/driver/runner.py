@@ -19,7 +19,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import (
     before_cleanup_after_a_crash,
     one_registry_read_per_trainable,
@@ -58,7 +57,6 @@ from tunekit.driver.session import (
 )
 from tunekit.driver.signals import StopSignals, exit_when_lost, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, NotAnExperimentError, SearchAborted, SearchInterrupted
-from tunekit.journal import JournalSealer
 from tunekit.layout import (
     DRIVER_LOG_FILE,
     ERROR_FILE,
@@ -68,11 +66,10 @@ from tunekit.layout import (
     finite,
     unstarted_by_time_budget,
 )
-from tunekit.lease import DriverLease
 from tunekit.results.completion import search_complete, space_ran_out
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
-from tunekit.storage import (
+from tunekit.storage.buckets import (
     Bucket,
     bucket_of,
     check_bucket,
@@ -82,7 +79,10 @@ from tunekit.storage import (
     redacted,
     shown,
 )
-from tunekit.store import table_rows, write_text
+from tunekit.storage.clock import SearchClock
+from tunekit.storage.journal import JournalSealer
+from tunekit.storage.lease import DriverLease
+from tunekit.storage.store import table_rows, write_text
 from tunekit.tracking.preflight import check_complete, check_reachable, complete_record
 
 

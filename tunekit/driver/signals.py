@@ -21,10 +21,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, TunekitError
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 
 if TYPE_CHECKING:
-    from tunekit.lease import DriverLease
+    from tunekit.storage.lease import DriverLease
 
 
 class _TrialTracebackFilter(logging.Filter):
@@ -41,7 +41,7 @@ class _TrialTracebackFilter(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tunekit.storage_faults import is_permanent, is_transient
+        from tunekit.storage.faults import is_permanent, is_transient
 
         # Ray's own tracebacks of a storage fault (a checkpoint it could not rotate away, its
         # state it could not save): tunekit says an outage once as it starts and once as it ends,
@@ -378,7 +378,7 @@ _HELD_UNTIL_EXIT: list[int] = []
 
 
 def exit_when_lost(lease: DriverLease) -> None:
-    """Makes a lost lease (``tunekit.lease``) end this process at once: one line, its local Ray
+    """Makes a lost lease (``tunekit.storage.lease``) end this process at once: one line, its local Ray
     killed, exit status ``EXIT_LEASE_LOST``. No graceful stop: a stop saves Ray's state and holds
     the trials, writes that would land over the new holder's, whose trials these now are."""
     lease.on_lost = _exit_lease_lost

@@ -48,7 +48,7 @@ from tunekit.search.attrs import (
 )
 from tunekit.search.plan import study_storage
 from tunekit.search.searcher import final_result, objective_values, set_constraints
-from tunekit.store import table_rows
+from tunekit.storage.store import table_rows
 
 if TYPE_CHECKING:
     import optuna

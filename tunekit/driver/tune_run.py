@@ -21,7 +21,7 @@ from tunekit.driver.session import (
     SAVE_STATE_SHARE,
     SAVE_STATE_TO_A_BUCKET_EVERY_S,
 )
-from tunekit.storage import bucket_of, location_of, push_ray_state
+from tunekit.storage.buckets import bucket_of, location_of, push_ray_state
 
 
 def tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, restore: bool) -> tuple[Any, Any, Any]:

@@ -2,7 +2,7 @@
 
 A dataset cannot travel by Ray's serialisation; NumPy arrays and everything else do, as given.
 The datasets among ``search``'s positional arguments and keywords (``x``, ``validation_data``)
-are saved under the storage folder, beside the experiment (``tunekit.tuner_data``'s folder), and
+are saved under the storage folder, beside the experiment (``tunekit.tuner.data``'s folder), and
 each trial gets them back loaded, so ``run_trial`` and ``HyperModel.fit`` receive datasets.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunekit.tuner_data import is_dataset
+from tunekit.tuner.data import is_dataset
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from tunekit.errors import TunekitError
-from tunekit.hp import Discovery, spec_name
-from tunekit.hp_given import declared_in
-from tunekit.tuner import _merged, kerastuner_trials
+from tunekit.tuner.discover import Discovery, spec_name
+from tunekit.tuner.hp_given import declared_in
+from tunekit.tuner.tuner import _merged, kerastuner_trials
 
 ALGORITHMS = {
     "RandomSearchOracle": "random",

@@ -22,13 +22,13 @@ import keras_tuner
 
 from tunekit.driver.guard import CONSECUTIVE_RULE
 from tunekit.errors import NoResultError, SearchAborted, TunekitError
-from tunekit.hp import ENUMERATED_INT_VALUES, MAX_BUILDS
-from tunekit.hypermodel import DryModel, fit_function
 from tunekit.keras_tuner.data import saved
 from tunekit.keras_tuner.settings import SECTIONS, names_of, spec_for
 from tunekit.keras_tuner.trial import FATAL_MARK, TrialRun, TunerTrial
 from tunekit.layout import SPEC_FILE
-from tunekit.tuner import _drop_keras_graphs
+from tunekit.tuner.discover import ENUMERATED_INT_VALUES, MAX_BUILDS
+from tunekit.tuner.hypermodel import DryModel, fit_function
+from tunekit.tuner.tuner import _drop_keras_graphs
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults

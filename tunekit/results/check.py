@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock, died_mid_session
 from tunekit.errors import DamagedFileError, DamagedRecordWarning
 from tunekit.layout import (
     CHECKPOINT_STATE,
@@ -72,7 +71,8 @@ from tunekit.search.attrs import (
     epoch_results,
 )
 from tunekit.search.forecast import slot_units
-from tunekit.storage import readable
+from tunekit.storage.buckets import readable
+from tunekit.storage.clock import SearchClock, died_mid_session
 from tunekit.tracking.record import TrackingRecord
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def check_experiment(
 
 def _damaged_json(path: Path) -> str | None:
     """What is wrong with the JSON record at ``path`` (empty, not JSON), or None when it reads or is missing."""
-    from tunekit.store import read_json
+    from tunekit.storage.store import read_json
 
     try:
         read_json(path)

@@ -23,8 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.checksums import damaged_payloads
-from tunekit.clock import died_mid_session
 from tunekit.layout import (
     CHECKPOINT_STATE,
     CHECKPOINT_WEIGHTS,
@@ -39,6 +37,8 @@ from tunekit.layout import (
 )
 from tunekit.results.findings import Finding, table_rows_of, trial_label
 from tunekit.results.load import ExperimentResults
+from tunekit.storage.checksums import damaged_payloads
+from tunekit.storage.clock import died_mid_session
 
 CHECKPOINT_FILES = "checkpoints"  # how a damaged trial file's finding is headed
 SAVED_STATE = "Ray's saved state"  # ... and a damaged file of Ray's
@@ -252,7 +252,7 @@ def checkpoint_file_findings(results: ExperimentResults) -> Iterator[Finding | s
 
 def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iterator[Finding | str]:
     """Every payload of every kept checkpoint against the checksum its worker recorded beside it
-    (``tunekit.checksums``): a changed byte inside a weight opens whole and reads as a weight.
+    (``tunekit.storage.checksums``): a changed byte inside a weight opens whole and reads as a weight.
 
     A damaged checkpoint older than the trial's newest is a note: a restore passed over it (or
     would), and nothing else reads it; the newest, and with it the trial's model, is a disagreement.

@@ -1,6 +1,6 @@
 """``tunekit check``'s journal part: is the study journal whole, every line of it?
 
-``tunekit.journal`` reads it against itself, its seal and trials.csv. Damage before its last
+``tunekit.storage.journal`` reads it against itself, its seal and trials.csv. Damage before its last
 line is a disagreement with the command that repairs it; a torn last line alone is a note,
 since the next resume cuts it back.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tunekit.errors import DamagedFileError
-from tunekit.journal import journal_repair, verify_journal
 from tunekit.layout import STUDY_FILE, TRIALS_FILE, study_file
 from tunekit.results.findings import Finding
+from tunekit.storage.journal import journal_repair, verify_journal
 
 
 def journal_findings(experiment_dir: Path) -> list[Finding | str]:

@@ -6,7 +6,6 @@ import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tunekit.clock import died_mid_session
 from tunekit.layout import EXPLOITS_FILE, TrialStatus, finite, number_or_none
 from tunekit.results.best import NO_BEST, BestTrial
 from tunekit.results.check_pareto import mlflow_findings
@@ -22,7 +21,8 @@ from tunekit.results.findings import (
 )
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
+from tunekit.storage.clock import died_mid_session
 from tunekit.tracking.duplicates import same_search
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (

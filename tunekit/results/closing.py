@@ -14,7 +14,7 @@ from tunekit.results.best import INHERITED, config_text, describe_lineage, no_be
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
 from tunekit.results.unread import unread_warning
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 
 
 def closing_text(results: ExperimentResults) -> str:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock, duration
 from tunekit.errors import TunekitError
 from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, SPEC_FILE, TrialStatus, finite
 from tunekit.results.display import figures_shown_in_jupyter
@@ -28,7 +27,8 @@ from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults, load
 from tunekit.results.pareto import selectable_trials
 from tunekit.results.summary import Summary, active_seconds, summarize
-from tunekit.storage import experiments_under, is_uri, readable, redacted
+from tunekit.storage.buckets import experiments_under, is_uri, readable, redacted
+from tunekit.storage.clock import SearchClock, duration
 
 if TYPE_CHECKING:
     import pandas as pd

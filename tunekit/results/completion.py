@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tunekit.clock import ended_by_its_driver
 from tunekit.layout import LEDGER_FILE, TrialStatus, stopped_by_time_budget, stopped_for_good
 from tunekit.search.attrs import EXHAUSTED_ATTR
+from tunekit.storage.clock import ended_by_its_driver
 
 
 def search_complete(experiment_dir: Path, study_name: str, num_samples: int, rows: Sequence[Mapping[str, str]]) -> bool:

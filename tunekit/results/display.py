@@ -1,8 +1,9 @@
 """How results show in a notebook and at a prompt: a few lines of text, or compact HTML.
 
 ``ExperimentResults`` and ``Summary`` print as a headline, the counts, the best configuration and
-(in Jupyter, ``_repr_html_``) a small ranked table, instead of a dump of their fields. Figures are
-``Summary``'s (``tunekit.results.summarize``); this module only renders them.
+(in Jupyter, ``_repr_html_``) a small ranked table, instead of a dump of their fields;
+``trial_table`` is ``tunekit report``'s table of every trial. Figures are ``Summary``'s
+(``tunekit.results.summarize``); this module only renders them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from tunekit.clock import duration
-from tunekit.layout import ENDED_STATUSES, PARAM_PREFIX, TrialStatus, finite
+from tunekit.layout import ENDED_STATUSES, FINAL_PREFIX, PARAM_PREFIX, TrialStatus, finite
 from tunekit.results.best import BestTrial, no_best_reason
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
+from tunekit.storage.clock import duration
 
 # ExperimentResults and Summary are not imported: their modules import this one, for their reprs.
 ExperimentResults = Any
@@ -182,3 +183,36 @@ def _value(value: Any) -> str:
     if number is not None and not isinstance(value, int):
         return f"{number:.4g}"
     return str(value)
+
+
+def trial_table(results: ExperimentResults) -> str:
+    """``tunekit report``'s table: every trial ranked, best first, with its parameters and a one-line reason."""
+    if results.trials.empty:
+        return "no trials recorded"
+    table = results.ranked()
+    params = [c for c in table.columns if c.startswith(PARAM_PREFIX)]
+    # Several objectives: each trial's Pareto rank and every objective's final value.
+    finals = [c for c in table.columns if c.startswith(FINAL_PREFIX)] or ["final_metric"]
+    ranks = ["pareto_rank"] if "pareto_rank" in table.columns else []
+    shown = table[["number", "status", *ranks, "epochs", *finals, "best_metric", "wall_seconds", *params, "reason"]]
+    renamed = {c: c[len(PARAM_PREFIX) :] for c in params} | {c: c[len(FINAL_PREFIX) :] for c in finals}
+    shown = shown.rename(columns=renamed | {"final_metric": results.metric, "best_metric": f"best {results.metric}"})
+    reasons = shown["reason"].map(short_reason)
+    width = max(len("reason"), *(len(r) for r in reasons))
+    # text reads from the left: pad so pandas' right alignment leaves the column flush left
+    shown = shown.assign(reason=[r.ljust(width) for r in reasons])
+    shown = shown.rename(columns={"reason": "reason".ljust(width)})
+    return "\n".join(
+        line.rstrip() for line in shown.to_string(index=False, float_format=lambda x: f"{x:.4g}").splitlines()
+    )
+
+
+REASON_WIDTH = 60
+
+
+def short_reason(value: object) -> str:
+    """One line of at most REASON_WIDTH characters (empty for no reason)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    text = " ".join(str(value).split())
+    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."

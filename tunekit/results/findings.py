@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.layout import finite
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -18,7 +18,7 @@ Within a span, its time is cut into epochs at the moments it reported them
 that span, or since the span began (start-up, restore), and the span's last reported
 epoch also takes whatever came after (the final export, or work a kill lost). So the
 rungs add up to the trials' time exactly. All times are active seconds
-(``tunekit.clock``); an experiment older than spans takes each trial's start to end.
+(``tunekit.storage.clock``); an experiment older than spans takes each trial's start to end.
 
 This module is part of ``tunekit.results.summary``'s one computation: renderers take the
 ledger from a ``Summary``.
@@ -40,8 +40,8 @@ from tunekit.search.plan import spec_milestones
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tunekit.clock import SearchClock
     from tunekit.results.load import ExperimentResults
+    from tunekit.storage.clock import SearchClock
 
 DEFAULT_TOLERANCE = 0.01  # 1 % of the final best, relative
 logger = logging.getLogger("tunekit")

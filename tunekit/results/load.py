@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock
 from tunekit.config.files import read_recorded_spec
 from tunekit.config.objectives import headline_metric, selection_of
 from tunekit.config.spec import ExperimentSpec, MetricMode, parse_spec
@@ -28,8 +27,9 @@ from tunekit.layout import (
 )
 from tunekit.results.best import BestTrial, best_trial
 from tunekit.results.pareto import pareto_of
-from tunekit.storage import model_of, readable, shown
-from tunekit.store import check_table, table_rows
+from tunekit.storage.buckets import model_of, readable, shown
+from tunekit.storage.clock import SearchClock
+from tunekit.storage.store import check_table, table_rows
 
 if TYPE_CHECKING:
     import pandas as pd

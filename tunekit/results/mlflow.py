@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tunekit.clock import SearchClock
 from tunekit.config.objectives import MetricSpec, headline_metric
 from tunekit.errors import TunekitError
 from tunekit.layout import (
@@ -24,7 +23,8 @@ from tunekit.layout import (
     TRIAL_COLUMNS,
 )
 from tunekit.results.load import ExperimentResults, best_trial, recorded_spec
-from tunekit.storage import readable, shown
+from tunekit.storage.buckets import readable, shown
+from tunekit.storage.clock import SearchClock
 
 if TYPE_CHECKING:
     import pandas as pd

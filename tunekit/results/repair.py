@@ -1,6 +1,6 @@
 """``tunekit check --repair DIR``: a study journal damaged before its tail, rebuilt.
 
-A journal cut in the middle, with a line inserted or a byte changed (``tunekit.journal`` finds
+A journal cut in the middle, with a line inserted or a byte changed (``tunekit.storage.journal`` finds
 each), cannot be read past its first damaged line, and a resume refuses it. The study is
 rebuilt from what is known whole:
 
@@ -31,13 +31,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import died_mid_session
 from tunekit.errors import DamagedRecordWarning, StorageError
-from tunekit.journal import JournalSealer, verify_journal
 from tunekit.layout import EPOCHS_FILE, PARAM_PREFIX, STUDY_FILE, TRIALS_FILE, TrialStatus, finite, number_or_none
 from tunekit.results.findings import table_rows_of
 from tunekit.search.attrs import HELD_ATTR, LOST_ATTR, RAY_TRIAL_ATTR
-from tunekit.store import repair_torn_tail
+from tunekit.storage.clock import died_mid_session
+from tunekit.storage.journal import JournalSealer, verify_journal
+from tunekit.storage.store import repair_torn_tail
 
 if TYPE_CHECKING:
     import optuna
@@ -56,8 +56,8 @@ def repair_experiment(experiment_dir: str | Path) -> list[str]:
         LeaseHeldError: a driver is writing the experiment.
         StorageError: the experiment is in a bucket (repair a local copy, then upload it).
     """
-    from tunekit.lease import DriverLease
-    from tunekit.storage import is_uri, local_path
+    from tunekit.storage.buckets import is_uri, local_path
+    from tunekit.storage.lease import DriverLease
 
     if is_uri(experiment_dir):
         raise StorageError(f"{experiment_dir}: `tunekit check --repair` repairs a local folder; copy it here first")
@@ -217,7 +217,7 @@ _STATES_OF = {
 
 def _states_not_the_tables(directory: Path, states: list[int]) -> int:
     """How many trials of trials.csv the study holds in a state their status rules out."""
-    from tunekit.store import table_rows
+    from tunekit.storage.store import table_rows
 
     count = 0
     for row in table_rows(directory / TRIALS_FILE):

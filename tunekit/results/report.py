@@ -15,12 +15,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import duration
 from tunekit.layout import ENDED_STATUSES, NEW_PREFIX, OLD_PREFIX, PARAM_PREFIX, TrialStatus
 from tunekit.results.best import INHERITED, BestTrial, describe_lineage, no_best_reason
 from tunekit.results.ledger import DEFAULT_TOLERANCE
 from tunekit.results.load import ExperimentResults
 from tunekit.results.summary import Summary, summarize
+from tunekit.storage.clock import duration
 from tunekit.tracking.record import TrackingRecord
 
 if TYPE_CHECKING:

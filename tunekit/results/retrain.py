@@ -39,7 +39,7 @@ from tunekit.layout import (
     retrain_folder,
 )
 from tunekit.results.models import config_of, runnable_spec
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -309,8 +309,8 @@ def retrain(
 def _write_record(done: Retrained, experiment_dir: Path) -> None:
     """``retrain.json`` beside the model; a bucket experiment's reader writes into its local
     copy, so the folder then goes to the bucket too, where the experiment is."""
-    from tunekit.storage import bucket_of
-    from tunekit.store import write_json
+    from tunekit.storage.buckets import bucket_of
+    from tunekit.storage.store import write_json
 
     write_json(done.path / RETRAIN_FILE, done.record(), indent=2)
     if (bucket := bucket_of(experiment_dir)) is not None:

@@ -14,7 +14,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunekit.clock import SearchClock, duration, session_running
 from tunekit.config.files import read_recorded_spec
 from tunekit.config.objectives import headline_metric
 from tunekit.errors import DamagedRecordWarning, NotAnExperimentError
@@ -29,8 +28,9 @@ from tunekit.layout import (
 )
 from tunekit.results.completion import search_complete
 from tunekit.results.load import check_required_tables, missing_study, recorded_spec
-from tunekit.storage import readable, shown
-from tunekit.store import table_rows
+from tunekit.storage.buckets import readable, shown
+from tunekit.storage.clock import SearchClock, duration, session_running
+from tunekit.storage.store import table_rows
 from tunekit.worker.heartbeat import read_heartbeat
 
 # The driver moves started.json's session end at least every 5 s while it runs.

@@ -18,7 +18,7 @@ Scopes, as every renderer names them:
 * ``pareto``: with several objectives, the Pareto front of the feasible trials that trained
   to the end and every trial's rank (``tunekit.results.pareto``); ``best`` is then the
   ``select`` rule's choice among the front. None with one objective.
-* Times are active seconds (``tunekit.clock``): the gaps between a stop and a resume are
+* Times are active seconds (``tunekit.storage.clock``): the gaps between a stop and a resume are
   ``downtime_seconds``, never part of a trial's or the search's time.
 """
 
@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock, duration
 from tunekit.config.objectives import history_selection, selection_of
 from tunekit.config.spec import MetricMode
 from tunekit.errors import TunekitError
@@ -40,7 +39,8 @@ from tunekit.results.ledger import DEFAULT_TOLERANCE, Ledger, compute_ledger, fl
 from tunekit.results.load import ExperimentResults
 from tunekit.results.pareto import INFEASIBLE, ParetoFront, pareto_of
 from tunekit.search.plan import pick_best
-from tunekit.store import write_json, write_text
+from tunekit.storage.clock import SearchClock, duration
+from tunekit.storage.store import write_json, write_text
 
 if TYPE_CHECKING:
     import pandas as pd

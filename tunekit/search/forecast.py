@@ -35,7 +35,7 @@ from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import PREDICTION_FILE, PROBES_DIR
 from tunekit.search.costs import CostModel, fit
 from tunekit.search.plan import spec_milestones
-from tunekit.store import write_json
+from tunekit.storage.store import write_json
 
 SIMULATIONS = 300  # searches simulated per prediction; the mean is stable to ~1% at this count
 # ...for a small search; a large one averages over its own trials, so fewer searches of it

@@ -44,7 +44,7 @@ from tunekit.search.attrs import (
     WARM_START_ATTR,
 )
 from tunekit.search.plan import pick_best, study_storage
-from tunekit.store import write_json
+from tunekit.storage.store import write_json
 
 # Study trials a search told without training them: not evidence of their own.
 _REPEAT_ATTRS = (DUPLICATE_ATTR, HISTORY_ATTR)

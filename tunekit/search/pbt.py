@@ -38,7 +38,6 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 
-from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import (
     checkpoint_epoch,
     checkpoint_path,
@@ -58,7 +57,8 @@ from tunekit.layout import (
     OLD_PREFIX,
     stopped_by_model,
 )
-from tunekit.store import write_text
+from tunekit.storage.clock import SearchClock
+from tunekit.storage.store import write_text
 
 logger = logging.getLogger("tunekit")
 

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import duration
 from tunekit.config.resources import local_gpu_count
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import TunekitError
 from tunekit.layout import PARAM_PREFIX, PROBES_DIR, TrialStatus
 from tunekit.search.costs import probe_points
 from tunekit.search.forecast import Measurement, Prediction, concurrency, target_of
+from tunekit.storage.clock import duration
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults

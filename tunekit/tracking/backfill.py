@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunekit.clock import SearchClock
 from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec, parse_spec
 from tunekit.errors import NotAnExperimentError, TunekitError
@@ -44,9 +43,10 @@ from tunekit.layout import (
     finite,
     number_or_none,
 )
-from tunekit.lease import DriverLease
-from tunekit.storage import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted, shown
-from tunekit.store import table_rows
+from tunekit.storage.buckets import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted, shown
+from tunekit.storage.clock import SearchClock
+from tunekit.storage.lease import DriverLease
+from tunekit.storage.store import table_rows
 from tunekit.tracking.duplicates import retire_duplicates
 from tunekit.tracking.events import (
     STOP,

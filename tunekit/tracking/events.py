@@ -55,7 +55,7 @@ class TrialEndEvent:
     epochs: int
     attempts: int
     ended_at: float
-    wall_seconds: float  # the seconds it ran, over all its spans (active time, tunekit.clock)
+    wall_seconds: float  # the seconds it ran, over all its spans (active time, tunekit.storage.clock)
     kept_epoch: int | None = None  # the epoch its model and figure come from (training.keep)
 
 
@@ -84,7 +84,7 @@ class ProgressEvent:
     final: bool
     interrupted: bool
     at: float | None = None
-    # The search's sessions, [start, end] wall-clock (tunekit.clock), on the final summary:
+    # The search's sessions, [start, end] wall-clock (tunekit.storage.clock), on the final summary:
     # load_from_mlflow turns MLflow's timestamps into active seconds with them.
     sessions: tuple[tuple[float, float], ...] = ()
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
 from tunekit.errors import TunekitError
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tracker import MlflowTracker
 from tunekit.tracking.values import brief, logger

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tunekit.layout import TRACKING_FILE
-from tunekit.store import write_json
+from tunekit.storage.store import write_json
 
 
 @dataclass(frozen=True)

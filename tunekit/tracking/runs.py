@@ -35,7 +35,7 @@ from tunekit.layout import (
     finite,
 )
 from tunekit.results.best import NO_BEST, no_best_reason
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled, side_by_side
 from tunekit.tracking.client import MetricPoint, MlflowError, RunClient

@@ -362,7 +362,7 @@ class _Writer:
         # After the event files' flush: what the state says is written, is on disk.
         if not self.dirty:
             return
-        from tunekit.store import write_text
+        from tunekit.storage.store import write_text
 
         write_text(self.logdir / STATE_FILE, json.dumps(self.state, sort_keys=True))
         self.dirty = False

@@ -66,10 +66,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.clock import SearchClock
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import TrialStatus, finite, stopped_for_good
-from tunekit.storage import shown
+from tunekit.storage.buckets import shown
+from tunekit.storage.clock import SearchClock
 from tunekit.tracking.events import (
     STOP,
     EpochEvent,

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from tunekit.config.spec import ExperimentSpec
 from tunekit.environment import redact_uri
-from tunekit.fences import check_fences
+from tunekit.storage.fences import check_fences
 from tunekit.tracking.batches import BatchSender, Disabled
 from tunekit.tracking.client import MlflowRunClient, RunClient, absent_platforms_skipped, default_tracking_uri
 from tunekit.tracking.events import Flush, Stop, TrackerEvent
@@ -148,7 +148,7 @@ class MlflowWriter:
                 continue
             if self._clock() >= retry_at or stop_at is not None:
                 try:
-                    check_fences()  # a driver that lost its lease sends nothing more (tunekit.lease)
+                    check_fences()  # a driver that lost its lease sends nothing more (tunekit.storage.lease)
                     self._runs.sync()
                 except Disabled as error:
                     self._disable(str(error))

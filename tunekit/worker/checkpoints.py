@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunekit.checksums import damaged_payloads
 from tunekit.config.spec import ExperimentSpec
 from tunekit.errors import FatalTrialError, TrialFailure, describe_error
 from tunekit.layout import (
@@ -22,6 +21,7 @@ from tunekit.layout import (
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
 )
+from tunekit.storage.checksums import damaged_payloads
 from tunekit.worker.keep import KeptEpoch
 
 
@@ -122,7 +122,7 @@ def restore_checkpoint(
     (``training.scale_lr``): the rate set is its rate. ``kept`` (``training.keep: best``)
     takes the best epoch the checkpoint remembers.
 
-    A payload that fails its recorded checksum (``tunekit.checksums``) is never loaded: the
+    A payload that fails its recorded checksum (``tunekit.storage.checksums``) is never loaded: the
     newest older checkpoint of the trial that is whole is, or none (the trial trains from its
     first epoch); the note says which, and the trial's output.log has it.
     """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tunekit.config.resources import whole_gpus
-from tunekit.config.spec import ResourcesSpec
+from tunekit.config.sections import ResourcesSpec
 from tunekit.contract import TrialContext
 from tunekit.errors import FatalTrialError
 

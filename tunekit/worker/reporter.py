@@ -18,7 +18,6 @@ from typing import Any
 import keras
 from ray import tune
 
-from tunekit.checksums import write_checksums
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrialContext
@@ -32,6 +31,7 @@ from tunekit.layout import (
     RESTORED_WEIGHTS,
     STOPPED_BY_MODEL,
 )
+from tunekit.storage.checksums import write_checksums
 from tunekit.worker.checkpoints import CheckpointPolicy, TrialProgress, export_model, save_checkpoint
 from tunekit.worker.checks import check_epoch_metrics
 from tunekit.worker.devices import WorkerDevices, memory_mb, node_id, trial_info

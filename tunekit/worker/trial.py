@@ -47,8 +47,8 @@ from tunekit.layout import (
     STORAGE_FAILURE,
     number_in_trial_name,
 )
-from tunekit.storage import Bucket, is_uri
-from tunekit.store import no_space_in
+from tunekit.storage.buckets import Bucket, is_uri
+from tunekit.storage.store import no_space_in
 from tunekit.worker import heartbeat
 from tunekit.worker.autocompile import compile_from_config, steps_per_execution
 from tunekit.worker.checkpoints import TrialProgress, restore_checkpoint
@@ -103,7 +103,7 @@ def _records_refused(error: BaseException, experiment_dir: str, trial_dir: Path)
     experiment's records (the trial's checkpoint, its log); None for any other error, which is
     the trial's own (a data file it may not read). A read-only store once failed the running
     trials (fault explorer seeds 474354, 907796), and the resume kept them failed."""
-    from tunekit.storage_faults import permanent_problem
+    from tunekit.storage.faults import permanent_problem
 
     places = {str(trial_dir), experiment_dir.split("://", 1)[-1]}
     link: BaseException | None = error

@@ -8,15 +8,8 @@ from typing import Any, get_args
 import pytest
 
 from tunekit.config import spec as spec_module
-from tunekit.config.spec import (
-    ALGORITHMS,
-    GPU_MEMORY_MODES,
-    METRIC_MODES,
-    PRECISIONS,
-    SCHEDULERS,
-    merge_sections,
-    parse_spec,
-)
+from tunekit.config.sections import ALGORITHMS, GPU_MEMORY_MODES, SCHEDULERS
+from tunekit.config.spec import METRIC_MODES, PRECISIONS, merge_sections, parse_spec
 from tunekit.contract import RecordedTrainable
 from tunekit.errors import SpecError
 

@@ -22,7 +22,7 @@ from tunekit.doctor.gpus import NvidiaView, check_tensorflow
 from tunekit.doctor.report import OK, PROBLEM
 from tunekit.doctor.storage import check_storage
 from tunekit.doctor.tracking import check_tracking
-from tunekit.testing import free_port
+from tunekit.testing.servers import free_port
 
 # --------------------------------------------------------------------------- single checks
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tunekit.config.resources import local_fit_warning, unplaceable
-from tunekit.config.spec import ResourcesSpec, load_spec
+from tunekit.config.sections import ResourcesSpec
+from tunekit.config.spec import load_spec
 from tunekit.driver.progress import ConsoleProgress
 from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.driver.resumable import stand_in_for_rotated_checkpoints

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tunekit.clock import SearchClock
 from tunekit.layout import EPOCHS_FILE, SPEC_FILE, TRIALS_FILE
 from tunekit.results.summary import write_ledger
+from tunekit.storage.clock import SearchClock
 
 SPEC = """\
 name: {name}

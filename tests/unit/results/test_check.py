@@ -575,7 +575,7 @@ def test_keep_best_holds_the_kept_epoch_against_the_epochs_and_the_exported_mode
 def test_every_changed_byte_of_a_checkpoint_payload_is_named_against_its_checksum(tmp_path: Path) -> None:
     import random
 
-    from tunekit.checksums import write_checksums
+    from tunekit.storage.checksums import write_checksums
 
     root = consistent(tmp_path)
     folder = root / "a" / "checkpoint_000003"

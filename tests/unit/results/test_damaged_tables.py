@@ -1,5 +1,5 @@
 """Tables with any damage are refused by every reader with one line naming the file and the
-line (tunekit.store.table_damage); a table missing beside its partner, or the study missing,
+line (tunekit.storage.store.table_damage); a table missing beside its partner, or the study missing,
 is said by every reader.
 
 Positions are sampled with a seeded RNG over every row of each table, not chosen.

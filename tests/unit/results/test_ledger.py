@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.clock import SearchClock
 from tunekit.layout import EPOCHS_FILE, PREDICTION_FILE, SPEC_FILE, STARTED_FILE, STARTED_KEY, TRIALS_FILE
 from tunekit.results.ledger import compute_ledger, describe, predicted_vs_actual
 from tunekit.results.load import ExperimentResults, load
+from tunekit.storage.clock import SearchClock
 
 SPEC = """\
 name: ledger

@@ -165,7 +165,7 @@ def test_a_search_whose_space_ran_out_is_finished_as_resume_judges_it(tmp_path: 
 
 def test_active_time_is_rounded_as_the_report_rounds_it(tmp_path: Path) -> None:
     # 46.99 s of active time: status said 0m 46s, the report and the console 0m 47s.
-    from tunekit.clock import duration
+    from tunekit.storage.clock import duration
 
     root = experiment(tmp_path / "e", running=False, heard_s_ago=1.0)
     clock = json.loads((root / STARTED_FILE).read_text())

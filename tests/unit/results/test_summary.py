@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.clock import SearchClock
 from tunekit.layout import (
     EPOCHS_FILE,
     EXPLOITS_FILE,
@@ -31,6 +30,7 @@ from tunekit.layout import (
 )
 from tunekit.results.load import load
 from tunekit.results.summary import summarize
+from tunekit.storage.clock import SearchClock
 
 SPEC = """\
 name: summary

@@ -19,7 +19,8 @@ from tunekit.compat.optuna_failures import FAILED_CONSTRAINT, failures_as_infeas
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY
 from tunekit.search.attrs import DUPLICATE_ATTR, LOST_ATTR
-from tunekit.search.searcher import TRIAL_FAILURE_ATTR, OptunaStudySearcher, build_sampler, teaches
+from tunekit.search.searcher import OptunaStudySearcher
+from tunekit.search.study import TRIAL_FAILURE_ATTR, build_sampler, teaches
 
 SPACE = {
     "learning_rate": {"type": "loguniform", "low": 1.0e-4, "high": 1.0e-2},

@@ -17,13 +17,13 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from tunekit.clock import SearchClock
 from tunekit.compat.ray_tune import checkpoint_path, pbt_trial_state, set_trial_restore_checkpoint
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.errors import SpecError
 from tunekit.layout import EPOCH_KEY, EXPLOITED_CHECKPOINT_PREFIX, INFO_KEY, STOPPED_BY_MODEL
 from tunekit.search.pbt import ExploitStep, RecordingPBT, mutations, write_exploits_csv
 from tunekit.search.schedulers import build_scheduler, checkpoints_to_keep
+from tunekit.storage.clock import SearchClock
 
 REPO = Path(__file__).resolve().parents[3]
 METRIC = "val_accuracy"

@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY
-from tunekit.search.searcher import OptunaStudySearcher, build_sampler
+from tunekit.search.searcher import OptunaStudySearcher
+from tunekit.search.study import build_sampler
 
 
 def make_spec(algorithm: str = "tpe", constraints: list[str] | None = None) -> ExperimentSpec:

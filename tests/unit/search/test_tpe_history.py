@@ -13,7 +13,7 @@ from optuna.trial import TrialState, create_trial
 from tunekit.compat.optuna_study import recent_trials_study
 from tunekit.config.spec import load_spec
 from tunekit.errors import SpecError
-from tunekit.search.searcher import build_sampler
+from tunekit.search.study import build_sampler
 
 SPEC: dict[str, Any] = {
     "name": "history",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tunekit.clock import SearchClock
 from tunekit.config.spec import load_spec
+from tunekit.storage.clock import SearchClock
 from tunekit.tracking.backfill import _progress_events
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ from conftest import run_tunekit
 from tunekit.config.spec import load_spec
 from tunekit.errors import SpecError
 from tunekit.results.mlflow import ambiguity_message
-from tunekit.testing import free_port
+from tunekit.testing.servers import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS_SPEC = REPO / "search_spaces" / "digits_mlp.yaml"

@@ -1,6 +1,6 @@
 """tunekit's TensorBoard logs, driven with made-up trials and read back from the event files.
 
-The event files are read with ``tunekit.testing.read_events`` (tensorboardX's protos), so the
+The event files are read with ``tunekit.testing.runs.read_events`` (tensorboardX's protos), so the
 tests need neither TensorFlow nor a TensorBoard server (the e2e suite runs one).
 """
 
@@ -16,12 +16,12 @@ import pytest
 from tensorboardX.proto.api_pb2 import DataType
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
-from tunekit.clock import SearchClock
 from tunekit.config.spec import load_spec
 from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.errors import SpecError
 from tunekit.layout import TENSORBOARD_DIR, TrialStatus
-from tunekit.testing import read_events
+from tunekit.storage.clock import SearchClock
+from tunekit.testing.runs import read_events
 from tunekit.tracking.tensorboard import STATUS_FAILURE, STATUS_SUCCESS, STATUS_UNKNOWN, TensorBoardLogger
 
 REPO = Path(__file__).resolve().parents[3]

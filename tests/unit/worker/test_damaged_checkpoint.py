@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tunekit.checksums import write_checksums
 from tunekit.errors import TrialFailure, describe_error
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS
+from tunekit.storage.checksums import write_checksums
 from tunekit.worker.checkpoints import restore_checkpoint
 
 

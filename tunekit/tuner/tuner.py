@@ -2,13 +2,13 @@
 
 A KerasTuner script keeps its ``build_model(hp)`` (or ``HyperModel``), its ``search(x, y,
 validation_data=...)`` and its ``get_best_models()``; only the tuner line changes. The
-search itself is ``tunekit.run``'s: the space found from the code (``tunekit.hp``) becomes
+search itself is ``tunekit.run``'s: the space found from the code (``tunekit.tuner.hp``) becomes
 the spec's ``space``, the data becomes ``build_data``, the other ``fit`` arguments
 ``fit_options``, so the experiment directory, the study and the MLflow runs are those of
 ``tunekit run``, and ``tunekit report``, ``check`` and ``resume`` apply.
 
 NumPy data reaches the workers through Ray's object store, a ``tf.data.Dataset`` through
-the storage folder (``tunekit.tuner_data``).
+the storage folder (``tunekit.tuner.data``).
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tunekit.errors import SpecError, TunekitError
-from tunekit.hp import Declared, Discovery, HyperParameters, discover, spec_name
-from tunekit.hp_given import restricted
-from tunekit.hypermodel import HyperModel, build_function, fit_function, route_fit, with_dry_fit
 from tunekit.layout import SPEC_FILE
-from tunekit.storage import shown
-from tunekit.tuner_data import data_builder, fit_arguments
+from tunekit.storage.buckets import shown
+from tunekit.tuner.data import data_builder, fit_arguments
+from tunekit.tuner.discover import Discovery, discover, spec_name
+from tunekit.tuner.hp import Declared, HyperParameters
+from tunekit.tuner.hp_given import restricted
+from tunekit.tuner.hypermodel import HyperModel, build_function, fit_function, route_fit, with_dry_fit
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
@@ -72,7 +73,7 @@ class Tuner:
         address: a Ray cluster to join (as ``tunekit.run``).
         hyperparameters: a ``HyperParameters`` (tunekit's or keras_tuner's) whose parameters
             replace the code's of the same name and are searched even if the code never
-            declares them (``tunekit.hp_given``).
+            declares them (``tunekit.tuner.hp_given``).
         tune_new_entries: False: parameters ``hyperparameters`` lacks keep their default.
         allow_new_entries: False: the code may declare no parameter ``hyperparameters`` lacks.
         **sections: spec sections deep-merged over the ones built here (``budget``,

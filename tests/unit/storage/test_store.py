@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tunekit.errors import DamagedFileError, NoSpaceError
-from tunekit.store import (
+from tunekit.storage.store import (
     no_space_error,
     no_space_in,
     read_json,

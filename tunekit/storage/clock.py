@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.layout import STARTED_FILE, STARTED_KEY, finite
-from tunekit.store import write_json
+from tunekit.storage.store import write_json
 
 SESSIONS_KEY = "sessions"
 # Whether the last session was still running when the file was written: false once the

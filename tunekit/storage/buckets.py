@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import LeaseLostError, StorageError, StorageUnreachableError
-from tunekit.fences import check_fences
 from tunekit.layout import (
     FINAL_MODEL,
     FINAL_WEIGHTS,
@@ -48,7 +47,8 @@ from tunekit.layout import (
     STUDY_FILE,
     TENSORBOARD_DIR,
 )
-from tunekit.storage_faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
+from tunekit.storage.faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
+from tunekit.storage.fences import check_fences
 
 PUSH_EVERY_S = 2.0
 PROBE_EVERY_S = 10.0  # with nothing to upload, the mirror still reaches the bucket this often
@@ -337,7 +337,7 @@ class BucketMirror:
     TensorBoard logs, what changed, every ``PUSH_EVERY_S`` seconds from a thread, and all of it
     at ``close`` (every stop).
 
-    A transient error (``tunekit.storage_faults``) starts an outage: the next rounds try again
+    A transient error (``tunekit.storage.faults``) starts an outage: the next rounds try again
     (a probe when nothing changed), ``say`` is told once that the bucket is unreachable and once
     that it is back, and an outage past ``outage_s`` is ``gave_up`` and handed to ``on_outage``
     (which stops the search). A permanent error is kept in ``problem``, and raised by ``close``.
@@ -380,7 +380,7 @@ class BucketMirror:
         try:
             self._push_once()
         except LeaseLostError:
-            return  # no more writes: the lease's loss ends the driver (tunekit.lease)
+            return  # no more writes: the lease's loss ends the driver (tunekit.storage.lease)
         except StorageError as error:  # the lease unconfirmed for storage.outage_s: the same outage
             self._give_up(self.outage.unreachable(error))
             return

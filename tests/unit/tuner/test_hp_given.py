@@ -1,4 +1,4 @@
-"""tunekit.hp_given: KerasTuner's ``hyperparameters=``, ``tune_new_entries`` and ``allow_new_entries``."""
+"""tunekit.tuner.hp_given: KerasTuner's ``hyperparameters=``, ``tune_new_entries`` and ``allow_new_entries``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 
 from tunekit.config.space import parse_space
 from tunekit.errors import SpecError
-from tunekit.hp import HyperParameters, discover
-from tunekit.hp_given import restricted
+from tunekit.tuner.discover import discover
+from tunekit.tuner.hp import HyperParameters
+from tunekit.tuner.hp_given import restricted
 
 
 def build_model(hp: HyperParameters) -> Any:

@@ -1,4 +1,4 @@
-"""tunekit.hp: KerasTuner's ``hp`` API, the space discovered from a ``build_model(hp)``, and name checks.
+"""tunekit.tuner.hp: KerasTuner's ``hp`` API, the space discovered from a ``build_model(hp)``, and name checks.
 
 The builders here are plain functions that only call ``hp``: no TensorFlow, no Ray.
 """
@@ -11,7 +11,8 @@ import pytest
 
 from tunekit.config.space import parse_space
 from tunekit.errors import FatalTrialError, SpecError
-from tunekit.hp import HyperParameters, UnknownParameterError, discover, spec_name
+from tunekit.tuner.discover import discover, spec_name
+from tunekit.tuner.hp import HyperParameters, UnknownParameterError
 
 
 def kerastuner_mlp(hp: HyperParameters) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The study journal verified whole (tunekit.journal), refused by a resume and rebuilt by
+"""The study journal verified whole (tunekit.storage.journal), refused by a resume and rebuilt by
 ``tunekit check --repair`` (tunekit.results.repair), on every kind of damage.
 
 Damage is generated, not chosen: every cut offset in a stretch, single-byte changes at
@@ -16,7 +16,6 @@ import pytest
 
 from tunekit.driver.resumable import check_resumable
 from tunekit.errors import DamagedFileError
-from tunekit.journal import SEAL_BLOCK, JournalSealer, verify_journal
 from tunekit.layout import JOURNAL_SEAL_FILE, STUDY_FILE, TRIALS_FILE
 from tunekit.results.check import TABLES_VS_STUDY, check_experiment
 from tunekit.results.load import load
@@ -24,8 +23,9 @@ from tunekit.results.repair import repair_experiment
 from tunekit.search.attrs import RAY_TRIAL_ATTR
 from tunekit.search.history import optuna_distribution
 from tunekit.search.plan import study_storage
+from tunekit.storage.journal import SEAL_BLOCK, JournalSealer, verify_journal
 
-from .results.made_up_experiments import asha_experiment
+from ..results.made_up_experiments import asha_experiment
 
 GARBAGE = (
     b"\n",

@@ -9,7 +9,7 @@
   disk, no such bucket, bad credentials. Raised at once; the command says it in one line with
   the fix (``permanent_problem``).
 
-The lease (``tunekit.lease``) calls ``retrying`` or ``is_transient`` for its own store calls.
+The lease (``tunekit.storage.lease``) calls ``retrying`` or ``is_transient`` for its own store calls.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The checks of the leases this process holds, which every driver-side write makes first.
 
-``tunekit.lease`` registers a check per lease it holds; ``tunekit.store`` (tables, JSON records),
+``tunekit.storage.lease`` registers a check per lease it holds; ``tunekit.storage.store`` (tables, JSON records),
 the study journal's appends, the bucket's pushes and MLflow's batches call ``check_fences``
 before they write, so a driver that lost its lease (a paused process another driver replaced)
 writes not one byte more. Its own module, with no imports, so that every writer can reach it.

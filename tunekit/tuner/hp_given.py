@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from tunekit.errors import SpecError
-from tunekit.hp import Declared, Discovery, HyperParameters, among
+from tunekit.tuner.discover import Discovery
+from tunekit.tuner.hp import Declared, HyperParameters, among
 
 
 def declared_in(given: Any) -> dict[str, Declared]:

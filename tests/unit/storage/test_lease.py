@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import lease as lease_module
 from tunekit.errors import LeaseHeldError
-from tunekit.lease import DriverLease
+from tunekit.storage import lease as lease_module
+from tunekit.storage.lease import DriverLease
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from tunekit.lease import DriverLease
+from tunekit.storage.lease import DriverLease
 lease = DriverLease(Path(sys.argv[1]), "resume")
 lease.acquire()
 print("held", flush=True)
@@ -181,10 +181,10 @@ def test_a_dead_holder_whose_clock_ran_minutes_ahead_is_taken_over_in_the_stale_
 WRITER = """
 import sys, time
 from pathlib import Path
-from tunekit import lease as lease_module
+from tunekit.storage import lease as lease_module
 from tunekit.driver.signals import exit_when_lost
-from tunekit.lease import DriverLease
-from tunekit.store import write_text
+from tunekit.storage.lease import DriverLease
+from tunekit.storage.store import write_text
 lease_module.FENCE_S = 0.5
 experiment = Path(sys.argv[1])
 lease = DriverLease(experiment, "run")
@@ -260,7 +260,8 @@ def test_writes_wait_for_a_storage_that_cannot_confirm_the_lease_then_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tunekit.errors import StorageError
-    from tunekit.store import write_text
+    from tunekit.storage import lease as lease_module
+    from tunekit.storage.store import write_text
 
     monkeypatch.setattr(lease_module, "FENCE_S", 0.0)  # every write confirms the lease first
     lease = DriverLease(tmp_path, "run", stale_s=0.3)

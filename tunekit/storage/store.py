@@ -20,8 +20,8 @@ through here, so each guarantee is made once:
   a missing file is ``[]`` or None, which the caller tells from damage.
 * **Typed failures.** A full disk is ``NoSpaceError`` (``no_space_error`` names the storage
   and the space a search needs), a refused write a ``StorageError``.
-* **One writer.** ``DriverLease`` (``tunekit.lease``) keeps a second driver out, and every
-  write here first checks (``tunekit.fences``) that this process still holds its lease.
+* **One writer.** ``DriverLease`` (``tunekit.storage.lease``) keeps a second driver out, and every
+  write here first checks (``tunekit.storage.fences``) that this process still holds its lease.
 
 Its backend is a local or shared directory; the functions take paths, and the few that
 touch the file system are the seam a bucket backend replaces.
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import DamagedFileError, NoSpaceError, StorageError
-from tunekit.fences import check_fences
 from tunekit.layout import number_columns, number_or_none
+from tunekit.storage.fences import check_fences
 
 _PARTIAL = ".partial"
 
@@ -90,7 +90,7 @@ def storage_errors(path: Path) -> Iterator[None]:
         if error.errno == errno.ENOSPC:
             raise NoSpaceError(f"no space left on the device of {path}", path=path) from error
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            from tunekit.storage_faults import permanent_problem
+            from tunekit.storage.faults import permanent_problem
 
             raise StorageError(permanent_problem(error, path) or f"cannot write {path}: {error.strerror}") from error
         raise
@@ -245,7 +245,7 @@ def no_space_error(experiment_dir: Path, error: BaseException | None, *, checkpo
     at a time, Ray keeps the one before until the new one is whole), plus the driver's own
     records twice over (each is rewritten beside itself), and at least 16 MiB.
     """
-    from tunekit.storage import shown
+    from tunekit.storage.buckets import shown
 
     storage = experiment_dir.parent
     free, need = free_bytes(storage), space_needed(experiment_dir, checkpoints)

@@ -1,6 +1,6 @@
 """Where a driver's lease lives, and the few atomic operations the lease rests on.
 
-``tunekit.lease`` holds the protocol (who may write, for how long, who takes over); this
+``tunekit.storage.lease`` holds the protocol (who may write, for how long, who takes over); this
 module holds one backend per kind of storage, each giving the same operations:
 
 * ``create(text)``: make the lease if there is none; of two creators exactly one wins;
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tunekit.layout import LEASE_FILE
-from tunekit.store import replace_whole
+from tunekit.storage.store import replace_whole
 
 
 class LeaseFile(Protocol):
@@ -311,7 +311,7 @@ def _not_found(error: Exception) -> bool:
 def lease_file(experiment: Path | str) -> LeaseFile:
     """Where an experiment's lease lives: beside a local one, in the bucket of a bucket's
     (given as its URI, or as this machine's cache of it)."""
-    from tunekit.storage import Bucket, bucket_of, is_uri
+    from tunekit.storage.buckets import Bucket, bucket_of, is_uri
 
     if is_uri(str(experiment)):
         bucket: Any = Bucket(str(experiment))

@@ -19,7 +19,7 @@ its damage:
   tables are written after the study, never ahead of it).
 
 A last line without its newline is a *torn tail* (a kill or a full disk mid-write): the one
-damage cut back (``tunekit.store.repair_torn_tail``), and only when nothing else is wrong.
+damage cut back (``tunekit.storage.store.repair_torn_tail``), and only when nothing else is wrong.
 What the seal cannot know: the writes of the last seconds before a crash, which it never saw.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.layout import JOURNAL_SEAL_FILE, STUDY_FILE, TRIALS_FILE, number_or_none
-from tunekit.store import read_json, table_rows, write_json
+from tunekit.storage.store import read_json, table_rows, write_json
 
 SEAL_BLOCK = 32  # lines per sealed block: a damaged block names at most this many lines
 REPAIR_COMMAND = "tunekit check --repair"

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tunekit.errors import SpecError
-from tunekit.hp import HyperParameters
-from tunekit.tuner_data import rebatched
+from tunekit.tuner.data import rebatched
+from tunekit.tuner.hp import HyperParameters
 
 
 class HyperModel:

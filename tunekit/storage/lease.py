@@ -5,7 +5,7 @@ before Ray starts; readers (``report``, ``status``, ``check``, ``load``) never n
 lease is a small JSON record in the experiment, ``driver.lease``, naming its holder (host,
 pid, the process's start, the command, a token) and a heartbeat its holder rewrites every
 ``BEAT_S`` seconds. Where it lives and how each storage makes its writes atomic is
-``tunekit.lease_files``.
+``tunekit.storage.lease_files``.
 
 Taking it:
 
@@ -22,7 +22,7 @@ Taking it:
   live lease, nor one minutes behind wait minutes for a dead one. Timestamps written by the
   holder are shown, never compared.
 
-Holding it (fencing): every driver-side write goes through ``tunekit.store``, which first
+Holding it (fencing): every driver-side write goes through ``tunekit.storage.store``, which first
 calls ``ensure_held``. A write needs a confirmation of the lease (the lease read back with this
 driver's token) at most ``FENCE_S`` old on the monotonic clock, which keeps going while a process
 is paused; an older one is confirmed (and renewed) first, synchronously. So a driver that was
@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tunekit.errors import LeaseHeldError, LeaseLostError, StorageError
-from tunekit.fences import add_fence, remove_fence
-from tunekit.lease_files import LeaseFile, lease_file, token_of
+from tunekit.storage.fences import add_fence, remove_fence
+from tunekit.storage.lease_files import LeaseFile, lease_file, token_of
 
 # Leases this process holds, by file: a driver's own steps that need it again (the search's
 # closing sync to MLflow) share it.

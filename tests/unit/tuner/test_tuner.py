@@ -12,9 +12,9 @@ import pytest
 
 from tunekit.config.spec import load_spec
 from tunekit.errors import FatalTrialError, SpecError, TunekitError
-from tunekit.hp import HyperParameters
-from tunekit.tuner import FitOptions, Hyperband, HyperModelBuilder, Tuner, _placeholder, objectives
-from tunekit.tuner_data import ArrayData, data_builder
+from tunekit.tuner.data import ArrayData, data_builder
+from tunekit.tuner.hp import HyperParameters
+from tunekit.tuner.tuner import FitOptions, Hyperband, HyperModelBuilder, Tuner, _placeholder, objectives
 
 
 def build_model(hp: HyperParameters) -> dict[str, Any]:

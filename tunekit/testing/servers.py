@@ -1,11 +1,11 @@
-"""Helpers for tests and benchmarks that need real servers (started on 127.0.0.1, stopped by
-pid) or a real browser (Debian's headless chromium)."""
+"""Real servers for tests and benchmarks, started on 127.0.0.1 and stopped by their process group:
+MLflow's tracking server (on SQLite or PostgreSQL), TensorBoard, moto's S3 API, and a proxy that
+cuts a connection on demand."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -16,39 +16,6 @@ from pathlib import Path
 from typing import Any
 
 MLFLOW = Path(sys.executable).with_name("mlflow")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def chromium(url: str, workdir: Path, *flags: str) -> str:
-    """Loads ``url`` in headless Chromium, lets its scripts and requests run, returns stdout."""
-    profile = workdir / "chromium-profile"
-    command = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        "--window-size=1400,1000",
-        "--virtual-time-budget=20000",
-        *flags,
-        url,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, cwd=workdir)
-    return done.stdout
-
-
-def page_text(url: str, workdir: Path, expect: str, attempts: int = 3) -> str:
-    """The rendered page as plain text; tries again while ``expect`` has not rendered yet."""
-    text = ""
-    for _ in range(attempts):
-        dom = chromium(url, workdir, "--dump-dom")
-        dom = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
-        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
-        if re.search(expect, text):
-            return text
-        time.sleep(2)
-    return text
 
 
 def stop_group(process: subprocess.Popen[Any] | None) -> None:
@@ -66,11 +33,6 @@ def stop_group(process: subprocess.Popen[Any] | None) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=20)
-
-
-def cli_sets(overrides: list[str]) -> list[str]:
-    """Spec overrides as ``tunekit run``'s arguments: ``["--set", "a=1", "--set", "b=2"]``."""
-    return [part for value in overrides for part in ("--set", value)]
 
 
 def free_port() -> int:
@@ -241,27 +203,6 @@ class TensorBoardServer:
 
     def stop(self) -> None:
         stop_group(self.process)
-
-
-def read_events(run_dir: Path) -> list[Any]:
-    """Every event of a TensorBoard run's event files, in the order TensorBoard reads them.
-
-    Event files are TFRecords (length, its CRC, the event, its CRC); tensorboardX's protos parse
-    the events, so neither TensorFlow nor TensorBoard's reader is needed.
-    """
-    import struct
-
-    from tensorboardX.proto.event_pb2 import Event
-
-    events: list[Any] = []
-    for path in sorted(run_dir.glob("events.out.tfevents.*")):
-        data = path.read_bytes()
-        at = 0
-        while at + 12 <= len(data):
-            (length,) = struct.unpack("<Q", data[at : at + 8])
-            events.append(Event.FromString(data[at + 12 : at + 12 + length]))
-            at += 12 + length + 4
-    return events
 
 
 class S3Server:
