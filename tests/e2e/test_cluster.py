@@ -346,6 +346,11 @@ def test_a_lost_node_s_trial_finishes_on_the_surviving_node_and_resume_rejoins(
             if (experiment / TRIALS_FILE).is_file():
                 running = read_status(experiment).running
                 victim = next((r for r in running if r.node_id == lost_id and 2 <= r.epoch <= 3), None)
+        if victim is None and driver.poll() is not None:
+            out, err = driver.communicate()
+            raise AssertionError(
+                f"the search ended before a trial was seen mid-way on node 2:\n{out[-3000:]}{err[-3000:]}"
+            )
         assert victim is not None, "no trial was seen mid-way on node 2"
         shown = _tunekit("status", str(experiment), env=cluster.driver_env(), timeout=60)
         assert shown.returncode == 0, shown.stderr

@@ -269,11 +269,15 @@ def ray_session(
         shutdown()
     if console:
         console.phase(f"starting Ray ({'joining ' + address if address else 'local'})")
-    _import_in_background(imports)
+    importing = _import_in_background(imports)
     try:
         with ray_leaves_sigterm_alone(), ray_processes_in_their_own_group(), _stderr_to(ray_log):
             # "local": without an address, a new local Ray, never a cluster that happens to run here.
             _init(ray, address, options)
+        # Before this thread imports anything more: the same modules imported by two threads at
+        # once can meet half-imported (joining a running cluster, ray.init returns at once and
+        # driver_env's ``import ray.tune.tune`` failed on Ray Tune's own circular import).
+        importing.join()
         if signals is not None:
             signals.install()
             signals.raise_if_received()
@@ -299,8 +303,9 @@ def ray_session(
     yield
 
 
-def _import_in_background(modules: tuple[str, ...]) -> None:
-    """Imports ``modules`` in a daemon thread, beside ``ray.init``.
+def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:
+    """Imports ``modules`` in a daemon thread, beside ``ray.init``; the caller joins it before it
+    imports anything itself.
 
     Why: ``ray.init`` mostly waits for Ray's processes, which start one after the other, while
     the driver's imports of Ray Tune, Optuna and pandas (0.7 s of CPU, quiet) came before it, on
@@ -311,8 +316,9 @@ def _import_in_background(modules: tuple[str, ...]) -> None:
     threads' import locks cannot deadlock into a half-imported module. A failed import is left
     for the caller's own import to raise.
     """
-    if modules:
-        threading.Thread(target=_import_all, args=(modules,), name="tunekit-imports", daemon=True).start()
+    thread = threading.Thread(target=_import_all, args=(modules,), name="tunekit-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def _import_all(modules: tuple[str, ...]) -> None:
