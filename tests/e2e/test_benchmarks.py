@@ -523,7 +523,7 @@ def test_cold_start_pieces_follow_the_marks_and_the_pairs_give_the_ratio() -> No
              "tuner_started": 3.4, "tuner_ended": 4.0, "loop_started": 4.5, "build_started": 8.0,
              "build_ended": 8.2, "first_epoch": 9.0}  # fmt: skip
     tk = cold_start.pieces(marks, cold_start.TUNEKIT_PIECES)
-    assert tk["imports (tunekit, the spec, Ray and the driver's modules)"] == pytest.approx(1.1)
+    assert tk["imports (tunekit, the spec)"] == pytest.approx(1.1)
     assert tk["ray.init"] == pytest.approx(2.0)
     assert tk["to the trial's build_data (actor, TensorFlow import, trial module)"] == pytest.approx(3.5)
     assert tk["first epoch (compile, tracing, steps, report)"] == pytest.approx(0.8)
