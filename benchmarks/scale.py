@@ -70,7 +70,7 @@ BUCKETS = {  # where the driver's main thread spent its CPU, by the file of the 
     "ray": ("ray/",),
 }
 # The sampler's calls, through the wrapper tunekit.search.study.build_sampler returns.
-SAMPLER_WRAPPER = "tunekit/search/searcher.py"
+SAMPLER_WRAPPER = "tunekit/search/study.py"
 SAMPLER_CALLS = {"infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial"}
 
 DEFINITIONS = {

@@ -287,6 +287,7 @@ def test_the_mlflow_writer_s_cost_follows_the_events_a_window_queued_not_when_it
 
 
 def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu() -> None:
+    import inspect
     import threading
     import time
 
@@ -299,14 +300,20 @@ def test_the_scale_profile_counts_the_sampler_whole_by_sampling_the_thread_s_cpu
     sampler = scale.CpuSampler(threading.get_ident())
     started = time.thread_time()
     sampler.start()
-    study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0) ** 2, n_trials=60)
+    # Enough trials for about a hundred samples: a few samples under load gave whole deltas to
+    # whatever frame was current (36 ms of CPU in all, 14 in the sampler, in a loaded CI run).
+    study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0) ** 2, n_trials=200)
     time.sleep(0.05)  # waiting costs no CPU, and is not counted
     sampler.stop()
     spent = time.thread_time() - started
-    # TPE's fitting is most of an in-memory study's CPU; the samples add up to the thread's CPU.
-    assert sampler.buckets["sampler"] > 0.5 * sampler.total()
+    # TPE's fitting is most of an in-memory study's CPU, numpy's and scipy's under it included
+    # (through tunekit's sampler wrapper: with its file's path stale they went to "rest", 30 %);
+    # the samples add up to the thread's CPU.
+    assert sampler.buckets["sampler"] > 0.8 * sampler.total()
     assert 0.8 * spent <= sampler.total() <= spent * 1.01
     assert any("optuna/samplers" in row["function"] for row in sampler.top_functions(5))
+    # The wrapper's file is where it lives (a module split left the profiler naming the old one).
+    assert inspect.getsourcefile(PinnableSampler).endswith(scale.SAMPLER_WRAPPER)  # type: ignore[union-attr]
 
 
 def test_overhead_breakdown_separates_tracing_later_epochs_and_per_trial_pieces() -> None:
