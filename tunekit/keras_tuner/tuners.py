@@ -25,10 +25,9 @@ from tunekit.errors import NoResultError, SearchAborted, TunekitError
 from tunekit.keras_tuner.data import saved
 from tunekit.keras_tuner.settings import SECTIONS, names_of, spec_for
 from tunekit.keras_tuner.trial import FATAL_MARK, TrialRun, TunerTrial
-from tunekit.layout import SPEC_FILE
 from tunekit.tuner.discover import ENUMERATED_INT_VALUES, MAX_BUILDS
 from tunekit.tuner.hypermodel import DryModel, fit_function
-from tunekit.tuner.tuner import _drop_keras_graphs
+from tunekit.tuner.tuner import _drop_keras_graphs, run_or_resume
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
@@ -70,8 +69,6 @@ class OnTunekit:
             keras_tuner.errors.FatalError: a trial raised one (the search ended there).
             RuntimeError: ``max_consecutive_failed_trials`` trials in a row failed, as KerasTuner raises.
         """
-        from tunekit.driver.runner import resume, run
-
         directory = self.experiment_dir
         self._declare_branch_parameters()
         self._declare_fit_parameters(fit_args, fit_kwargs)
@@ -84,24 +81,15 @@ class OnTunekit:
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()  # made empty by KerasTuner's constructor (its oracle's folder)
         try:
-            if (directory / SPEC_FILE).is_file():  # KerasTuner's reload: the search goes on
-                self._results = resume(
-                    directory,
-                    overrides=self._grown(spec),
-                    progress=self.progress,
-                    build_data=_no_data,
-                    build_model=trial,
-                )
-            else:
-                self._results = run(
-                    spec,
-                    name=self.project_name,
-                    storage=directory.parent,
-                    address=self.address,
-                    progress=self.progress,
-                    build_data=_no_data,
-                    build_model=trial,
-                )
+            self._results = run_or_resume(
+                spec,
+                directory,
+                lambda: self._grown(spec),
+                address=self.address,
+                progress=self.progress,
+                build_data=_no_data,
+                build_model=trial,
+            )
         except SearchAborted as aborted:
             if FATAL_MARK in str(aborted):  # the trial's own message, as KerasTuner raises it; tunekit's is the cause
                 message = str(aborted).split(FATAL_MARK, 1)[1].removeprefix("FatalError: ")

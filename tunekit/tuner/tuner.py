@@ -167,8 +167,6 @@ class Tuner:
         Returns:
             the experiment's results (also ``self.results``).
         """
-        from tunekit.driver.runner import resume, run
-
         fit = fit_arguments(fit_args, fit_kwargs)
         data = data_builder(fit, self._data_dir())
         options = {k: fit.pop(k) for k in _PASSED_ON if fit.get(k) is not None}
@@ -185,26 +183,16 @@ class Tuner:
         if directory.exists() and self.overwrite:
             _remove_experiment(directory)
         self._results = None
-        if directory.exists():
-            self._results = resume(
-                directory,
-                overrides=self._grown(directory),
-                progress=self.progress,
-                build_data=data,
-                build_model=builder,
-                fit_options=fit_options,
-            )
-        else:
-            self._results = run(
-                spec,
-                name=self.project_name,
-                storage=directory.parent,
-                address=self.address,
-                progress=self.progress,
-                build_data=data,
-                build_model=builder,
-                fit_options=fit_options,
-            )
+        self._results = run_or_resume(
+            spec,
+            directory,
+            lambda: self._grown(directory),
+            address=self.address,
+            progress=self.progress,
+            build_data=data,
+            build_model=builder,
+            fit_options=fit_options,
+        )
         return self._results
 
     def _grown(self, directory: Path) -> list[str]:
@@ -524,6 +512,25 @@ def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+def run_or_resume(
+    spec: Mapping[str, Any],
+    directory: Path,
+    grown: Callable[[], list[str]],
+    *,
+    address: str | None,
+    progress: TextIO | bool | None,
+    **builders: Any,
+) -> ExperimentResults:
+    """A code-side tuner's search (this one's and ``tunekit.keras_tuner``'s): the experiment in
+    ``directory`` resumed, grown by ``grown()``'s overrides, when it has a spec (a tuner made
+    again, as KerasTuner reloads its project), else ``spec`` run there anew."""
+    from tunekit.driver.runner import resume, run
+
+    if (directory / SPEC_FILE).is_file():
+        return resume(directory, overrides=grown(), progress=progress, **builders)
+    return run(spec, name=directory.name, storage=directory.parent, address=address, progress=progress, **builders)
 
 
 def _remove_experiment(directory: Path) -> None:
