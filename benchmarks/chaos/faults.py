@@ -47,11 +47,7 @@ def _signal_and_wait(history: History, number: signal.Signals, expected: set[int
         kill_group(driver)
     else:
         driver.process.send_signal(number)
-        try:
-            driver.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            kill_group(driver)
-            history.violate(f"{number.name} did not stop the driver within 120 s")
+        if not history.ended_within(driver, 120, f"{number.name} did not stop the driver within 120 s"):
             return
     if driver.status() not in expected | {0}:
         history.violate(f"{number.name}: the driver exited {driver.status()}, not one of {sorted(expected)}")
@@ -117,11 +113,9 @@ def lease_deleted(history: History) -> None:
 
 def _expect_lost_lease(history: History, driver: Driver, may_complete: bool) -> None:
     """It must exit 3 saying so; unless it was past its last write (``may_complete``) and completed."""
-    try:
-        driver.process.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        kill_group(driver)
-        history.violate(f"the driver that lost its lease (pid {driver.process.pid}) still ran 90 s later")
+    if not history.ended_within(
+        driver, 90, f"the driver that lost its lease (pid {driver.process.pid}) still ran 90 s later"
+    ):
         return
     said = LOST_LEASE in driver.log.read_text(errors="replace")
     if driver.status() == 0 and not said and may_complete:
@@ -228,11 +222,8 @@ def storage_outage(history: History) -> None:
         if driver.status() not in (None, 0):
             history.violate(f"a {seconds:.1f} s outage, within the bound, ended the driver: exit {driver.status()}")
         return
-    try:
-        driver.process.wait(timeout=bucket_outage_wait_s())
-    except subprocess.TimeoutExpired:
-        history.violate(f"the driver still ran {bucket_outage_wait_s():.0f} s into an outage past storage.outage_s")
-        kill_group(driver)
+    waited = bucket_outage_wait_s()
+    history.ended_within(driver, waited, f"the driver still ran {waited:.0f} s into an outage past storage.outage_s")
     bucket.proxy.start()
     said = [line for line in driver.log.read_text(errors="replace").splitlines() if line.startswith("tunekit: error:")]
     history.say(f"the S3 API reachable again (driver exit {driver.status()})")

@@ -148,12 +148,18 @@ class History:
     def run_once(self, args: list[str], what: str, host: str | None = None, timeout: float = 120.0) -> Driver:
         """A short-lived command (a second driver, a check) run to its end."""
         driver = self.start(args, what, host=host)
+        self.ended_within(driver, timeout, f"{what} did not end within {timeout:.0f} s")
+        return driver
+
+    def ended_within(self, driver: Driver, seconds: float, violation: str) -> bool:
+        """Whether ``driver`` exited within ``seconds``; if not, it is killed and ``violation`` recorded."""
         try:
-            driver.process.wait(timeout=timeout)
+            driver.process.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
             kill_group(driver)
-            self.violate(f"{what} did not end within {timeout:.0f} s")
-        return driver
+            self.violate(violation)
+            return False
+        return True
 
     def epochs(self) -> int:
         """Epochs epochs.csv records (0 when it is missing or unreadable now)."""
