@@ -28,6 +28,7 @@ from sklearn.datasets import load_digits
 import tunekit
 from tunekit import keras_tuner as tunekit_keras_tuner
 from tunekit.driver.session import ray_init_options
+from tunekit.keras_tuner.declare import declare_branches
 from tunekit.keras_tuner.settings import spec_for
 from tunekit.results.check import check_experiment
 
@@ -173,7 +174,7 @@ def custom_loop(kt: ModuleType, root: Path, **extra: Any) -> Any:
     x_train, y_train, x_val, y_val = digits()
 
     def build_model(hp: Any) -> keras.Model:
-        units = hp.Int("units", 8, 32, step=8)
+        units = hp.Int("units", 8, 16, step=8)
         return keras.Sequential(
             [keras.Input((64,)), keras.layers.Dense(units, activation="relu"), keras.layers.Dense(10)]
         )
@@ -182,21 +183,23 @@ def custom_loop(kt: ModuleType, root: Path, **extra: Any) -> Any:
         """A training loop of its own: no compile, no fit, each epoch told to the tuner."""
 
         def run_trial(self, trial: Any, x: Any, y: Any, validation_data: Any, epochs: int) -> float:
+            # Declared here only, not in build_model: KerasTuner's oracle searches it from the first trial on.
+            batch = trial.hyperparameters.Choice("batch", [100, 200])
             model = self.hypermodel.build(trial.hyperparameters)
             optimizer = keras.optimizers.SGD(0.1)
             loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
             losses = []
             for epoch in range(epochs):
-                for start in range(0, len(x), 200):
+                for start in range(0, len(x), batch):
                     with tf.GradientTape() as tape:
-                        loss = loss_fn(y[start : start + 200], model(x[start : start + 200], training=True))
+                        loss = loss_fn(y[start : start + batch], model(x[start : start + batch], training=True))
                     gradients = tape.gradient(loss, model.trainable_variables)
                     optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
                 losses.append(float(loss_fn(validation_data[1], model(validation_data[0]))))
                 self.on_epoch_end(trial, model, epoch, logs={"val_loss": losses[-1]})
             return min(losses)
 
-    oracle = kt.oracles.RandomSearchOracle(objective=kt.Objective("val_loss", "min"), max_trials=2, seed=3)
+    oracle = kt.oracles.BayesianOptimizationOracle(objective=kt.Objective("val_loss", "min"), max_trials=3, seed=2)
     tuner = LoopTuner(
         oracle=oracle, hypermodel=build_model, directory=str(root), project_name="loop", overwrite=True, **extra
     )
@@ -204,20 +207,29 @@ def custom_loop(kt: ModuleType, root: Path, **extra: Any) -> Any:
     return tuner
 
 
-def test_a_run_trial_override_runs_in_the_worker_and_returns_the_objective(tmp_path: Path) -> None:
+def test_a_run_trial_override_runs_in_the_worker_and_returns_the_objective(tmp_path: Path, capsys: Any) -> None:
     began = time.monotonic()
     tuner = custom_loop(tunekit_keras_tuner, tmp_path, progress=False, **NOT_TRACKED)
     timed("run_trial override on tunekit", began)
     trials, epochs = tuner.results.trials, tuner.results.epochs
-    assert len(trials) == 2 and set(trials["status"]) == {"completed"}, trials[["status", "reason"]]
+    assert len(trials) == 3 and set(trials["status"]) == {"completed"}, trials[["status", "reason"]]
     for row in trials.to_dict("records"):  # each epoch reported once; the figure is what run_trial returned
         own = epochs[epochs["trial_id"] == row["trial_id"]]
         assert list(own["epoch"]) == [1, 2]
         assert row["final_metric"] == pytest.approx(own["val_loss"].min())
+    assert set(trials["params.batch"]) <= {100, 200}  # run_trial's own parameter is searched and recorded
     best = tuner.get_best_models(1)[0]
     assert best.layers[0].units == tuner.get_best_hyperparameters(1)[0].values["units"]
+    capsys.readouterr()
+    tuner.results_summary(3)
+    ours_results = capsys.readouterr().out
+    assert ours_results.count("batch: ") == 3
     theirs = custom_loop(real_keras_tuner, tmp_path / "theirs")
-    assert len(theirs.oracle.trials) == 2
+    assert len(theirs.oracle.trials) == 3
+    theirs.search_space_summary()
+    tuner.search_space_summary()
+    theirs_space, ours_space = capsys.readouterr().out.split("Search space summary")[1:]
+    assert "batch (Choice)" in ours_space and theirs_space == ours_space
 
 
 # --------------------------------------------------------------------------- failed and fatal trials
@@ -281,28 +293,39 @@ def test_a_fatal_error_ends_the_search_and_is_raised_from_search(kt: ModuleType,
 
 
 # --------------------------------------------------------------------------- grid, resume, constructor
-def test_a_larger_max_trials_without_overwrite_continues_the_search(tmp_path: Path) -> None:
+def test_a_larger_max_trials_without_overwrite_continues_the_search(tmp_path: Path, capsys: Any) -> None:
+    """Also: with tune_new_entries=False a parameter hyperparameters= lacks keeps its default, and
+    every trial lists it, as KerasTuner's trials do."""
     x_train, y_train, x_val, y_val = digits()
 
     def build_model(hp: Any) -> keras.Model:
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(hp.Choice("units", [4, 8, 12]))])
+        units, activation = hp.Choice("units", [4, 8, 12]), hp.Choice("activation", ["tanh", "relu"])
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(units, activation=activation)])
         model.add(keras.layers.Dense(10, activation="softmax"))
         model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
         return model
 
+    given = tunekit_keras_tuner.HyperParameters()
+    given.Choice("units", [4, 8, 12])
+
     def random(max_trials: int) -> Any:
         tuner = tunekit_keras_tuner.RandomSearch(
             build_model, objective="val_accuracy", max_trials=max_trials, directory=str(tmp_path),
-            project_name="grown", progress=False, **NOT_TRACKED,
+            project_name="grown", hyperparameters=given, tune_new_entries=False, progress=False, **NOT_TRACKED,
         )  # fmt: skip
         tuner.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1)
-        return tuner.results
+        return tuner
 
     began = time.monotonic()
-    first = random(1)
-    again = random(2)
+    first = random(1).results
+    tuner = random(2)
+    again = tuner.results
     assert len(again.trials) == 2 and set(first.trials["trial_id"]) < set(again.trials["trial_id"])
     timed("a search, then continued, on tunekit", began)
+    assert list(again.trials["params.activation"]) == ["tanh", "tanh"]
+    tuner.results_summary(2)
+    assert capsys.readouterr().out.count("activation: tanh") == 2
+    assert set(tuner.get_best_hyperparameters(1)[0].values) == {"units", "activation"}
 
 
 def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light(tmp_path: Path) -> None:
@@ -321,7 +344,7 @@ def test_a_tuner_is_built_as_kerastuners_and_import_tunekit_stays_light(tmp_path
     assert isinstance(tuner, real_keras_tuner.RandomSearch)
     assert [p.name for p in tuner.oracle.hyperparameters.space] == ["deep"]
     # search() builds each other value of a discrete parameter once: what a branch declares is searched.
-    tuner._declare_branch_parameters()
+    declare_branches(tuner)
     assert [p.name for p in tuner.oracle.hyperparameters.space] == ["deep", "extra"]
     code = "import sys, tunekit; print('keras_tuner' in sys.modules, 'tensorflow' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -338,7 +361,7 @@ def test_each_tuner_keeps_its_algorithm_in_the_spec_it_runs(tmp_path: Path) -> N
         return model
 
     def spec(tuner: Any, **sections: Any) -> dict[str, Any]:
-        return spec_for(tuner.oracle, "p", 3, sections, None)
+        return spec_for(tuner.oracle, {}, "p", 3, sections, None)
 
     kt, made = tunekit_keras_tuner, dict[str, Any](directory=str(tmp_path), objective="val_loss")
     band = spec(kt.Hyperband(build_model, max_epochs=9, factor=3, hyperband_iterations=2, **made))

@@ -16,6 +16,7 @@ from typing import Any
 
 from tunekit.errors import TunekitError
 from tunekit.tuner.discover import Discovery, spec_name
+from tunekit.tuner.hp import Declared
 from tunekit.tuner.hp_given import declared_in
 from tunekit.tuner.tuner import _merged, kerastuner_trials
 
@@ -47,13 +48,16 @@ def objectives_of(oracle: Any) -> list[dict[str, str]]:
     return [{"name": str(item.name), "mode": str(item.direction)} for item in items]
 
 
-def space_of(oracle: Any) -> dict[str, dict[str, Any]]:
-    """The spec's ``space``: the parameters the oracle holds (what KerasTuner's constructor found)."""
+def space_of(oracle: Any, fixed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The spec's ``space``: the parameters the oracle holds (what the tuner's code declared),
+    then the ``fixed`` ones (kept at their default, as KerasTuner keeps new entries it does not tune)."""
     found = Discovery()
     for name, declared in declared_in(oracle.hyperparameters).items():
         found.params[name] = declared
         if declared.conditions:
             found.when[name] = dict(declared.conditions)
+    for name, value in fixed.items():
+        found.params[name] = Declared(name, "Fixed", {"value": value}, value, ())
     return found.to_space()
 
 
@@ -63,9 +67,15 @@ def names_of(oracle: Any) -> dict[str, str]:
 
 
 def spec_for(
-    oracle: Any, project_name: str, epochs: int | None, sections: Mapping[str, Any], storage: str | None
+    oracle: Any,
+    fixed: Mapping[str, Any],
+    project_name: str,
+    epochs: int | None,
+    sections: Mapping[str, Any],
+    storage: str | None,
 ) -> dict[str, Any]:
-    """The spec a tuner's ``search`` runs: the oracle's settings, then the user's ``sections`` over them."""
+    """The spec a tuner's ``search`` runs: the oracle's settings and ``fixed`` parameters, then the
+    user's ``sections`` over them."""
     algorithm = algorithm_of(oracle)
     metrics = objectives_of(oracle)
     hyperband = type(oracle).__name__ == "HyperbandOracle"
@@ -92,7 +102,7 @@ def spec_for(
             "keep": "best" if len(metrics) == 1 else "last",
             "max_consecutive_failures": _positive_or_none(getattr(oracle, "max_consecutive_failed_trials", None)),
         },
-        "space": space_of(oracle),
+        "space": space_of(oracle, fixed),
     }
     if algorithm == "tpe" and getattr(oracle, "num_initial_points", None):
         spec["search"]["n_startup_trials"] = int(oracle.num_initial_points)

@@ -13,7 +13,6 @@ objective. Results come back from the experiment's records (``tunekit report``, 
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -23,11 +22,11 @@ import keras_tuner
 from tunekit.driver.guard import CONSECUTIVE_RULE
 from tunekit.errors import NoResultError, SearchAborted, TunekitError
 from tunekit.keras_tuner.data import saved
+from tunekit.keras_tuner.declare import declare
 from tunekit.keras_tuner.settings import SECTIONS, names_of, spec_for
 from tunekit.keras_tuner.trial import FATAL_MARK, TrialRun, TunerTrial
-from tunekit.tuner.discover import ENUMERATED_INT_VALUES, MAX_BUILDS
-from tunekit.tuner.hypermodel import DryModel, fit_function
-from tunekit.tuner.tuner import _drop_keras_graphs, run_or_resume
+from tunekit.tuner.discover import spec_name
+from tunekit.tuner.tuner import run_or_resume
 
 if TYPE_CHECKING:
     from tunekit.results.load import ExperimentResults
@@ -55,6 +54,8 @@ class OnTunekit:
         self.address = address
         self._results: ExperimentResults | None = None
         self._trial_run: TrialRun | None = None  # set in a worker, while it runs a trial
+        # Parameters kept at their default (tune_new_entries=False), which trials record too.
+        self.fixed: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- search
     @property
@@ -70,13 +71,12 @@ class OnTunekit:
             RuntimeError: ``max_consecutive_failed_trials`` trials in a row failed, as KerasTuner raises.
         """
         directory = self.experiment_dir
-        self._declare_branch_parameters()
-        self._declare_fit_parameters(fit_args, fit_kwargs)
+        self.fixed = declare(self, fit_args, fit_kwargs)
         epochs = fit_kwargs.get("epochs")
-        spec = spec_for(self.oracle, self.project_name, epochs, self.sections, str(directory.parent))
+        spec = spec_for(self.oracle, self.fixed, self.project_name, epochs, self.sections, str(directory.parent))
         data_dir = directory.parent / ".tunekit-data" / self.project_name
         args, kwargs = saved(fit_args, dict(fit_kwargs), data_dir)
-        trial = TunerTrial(self, names_of(self.oracle), args, kwargs)
+        trial = TunerTrial(self, self.names, args, kwargs)
         self._results = None
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()  # made empty by KerasTuner's constructor (its oracle's folder)
@@ -123,52 +123,10 @@ class OnTunekit:
             self.oracle.trials[trial.trial_id] = trial
             self.oracle.end_order.append(trial.trial_id)
 
-    def _declare_branch_parameters(self) -> None:
-        """Builds once more for each other value of each discrete parameter (from the build that
-        declared it), so a parameter only some values declare (``units_2`` under ``num_layers=3``)
-        is searched from the first trial. KerasTuner's constructor builds the defaults only and
-        its oracle adds such parameters as trials declare them; tunekit proposes whole
-        configurations, so the space must hold them before. At most ``MAX_BUILDS`` builds, in
-        ``search`` (the constructor stays as cheap as KerasTuner's); a build that raises for a
-        value declares what it reached first, as in a trial."""
-        oracle = self.oracle
-        if not (oracle.allow_new_entries and oracle.tune_new_entries):
-            return  # new parameters keep their defaults (or fail the trial), as in KerasTuner
-        if type(self.hypermodel).__module__.startswith("keras_tuner.src.applications"):
-            return  # they declare every parameter in the first build (HyperResNet's branches took 15 s)
-        bases: dict[str, dict[str, Any]] = {item.name: {} for item in oracle.hyperparameters.space}
-        queue, builds = list(bases), 0
-        while queue and builds < MAX_BUILDS:
-            name = queue.pop(0)
-            declared = next(item for item in oracle.hyperparameters.space if item.name == name)
-            for value in _other_values(declared)[: MAX_BUILDS - builds]:
-                hp = oracle.get_space()
-                hp.values.update({**bases[name], name: value})
-                builds += 1
-                with contextlib.suppress(Exception):
-                    self.hypermodel.build(hp)
-                oracle.update_space(hp)
-                for item in oracle.hyperparameters.space:
-                    if item.name not in bases:  # found here: its own values are tried from these
-                        bases[item.name] = {key: hp.values[key] for key in (*bases[name], name)}
-                        queue.append(item.name)
-        if builds:
-            _drop_keras_graphs()
-
-    def _declare_fit_parameters(self, fit_args: tuple[Any, ...], fit_kwargs: dict[str, Any]) -> None:
-        """A HyperModel's own ``fit`` run once on a model that does not train, with ``search``'s
-        arguments, so the ``hp`` calls in it (``shuffle``, ``batch_size``) are searched from the
-        first trial (KerasTuner finds them in its first trial; tunekit proposes whole
-        configurations, so the space must hold them before). One build, in ``search`` only."""
-        fit = fit_function(self.hypermodel)
-        if fit is None:
-            return
-        hp = self.oracle.get_space()
-        # It fails once it reads the history it did not get: the hp calls before that are found.
-        with contextlib.suppress(Exception):
-            fit(hp, DryModel(self.hypermodel.build(hp)), *fit_args, **fit_kwargs)
-        self.oracle.update_space(hp)
-        _drop_keras_graphs()
+    @property
+    def names(self) -> dict[str, str]:
+        """Spec name → KerasTuner name of each parameter a trial records: searched, then fixed."""
+        return {**names_of(self.oracle), **{spec_name(name): name for name in self.fixed}}
 
     def _grown(self, spec: dict[str, Any]) -> list[str]:
         from tunekit.results.load import load
@@ -257,7 +215,7 @@ class OnTunekit:
     def _best(self, count: int, *, scored_only: bool = True) -> list[tuple[str, Any]]:
         """(trial id, HyperParameters) of the best trials, completed ones first, best first; those
         without a score (failed) last, unless ``scored_only``."""
-        names = names_of(self.oracle)
+        names = self.names
         sign = -1.0 if self.oracle.objective.direction == "max" else 1.0
         rows = self.results.trials.to_dict("records")
         scored = [row for row in rows if _finite(row.get("final_metric"))]
@@ -276,23 +234,6 @@ class OnTunekit:
             if len(found) == count:
                 break
         return found
-
-
-def _other_values(declared: Any) -> list[Any]:
-    """A discrete parameter's values but its default (a ``Choice``, a ``Boolean``, an ``Int`` of at
-    most ``ENUMERATED_INT_VALUES`` values); none for any other."""
-    kind = type(declared).__name__
-    if kind == "Choice":
-        values = list(declared.values)
-    elif kind == "Boolean":
-        values = [False, True]
-    elif kind == "Int" and declared.sampling == "linear":
-        values = list(range(declared.min_value, declared.max_value + 1, declared.step or 1))
-        values = values if len(values) <= ENUMERATED_INT_VALUES else []
-    else:
-        return []
-    default = declared.default if declared.default is not None else values[0] if values else None
-    return [value for value in values if value != default]
 
 
 def _finite(value: Any) -> bool:
