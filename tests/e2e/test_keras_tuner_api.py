@@ -199,6 +199,7 @@ def custom_loop(kt: ModuleType, root: Path, **extra: Any) -> Any:
                 self.on_epoch_end(trial, model, epoch, logs={"val_loss": losses[-1]})
             return min(losses)
 
+    # Four configurations, three trials: TPE proposes a repeat, which takes a study number.
     oracle = kt.oracles.BayesianOptimizationOracle(objective=kt.Objective("val_loss", "min"), max_trials=3, seed=2)
     tuner = LoopTuner(
         oracle=oracle, hypermodel=build_model, directory=str(root), project_name="loop", overwrite=True, **extra
@@ -220,9 +221,13 @@ def test_a_run_trial_override_runs_in_the_worker_and_returns_the_objective(tmp_p
     assert set(trials["params.batch"]) <= {100, 200}  # run_trial's own parameter is searched and recorded
     best = tuner.get_best_models(1)[0]
     assert best.layers[0].units == tuner.get_best_hyperparameters(1)[0].values["units"]
+    # The study numbered a repeated proposal; the trials are still numbered 0, 1, 2, as KerasTuner's.
+    assert sorted(trials["number"]) != [0, 1, 2], "no repeat was proposed: the numbering is not tested"
+    assert sorted(tuner.oracle.trials) == ["0", "1", "2"]
     capsys.readouterr()
     tuner.results_summary(3)
     ours_results = capsys.readouterr().out
+    assert sorted(re.findall(r"Trial (\d+) summary", ours_results)) == ["0", "1", "2"], ours_results
     assert ours_results.count("batch: ") == 3
     theirs = custom_loop(real_keras_tuner, tmp_path / "theirs")
     assert len(theirs.oracle.trials) == 3
