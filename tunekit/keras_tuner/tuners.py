@@ -236,11 +236,10 @@ class OnTunekit:
         found = []
         for row in scored:
             hp = self.oracle.get_space()
-            for column, value in row.items():
-                key = str(column).removeprefix("params.")
-                if key == column or key not in names or value is None or value != value:
-                    continue
-                hp.values[names[key]] = _native(value)
+            for key, name in names.items():  # in the order a trial declares them, as KerasTuner lists them
+                value = row.get(f"params.{key}")
+                if value is not None and value == value:  # NaN: not active in this trial
+                    hp.values[name] = _native(value)
             found.append((str(row["trial_id"]), hp))
             if len(found) == count:
                 break
