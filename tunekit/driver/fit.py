@@ -1,8 +1,10 @@
-"""A search's fit: its Ray session, its Tuner (new or restored) and ``fit``, then the verdict.
+"""The search stage: a search's Ray session, its Tuner (new or restored) and ``fit``, then the verdict.
 
-``tunekit.driver.runner`` prepares the search and its folder, and closes it; this runs it.
-The driver never imports TensorFlow: trials configure their own devices in their worker
-processes (see ``tunekit.worker.devices``).
+``tunekit.driver.runner`` runs the stages; this one takes what the prepare stage
+(``Prepared``: the spec, the Ray it runs on, the console) and the folder stage (``Experiment``:
+the folder, its lease, new or restored) hand on. The session is ``tunekit.driver.session``'s,
+the Tuner ``tunekit.driver.tune_run``'s. The driver never imports TensorFlow: trials configure
+their own devices in their worker processes (see ``tunekit.worker.devices``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any
 
 from tunekit.compat.ray_tune import (
     before_cleanup_after_a_crash,
@@ -23,39 +26,57 @@ from tunekit.compat.ray_tune import (
     restored_tune_config,
 )
 from tunekit.config.spec import ExperimentSpec
-from tunekit.driver.connect import Target, record_address
-from tunekit.driver.folders import has_tune_state
+from tunekit.driver.folders import Experiment, has_tune_state
 from tunekit.driver.outages import held_if_writable, storage_watched
-from tunekit.driver.session import (
-    callers_ray,
-    check_cluster_fits,
-    check_storage_shared,
-    driver_env,
-    joined_address,
-    keep_workers_warm,
-    kill_owned_local_ray,
-    ray_session,
-    wait_for_released_resources,
-    wait_for_warm_workers,
-)
+from tunekit.driver.prepare import Prepared
+from tunekit.driver.session import kill_owned_local_ray, search_session, wait_for_warm_workers
 from tunekit.driver.signals import StopSignals, quiet_trial_tracebacks
 from tunekit.errors import NoResultError, SearchAborted, SearchInterrupted
-from tunekit.layout import DRIVER_LOG_FILE
 from tunekit.results.completion import no_result_reason, space_ran_out
-from tunekit.storage.buckets import bucket_of, shown
+from tunekit.storage.buckets import shown
 from tunekit.storage.journal import JournalSealer
 from tunekit.tracking.preflight import check_complete
 
+if TYPE_CHECKING:
+    from tunekit.driver.progress import ConsoleProgress
+    from tunekit.driver.recorder import Recorder
 
-def fit_saying_why(
-    spec: ExperimentSpec, experiment_dir: Path, target: Target, stream: TextIO | None, *, restore: bool
-) -> None:
-    """``_fit``, with a full disk anywhere in the driver or a trial (``ENOSPC`` in a table, the
-    journal, Ray's saved state, a checkpoint) or a bucket's outage past ``storage.outage_s``
-    ended by one line (``storage_watched``). Its running trials are held for the resume, as
-    after any crash (``_fit``)."""
-    with storage_watched(spec, experiment_dir, stream):
-        _fit(spec, experiment_dir, target, stream, restore=restore)
+
+@dataclass(frozen=True)
+class Fitted:
+    """What the fit hands its verdict: the recorder (the search's records, its searcher and
+    listeners), the stopper Ray Tune ran with (the failure guard), and the stop signals (one
+    received during the search, or after it ended by itself)."""
+
+    recorder: Recorder
+    guard: Any  # the FailureGuard, or a restored search's saved stopper
+    signals: StopSignals
+
+
+def search(prepared: Prepared, experiment: Experiment) -> None:
+    """The search stage: the console's header, the fit (``_fit``: the Ray session, the Tuner,
+    ``fit``), then the verdict (``_verdict``), with a full disk anywhere in the driver or a trial
+    (``ENOSPC`` in a table, the journal, Ray's saved state, a checkpoint) or a bucket's outage past
+    ``storage.outage_s`` ended by one line (``storage_watched``). Its running trials are held for
+    the resume, as after any crash (``_fit``).
+
+    Raises:
+        SearchInterrupted: a signal stopped the search, or came after it ended.
+        SearchAborted: the failure guard stopped it.
+        NoResultError: no trial reported the metric.
+    """
+    spec, experiment_dir = prepared.spec, experiment.directory
+    with storage_watched(spec, experiment_dir, prepared.stream):
+        from tunekit.driver.progress import ConsoleProgress
+
+        session_began = time.time()  # the active clock's session starts here, with the console's
+        console = ConsoleProgress(spec, prepared.stream) if prepared.stream else None
+        if console:
+            console.header(experiment_dir, _tracking_uri(spec))
+            if prepared.target.note:
+                console.phase(prepared.target.note)
+        fitted = _fit(prepared, experiment, console, session_began)
+        _verdict(spec, experiment_dir, console, fitted)
 
 
 # What _fit imports once Ray is up: imported while Ray starts (session.ray_session), not before
@@ -64,43 +85,20 @@ def fit_saying_why(
 AFTER_RAY_STARTS = ("ray.tune", "tunekit.driver.tune_run", "tunekit.driver.recorder", "tunekit.search.history")
 
 
-def _fit(
-    spec: ExperimentSpec,
-    experiment_dir: Path,
-    target: Target,
-    stream: TextIO | None,
-    *,
-    restore: bool,
-) -> None:
-    from tunekit.driver.progress import ConsoleProgress
-
-    session_began = time.time()  # the active clock's session starts here, with the console's
-    console = ConsoleProgress(spec, stream) if stream else None
-    if console:
-        console.header(experiment_dir, _tracking_uri(spec))
-        if target.note:
-            console.phase(target.note)
+def _fit(prepared: Prepared, experiment: Experiment, console: ConsoleProgress | None, session_began: float) -> Fitted:
+    """The search's Ray session, its Tuner (new, or restored from Ray Tune's saved state) and ``fit``;
+    the study's last writes sealed after the tables'."""
+    spec, experiment_dir, restore = prepared.spec, experiment.directory, experiment.restore
     # A new search interrupted before fit has nothing to keep: the command removes it as it exits.
     discard = None if restore else experiment_dir
     with (
         StopSignals(experiment_dir, kill_owned_local_ray, discard=discard) as signals,
-        ray_session(target.address, spec, console, signals, experiment_dir / DRIVER_LOG_FILE, AFTER_RAY_STARTS),
-        # After Ray's start: it imports Ray Tune (in the background, with AFTER_RAY_STARTS).
-        driver_env(),
+        search_session(prepared.target.address, spec, experiment_dir, console, signals, AFTER_RAY_STARTS),
     ):
-        # A session that cannot place a trial ran nowhere: cluster.json keeps the last one's.
-        check_cluster_fits(spec, experiment_dir)
-        # Where this session ran, for the next resume (a local Ray records null).
-        record_address(
-            experiment_dir, joined_address() if target.address is not None else None, callers_ray=callers_ray()
-        )
-        if bucket_of(experiment_dir) is None:  # a bucket is every node's by its nature
-            check_storage_shared(experiment_dir)
         if restore and not has_tune_state(experiment_dir):
             restore = False  # stopped during start-up, before Ray Tune saved anything: start afresh
         if console:
             console.phase("preparing the study and the Tuner")
-        from tunekit.driver.guard import FailureRules
         from tunekit.driver.tune_run import tuner_for
         from tunekit.search.history import HistorySummary
 
@@ -112,48 +110,64 @@ def _fit(
             left = left.total_seconds() if isinstance(left, dt.timedelta) else float(left or 0.0)
             console.session_time_budget(left)
             console.phase(f"time budget: {left:.0f} s left of {spec.budget.time_budget_s:g} s")
-        signals.on_stop.append(recorder.searcher.hold_endings)
-        if console:
-            signals.on_stop.append(console.search_stopping)
-        # Told to the study at once, from a thread (not the signal handler, which may have cut a
-        # study write short): a second signal exits before the search's end would record it,
-        # and `tunekit check` then took the held trials for a bug.
-        signals.on_stop.append(
-            lambda: threading.Thread(
-                target=held_if_writable, args=(recorder.searcher,), name="tunekit-held", daemon=True
-            ).start()
-        )
+        _hold_trials_on_stop(signals, recorder, console)
         if console and not restore and (history := HistorySummary.recorded(experiment_dir)):
             console.phase(history.describe())
         if console:
             console.phase("waiting for the first trial workers (each imports TensorFlow)")
-        with (
-            signals.fitting(),
-            quiet_trial_tracebacks(),
-            one_registry_read_per_trainable(),
-            before_cleanup_after_a_crash(recorder.searcher.hold_endings),
-        ):
-            # Inside fitting(): a signal meanwhile stops the search as one during fit does.
-            wait_for_warm_workers(lambda: signals.received is not None)
-            try:
-                tuner.fit()
-            except BaseException:
-                # A crash is not a verdict: its running trials are the resume's to continue,
-                # as a signal's are (the cleanup held their endings), whatever the error.
-                with contextlib.suppress(Exception):  # the journal may be what failed
-                    recorder.searcher.mark_held(True)
-                with contextlib.suppress(Exception):
-                    recorder.end_session()
-                raise
-            recorder.end_session()
+        _fit_tuner(tuner, recorder, signals)
         if signals.received is None:
             recorder.settle_study()
         else:  # a signal's stopped trials are the resume's to continue
             recorder.searcher.mark_held(True)
         JournalSealer(experiment_dir).seal()  # the study's last writes, after the tables' last seal
-        wait_for_released_resources()
-        if signals.received is None:
-            keep_workers_warm(spec)  # for this process's next search
+    return Fitted(recorder, guard, signals)
+
+
+def _hold_trials_on_stop(signals: StopSignals, recorder: Recorder, console: ConsoleProgress | None) -> None:
+    """A stop (a signal, an outage) holds the running trials' endings for the resume, and says so."""
+    signals.on_stop.append(recorder.searcher.hold_endings)
+    if console:
+        signals.on_stop.append(console.search_stopping)
+    # Told to the study at once, from a thread (not the signal handler, which may have cut a
+    # study write short): a second signal exits before the search's end would record it,
+    # and `tunekit check` then took the held trials for a bug.
+    signals.on_stop.append(
+        lambda: threading.Thread(
+            target=held_if_writable, args=(recorder.searcher,), name="tunekit-held", daemon=True
+        ).start()
+    )
+
+
+def _fit_tuner(tuner: Any, recorder: Recorder, signals: StopSignals) -> None:
+    """``tuner.fit()``, once the warm workers are up; the session's records end with it, a crash's too."""
+    with (
+        signals.fitting(),
+        quiet_trial_tracebacks(),
+        one_registry_read_per_trainable(),
+        before_cleanup_after_a_crash(recorder.searcher.hold_endings),
+    ):
+        # Inside fitting(): a signal meanwhile stops the search as one during fit does.
+        wait_for_warm_workers(lambda: signals.received is not None)
+        try:
+            tuner.fit()
+        except BaseException:
+            # A crash is not a verdict: its running trials are the resume's to continue,
+            # as a signal's are (the cleanup held their endings), whatever the error.
+            with contextlib.suppress(Exception):  # the journal may be what failed
+                recorder.searcher.mark_held(True)
+            with contextlib.suppress(Exception):
+                recorder.end_session()
+            raise
+        recorder.end_session()
+
+
+def _verdict(spec: ExperimentSpec, experiment_dir: Path, console: ConsoleProgress | None, fitted: Fitted) -> None:
+    """How the search ended, raised as its error when it did not end well; MLflow's record checked
+    complete when it did."""
+    from tunekit.driver.guard import FailureRules
+
+    recorder, guard, signals = fitted.recorder, fitted.guard, fitted.signals
     if console and (exhausted := space_ran_out(experiment_dir, spec.name)):
         console.phase(f"the search ended early: {exhausted}")
     # A signal after the search ended by itself (``late``) stopped nothing, but ends the command as one.
