@@ -91,7 +91,7 @@ def _run_tunekit(launched: float, workdir: Path) -> dict[str, Any]:
 
     def timed_after_prestart(*args: Any, **kwargs: Any) -> None:
         prestart(*args, **kwargs)
-        # The run imports these while Ray starts (runner.AFTER_RAY_STARTS): imported here before
+        # The run imports these while Ray starts (fit.AFTER_RAY_STARTS): imported here before
         # that, they would delay Ray's start, as they did before.
         _time_tuner_and_loop(marks)
 

@@ -1,15 +1,24 @@
-"""A search's experiment folder: created under a local storage or a bucket, removed when
-nothing started in it (``tunekit.driver.runner`` creates and discards; ``tunekit.storage``
-knows buckets)."""
+"""The folder stage of a search: its experiment folder, held by this driver's lease (``Experiment``).
+
+A new search's folder is created under a local storage or a bucket, and removed when nothing
+started in it; a resume opens a stopped search's folder (a bucket's: this machine's cache of
+it, pulled afresh). ``tunekit.driver.runner`` runs the stages; ``tunekit.storage`` knows
+buckets and the lease.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from tunekit.config.spec import ExperimentSpec
-from tunekit.errors import SpecError, StorageError
+from tunekit.driver.signals import exit_when_lost
+from tunekit.errors import NotAnExperimentError, SpecError, StorageError
 from tunekit.layout import SPEC_FILE, TRIALS_FILE
 from tunekit.storage.buckets import (
     Bucket,
@@ -22,7 +31,57 @@ from tunekit.storage.buckets import (
     redacted,
 )
 from tunekit.storage.faults import permanent_problem
+from tunekit.storage.lease import DriverLease
 from tunekit.storage.store import write_text
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What the folder stage hands on: the experiment's folder (a bucket's: this machine's cache of
+    it), the lease that makes this driver its one writer, and whether the search is restored
+    from Ray Tune's saved state (a resume) or new."""
+
+    directory: Path
+    lease: DriverLease
+    restore: bool
+
+
+def new_experiment(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Experiment:
+    """A new search's folder with its spec (``create_experiment_dir``), its lease taken; the caller
+    releases it."""
+    directory = create_experiment_dir(spec, name, storage)
+    lease = DriverLease(directory, "run")
+    lease.outage_s = spec.storage.outage_s  # writes wait for its confirmation as long as for the storage
+    lease.acquire()  # a new folder: no other driver can hold it, but one may try from now on
+    exit_when_lost(lease)
+    return Experiment(directory, lease, restore=False)
+
+
+@contextlib.contextmanager
+def opened_experiment(location: str | Path, stream: TextIO | None) -> Iterator[Experiment]:
+    """A stopped search's folder, its lease held while the block runs (taken over from a driver
+    that is gone, said on ``stream``); a bucket's is pulled afresh into this machine's cache.
+
+    Raises:
+        NotAnExperimentError: ``location`` holds no spec (a bucket's: nothing), before the lease.
+    """
+    location = str(location)
+    bucket = Bucket(location) if is_uri(location) else None
+    if bucket is not None:
+        check_bucket(location)  # one line before anything: the scheme, credentials, the bucket, the endpoint
+        if not bucket.exists():
+            raise NotAnExperimentError(redacted(location), SPEC_FILE)
+    else:
+        location = str(local_path(location))
+        if not (Path(location) / SPEC_FILE).is_file():
+            raise NotAnExperimentError(location, SPEC_FILE)
+    with DriverLease(location, "resume") as lease:
+        exit_when_lost(lease)
+        if lease.took_over is not None and stream is not None:
+            stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
+        # A bucket's: this machine's cache of it, pulled afresh (the bucket is the source of truth).
+        directory = Path(location) if bucket is None else bucket.pull(mirror_cache(bucket, "driver", fresh=True))
+        yield Experiment(directory, lease, restore=True)
 
 
 def create_experiment_dir(spec: ExperimentSpec, name: str | None, storage: str | Path | None) -> Path:

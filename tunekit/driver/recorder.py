@@ -5,14 +5,14 @@ trial and an ``EpochRow`` per reported epoch (``tunekit.driver.records``, with t
 of how a trial ended), writes ``trials.csv``, ``epochs.csv`` and ``spans.csv`` into the
 experiment directory at most every ``_LIVE_WRITE_EVERY_S`` while anything changed (and at
 the session's end), and forwards each change to listeners (the console and the MLflow
-tracker), which never touch Ray themselves.
+tracker), which never touch Ray themselves. A restored recorder takes its clock and its
+schedulers' state back from its records (``tunekit.driver.replay``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.stopper import Stopper
 
-from tunekit.compat.ray_saved_state import saved_stop_decisions
 from tunekit.compat.ray_tune import checkpoint_epoch
 from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec
@@ -43,7 +42,8 @@ from tunekit.driver.records import (
     settle_ended,
     settle_errored,
 )
-from tunekit.driver.saved_records import SavedRecords, records_of, revived
+from tunekit.driver.replay import last_session_reaches_its_records, metric_by_epoch, replay_schedulers, restored_clock
+from tunekit.driver.saved_records import SavedRecords, records_of
 from tunekit.driver.worker_deaths import ray_error_text
 from tunekit.layout import (
     CHECKPOINT_NOTE,
@@ -63,10 +63,8 @@ from tunekit.layout import (
     TrialStatus,
     finite,
 )
-from tunekit.search.moasha import RecordingMOASHA
 from tunekit.search.pbt import ExploitStep, RecordingPBT, write_exploits_csv
 from tunekit.search.plan import pick_best, rung_of
-from tunekit.search.schedulers import RecordingASHA
 from tunekit.storage.clock import SearchClock
 from tunekit.storage.journal import JournalSealer
 
@@ -74,7 +72,6 @@ logger = logging.getLogger("tunekit")
 
 _TOUCH_EVERY_S = 5.0  # how stale started.json's session end may be when a driver is killed
 _LIVE_WRITE_EVERY_S = 2.0  # how stale the tables may be for `tunekit status` while trials report
-_GOES_ON = (TrialStatus.RUNNING, TrialStatus.STOPPED)  # a resume trains these on
 
 
 class Recorder(Callback):
@@ -448,56 +445,27 @@ class Recorder(Callback):
         self._row_index = {}
         for index, row in enumerate(self.epochs):
             self._row_index.setdefault(row.trial_id, {})[row.epoch] = index
-        self.clock = self._restored_clock(state)
+        self.clock = restored_clock(self.experiment_dir, state)
         endings: dict[str, LateEnding] = self.__dict__.pop("_late_endings", {})
         for ending in endings.values():
             self._adopt(ending, self.clock.active_seconds)
         self._rescan_best()
-        # The last session ran at least until the latest moment the saved records know of:
-        # Ray may have saved a report made after started.json was last touched.
-        reported = [row.at for row in self.epochs]
-        spanned = [moment or 0.0 for record in self.trials.values() for span in record.spans for moment in span]
-        latest = max(reported + spanned, default=0.0)
-        if self.clock.sessions and latest > self.clock.active_seconds:
-            self.clock.sessions[-1][1] += latest - self.clock.active_seconds
+        last_session_reaches_its_records(self.clock, self.trials.values(), self.epochs)
         # Trials running when the last session ended stopped with it, whatever Ray saved.
         stopped_at = self.clock.active_seconds
         for record in self.trials.values():
             record.close_span(stopped_at)
         self._interrupted = interrupted_runs(self.experiment_dir, set(self.trials), stopped_at)
-        pruned = {r.trial_id for r in self.trials.values() if r.status == TrialStatus.PRUNED}
-        pruned |= saved_stop_decisions(self.experiment_dir)  # ASHA's, waiting on a checkpoint when Ray saved
-        if isinstance(self.scheduler, RecordingASHA):
-            self.scheduler.replay(self._metric_by_epoch(), pruned)
-        if isinstance(self.scheduler, RecordingMOASHA):
-            self.scheduler.replay(self._metrics_by_epoch(), pruned)
-        self.exploits = list(map(revived(ExploitStep), state.get("exploits", [])))
-        if isinstance(self.scheduler, RecordingPBT):
-            self.exploits += self._steps_only_the_study_has()
-            goes_on = [r.trial_id for r in self.trials.values() if r.status in _GOES_ON]
-            started_all = len(self.trials) >= self.spec.budget.num_samples
-            self.scheduler.replay(self._metric_by_epoch(), self.exploits, goes_on, started_all)
-            numbers = {r.trial_id: r.number for r in self.trials.values()}
-            steps: dict[str, list[dict[str, Any]]] = {}
-            for step in self.exploits:
-                steps.setdefault(step.trial_id, []).append(step.for_study(numbers.get))
-            self.searcher.keep_exploit_steps(steps)
-
-    def _steps_only_the_study_has(self) -> list[ExploitStep]:
-        """PBT's steps the study lists beyond those Ray saved (taken after its last save): they
-        stand, and the scheduler takes one again where Ray's state of its trial predates it."""
-        ids = {r.number: r.trial_id for r in self.trials.values()}
-        last_heard = self.clock.sessions[-1][1] if self.clock.sessions else time.time()
-        later = []
-        saved = Counter(step.trial_id for step in self.exploits)
-        for trial_id, listed in self.searcher.exploit_steps().items():
-            for step in listed[saved[trial_id] :]:
-                source = ids.get(step.get("source"), str(step.get("source")))
-                old, new = dict(step.get("old", {})), dict(step.get("new", {}))
-                epoch, source_epoch = int(step["epoch"]), int(step.get("source_epoch", 0))
-                at = float(step.get("time") or last_heard)  # a study written before steps kept their time
-                later.append(ExploitStep(trial_id, epoch, source, source_epoch, old, new, at))
-        return sorted(later, key=lambda step: step.wall_time)
+        self.exploits = replay_schedulers(
+            self.scheduler,
+            self.searcher,
+            self.spec,
+            self.experiment_dir,
+            self.trials,
+            self.epochs,
+            self.clock,
+            state.get("exploits", []),
+        )
 
     def adopt_late_endings(self, endings: Mapping[str, LateEnding]) -> None:
         """Trials the killed driver ended after Ray's last save; ``set_state`` ends their records
@@ -546,34 +514,9 @@ class Recorder(Callback):
         record.ended_at = ending.ended_at or time.time()
         if record.status == TrialStatus.COMPLETED:
             record.rung = rung_of(record.epochs, self.spec)
-            values = self._metric_by_epoch().get(record.trial_id, {})
+            values = metric_by_epoch(self.epochs, self.spec.metric.name).get(record.trial_id, {})
             kept_after_the_driver_died(record, values, self.spec, ending.written.get("kept_epoch"))
         self._changed_record(record)
-
-    def _restored_clock(self, state: dict[str, Any]) -> SearchClock:
-        """The clock as the last session left it: started.json, touched up to the end, beats Ray's older pickle."""
-        on_disk = SearchClock.read(self.experiment_dir)
-        if on_disk is not None and on_disk.sessions:
-            return on_disk
-        saved = state.get("clock")
-        if isinstance(saved, dict):
-            saved = SearchClock(saved["started_at"], [list(pair) for pair in saved["sessions"]])
-        return saved or SearchClock.new()
-
-    def _metric_by_epoch(self) -> dict[str, dict[int, float]]:
-        """{trial id: {epoch: the spec's metric}}, from the recorded epochs: what schedulers replay."""
-        values: dict[str, dict[int, float]] = {}
-        for row in self.epochs:
-            if self.spec.metric.name in row.metrics:
-                values.setdefault(row.trial_id, {})[row.epoch] = row.metrics[self.spec.metric.name]
-        return values
-
-    def _metrics_by_epoch(self) -> dict[str, dict[int, dict[str, float]]]:
-        """{trial id: {epoch: every metric}}, from the recorded epochs: what MO-ASHA replays."""
-        values: dict[str, dict[int, dict[str, float]]] = {}
-        for row in self.epochs:
-            values.setdefault(row.trial_id, {})[row.epoch] = {**row.metrics, EPOCH_KEY: row.epoch}
-        return values
 
     # Ray pickles callbacks with the tuner; listeners hold consoles and clients, tables a buffer.
     def __getstate__(self) -> dict[str, Any]:

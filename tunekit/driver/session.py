@@ -29,8 +29,11 @@ from tunekit.compat.ray_tune import (
 from tunekit.compat.ray_workers import NO_PRESTART_AT_FIRST_DRIVER, idle_local_workers, prestart_workers
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
+from tunekit.driver.connect import record_address
 from tunekit.driver.signals import StopSignals, kill_ray_children
 from tunekit.errors import ClusterError, ResourceError, StorageError
+from tunekit.layout import DRIVER_LOG_FILE
+from tunekit.storage.buckets import bucket_of
 from tunekit.tracking.prepare import prepare_in_background
 from tunekit.worker.devices import LOGICAL_GPUS_ENV
 
@@ -514,3 +517,37 @@ def kill_owned_local_ray() -> None:
     if OWNED_RAY is None or not OWNED_RAY["local"]:
         return
     kill_ray_children()
+
+
+@contextlib.contextmanager
+def search_session(
+    address: str | None,
+    spec: ExperimentSpec,
+    experiment_dir: Path,
+    console: Any,
+    signals: StopSignals,
+    imports: tuple[str, ...] = (),
+) -> Iterator[None]:
+    """One search's Ray session, from its start to its end, around the search's Tuner and ``fit``.
+
+    It starts (or reuses, or joins) Ray as ``ray_session`` does, with the driver's Ray Tune
+    settings (``driver_env``), refuses a trial no node can place, records where it ran for the
+    next resume (``cluster.json``) and checks every node shares the storage. A search that ends
+    without an error then waits for its trials' resources to be released and, unless a signal
+    stopped it, leaves idle workers warm for this process's next search.
+    """
+    with (
+        ray_session(address, spec, console, signals, experiment_dir / DRIVER_LOG_FILE, imports),
+        # After Ray's start: it imports Ray Tune (in the background meanwhile, with ``imports``).
+        driver_env(),
+    ):
+        # A session that cannot place a trial ran nowhere: cluster.json keeps the last one's.
+        check_cluster_fits(spec, experiment_dir)
+        # Where this session ran, for the next resume (a local Ray records null).
+        record_address(experiment_dir, joined_address() if address is not None else None, callers_ray=callers_ray())
+        if bucket_of(experiment_dir) is None:  # a bucket is every node's by its nature
+            check_storage_shared(experiment_dir)
+        yield
+        wait_for_released_resources()
+        if signals.received is None:
+            keep_workers_warm(spec)  # for this process's next search

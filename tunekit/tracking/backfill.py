@@ -59,7 +59,7 @@ from tunekit.tracking.events import (
     TrialEndEvent,
     TrialEvent,
 )
-from tunekit.tracking.runs import ui_url
+from tunekit.tracking.experiment import ui_url
 from tunekit.tracking.tracker import DEFAULT_FLUSH_TIMEOUT_S, FLUSH_TIMEOUT_ENV
 from tunekit.tracking.writer import MlflowWriter
 

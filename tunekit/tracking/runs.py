@@ -13,17 +13,14 @@ lacks, on the parent as on every child, so syncing twice adds nothing.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, assert_never
-from urllib.parse import urlsplit
 
 from tunekit.config.objectives import headline_metric
 from tunekit.config.spec import ExperimentSpec
-from tunekit.environment import installed_versions, redact_uri
 from tunekit.layout import (
     ENDED_STATUSES,
     EXPLOITS_FILE,
@@ -38,7 +35,7 @@ from tunekit.results.best import NO_BEST, no_best_reason
 from tunekit.storage.buckets import shown
 from tunekit.tracking.artifacts import log_best_model, log_spec
 from tunekit.tracking.batches import BatchSender, Disabled, side_by_side
-from tunekit.tracking.client import MetricPoint, MlflowError, RunClient
+from tunekit.tracking.client import MetricPoint
 from tunekit.tracking.events import (
     EpochEvent,
     ExploitEvent,
@@ -48,10 +45,9 @@ from tunekit.tracking.events import (
     TrialEndEvent,
     TrialEvent,
 )
+from tunekit.tracking.experiment import environment_tags, open_experiment, ui_url
 from tunekit.tracking.record import TrackingRecord
 from tunekit.tracking.tags import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
     INFO_TAGS,
     NOTE_TAG,
     PARENT_RUN_TAG,
@@ -74,7 +70,6 @@ from tunekit.tracking.tags import (
     TAG_TRIAL_ID,
     TAG_TRIAL_NUMBER,
     TAG_WALL_SECONDS,
-    UI_WORKFLOW_QUERY,
 )
 from tunekit.tracking.values import (
     MAX_TAG_LENGTH,
@@ -351,7 +346,7 @@ class RunBook:
         sender = self._sender()
         client = sender.client
         name = self.spec.tracking.experiment or self.spec.name
-        experiment_id = self._open_experiment(client, name)
+        experiment_id = open_experiment(client, name)
         self._experiment_id = experiment_id
         # A bucket experiment is its URI, whichever machine's cache the driver works in.
         directory = shown(self.experiment_dir)
@@ -396,27 +391,6 @@ class RunBook:
         self._parent.params.update(warm_start_params(self.experiment_dir))
         self._spec_pending = (self.experiment_dir / SPEC_FILE).is_file()
         self._write_tracking_file(name, sender.uri, experiment_id, self._parent_id)
-
-    @staticmethod
-    def _open_experiment(client: RunClient, name: str) -> str:
-        experiment = client.get_experiment(name)
-        if experiment is None:
-            try:
-                return client.create_experiment(name, {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
-            except MlflowError as error:  # created meanwhile by another search
-                if error.code != "RESOURCE_ALREADY_EXISTS":
-                    raise
-                experiment = client.get_experiment(name)
-                if experiment is None:
-                    raise
-        if experiment.deleted:
-            raise Disabled(f"MLflow experiment {name!r} is deleted; restore it or set tracking.experiment")
-        if not experiment.tags.get(EXPERIMENT_KIND_TAG):  # a kind someone chose stays
-            try:
-                client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-            except MlflowError as error:  # only how the UI shows it: not worth the search's tracking
-                logger.info("tunekit: could not tag MLflow experiment %r as model training: %s", name, brief(error))
-        return experiment.experiment_id
 
     def _write_tracking_file(self, name: str, uri: str, experiment_id: str, parent_id: str) -> None:
         # Until this session's last sync goes through, MLflow may lack some of the files' records.
@@ -572,22 +546,3 @@ def _latest_summary(point: MetricPoint, held: list[tuple[int, float]]) -> Metric
     if last >= 0 and {value for step, value in held if step == last} == {point.value}:
         return None
     return point if point.step > last else point._replace(step=last + 1)
-
-
-def ui_url(tracking_uri: str, experiment_id: str) -> str | None:
-    """The MLflow UI page of the experiment's runs table, when the tracking URI is a server."""
-    if urlsplit(tracking_uri).scheme not in ("http", "https"):
-        return None
-    return f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_WORKFLOW_QUERY}"
-
-
-@functools.cache
-def _environment() -> tuple[tuple[str, str], ...]:
-    # The packages and how their versions are read live in tunekit.environment (metadata
-    # only: the driver never imports TensorFlow to learn its version).
-    return tuple((f"tunekit.env.{name}", version) for name, version in installed_versions().items())
-
-
-def environment_tags() -> dict[str, str]:
-    """Python and package versions, from package metadata (TensorFlow is never imported)."""
-    return dict(_environment())

@@ -13,6 +13,7 @@ from pathlib import Path
 
 DRIVER_MODULES = (
     "tunekit.driver.runner",
+    "tunekit.driver.fit",
     "tunekit.driver.restore",
     "tunekit.driver.recorder",
     "tunekit.worker.trial",  # the driver hands Ray its run_trial
@@ -33,13 +34,13 @@ def test_a_search_starts_ray_before_it_imports_ray_tune_optuna_or_pandas(
     imported_after: Callable[[str], list[str]],
 ) -> None:
     # Everything `tunekit run` imports before ray.init (its session imports Ray itself): Ray Tune,
-    # Optuna and pandas come while Ray starts (runner.AFTER_RAY_STARTS), not before it.
+    # Optuna and pandas come while Ray starts (fit.AFTER_RAY_STARTS), not before it.
     heavy = imported_after("import tunekit.cli, tunekit.driver.runner, tunekit.driver.progress, tunekit.driver.session")
     assert heavy == [], heavy
 
 
 def test_what_a_search_imports_while_ray_starts_names_modules_that_exist() -> None:
-    from tunekit.driver.runner import AFTER_RAY_STARTS
+    from tunekit.driver.fit import AFTER_RAY_STARTS
 
     # The background import suppresses a failure (the later import raises it): a typo would go
     # unseen. Found on disk, not imported: a unit test imports no Ray.

@@ -23,10 +23,10 @@ from tunekit.config.spec import load_spec
 from tunekit.driver.progress import ConsoleProgress
 from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.driver.resumable import stand_in_for_rotated_checkpoints
-from tunekit.driver.runner import no_result_reason
 from tunekit.driver.signals import StopSignals
 from tunekit.errors import SearchInterrupted
 from tunekit.layout import CHECKPOINT_STATE, ERROR_FILE, TrialStatus
+from tunekit.results.completion import no_result_reason
 from tunekit.worker.checkpoints import restore_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
