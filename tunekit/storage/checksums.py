@@ -22,7 +22,14 @@ _CHUNK = 1 << 20
 def write_checksums(directory: Path) -> None:
     """Records the checksum of every payload in ``directory`` (call it after the last is written)."""
     sums = {name: file_sha256(directory / name) for name in CHECKSUMMED if (directory / name).is_file()}
-    (directory / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1, sort_keys=True) + "\n")
+    # Written beside, then renamed: a full disk mid-write must leave no record rather than a torn
+    # one, which ``tunekit check`` rightly reports as damage to a checkpoint that is whole.
+    partial = directory / f"{CHECKSUMS_FILE}.partial"
+    try:
+        partial.write_text(json.dumps(sums, indent=1, sort_keys=True) + "\n")
+        partial.replace(directory / CHECKSUMS_FILE)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def file_sha256(path: Path) -> str:

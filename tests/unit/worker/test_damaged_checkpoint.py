@@ -141,3 +141,24 @@ def test_with_no_whole_checkpoint_left_the_trial_trains_from_its_first_epoch_and
     (epoch, note), _ = restore(folders[1])
     assert epoch == 0
     assert note.endswith("; no older checkpoint of the trial is whole, so it trains again from its first epoch")
+
+
+def test_a_full_disk_while_the_checksums_are_written_leaves_no_torn_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk under a checkpoint's save once left checksums.json cut short, and `tunekit
+    # check` reported a whole checkpoint as damaged. The record is whole or absent.
+    (tmp_path / CHECKPOINT_STATE).write_text("{}")
+    real_write = Path.write_text
+
+    def full_disk(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        real_write(self, data[:7])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write_checksums(tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_STATE]
+    write_checksums(tmp_path)
+    assert set(json.loads((tmp_path / "checksums.json").read_text())) == {CHECKPOINT_STATE}
