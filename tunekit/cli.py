@@ -38,15 +38,23 @@ EXIT_USAGE = 2
 ENDS_WITH_ITS_SEARCH = ("run", "resume")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, in_runtime: bool = False) -> int:
     """Runs the command; returns its exit status.
 
     As the process's own command (``argv`` None: the ``tunekit`` script, ``python -m tunekit.cli``),
-    a search command that started or joined Ray ends the process itself after its last line
-    (``tunekit.driver.ending``): nothing waits there. Called from Python with ``argv``, it returns.
+    a search command runs on the warm runtime when one is up (``tunekit up``; the command is then
+    its thin client: ``tunekit.runtime.client``), and otherwise, having started or joined Ray, ends
+    the process itself after its last line (``tunekit.driver.ending``): nothing waits there. Called
+    from Python with ``argv``, it returns; ``in_runtime``: called by the runtime for a command.
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    args.in_runtime = in_runtime
+    if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
+        from tunekit.runtime.client import serve_command
+
+        if (served := serve_command(sys.argv[1:])) is not None:
+            return served
     status = _handled(args)
     if args.command in ENDS_WITH_ITS_SEARCH:
         from tunekit.driver.signals import signalled_while_closing
@@ -148,8 +156,27 @@ def _parser() -> argparse.ArgumentParser:
         "their final metric (select's with several objectives), and a finished search's best as "
         "`tunekit report` gives it.",
     )
-    status.add_argument("experiment_dir")
+    status.add_argument("experiment_dir", nargs="?", help="without it: the warm runtime (tunekit up), if one is up")
     status.set_defaults(handler=_status)
+
+    up = commands.add_parser(
+        "up",
+        help="start the warm runtime: searches of later commands start in about a second",
+        description="Starts a local runtime that outlives the command: Ray, and idle workers with TensorFlow "
+        "imported. `tunekit run`, `resume` and `plan --probe` then run their searches on it (and say so), "
+        "one at a time; `tunekit down` stops it, and so does an idle timeout.",
+    )
+    up.add_argument(
+        "--workers",
+        type=int,
+        default=2 * (os.cpu_count() or 1),
+        help="warm workers kept ready (default: twice the CPUs, so that a search right after another finds them)",
+    )
+    up.add_argument("--idle-timeout", type=float, default=60.0, help="minutes unused before it stops (default 60)")
+    up.set_defaults(handler=_up)
+
+    down = commands.add_parser("down", help="stop the warm runtime (tunekit up) and every process it started")
+    down.set_defaults(handler=_down)
 
     validate = commands.add_parser("validate", help="check a spec; print ok or the first error")
     validate.add_argument("spec")
@@ -276,11 +303,10 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import run
     from tunekit.driver.session import no_search_after
-    from tunekit.driver.signals import exit_at_once_in_start_up
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
     # The search's closing lines are printed by run itself; the process ends with it.
-    with exit_at_once_in_start_up(), no_search_after():
+    with _ends_with_its_search(args), no_search_after():
         run(
             args.spec,
             overrides=overrides,
@@ -295,10 +321,9 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
     from tunekit.driver.session import no_search_after
-    from tunekit.driver.signals import exit_at_once_in_start_up
 
     # The search's closing lines are printed by resume itself; the process ends with it.
-    with exit_at_once_in_start_up(), no_search_after():
+    with _ends_with_its_search(args), no_search_after():
         resume(
             args.experiment_dir,
             overrides=args.set,
@@ -309,8 +334,39 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ends_with_its_search(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """The command's own process: a signal in start-up ends it at once. The warm runtime's process
+    serves the next command: there the signal raises, as in a notebook (``StopSignals``)."""
+    from tunekit.driver.signals import exit_at_once_in_start_up
+
+    return contextlib.nullcontext() if args.in_runtime else exit_at_once_in_start_up()
+
+
+def _up(args: argparse.Namespace) -> int:
+    from tunekit.runtime.client import up
+
+    if args.workers < 1 or args.idle_timeout <= 0:
+        wrong = f"{args.workers}, {args.idle_timeout}"
+        raise SpecError("tunekit up", "--workers and --idle-timeout must be > 0", wrong)
+    print(up(args.workers, args.idle_timeout * 60))
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from tunekit.runtime.client import down
+
+    print(down())
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from tunekit.results.status import read_status
+
+    if args.experiment_dir is None:
+        from tunekit.runtime.client import describe, runtime_status
+
+        print(describe(runtime_status()))
+        return 0
 
     with _warnings_as_lines():
         status = read_status(args.experiment_dir)

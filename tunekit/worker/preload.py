@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from tunekit.worker.lasting import lasting_imports
-from tunekit.worker.profile import PROFILE_DIR_ENV
+from tunekit.worker.profile import PRELOADED_DIR_ENV, PROFILE_DIR_ENV
 
 STARTED = time.time()
 
@@ -52,3 +52,5 @@ ENDED = time.time()
 
 if directory := os.environ.get(PROFILE_DIR_ENV):  # the benchmarks' view of each worker
     Path(directory, f"preload-{os.getpid()}.json").write_text(json.dumps({"started": STARTED, "ended": ENDED}))
+if directory := os.environ.get(PRELOADED_DIR_ENV):  # the warm runtime's count of its ready workers
+    Path(directory, f"{os.getpid()}.json").write_text(json.dumps({"started": STARTED, "ended": ENDED}))
