@@ -105,6 +105,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._next_prestart = 0.0
+        self._pool = threading.Thread(target=self._keep_pool, name="tunekit-pool", daemon=True)
 
     # --- start and stop -------------------------------------------------------------------
 
@@ -124,7 +125,7 @@ class Runtime:
             importlib.import_module(name)
         self._listen()
         (self.directory / STATE_FILE).write_text(json.dumps({"pid": os.getpid(), "started": self.started}))
-        threading.Thread(target=self._keep_pool, name="tunekit-pool", daemon=True).start()
+        self._pool.start()
         threading.Thread(target=self._accept, name="tunekit-accept", daemon=True).start()
 
     def _listen(self) -> None:
@@ -141,11 +142,14 @@ class Runtime:
         """Stops Ray and every process it started, and removes the socket."""
         from tunekit.driver.session import shutdown
 
+        self.stopping.set()
         for name in (SOCKET_FILE, STATE_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / name).unlink()
         if self._listener is not None:
             self._listener.close()
+        if self._pool.is_alive():  # before Ray stops: a call of Ray's API from it would start another Ray
+            self._pool.join()
         shutdown()
         _end_children()
         logger.info("stopped after %d search(es)", self.searches)
@@ -428,17 +432,20 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime(directory, args.workers, args.idle_timeout)
     signal.signal(signal.SIGTERM, _on_sigterm_while_idle(runtime))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a command's Ctrl-C arrives only while it is served
+    status = 0
     try:
         runtime.start()
         logger.info("up: pid %d, %d workers, idle timeout %g s", os.getpid(), args.workers, args.idle_timeout)
         runtime.serve()
     except Exception:
         traceback.print_exc()
-        return 1
+        status = 1
     finally:
         runtime.stop()
-    return 0
+    return status
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    ended = main()
+    logging.shutdown()
+    os._exit(ended)  # nothing left to tear down: Ray and its processes have ended (Runtime.stop)
