@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, SpecError, TunekitError
+from tunekit.runtime.commands import add_runtime_commands
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -159,24 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("experiment_dir", nargs="?", help="without it: the warm runtime (tunekit up), if one is up")
     status.set_defaults(handler=_status)
 
-    up = commands.add_parser(
-        "up",
-        help="start the warm runtime: searches of later commands start in about a second",
-        description="Starts a local runtime that outlives the command: Ray, and idle workers with TensorFlow "
-        "imported. `tunekit run`, `resume` and `plan --probe` then run their searches on it (and say so), "
-        "one at a time; `tunekit down` stops it, and so does an idle timeout.",
-    )
-    up.add_argument(
-        "--workers",
-        type=int,
-        default=2 * (os.cpu_count() or 1),
-        help="warm workers kept ready (default: twice the CPUs, so that a search right after another finds them)",
-    )
-    up.add_argument("--idle-timeout", type=float, default=60.0, help="minutes unused before it stops (default 60)")
-    up.set_defaults(handler=_up)
-
-    down = commands.add_parser("down", help="stop the warm runtime (tunekit up) and every process it started")
-    down.set_defaults(handler=_down)
+    add_runtime_commands(commands)
 
     validate = commands.add_parser("validate", help="check a spec; print ok or the first error")
     validate.add_argument("spec")
@@ -340,23 +324,6 @@ def _ends_with_its_search(args: argparse.Namespace) -> contextlib.AbstractContex
     from tunekit.driver.signals import exit_at_once_in_start_up
 
     return contextlib.nullcontext() if args.in_runtime else exit_at_once_in_start_up()
-
-
-def _up(args: argparse.Namespace) -> int:
-    from tunekit.runtime.client import up
-
-    if args.workers < 1 or args.idle_timeout <= 0:
-        wrong = f"{args.workers}, {args.idle_timeout}"
-        raise SpecError("tunekit up", "--workers and --idle-timeout must be > 0", wrong)
-    print(up(args.workers, args.idle_timeout * 60))
-    return 0
-
-
-def _down(args: argparse.Namespace) -> int:
-    from tunekit.runtime.client import down
-
-    print(down())
-    return 0
 
 
 def _status(args: argparse.Namespace) -> int:

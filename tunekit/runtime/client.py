@@ -48,38 +48,44 @@ def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
     channel = connect(runtime_dir())
     if channel is None:
         return None
+    request = Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    forwarded: list[int] = []
     try:
-        request = Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        channel.send(request.to_message(), fds=[0, 1, 2])
-        answer, _ = channel.receive()
-        if answer is None or answer.get("op") != "accepted":
-            why = answer.get("why") if answer else "it did not answer"
-            print(f"tunekit: not on the warm runtime: {why}; running here", file=sys.stderr, flush=True)
-            return None
-        return _wait_for_exit(channel)
+        # From the request on: a Ctrl-C before the answer reaches the runtime with the request.
+        with _signals_forwarded(channel, forwarded):
+            try:
+                channel.send(request.to_message(), fds=[0, 1, 2])
+                answer, _ = channel.receive()
+            except (OSError, ValueError):  # it ended meanwhile
+                answer = None
+            if answer is not None and answer.get("op") == "accepted":
+                return _wait_for_exit(channel, forwarded)
     finally:
         channel.close()
+    why = answer.get("why") if answer else "it did not answer"
+    print(f"tunekit: not on the warm runtime: {why}; running here", file=sys.stderr, flush=True)
+    for number in forwarded:  # meant for a search that now runs here: as if it came now
+        signal.raise_signal(number)
+    return None
 
 
-def _wait_for_exit(channel: Channel) -> int:
-    """The search's exit status, forwarding this process's signals to the runtime meanwhile."""
-    forwarded: list[int] = []
-    with _signals_forwarded(channel, forwarded):
-        while True:
-            try:
-                message, _ = channel.receive()
-            except OSError:
-                message = None
-            if message is None:
-                print(
-                    f"tunekit: error: the warm runtime ended during the command (see {runtime_dir() / LOG_FILE})",
-                    file=sys.stderr,
-                )
-                return 128 + forwarded[-1] if forwarded else 1
-            if message.get("op") == "exit":
-                return int(message["status"])
+def _wait_for_exit(channel: Channel, forwarded: list[int]) -> int:
+    """The search's exit status; this process's signals go to the runtime meanwhile."""
+    while True:
+        try:
+            message, _ = channel.receive()
+        except OSError:
+            message = None
+        if message is None:
+            print(
+                f"tunekit: error: the warm runtime ended during the command (see {runtime_dir() / LOG_FILE})",
+                file=sys.stderr,
+            )
+            return 128 + forwarded[-1] if forwarded else 1
+        if message.get("op") == "exit":
+            return int(message["status"])
 
 
 @contextlib.contextmanager
