@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from tunekit.layout import TRIALS_FILE
-from tunekit.runtime.protocol import PRELOADED_DIR, RUNTIME_DIR_ENV, STATE_FILE
+from tunekit.runtime.protocol import PRELOADED_DIR, RUNTIME_DIR_ENV, RUNTIME_ENV, STATE_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,6 +75,7 @@ def test_two_searches_on_the_warm_runtime_take_its_preloaded_workers_and_leave_n
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, RUNTIME_DIR_ENV: str(runtime), "PYTHONPATH": pythonpath}
     env.pop("RAY_ADDRESS", None)
+    env.pop(RUNTIME_ENV, None)  # the suite's own "off" (tests/conftest.py)
     up = _tunekit(["up", "--workers", "3", "--idle-timeout", "5"], tmp_path, env, timeout=240)
     daemon: psutil.Process | None = None
     try:

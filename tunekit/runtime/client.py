@@ -24,6 +24,7 @@ from typing import Any
 from tunekit.errors import TunekitError
 from tunekit.runtime.protocol import (
     LOG_FILE,
+    PYTHON,
     RUNTIME_ENV,
     STATE_FILE,
     TUNEKIT,
@@ -31,6 +32,8 @@ from tunekit.runtime.protocol import (
     Request,
     ask,
     connect,
+    decode_error,
+    encode_call,
     runtime_dir,
 )
 
@@ -43,12 +46,54 @@ def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
     """Runs ``tunekit ARGV`` (or the probe's search process's ARGV) on the warm runtime and returns
     its exit status; None when it is to run in this process (no runtime, ``TUNEKIT_RUNTIME=off``,
     or the runtime declined: said in one line)."""
+    ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command))
+    return None if ended is None else int(ended["status"])
+
+
+def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -> Path | None:
+    """``tunekit.run`` or ``resume`` (``function``) with ``arguments`` on the warm runtime: the
+    experiment's folder, or the runtime's exception raised here; None when it is to run in this
+    process. ``why_here``: the caller's reason it must run here (said when a runtime is up)."""
+    if why_here is not None:
+        if os.environ.get(RUNTIME_ENV) != "off" and runtime_status() is not None:
+            print(f"tunekit: not on the warm runtime: {why_here}; running here", file=sys.stderr, flush=True)
+        return None
+    request = Request(
+        [function], os.getcwd(), dict(os.environ), os.getpid(), PYTHON, encode_call((function, arguments))
+    )
+    ended = _serve(request)
+    if ended is None:
+        return None
+    if "raised" in ended:
+        raise decode_error(ended["raised"])
+    return Path(ended["experiment_dir"])
+
+
+def why_python_call_runs_here(arguments: dict[str, Any], builders: Sequence[object]) -> str | None:
+    """Why ``tunekit.run``/``resume`` called with these must run in the calling process, or None."""
+    from tunekit.contract import Builders
+
+    spec = arguments.get("spec")
+    if any(builder is not None for builder in builders) or isinstance(getattr(spec, "trainable", None), Builders):
+        return "builders passed from Python run in their own process"
+    if arguments.get("progress") not in (True, False, None):
+        return "progress goes to a stream of this process"
+    if arguments.get("address") or os.environ.get("RAY_ADDRESS"):
+        return "a cluster was named (address or RAY_ADDRESS)"
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return "this process has a Ray of its own"
+    return None
+
+
+def _serve(request: Request) -> dict[str, Any] | None:
+    """The runtime's last message for ``request`` (its exit status, and a call's outcome); None
+    when it is to run in this process."""
     if os.environ.get(RUNTIME_ENV) == "off":
         return None
     channel = connect(runtime_dir())
     if channel is None:
         return None
-    request = Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     forwarded: list[int] = []
@@ -71,8 +116,8 @@ def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
     return None
 
 
-def _wait_for_exit(channel: Channel, forwarded: list[int]) -> int:
-    """The search's exit status; this process's signals go to the runtime meanwhile."""
+def _wait_for_exit(channel: Channel, forwarded: list[int]) -> dict[str, Any]:
+    """The runtime's exit message; this process's signals go to the runtime meanwhile."""
     while True:
         try:
             message, _ = channel.receive()
@@ -83,9 +128,9 @@ def _wait_for_exit(channel: Channel, forwarded: list[int]) -> int:
                 f"tunekit: error: the warm runtime ended during the command (see {runtime_dir() / LOG_FILE})",
                 file=sys.stderr,
             )
-            return 128 + forwarded[-1] if forwarded else 1
+            return {"status": 128 + forwarded[-1] if forwarded else 1}
         if message.get("op") == "exit":
-            return int(message["status"])
+            return message
 
 
 @contextlib.contextmanager

@@ -40,11 +40,14 @@ from tunekit.runtime.protocol import (
     LOG_FILE,
     PRELOADED_DIR,
     PROBE,
+    PYTHON,
     SOCKET_FILE,
     STATE_FILE,
     TERMINAL_NAMES,
     Channel,
     Request,
+    decode_call,
+    encode_error,
     env_difference,
     runtime_dir,
 )
@@ -265,17 +268,20 @@ class Runtime:
         relay = threading.Thread(target=self._relay_signals, args=(channel,), name="tunekit-signals", daemon=True)
         relay.start()
         logger.info("serving pid %d: tunekit %s (in %s)", request.pid, " ".join(request.argv), request.cwd)
-        status = 1
+        status, outcome = 1, dict[str, str]()
         try:
             with forgotten_request_modules(request.cwd), as_the_command(request, fds):
-                status = run_command(request)
+                if request.command == PYTHON:
+                    status, outcome = run_call(request.call)
+                else:
+                    status = run_command(request)
         finally:
             with self._lock:
                 self.serving = None
                 self.searches += 1
                 self.last_used = time.monotonic()
             with contextlib.suppress(OSError):
-                channel.send({"op": "exit", "status": status})
+                channel.send({"op": "exit", "status": status, **outcome})
             channel.close()
         logger.info("pid %d: exit status %d", request.pid, status)
 
@@ -349,6 +355,18 @@ def run_command(request: Request) -> int:
         logger.exception("tunekit %s", " ".join(argv))
         print(f"tunekit: error: the warm runtime failed: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+
+
+def run_call(call: str) -> tuple[int, dict[str, str]]:
+    """``tunekit.run`` or ``resume`` called from Python: the experiment's folder, or what it raised."""
+    from tunekit.driver.runner import resume, run
+
+    try:
+        name, arguments = decode_call(call)
+        results = (run if name == "run" else resume)(**arguments)
+    except Exception as error:
+        return 1, {"raised": encode_error(error)}
+    return 0, {"experiment_dir": str(results.experiment_dir)}
 
 
 @contextlib.contextmanager

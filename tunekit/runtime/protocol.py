@@ -10,9 +10,11 @@ this module before anything else of tunekit.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
+import pickle
 import socket
 import tempfile
 from collections.abc import Mapping
@@ -43,6 +45,7 @@ TERMINAL_NAMES = ("TERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")
 # (``python -m tunekit.search.probe``, which `tunekit plan --probe` starts).
 TUNEKIT = "tunekit"
 PROBE = "probe"
+PYTHON = "python"  # tunekit.run or tunekit.resume called from Python (a notebook)
 
 MAX_MESSAGE = 1 << 20  # a request with its environment is a few KB
 
@@ -80,18 +83,48 @@ class Request:
     cwd: str
     env: dict[str, str]
     pid: int  # the client's, for `tunekit status` and the busy line
-    command: str = TUNEKIT  # or PROBE: the search process of `tunekit plan --probe`
+    command: str = TUNEKIT  # or PROBE: the search process of `tunekit plan --probe`; or PYTHON
+    call: str = ""  # PYTHON's: ``tunekit.run`` or ``resume`` and its arguments (``encode_call``)
 
     def to_message(self) -> dict[str, Any]:
         fields = {"argv": self.argv, "cwd": self.cwd, "env": self.env, "pid": self.pid, "command": self.command}
-        return {"op": "run", **fields}
+        return {"op": "run", **fields, "call": self.call}
 
     @classmethod
     def from_message(cls, message: Mapping[str, Any]) -> Request:
         command = str(message["command"])
-        if command not in (TUNEKIT, PROBE):
+        if command not in (TUNEKIT, PROBE, PYTHON):
             raise ValueError(f"runtime message: unknown command {command!r}")
-        return cls(list(message["argv"]), str(message["cwd"]), dict(message["env"]), int(message["pid"]), command)
+        fields = (list(message["argv"]), str(message["cwd"]), dict(message["env"]), int(message["pid"]))
+        return cls(*fields, command, str(message.get("call", "")))
+
+
+def encode_call(value: object) -> str:
+    """A Python value as message text (pickle: the socket is this user's alone, as the runtime runs as them)."""
+    return base64.b64encode(pickle.dumps(value)).decode()
+
+
+def decode_call(text: str) -> Any:
+    return pickle.loads(base64.b64decode(text))
+
+
+def encode_error(error: BaseException) -> str:
+    """An exception as message text, its class and attributes kept: rebuilt without its
+    ``__init__``, whose arguments may not be its ``args`` (``SpecError(path, rule, value)``)."""
+    try:
+        return encode_call((type(error), error.args, vars(error)))
+    except Exception:  # an attribute that does not pickle: the message, in tunekit's base class
+        from tunekit.errors import TunekitError
+
+        return encode_call((TunekitError, (str(error),), {}))
+
+
+def decode_error(text: str) -> BaseException:
+    kind, args, attributes = decode_call(text)
+    error: BaseException = kind.__new__(kind, *args)
+    error.args = args
+    vars(error).update(attributes)
+    return error
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
