@@ -409,7 +409,7 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
     import dataclasses
     import json
 
-    from tunekit.runtime.client import runtime_status
+    from tunekit.runtime.client import usable_runtime
     from tunekit.search.forecast import predict, save_measurement, target_of
     from tunekit.search.plan import plan_budget
     from tunekit.search.probe import DEFAULT_SECONDS, ProbeSettings, describe, probe_sections, probe_slots, run_probe
@@ -426,7 +426,7 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
         file=sys.stderr if args.format == "json" else sys.stdout,
         flush=True,
     )
-    if (runtime := runtime_status()) is not None and not runtime["serving"] and args.address is None:
+    if (runtime := usable_runtime()) is not None and args.address is None:
         print(
             f"on the warm runtime (tunekit up, pid {runtime['pid']})",
             file=sys.stderr if args.format == "json" else sys.stdout,

@@ -55,7 +55,7 @@ def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -
     experiment's folder, or the runtime's exception raised here; None when it is to run in this
     process. ``why_here``: the caller's reason it must run here (said when a runtime is up)."""
     if why_here is not None:
-        if os.environ.get(RUNTIME_ENV) != "off" and runtime_status() is not None:
+        if usable_runtime() is not None:
             print(f"tunekit: not on the warm runtime: {why_here}; running here", file=sys.stderr, flush=True)
         return None
     request = Request(
@@ -151,6 +151,14 @@ def _signals_forwarded(channel: Channel, forwarded: list[int]) -> Iterator[None]
 def runtime_status() -> dict[str, Any] | None:
     """The running runtime's status message, or None when none answers."""
     return ask(runtime_dir(), {"op": "status"})
+
+
+def usable_runtime() -> dict[str, Any] | None:
+    """The runtime's status when one is up, idle and not turned off here (``TUNEKIT_RUNTIME=off``)."""
+    if os.environ.get(RUNTIME_ENV) == "off":
+        return None
+    status = runtime_status()
+    return status if status is not None and status["serving"] is None else None
 
 
 def describe(status: dict[str, Any] | None) -> str:
