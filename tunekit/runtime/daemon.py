@@ -61,6 +61,8 @@ REFILL_EVERY_S = 0.5
 # refill waits this long into a command, so that one right after it finds workers ready too: the
 # pool holds two searches' worth (``tunekit up --workers``).
 REFILL_AFTER_START_S = 10.0
+# Nor does a command launched the moment the previous one ended: the refill waits this long after it.
+REFILL_AFTER_END_S = 2.0
 # After asking the raylet for workers, their processes appear within this (a busy machine).
 PRESTART_SETTLE_S = 3.0
 # What a search imports in the driver, imported once as the runtime starts.
@@ -174,11 +176,15 @@ class Runtime:
         if time.monotonic() < self._next_prestart:
             return
         with self._lock:
-            serving = self.serving
+            serving, last_used = self.serving, self.last_used
         if serving is not None and time.time() - serving.started < REFILL_AFTER_START_S:
             return
-        missing = self.workers - len(spare_workers())
+        if serving is None and self.searches and time.monotonic() - last_used < REFILL_AFTER_END_S:
+            return
+        spare = spare_workers()
+        missing = self.workers - len(spare)
         if missing > 0:
+            logger.info("pool: %d spare worker(s) of %d; asking for %d", len(spare), self.workers, missing)
             # Kept past the runtime's own idle timeout, so the raylet never ends one first.
             prestart_workers(missing, int(self.idle_timeout_s) + 60)
             self._next_prestart = time.monotonic() + PRESTART_SETTLE_S
