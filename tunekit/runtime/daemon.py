@@ -449,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     directory = runtime_dir()
     os.chdir(directory)  # no project's folder on the workers' PYTHONPATH, nor as their folder
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    # Its own lines to its log file, by a handle of their own: while a command is served, file
+    # descriptors 1 and 2 are the command's, and the console shows only what the command's own
+    # process would show (the root logger stays as in a command's process).
+    handler = logging.FileHandler(directory / LOG_FILE)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     # Its own lines reach the log at once; while serving, the console's reach the user's terminal at once.
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]

@@ -13,7 +13,9 @@ the trial's actor still configures threads, GPU memory and devices itself, once 
 told it which GPUs are its own (``tunekit.worker.devices``).
 
 Whether a process ran it, and when: ``sys.modules.get("tunekit.worker.preload")`` and its
-``STARTED`` and ``ENDED`` (seconds since the epoch); importing the module would run it.
+``STARTED`` and ``ENDED`` (seconds since the epoch); importing the module would run it. The
+warm runtime's workers (``tunekit up``) also record them in a file of their own, by which the
+runtime counts its ready workers (``PRELOADED_DIR_ENV``).
 """
 
 from __future__ import annotations
