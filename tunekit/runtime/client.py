@@ -47,7 +47,11 @@ def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
     its exit status; None when it is to run in this process (no runtime, ``TUNEKIT_RUNTIME=off``,
     or the runtime declined: said in one line)."""
     ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command))
-    return None if ended is None else int(ended["status"])
+    if ended is None:
+        return None
+    if "raised" in ended:  # the runtime could not start the command
+        print(f"tunekit: error: {decode_error(ended['raised'])}", file=sys.stderr)
+    return int(ended["status"])
 
 
 def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -> Path | None:

@@ -235,7 +235,14 @@ class Runtime:
                 os.close(fd)
             channel.send({"op": "declined", "why": why})
             return False
-        channel.send({"op": "accepted", "pid": os.getpid()})
+        try:
+            channel.send({"op": "accepted", "pid": os.getpid()})
+        except OSError:  # the command went away meanwhile
+            with self._lock:
+                self.serving = None
+            for fd in fds:
+                os.close(fd)
+            return False
         self.requests.put((request, channel, fds))
         return True
 
@@ -281,6 +288,10 @@ class Runtime:
                     status, outcome = run_call(request.call)
                 else:
                     status = run_command(request)
+        except _Declined as declined:
+            from tunekit.errors import TunekitError
+
+            status, outcome = 1, {"raised": encode_error(TunekitError(str(declined)))}
         finally:
             with self._lock:
                 self.serving = None
@@ -382,18 +393,21 @@ def as_the_command(request: Request, fds: list[int]) -> Any:
     saved_env = {name: os.environ.get(name) for name in TERMINAL_NAMES}
     saved_handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     _flush()
-    for target, fd in zip((0, 1, 2), fds, strict=True):
-        os.dup2(fd, target)
-        os.close(fd)
-    for name in TERMINAL_NAMES:
-        if name in request.env:
-            os.environ[name] = request.env[name]
-        else:
-            os.environ.pop(name, None)
-    os.chdir(request.cwd)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
+        for target, fd in zip((0, 1, 2), fds, strict=True):
+            os.dup2(fd, target)
+        for name in TERMINAL_NAMES:
+            if name in request.env:
+                os.environ[name] = request.env[name]
+            else:
+                os.environ.pop(name, None)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            os.chdir(request.cwd)
+        except OSError as error:  # the command's folder went away meanwhile
+            why = f"{request.cwd}: {error.strerror}; fix: run the command from a folder that exists"
+            raise _Declined(why) from None
         yield
     finally:
         _flush()
@@ -408,6 +422,13 @@ def as_the_command(request: Request, fds: list[int]) -> Any:
         for target, fd in zip((0, 1, 2), saved_fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)
+        for fd in fds:
+            os.close(fd)
+
+
+class _Declined(Exception):
+    """A command the runtime could not start: its one line, raised in the caller (Python) or
+    printed by the thin client, which exits with status 1."""
 
 
 def _interrupt(number: int, frame: FrameType | None) -> None:
