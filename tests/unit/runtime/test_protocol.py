@@ -19,6 +19,8 @@ from tunekit.runtime.protocol import (
     ask,
     connect,
     deciding_env,
+    decode_error,
+    encode_error,
     env_difference,
     runtime_dir,
 )
@@ -108,3 +110,22 @@ def test_no_runtime_answers_in_an_empty_folder_or_at_a_stale_socket(tmp_path: Pa
     stale.close()  # the file stays; nothing listens: a killed runtime's
     assert connect(tmp_path) is None
     assert ask(tmp_path, {"op": "status"}) is None
+
+
+def test_an_exception_comes_back_with_its_class_message_and_attributes() -> None:
+    from tunekit.errors import SearchInterrupted, SpecError
+
+    spec_error = decode_error(encode_error(SpecError("budget.num_samples", "must be an integer >= 1", 0)))
+    assert type(spec_error) is SpecError and isinstance(spec_error, ValueError)
+    assert str(spec_error) == "budget.num_samples: must be an integer >= 1, got 0" and spec_error.rule.startswith(
+        "must"
+    )
+    stopped = decode_error(encode_error(SearchInterrupted("interrupted by SIGTERM", Path("/r/x"), 15)))
+    assert type(stopped) is SearchInterrupted and stopped.signal_number == 15 and stopped.experiment_dir == Path("/r/x")
+
+    class Local(Exception):  # a class the other side cannot import: its message, as a TunekitError
+        pass
+
+    unpicklable = Local("lost")
+    unpicklable.handle = lambda: None  # type: ignore[attr-defined]
+    assert str(decode_error(encode_error(unpicklable))) == "lost"
