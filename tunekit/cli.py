@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="a running search from its files: trials running (node, worker, attempt, epoch), last ended",
+        help="a running search from its files: trials running (node, worker, attempt, epoch), last ended; "
+        "without a folder: the warm runtime (tunekit up)",
         description="A search from its files, whether it runs or not: its state and active time, its trials "
         "by status, each running trial's node, worker pid, attempt and epoch, the last trials to end with "
         "their final metric (select's with several objectives), and a finished search's best as "
