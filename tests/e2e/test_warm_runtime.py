@@ -113,9 +113,11 @@ def test_two_searches_on_the_warm_runtime_take_its_preloaded_workers_and_leave_n
                 # A pool worker's: TensorFlow imported before the command started, not on its way.
                 assert note["pid"] in preloaded and preloaded[note["pid"]]["ended"] < began, (note, preloaded)
                 assert note["cwd"] == str(project)
-        first = _notes(searches[0][1])
+        first, second = _notes(searches[0][1]), _notes(searches[1][1])
         assert len({note["pid"] for note in first}) < len(first)  # some trials ran in a reused process
-        for note in [*first, *_notes(searches[1][1])]:
+        # A search's processes end with it: nothing of one search's trials reaches the next's.
+        assert not {note["pid"] for note in first} & {note["pid"] for note in second}
+        for note in [*first, *second]:
             # Each trial began clean although the one before it in its process left state behind.
             assert note["python_random"] == note["expected_python_random"]
             assert note["numpy_random"] == note["expected_numpy_random"]
