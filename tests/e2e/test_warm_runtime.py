@@ -39,6 +39,16 @@ space:
   learning_rate: {type: loguniform, low: 1.0e-3, high: 1.0e-2}
 """
 
+NOTEBOOK = """\
+import tunekit
+results = tunekit.run("warm.yaml", overrides=["budget.num_samples=1"])
+print(f"{len(results.trials)} trial(s)")
+try:
+    tunekit.run("warm.yaml", overrides=["budget.num_samples=0"])
+except tunekit.SpecError as error:
+    print(f"SpecError: {error}")
+"""
+
 
 def _project(root: Path) -> Path:
     """A user's project: a spec, its trainable in a package, and a data file read by a relative path."""
@@ -124,6 +134,17 @@ def test_two_searches_on_the_warm_runtime_take_its_preloaded_workers_and_leave_n
             assert note["policy"] == "float32"
             assert note["uid"] == 1
             assert note["devices"] == first[0]["devices"] and note["threads"] == first[0]["threads"]
+
+        # From Python (a notebook): the same search on the runtime; a spec error raised here, as itself.
+        called = subprocess.run(
+            [sys.executable, "-c", NOTEBOOK], cwd=project, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert called.returncode == 0, called.stdout + called.stderr
+        assert f"on the warm runtime (tunekit up, pid {daemon.pid})" in called.stdout
+        assert called.stdout.splitlines()[-2:] == [
+            "1 trial(s)",
+            "SpecError: budget.num_samples: must be an integer >= 1, got 0",
+        ]
 
         everything = [daemon, *daemon.children(recursive=True)]
         down = _tunekit(["down"], tmp_path, env)

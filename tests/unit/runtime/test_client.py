@@ -27,8 +27,9 @@ class StandIn:
     """A runtime that answers one connection with ``answer`` and keeps what it was sent."""
 
     def __init__(self, directory: Path, answer: Answer) -> None:
+        self.path = directory / SOCKET_FILE
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(directory / SOCKET_FILE))
+        self.listener.bind(str(self.path))
         self.listener.listen(1)
         self.answer = answer
         self.request: dict[str, Any] | None = None
@@ -54,6 +55,7 @@ class StandIn:
     def close(self) -> None:
         self.listener.close()
         self.thread.join(5)
+        self.path.unlink()
 
 
 @pytest.fixture
@@ -216,3 +218,53 @@ def test_the_thin_client_imports_neither_ray_nor_tensorflow_nor_the_run_path(run
     finally:
         stand_in.close()
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
+
+
+def test_a_python_call_stays_in_its_process_for_builders_streams_clusters_and_its_own_ray(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    from tunekit.runtime.client import why_python_call_runs_here
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    plain = {"spec": "spec.yaml", "progress": True, "address": None}
+    assert why_python_call_runs_here(plain, (None, None, None, None)) is None
+    assert why_python_call_runs_here(plain, (None, print, print, None)) == (
+        "builders passed from Python run in their own process"
+    )
+    assert why_python_call_runs_here({**plain, "progress": io.StringIO()}, ()) == (
+        "progress goes to a stream of this process"
+    )
+    assert why_python_call_runs_here({**plain, "address": "10.0.0.1:6379"}, ()) == (
+        "a cluster was named (address or RAY_ADDRESS)"
+    )
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert why_python_call_runs_here(plain, ()) == "a cluster was named (address or RAY_ADDRESS)"
+
+
+def test_a_busy_runtime_is_not_usable_and_a_python_call_says_why_it_runs_here(
+    runtime_folder: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from tunekit.runtime.client import serve_call, usable_runtime
+
+    def busy_status(channel: Channel, request: dict[str, Any], fds: list[int]) -> None:
+        channel.send({"op": "status", "serving": {"pid": 5, "argv": ["run", "a.yaml"]}})
+
+    stand_in = StandIn(runtime_folder, busy_status)
+    try:
+        assert usable_runtime() is None
+    finally:
+        stand_in.close()
+
+    def idle_status(channel: Channel, request: dict[str, Any], fds: list[int]) -> None:
+        channel.send({"op": "status", "serving": None})
+
+    stand_in = StandIn(runtime_folder, idle_status)
+    try:
+        assert serve_call("run", {}, "builders passed from Python run in their own process") is None
+    finally:
+        stand_in.close()
+    assert capfd.readouterr().err == (
+        "tunekit: not on the warm runtime: builders passed from Python run in their own process; running here\n"
+    )
