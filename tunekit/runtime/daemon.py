@@ -65,11 +65,16 @@ REFILL_AFTER_START_S = 10.0
 REFILL_AFTER_END_S = 2.0
 # After asking the raylet for workers, their processes appear within this (a busy machine).
 PRESTART_SETTLE_S = 3.0
-# What a search imports in the driver, imported once as the runtime starts.
+# What a search imports in the driver, imported once as the runtime starts: the first search
+# imported MLflow's SQL store (SQLAlchemy, Alembic: 4 s of CPU, the default tracking URI is a
+# SQLite file) and boto3 otherwise, beside its first trials.
 DRIVER_IMPORTS = (
     "ray.tune",
     "optuna",
     "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "boto3",
+    "multiprocessing.pool",
     "pandas",
     "tunekit.cli",
     "tunekit.driver.runner",
