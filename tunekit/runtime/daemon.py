@@ -188,6 +188,12 @@ class Runtime:
             return
         spare = spare_workers()
         missing = self.workers - len(spare)
+        if self.searches and missing > 0:
+            # After the first fill, one import at a time: it takes one core, and leaves the other
+            # to a search launched meanwhile (two at once doubled such a search's first epoch).
+            if len(spare) > len(self.ready_workers()):
+                return
+            missing = 1
         if missing > 0:
             logger.info("pool: %d spare worker(s) of %d; asking for %d", len(spare), self.workers, missing)
             # Kept past the runtime's own idle timeout, so the raylet never ends one first.
