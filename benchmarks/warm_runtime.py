@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,7 @@ def measure(settings: dict[str, int], workdir: Path) -> dict[str, Any]:
             runs.append({"kind": "right after", **timed_search(search, workdir, env)})
     finally:
         subprocess.run([tunekit, "down"], env=env, capture_output=True, check=False)
+        shutil.rmtree(runtime, ignore_errors=True)
     return {"up": up.stdout.strip(), "load_before_up": list(load_before_up), "runs": runs}
 
 
