@@ -104,7 +104,7 @@ def test_two_searches_on_the_warm_runtime_take_its_preloaded_workers_and_leave_n
             line = check_warm_runtime().lines()[0]
         finally:
             del os.environ[RUNTIME_DIR_ENV]
-        assert line.startswith("ok") and f"warm runtime up (pid {daemon.pid}" in line
+        assert line.startswith("ok") and f"warm runtime: up (pid {daemon.pid}" in line
 
         searches = []
         for overrides in ([], ["--set", "budget.num_samples=2", "--set", "budget.max_concurrent=1"]):

@@ -55,7 +55,7 @@ def check_warm_runtime() -> Check:
     from tunekit.runtime.client import describe, runtime_status
 
     status = runtime_status()
-    return Check("warm runtime", OK if status is not None else SKIP, describe(status))
+    return Check("warm runtime", OK if status is not None else SKIP, describe(status).removeprefix("warm runtime "))
 
 
 def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, stream: TextIO | None = None) -> int:
