@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "tracking_cost": "MLflow tracking's cost in the default search: tracked against untracked, run after run",
     "cold_start": "launch to the first epoch: tunekit's critical path against KerasTuner's in-process first epoch",
     "warm": "a second tunekit.run in one process (warm Ray) vs the first",
+    "warm_runtime": "tunekit run on the warm runtime (tunekit up): its first epoch from the command's launch",
     "eta": "tunekit plan --probe's predicted wall time against the actual: the default search and a CNN",
     "pbt": "PBT vs TPE + ASHA at equal compute (epochs) on the digits MLP",
     "pareto": "MO-TPE + MO-ASHA vs MO-TPE without pruning vs random + ASHA + filter (accuracy against size)",

@@ -14,6 +14,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# A developer's warm runtime (tunekit up) must not serve the suite's searches; the runtime's own
+# test starts one of its own and clears this for its commands.
+os.environ["TUNEKIT_RUNTIME"] = "off"
+
 
 def write_digits_folder(root: Path, *, size: int = 32, per_class: int | None = None, image_format: str = "png") -> Path:
     """Writes scikit-learn's digits as ``root/<digit>/<index>.<ext>`` RGB images of side ``size``.

@@ -101,6 +101,21 @@ def run(
     The errors it raises are ``tunekit.driver.runner.run``'s (``SpecError``, ``SearchAborted``,
     ``NoResultError``, ``ClusterError``, ``ResourceError``, ``StorageError``, ``SearchInterrupted``).
     """
+    from tunekit.runtime.client import serve_call, why_python_call_runs_here
+
+    arguments = {
+        "spec": spec,
+        "overrides": overrides,
+        "name": name,
+        "storage": storage,
+        "address": address,
+        "connect_timeout": connect_timeout,
+        "progress": progress,
+        **sections,
+    }
+    builders = (trainable, build_data, build_model, fit_options)
+    if (folder := serve_call("run", arguments, why_python_call_runs_here(arguments, builders))) is not None:
+        return load(folder)  # run on the warm runtime (tunekit up), which said so
     from tunekit.driver.runner import run as _run
 
     return _run(
@@ -143,6 +158,19 @@ def resume(
         connect_timeout, progress, trainable, build_data, build_model, fit_options: as ``run``'s;
             a search whose builders were passed from Python needs them passed again.
     """
+    from tunekit.runtime.client import serve_call, why_python_call_runs_here
+
+    arguments = {
+        "experiment_dir": experiment_dir,
+        "overrides": overrides,
+        "address": address,
+        "local": local,
+        "connect_timeout": connect_timeout,
+        "progress": progress,
+    }
+    builders = (trainable, build_data, build_model, fit_options)
+    if (folder := serve_call("resume", arguments, why_python_call_runs_here(arguments, builders))) is not None:
+        return load(folder)  # run on the warm runtime (tunekit up), which said so
     from tunekit.driver.runner import resume as _resume
 
     return _resume(

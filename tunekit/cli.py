@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunekit.errors import EXIT_LEASE_LOST, LeaseLostError, SearchInterrupted, SpecError, TunekitError
+from tunekit.runtime.commands import add_runtime_commands
 
 if TYPE_CHECKING:
     from tunekit.config.spec import ExperimentSpec
@@ -38,15 +39,23 @@ EXIT_USAGE = 2
 ENDS_WITH_ITS_SEARCH = ("run", "resume")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, in_runtime: bool = False) -> int:
     """Runs the command; returns its exit status.
 
     As the process's own command (``argv`` None: the ``tunekit`` script, ``python -m tunekit.cli``),
-    a search command that started or joined Ray ends the process itself after its last line
-    (``tunekit.driver.ending``): nothing waits there. Called from Python with ``argv``, it returns.
+    a search command runs on the warm runtime when one is up (``tunekit up``; the command is then
+    its thin client: ``tunekit.runtime.client``), and otherwise, having started or joined Ray, ends
+    the process itself after its last line (``tunekit.driver.ending``): nothing waits there. Called
+    from Python with ``argv``, it returns; ``in_runtime``: called by the runtime for a command.
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    args.in_runtime = in_runtime
+    if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
+        from tunekit.runtime.client import serve_command
+
+        if (served := serve_command(sys.argv[1:])) is not None:
+            return served
     status = _handled(args)
     if args.command in ENDS_WITH_ITS_SEARCH:
         from tunekit.driver.signals import signalled_while_closing
@@ -142,14 +151,17 @@ def _parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="a running search from its files: trials running (node, worker, attempt, epoch), last ended",
+        help="a running search from its files: trials running (node, worker, attempt, epoch), last ended; "
+        "without a folder: the warm runtime (tunekit up)",
         description="A search from its files, whether it runs or not: its state and active time, its trials "
         "by status, each running trial's node, worker pid, attempt and epoch, the last trials to end with "
         "their final metric (select's with several objectives), and a finished search's best as "
         "`tunekit report` gives it.",
     )
-    status.add_argument("experiment_dir")
+    status.add_argument("experiment_dir", nargs="?", help="without it: the warm runtime (tunekit up), if one is up")
     status.set_defaults(handler=_status)
+
+    add_runtime_commands(commands)
 
     validate = commands.add_parser("validate", help="check a spec; print ok or the first error")
     validate.add_argument("spec")
@@ -276,11 +288,10 @@ def _add_set(command: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import run
     from tunekit.driver.session import no_search_after
-    from tunekit.driver.signals import exit_at_once_in_start_up
 
     overrides = [*args.set, *([f"tracking.uri={args.tracking_uri}"] if args.tracking_uri else [])]
     # The search's closing lines are printed by run itself; the process ends with it.
-    with exit_at_once_in_start_up(), no_search_after():
+    with _ends_with_its_search(args), no_search_after():
         run(
             args.spec,
             overrides=overrides,
@@ -295,10 +306,9 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import resume
     from tunekit.driver.session import no_search_after
-    from tunekit.driver.signals import exit_at_once_in_start_up
 
     # The search's closing lines are printed by resume itself; the process ends with it.
-    with exit_at_once_in_start_up(), no_search_after():
+    with _ends_with_its_search(args), no_search_after():
         resume(
             args.experiment_dir,
             overrides=args.set,
@@ -309,8 +319,22 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ends_with_its_search(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """The command's own process: a signal in start-up ends it at once. The warm runtime's process
+    serves the next command: there the signal raises, as in a notebook (``StopSignals``)."""
+    from tunekit.driver.signals import exit_at_once_in_start_up
+
+    return contextlib.nullcontext() if args.in_runtime else exit_at_once_in_start_up()
+
+
 def _status(args: argparse.Namespace) -> int:
     from tunekit.results.status import read_status
+
+    if args.experiment_dir is None:
+        from tunekit.runtime.client import describe, runtime_status
+
+        print(describe(runtime_status()))
+        return 0
 
     with _warnings_as_lines():
         status = read_status(args.experiment_dir)
@@ -386,6 +410,7 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
     import dataclasses
     import json
 
+    from tunekit.runtime.client import usable_runtime
     from tunekit.search.forecast import predict, save_measurement, target_of
     from tunekit.search.plan import plan_budget
     from tunekit.search.probe import DEFAULT_SECONDS, ProbeSettings, describe, probe_sections, probe_slots, run_probe
@@ -402,6 +427,11 @@ def _probe(args: argparse.Namespace, spec: ExperimentSpec) -> int:
         file=sys.stderr if args.format == "json" else sys.stdout,
         flush=True,
     )
+    if (runtime := usable_runtime()) is not None and args.address is None:
+        print(
+            f"on the warm runtime (tunekit up, pid {runtime['pid']})",
+            file=sys.stderr if args.format == "json" else sys.stdout,
+        )
     root = Path(args.storage or spec.storage.path).expanduser().resolve()
     measurement = run_probe(ProbeSettings(args.spec, tuple(args.set), args.address, seconds, root), spec)
     saved = save_measurement(root, spec, measurement)

@@ -28,6 +28,7 @@ from benchmarks import (
     run,
     scale,
     tracking_cost,
+    warm_runtime,
     whole_process,
 )
 
@@ -474,6 +475,28 @@ def test_the_whole_process_row_times_a_command_from_launch_to_exit_and_after_its
         "1.5 -> 2.5, plain 2.0 -> 3.0)"
     )
     assert not whole_process.row(side(30.0, 240, 2.8, 1.5), side(120.0, 256, 1.9, 2.0))[0][6]["met"]
+
+
+def test_the_warm_runtime_row_times_the_first_epoch_line_and_the_exit_and_refuses_a_cold_search(
+    tmp_path: Path,
+) -> None:
+    lines = "on the warm runtime (tunekit up, pid 1)", "[00:00] first epoch reported (trial 0); training", "best"
+    script = f"import time; print({lines[0]!r}); time.sleep(0.2); print({lines[1]!r}); print({lines[2]!r})"
+    timed = warm_runtime.timed_search([sys.executable, "-c", script], tmp_path, common.child_env())
+    assert 0.2 < timed["first_epoch_s"] < timed["wall_s"] and timed["exit_after_last_line_s"] >= 0
+    with pytest.raises(common.ChildFailed, match="ran cold"):
+        warm_runtime.timed_search([sys.executable, "-c", f"print({lines[1]!r})"], tmp_path, common.child_env())
+
+    def search(kind: str, first_epoch: float) -> dict[str, Any]:
+        return {"kind": kind, "first_epoch_s": first_epoch, "wall_s": 3.0, "exit_after_last_line_s": 0.1, "load": 1.0}
+
+    runs = [search("first on the new runtime", 2.5), search("after a pause", 1.2), search("right after", 1.9)]
+    figures = {f["name"]: f for f in warm_runtime.analyse({"runs": runs})["figures"]}
+    assert figures["after a pause: first epoch from the launch (median of 1)"]["met"] is True
+    assert figures["right after: first epoch from the launch (median of 1)"]["met"] is False
+    assert figures["the runtime's first search (it also made the MLflow store): first epoch from the launch"][
+        "value"
+    ] == pytest.approx(2.5)
 
 
 def test_the_tunekit_side_of_the_whole_process_row_is_the_command_a_user_types(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from tunekit.doctor.cluster import check_cluster, check_local_ray, check_ray_rea
 from tunekit.doctor.gpus import check_tensorflow, nvidia_gpus
 from tunekit.doctor.precision import check_cpu_bf16, read_cpuinfo
 from tunekit.doctor.ray_errors import join_error_in
-from tunekit.doctor.report import Check, hide_secrets
+from tunekit.doctor.report import OK, SKIP, Check, hide_secrets
 from tunekit.doctor.stack import check_import_costs, check_versions
 from tunekit.doctor.storage import check_storage
 from tunekit.doctor.tracking import check_tracking, default_tracking_uri
@@ -48,6 +48,14 @@ from tunekit.storage.buckets import is_uri
 
 TENSORFLOW_TIMEOUT_S = 120.0
 RAY_TIMEOUT_S = 90.0
+
+
+def check_warm_runtime() -> Check:
+    """The warm runtime (``tunekit up``): up, with its workers, or not running (neither is a problem)."""
+    from tunekit.runtime.client import describe, runtime_status
+
+    status = runtime_status()
+    return Check("warm runtime", OK if status is not None else SKIP, describe(status).removeprefix("warm runtime "))
 
 
 def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, stream: TextIO | None = None) -> int:
@@ -101,7 +109,7 @@ def run_checks(address: str | None, tracking_uri: str | None, storage: str, *, s
         nvidia = nvidia_gpus()
         emit(check_tensorflow(tensorflow_child.result(), nvidia))
         if address is None:
-            emit([check_local_ray(nvidia)])
+            emit([check_local_ray(nvidia), check_warm_runtime()])
         elif ray_reachable is not None:
             emit([ray_reachable])
         elif ray_child is not None:  # always, here: the address answered, so its child started

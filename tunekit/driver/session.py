@@ -261,6 +261,11 @@ def ray_session(
             finally:
                 send_ray_cluster_messages(None)
             return
+        if OWNED_RAY.get("runtime"):
+            _on_the_runtime(address, console)
+            send_ray_cluster_messages(ray_log)
+            yield
+            return
         if OWNED_RAY["key"] == key:
             if console:
                 console.phase("reusing the Ray this process started")
@@ -304,6 +309,40 @@ def ray_session(
             f" on {len([n for n in ray.nodes() if n['Alive']])} node(s)"
         )
     yield
+
+
+# The key of the warm runtime's Ray (``start_runtime_ray``): every local search it serves uses it.
+RUNTIME_KEY = json.dumps({"address": None, "runtime_env": "the warm runtime's"})
+
+
+def start_runtime_ray(ray_log: Path) -> None:
+    """Starts the local Ray of the warm runtime (``tunekit up``, ``tunekit.runtime.daemon``), kept
+    like the one a process's first search starts, for every local search the runtime serves,
+    whichever directory it comes from: a trial imports its module from its import root
+    (``tunekit.contract``), not from the workers' PYTHONPATH, which holds the runtime's folder."""
+    global OWNED_RAY
+    import ray
+
+    with ray_leaves_sigterm_alone(), ray_processes_in_their_own_group(), _stderr_to(ray_log):
+        _init(ray, None, ray_init_options())
+    OWNED_RAY = {"key": RUNTIME_KEY, "local": True, "runtime": True}
+
+
+def on_the_runtime() -> bool:
+    """Whether this process is the warm runtime (``tunekit up``), whose Ray serves the search."""
+    return OWNED_RAY is not None and bool(OWNED_RAY.get("runtime"))
+
+
+def _on_the_runtime(address: str | None, console: Any) -> None:
+    """A search in the warm runtime: on its local Ray, said in one line; a cluster is refused
+    (the runtime's one Ray stays up for the next search)."""
+    if address is not None:
+        raise ClusterError(
+            f"ray cluster {address}: the warm runtime (tunekit up) runs searches on its local Ray only; "
+            "fix: run the command with TUNEKIT_RUNTIME=off, or stop the runtime with tunekit down"
+        )
+    if console:
+        console.phase(f"on the warm runtime (tunekit up, pid {os.getpid()}): Ray and workers ready")
 
 
 def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:

@@ -140,11 +140,14 @@ def _trainable(spec: ExperimentSpec, experiment_dir: Path) -> Any:
     from ray import tune
 
     from tunekit.config.resources import trial_resources
+    from tunekit.driver.session import on_the_runtime
     from tunekit.worker.trial import run_trial
 
     trial = _BENCHMARK_SEAM[0] if _BENCHMARK_SEAM else run_trial
+    # The warm runtime's workers started in its own folder; the command's is the trials' (data paths).
+    folder = {"launch_dir": str(Path.cwd())} if on_the_runtime() else {}
     return tune.with_resources(
         # A bucket experiment's workers write their trial files to the bucket, not to this cache.
-        tune.with_parameters(trial, spec=spec, experiment_dir=location_of(experiment_dir)),
+        tune.with_parameters(trial, spec=spec, experiment_dir=location_of(experiment_dir), **folder),
         trial_resources(spec.resources),
     )

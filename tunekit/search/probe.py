@@ -295,8 +295,9 @@ def describe(spec: ExperimentSpec, measurement: Measurement, prediction: Predict
 # ------------------------------------------------------------------ the child process
 
 
-def _child(argv: Sequence[str]) -> int:
-    """``python -m tunekit.search.probe SPEC WORKDIR SLOTS --seconds S [--set K=V]... [--address A]``."""
+def probe_search(argv: Sequence[str]) -> int:
+    """``python -m tunekit.search.probe SPEC WORKDIR SLOTS --seconds S [--set K=V]... [--address A]``:
+    the probe's search, in this process (its own, or the warm runtime's: ``tunekit.runtime``)."""
     parser = argparse.ArgumentParser(prog="python -m tunekit.search.probe")
     parser.add_argument("spec")
     parser.add_argument("workdir", type=Path)
@@ -310,6 +311,13 @@ def _child(argv: Sequence[str]) -> int:
     timer = threading.Timer(args.seconds + 2 * STOP_GRACE_S, os.kill, (os.getpid(), signal.SIGTERM))
     timer.daemon = True
     timer.start()
+    try:
+        return _search(args)
+    finally:
+        timer.cancel()  # the warm runtime's process lives on
+
+
+def _search(args: argparse.Namespace) -> int:
     from tunekit.driver.runner import run  # imported before the clock starts, as in `tunekit run`
     from tunekit.errors import NoResultError, SearchInterrupted
 
@@ -337,8 +345,13 @@ def _cluster_size() -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    from tunekit.runtime.client import serve_command
+    from tunekit.runtime.protocol import PROBE
+
+    if (served := serve_command(sys.argv[1:], PROBE)) is not None:
+        raise SystemExit(served)
     from tunekit.driver.ending import end_command
 
-    status = _child(sys.argv[1:])
+    status = probe_search(sys.argv[1:])
     end_command(status)  # its Ray ended at once: `plan --probe` waits for this process's exit
     raise SystemExit(status)

@@ -13,7 +13,9 @@ the trial's actor still configures threads, GPU memory and devices itself, once 
 told it which GPUs are its own (``tunekit.worker.devices``).
 
 Whether a process ran it, and when: ``sys.modules.get("tunekit.worker.preload")`` and its
-``STARTED`` and ``ENDED`` (seconds since the epoch); importing the module would run it.
+``STARTED`` and ``ENDED`` (seconds since the epoch); importing the module would run it. The
+warm runtime's workers (``tunekit up``) also record them in a file of their own, by which the
+runtime counts its ready workers (``PRELOADED_DIR_ENV``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 from tunekit.worker.lasting import lasting_imports
-from tunekit.worker.profile import PROFILE_DIR_ENV
+from tunekit.worker.profile import PRELOADED_DIR_ENV, PROFILE_DIR_ENV
 
 STARTED = time.time()
 
@@ -52,3 +54,5 @@ ENDED = time.time()
 
 if directory := os.environ.get(PROFILE_DIR_ENV):  # the benchmarks' view of each worker
     Path(directory, f"preload-{os.getpid()}.json").write_text(json.dumps({"started": STARTED, "ended": ENDED}))
+if directory := os.environ.get(PRELOADED_DIR_ENV):  # the warm runtime's count of its ready workers
+    Path(directory, f"{os.getpid()}.json").write_text(json.dumps({"started": STARTED, "ended": ENDED}))

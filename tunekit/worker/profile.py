@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PROFILE_DIR_ENV = "TUNEKIT_PROFILE_DIR"
+# Where each worker of the warm runtime's Ray (tunekit.runtime.daemon) records that its imports
+# ended (tunekit.worker.preload): the runtime counts its ready workers by these records.
+PRELOADED_DIR_ENV = "TUNEKIT_PRELOADED_DIR"
 
 
 class TrialProfile:

@@ -65,9 +65,17 @@ if TYPE_CHECKING:
 _worker: WorkerDevices | None = None
 
 
-def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str) -> None:
-    """Ray Tune entry point (bound to the spec with ``tune.with_parameters``)."""
+def run_trial(config: dict[str, Any], spec: ExperimentSpec, experiment_dir: str, launch_dir: str | None = None) -> None:
+    """Ray Tune entry point (bound to the spec with ``tune.with_parameters``).
+
+    ``launch_dir``: the command's folder, when the worker started in another (the warm runtime's,
+    ``tunekit up``): a trainable's relative paths resolve against the command's folder, as in the
+    workers of a Ray the command started itself.
+    """
     from ray import tune
+
+    if launch_dir is not None:
+        os.chdir(launch_dir)
 
     progress = TrialProgress()
     retry_uploads(spec.storage.outage_s)  # a storage outage waited through, not a failed trial

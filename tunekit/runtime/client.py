@@ -1,0 +1,261 @@
+"""The command's side of the warm runtime: ``tunekit up``, ``down``, its status, and the thin client.
+
+A search command (``run``, ``resume``) first looks for a runtime (``serve_command``). When one
+answers and takes the command, the command only waits: the runtime runs the search with the
+command's folder, environment and streams, the command forwards its signals (Ctrl-C, SIGTERM,
+SIGHUP) and exits with the search's status. Without a runtime nothing changes; a busy runtime,
+or one started with another environment, is said in one line and the command runs cold.
+Stdlib only (imports nothing of Ray, TensorFlow or tunekit's run path): the command stays quick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tunekit.errors import TunekitError
+from tunekit.runtime.protocol import (
+    LOG_FILE,
+    PYTHON,
+    RUNTIME_ENV,
+    STATE_FILE,
+    TUNEKIT,
+    Channel,
+    Request,
+    ask,
+    connect,
+    decode_error,
+    encode_call,
+    runtime_dir,
+)
+
+UP_TIMEOUT_S = 300.0  # Ray's start and the workers' TensorFlow imports, on a loaded machine
+DOWN_TIMEOUT_S = 60.0
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
+    """Runs ``tunekit ARGV`` (or the probe's search process's ARGV) on the warm runtime and returns
+    its exit status; None when it is to run in this process (no runtime, ``TUNEKIT_RUNTIME=off``,
+    or the runtime declined: said in one line)."""
+    ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command))
+    if ended is None:
+        return None
+    if "raised" in ended:  # the runtime could not start the command
+        print(f"tunekit: error: {decode_error(ended['raised'])}", file=sys.stderr)
+    return int(ended["status"])
+
+
+def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -> Path | None:
+    """``tunekit.run`` or ``resume`` (``function``) with ``arguments`` on the warm runtime: the
+    experiment's folder, or the runtime's exception raised here; None when it is to run in this
+    process. ``why_here``: the caller's reason it must run here (said when a runtime is up)."""
+    if why_here is not None:
+        if usable_runtime() is not None:
+            print(f"tunekit: not on the warm runtime: {why_here}; running here", file=sys.stderr, flush=True)
+        return None
+    request = Request(
+        [function], os.getcwd(), dict(os.environ), os.getpid(), PYTHON, encode_call((function, arguments))
+    )
+    ended = _serve(request)
+    if ended is None:
+        return None
+    if "raised" in ended:
+        raise decode_error(ended["raised"])
+    return Path(ended["experiment_dir"])
+
+
+def why_python_call_runs_here(arguments: dict[str, Any], builders: Sequence[object]) -> str | None:
+    """Why ``tunekit.run``/``resume`` called with these must run in the calling process, or None."""
+    from tunekit.contract import Builders
+
+    spec = arguments.get("spec")
+    if any(builder is not None for builder in builders) or isinstance(getattr(spec, "trainable", None), Builders):
+        return "builders passed from Python run in their own process"
+    if arguments.get("progress") not in (True, False, None):
+        return "progress goes to a stream of this process"
+    if arguments.get("address") or os.environ.get("RAY_ADDRESS"):
+        return "a cluster was named (address or RAY_ADDRESS)"
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return "this process has a Ray of its own"
+    return None
+
+
+def _serve(request: Request) -> dict[str, Any] | None:
+    """The runtime's last message for ``request`` (its exit status, and a call's outcome); None
+    when it is to run in this process."""
+    if os.environ.get(RUNTIME_ENV) == "off":
+        return None
+    channel = connect(runtime_dir())
+    if channel is None:
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    forwarded: list[int] = []
+    try:
+        # From the request on: a Ctrl-C before the answer reaches the runtime with the request.
+        with _signals_forwarded(channel, forwarded):
+            try:
+                channel.send(request.to_message(), fds=[0, 1, 2])
+                answer, _ = channel.receive()
+            except (OSError, ValueError):  # it ended meanwhile
+                answer = None
+            if answer is not None and answer.get("op") == "accepted":
+                return _wait_for_exit(channel, forwarded)
+    finally:
+        channel.close()
+    why = answer.get("why") if answer else "it did not answer"
+    print(f"tunekit: not on the warm runtime: {why}; running here", file=sys.stderr, flush=True)
+    for number in forwarded:  # meant for a search that now runs here: as if it came now
+        signal.raise_signal(number)
+    return None
+
+
+def _wait_for_exit(channel: Channel, forwarded: list[int]) -> dict[str, Any]:
+    """The runtime's exit message; this process's signals go to the runtime meanwhile."""
+    while True:
+        try:
+            message, _ = channel.receive()
+        except OSError:
+            message = None
+        if message is None:
+            print(
+                f"tunekit: error: the warm runtime ended during the command (see {runtime_dir() / LOG_FILE})",
+                file=sys.stderr,
+            )
+            return {"status": 128 + forwarded[-1] if forwarded else 1}
+        if message.get("op") == "exit":
+            return message
+
+
+@contextlib.contextmanager
+def _signals_forwarded(channel: Channel, forwarded: list[int]) -> Iterator[None]:
+    def forward(number: int, frame: FrameType | None) -> None:
+        forwarded.append(number)
+        with contextlib.suppress(OSError):
+            channel.send({"op": "signal", "number": number})
+
+    saved = {number: signal.signal(number, forward) for number in FORWARDED}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
+def runtime_status() -> dict[str, Any] | None:
+    """The running runtime's status message, or None when none answers."""
+    return ask(runtime_dir(), {"op": "status"})
+
+
+def usable_runtime() -> dict[str, Any] | None:
+    """The runtime's status when one is up, idle and not turned off here (``TUNEKIT_RUNTIME=off``)."""
+    if os.environ.get(RUNTIME_ENV) == "off":
+        return None
+    status = runtime_status()
+    return status if status is not None and status["serving"] is None else None
+
+
+def describe(status: dict[str, Any] | None) -> str:
+    """``tunekit status``'s and ``tunekit doctor``'s account of the runtime, in one line."""
+    if status is None:
+        return "no warm runtime is running (tunekit up starts one)"
+    since = time.strftime("%H:%M:%S", time.localtime(status["started"]))
+    ready, workers, starting = len(status["ready"]), status["workers"], status["starting"]
+    pool = f"{ready} of {workers} workers ready (TensorFlow imported)" + (f", {starting} starting" if starting else "")
+    serving = status["serving"]
+    if serving is not None:
+        doing = f"running `tunekit {' '.join(serving['argv'])}` for pid {serving['pid']}"
+    else:
+        left = max(0.0, status["idle_timeout_s"] - status["idle_s"])
+        doing = f"idle, stops in {left / 60:.0f} min unless used"
+    return (
+        f"warm runtime up (pid {status['pid']}, since {since}): a local Ray, {pool}; {doing}; "
+        f"{status['searches']} command(s) served; folder {status['directory']}"
+    )
+
+
+def up(workers: int, idle_timeout_s: float) -> str:
+    """Starts the runtime in the background and waits until its workers are ready; its line."""
+    directory = runtime_dir()
+    if (status := runtime_status()) is not None:
+        return f"tunekit: a warm runtime is up already (pid {status['pid']}); tunekit down stops it"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log = directory / LOG_FILE
+    began = time.monotonic()
+    settings = [f"--workers={workers}", f"--idle-timeout={idle_timeout_s}"]
+    command = [sys.executable, "-m", "tunekit.runtime.daemon", *settings]
+    with log.open("a") as out:
+        daemon = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,  # neither the terminal's Ctrl-C nor its hang-up reaches it
+            cwd=directory,
+        )
+    while time.monotonic() - began < UP_TIMEOUT_S:
+        if daemon.poll() is not None:
+            raise TunekitError(f"warm runtime: exited with status {daemon.returncode} while starting; see {log}")
+        status = runtime_status()
+        if status is not None and len(status["ready"]) >= workers:
+            seconds = time.monotonic() - began
+            return (
+                f"tunekit: warm runtime up in {seconds:.1f} s (pid {daemon.pid}): a local Ray and "
+                f"{len(status['ready'])} workers with TensorFlow imported; it stops after "
+                f"{idle_timeout_s / 60:g} min idle, or with tunekit down"
+            )
+        time.sleep(0.2)
+    daemon.terminate()
+    raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; stopped it; see {log}")
+
+
+def down() -> str:
+    """Stops the runtime and waits until its process (and so its Ray) has ended; its line."""
+    directory = runtime_dir()
+    answer = ask(directory, {"op": "down"})
+    pid = answer["pid"] if answer else _recorded_pid(directory)
+    if pid is None:
+        return "tunekit: no warm runtime is running"
+    if answer is None:  # not answering (stuck): its process is told to stop
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise TunekitError(f"warm runtime (pid {pid}): still running {DOWN_TIMEOUT_S:g} s after told to stop")
+        time.sleep(0.1)
+    return f"tunekit: warm runtime stopped (pid {pid})"
+
+
+def _recorded_pid(directory: Path) -> int | None:
+    import json
+
+    try:
+        pid = int(json.loads((directory / STATE_FILE).read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A child of this process (tests) lingers as a zombie until reaped: ended all the same.
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
