@@ -162,16 +162,27 @@ class Bucket:
         return target
 
     def push(self, cache: Path, relatives: list[str]) -> None:
-        """Uploads these files of ``cache`` (each whole: an object store replaces objects whole), each
-        once this process has proved it still holds the experiment's lease, if it holds one."""
+        """Uploads these files of ``cache`` in this order (each whole: an object store replaces
+        objects whole), each once this process has proved it still holds the experiment's lease,
+        if it holds one.
+
+        Every file is read before any is sent, the last first: the driver keeps writing while
+        an upload takes its second, so a file read after the ones sent before it could hold rows
+        they lack (epochs.csv read after the study's journal was sent held epochs the bucket's
+        journal did not, and an outage that began then left them so for the resume). Read in
+        reverse, each file sent first covers what the ones sent after it hold.
+        """
         filesystem, path = self.filesystem()
+        contents: dict[str, bytes] = {}
+        for relative in reversed(relatives):
+            with contextlib.suppress(FileNotFoundError):
+                contents[relative] = (cache / relative).read_bytes()
         for relative in relatives:
+            if relative not in contents:
+                continue
             check_fences()
-            source = cache / relative
-            with contextlib.suppress(FileNotFoundError), source.open("rb") as handle:
-                data = handle.read()
-                with filesystem.open_output_stream(f"{path}/{relative}") as stream:
-                    stream.write(data)
+            with filesystem.open_output_stream(f"{path}/{relative}") as stream:
+                stream.write(contents[relative])
 
     def delete(self, relative: str) -> None:
         filesystem, path = self.filesystem()
