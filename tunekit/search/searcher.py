@@ -33,7 +33,7 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial
+from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial, replace_intermediate_value
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
@@ -269,8 +269,12 @@ class OptunaStudySearcher(Searcher):
         if value is None or EPOCH_KEY not in result:
             return
         step = int(result[EPOCH_KEY])
-        # on_trial_complete repeats the last result when the trial was not stopped early.
+        # on_trial_complete repeats the last result when the trial was not stopped early (the
+        # same value: nothing to write); an epoch trained again after a restart has a new value,
+        # which the study takes as the tables and MLflow do: the last attempt's wins.
         if self._reported.get(trial.number, 0) >= step:
+            if not self._spec.multi_objective:
+                replace_intermediate_value(trial, step, value)
             return
         if self._spec.multi_objective:  # Optuna keeps no intermediate values for them (trial.report raises)
             trial.set_user_attr(f"{EPOCH_RESULT_ATTR_PREFIX}{step}", final_result(self._spec, result)["metrics"])

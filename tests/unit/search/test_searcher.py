@@ -306,7 +306,7 @@ def test_repeat_count_and_exhaustion_survive_a_resume(tmp_path: Path) -> None:
 # ----------------------------------------------------------------- reports and ends
 
 
-def test_resume_does_not_report_an_epoch_twice(tmp_path: Path) -> None:
+def test_resume_reports_an_epoch_once_and_one_trained_again_takes_its_last_value(tmp_path: Path) -> None:
     spec = make_spec(SMALL, max_epochs=5)
     searcher = OptunaStudySearcher(spec, tmp_path)
     searcher.suggest("t0")
@@ -325,7 +325,8 @@ def test_resume_does_not_report_an_epoch_twice(tmp_path: Path) -> None:
         resumed.on_trial_result("t0", result(0.4, 4))
         resumed.on_trial_complete("t0", result(0.5, 5))
     trial = frozen(resumed, "t0")
-    assert trial.intermediate_values == {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5}
+    # Epoch 3's last value, as epochs.csv and MLflow's latest point hold it (chaos seed 689409).
+    assert trial.intermediate_values == {1: 0.1, 2: 0.2, 3: 0.35, 4: 0.4, 5: 0.5}
     assert (trial.state, trial.value) == (TrialState.COMPLETE, 0.5)
 
 
