@@ -7,6 +7,7 @@ runs one of them alone. A history costs a search of 4 trials plus a resume per f
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -71,13 +72,23 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "study.journal")))
     study = optuna.create_study(study_name="digits-mlp", storage=storage, direction="maximize")
     study.add_trial(optuna.trial.create_trial(value=0.9, params={}, distributions={}))
-    (tmp_path / "spec.yaml").write_text("budget: {num_samples: 2}\n")
-    (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\na,0,completed,trained all 1 epochs,1\n")
+    (tmp_path / "spec.yaml").write_text("budget: {num_samples: 2}\nmetric: {name: val_accuracy}\n")
+    (tmp_path / "trials.csv").write_text(
+        "trial_id,number,status,reason,epochs,final_metric\na,0,completed,trained all 1 epochs,1,0.9\n"
+    )
     (tmp_path / "epochs.csv").write_text("trial_id,epoch\na,1\na,1\n")
     console = tmp_path / "console.log"
     console.write_text("[00:10] trial 0 completed after 1 epochs\n[00:02] trial 0 completed after 1 epochs\n")
+    # MLflow's trial run holds the epoch trained twice, its latest point the first attempt's
+    # value (chaos seed 689409), and the study lacks the epoch (seed 724138).
+    _tracked(tmp_path, [(0.9, 1), (0.8, 2)])
     assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [console]) == (
-        ["epochs.csv holds (trial, epoch) twice: [('a', '1')]", "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs"],
+        [
+            "epochs.csv holds (trial, epoch) twice: [('a', '1')]",
+            "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs",
+            "trial 0: the study lacks epochs [1] that epochs.csv holds",
+            "trial 0: MLflow's final value 0.8, trials.csv's 0.9",
+        ],
         [
             "trials.csv holds 1 trials for num_samples 2",
             "the consoles said trials [0] ended more than once (trained again)",
@@ -87,6 +98,21 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [])[0][0].startswith(
         "a record does not read whole: UnicodeDecodeError"
     )
+
+
+def _tracked(experiment: Path, points: list[tuple[float, int]]) -> None:
+    """A real MLflow store (SQLite) with the search's parent run and trial 0's run holding ``points``
+    (value, timestamp) of val_accuracy at step 1; tracking.json naming the parent."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{experiment / 'mlflow.db'}")
+    experiment_id = client.create_experiment("chaos")
+    parent = client.create_run(experiment_id, run_name="digits-mlp").info.run_id
+    child = client.create_run(experiment_id, run_name="trial-0", tags={"mlflow.parentRunId": parent}).info.run_id
+    client.log_batch(child, metrics=[Metric("val_accuracy", value, at, 1) for value, at in points])
+    client.set_terminated(child, "FINISHED")
+    (experiment / "tracking.json").write_text(json.dumps({"parent_run_id": parent}))
 
 
 @pytest.mark.slow
