@@ -207,3 +207,51 @@ def test_a_read_only_store_under_a_trial_ends_the_search_in_one_line_with_no_tri
             sys.exc_info(),
         )
     assert not _TrialTracebackFilter().filter(record)
+
+
+def test_a_bucket_resume_stands_in_for_checkpoints_ray_rotated_after_its_last_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 724138: an outage past storage.outage_s ended the driver while Ray's saved state in
+    the bucket was older than its rotation (every 5 s to a bucket, none during the outage): the
+    resume's Ray rotated a checkpoint the bucket no longer held (its ``Path not found`` traceback)
+    and a trial was trained again. A folder's resume stood in for such checkpoints; a bucket's did
+    not. Here the bucket (moto's S3 server) holds what such a driver left, and Ray's own
+    storage calls look at the stand-ins."""
+    from pyarrow import fs
+    from ray.train._internal.storage import _delete_fs_path, _download_from_fs_path, _exists_at_fs_path
+
+    from tunekit.driver.resumable import remove_stand_ins, stand_in_for_rotated_checkpoints
+    from tunekit.storage.buckets import Bucket, mirror_cache
+    from tunekit.testing.servers import S3Server
+
+    s3 = S3Server(tmp_path / "moto").start()
+    try:
+        for key, value in {**s3.env, "TUNEKIT_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(key, value)
+        s3.make_bucket("rotated")
+        bucket = Bucket("s3://rotated/team/exp")
+        filesystem, path = bucket.filesystem()
+        # Trial t kept checkpoints 2 and 3; Ray's saved state still names 0 and 1.
+        for relative in ("spec.yaml", "t/checkpoint_000002/state.json", "t/checkpoint_000003/state.json"):
+            with filesystem.open_output_stream(f"{path}/{relative}") as stream:
+                stream.write(b"{}")
+        cache = bucket.pull(mirror_cache(bucket, "driver", fresh=True))
+
+        stand_ins = stand_in_for_rotated_checkpoints(cache)
+
+        assert [p.name for p in stand_ins] == ["checkpoint_000000", "checkpoint_000001"]
+        rotated, resumed = f"{path}/t/checkpoint_000000", f"{path}/t/checkpoint_000001"
+        assert _exists_at_fs_path(filesystem, resumed)  # Ray restores the trial from it...
+        _download_from_fs_path(filesystem, resumed, str(tmp_path / "restored"))
+        assert list((tmp_path / "restored").iterdir()) == []  # ...which holds no state: epoch 1 again
+        _delete_fs_path(filesystem, rotated)  # Ray's rotation: no `Path not found`
+        remove_stand_ins(cache, stand_ins)
+        left = filesystem.get_file_info(fs.FileSelector(f"{path}/t", recursive=True))
+        assert sorted(info.path[len(path) + 1 :] for info in left if info.type == fs.FileType.File) == [
+            "t/checkpoint_000002/state.json",
+            "t/checkpoint_000003/state.json",
+        ]
+        assert not _exists_at_fs_path(filesystem, resumed) and not (cache / "t" / "checkpoint_000001").exists()
+    finally:
+        s3.stop()

@@ -41,7 +41,7 @@ from tunekit.driver.connect import (
 )
 from tunekit.driver.folders import create_experiment_dir, discard_if_never_started, has_tune_state
 from tunekit.driver.outages import check_writable, held_if_writable, storage_watched
-from tunekit.driver.resumable import check_resumable, stand_in_for_rotated_checkpoints
+from tunekit.driver.resumable import check_resumable, remove_stand_ins, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import (
     callers_ray,
     check_cluster_fits,
@@ -310,14 +310,11 @@ def _resume(
         keep_ray_log(directory, joined.ray_log)
     if grown:
         write_text(directory / SPEC_FILE, spec.to_yaml())
-    # A bucket's checkpoints are objects: Ray finds the rotated ones missing there, not here.
-    stand_ins = stand_in_for_rotated_checkpoints(directory) if bucket_of(directory) is None else []
+    stand_ins = stand_in_for_rotated_checkpoints(directory)
     try:
         _fit_saying_why(spec, directory, target, stream, restore=True)
     finally:
-        for stand_in in stand_ins:
-            with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
-                stand_in.rmdir()
+        remove_stand_ins(directory, stand_ins)
     return _closed(directory, stream, python_trainable)
 
 

@@ -189,6 +189,20 @@ class Bucket:
         with contextlib.suppress(FileNotFoundError, OSError):
             filesystem.delete_file(f"{path}/{relative}")
 
+    def make_empty_folder(self, relative: str) -> None:
+        """An empty folder (an object store's marker object), as Ray sees a checkpoint folder."""
+        filesystem, path = self.filesystem()
+        filesystem.create_dir(f"{path}/{relative}")
+
+    def remove_empty_folder(self, relative: str) -> None:
+        """Removes a folder ``make_empty_folder`` made, if it is still there and still empty."""
+        from pyarrow import fs
+
+        filesystem, path = self.filesystem()
+        with contextlib.suppress(FileNotFoundError, OSError):
+            if not filesystem.get_file_info(fs.FileSelector(f"{path}/{relative}", allow_not_found=True)):
+                filesystem.delete_dir(f"{path}/{relative}")
+
 
 @functools.lru_cache(maxsize=64)
 def _filesystem(uri: str) -> tuple[Any, str]:
