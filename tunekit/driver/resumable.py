@@ -110,14 +110,17 @@ def stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
     to ``SAVE_STATE_TO_A_BUCKET_EVERY_S`` old, or older when an outage kept it from saving (chaos
     seed 724138: Ray's ``Path not found`` traceback as it rotated a checkpoint already gone, and a
     trial trained again). Remove them with ``remove_stand_ins``.
+
+    Every missing index below a trial's newest checkpoint gets one, not only those below its
+    oldest: a rotation's delete that failed in a storage outage leaves an old checkpoint behind
+    (kept ``checkpoint_000004``, ``_000013``, ``_000014`` while Ray's state named the rotated
+    ``_000012``: the trial failed with ``Could not recover from checkpoint``).
     """
     bucket = bucket_of(experiment_dir)
     stand_ins: list[Path] = []
     for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
-        kept = sorted(trial_dir.glob("checkpoint_*"))
-        if not kept:
-            continue
-        for index in range(int(kept[0].name.split("_")[1])):
+        kept = {int(p.name[11:]) for p in trial_dir.glob("checkpoint_*") if p.name[11:].isdigit()}
+        for index in sorted(set(range(max(kept, default=0))) - kept):
             stand_in = trial_dir / f"checkpoint_{index:06d}"
             stand_in.mkdir()
             if bucket is not None:
