@@ -254,3 +254,48 @@ def test_a_bucket_resume_stands_in_for_checkpoints_ray_rotated_after_its_last_sa
         assert not _exists_at_fs_path(filesystem, resumed) and not (cache / "t" / "checkpoint_000002").exists()
     finally:
         s3.stop()
+
+
+def test_a_damaged_checkpoint_a_newer_whole_one_stands_after_is_a_note_the_restore_and_the_explorer_agree_with(
+    tmp_path: Path,
+) -> None:
+    """Seed 389070: the driver SIGKILLed, the explorer damaged its trial's newest weights.npz
+    (checkpoint_000000), and the trial's worker, outliving its driver, wrote checkpoint_000001
+    meanwhile. `tunekit check` then noted the damage (exit 0), as the fault model has it for a
+    checkpoint a newer whole one stands after, but said a resume restores the newer one, and the
+    explorer took the exit 0 for damage missed. The resume restores the one Ray's state names,
+    the damaged one, and passes over it: the note says so, and the explorer takes it."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.faults import noted_as_passed_over
+    from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS
+    from tunekit.results.check_files import _checksum_findings
+    from tunekit.storage.checksums import write_checksums
+    from tunekit.worker.checkpoints import restore_checkpoint
+
+    trial = tmp_path / "95a86534"
+    for index in (0, 1):
+        folder = trial / f"checkpoint_{index:06d}"
+        folder.mkdir(parents=True)
+        (folder / CHECKPOINT_WEIGHTS).write_bytes(b"weights of epoch %d" % (index + 1))
+        (folder / CHECKPOINT_STATE).write_text(json.dumps({"epoch": index + 1}))
+        write_checksums(folder)
+    damaged = trial / "checkpoint_000000" / CHECKPOINT_WEIGHTS
+    damaged.write_bytes(b"#chaos \x00\xff not a record\n" + damaged.read_bytes())
+    rows = {"95a86534": {"trial_id": "95a86534", "number": 2, "status": "running"}}
+
+    said = list(_checksum_findings(tmp_path, rows))
+
+    assert len(said) == 1 and isinstance(said[0], str), said  # a note, not a disagreement
+    assert "a resume that restores this one (Ray's state saved before a kill can name it) passes over it" in said[0]
+    assert noted_as_passed_over(damaged, f"note: trial 2 (95a86534) {said[0]}")
+    named = SimpleNamespace(path=str(damaged.parent), as_directory=lambda: contextlib.nullcontext(str(damaged.parent)))
+    epoch, note = restore_checkpoint(named, model=None, train_ds=None, config={})
+    assert epoch == 0 and note.endswith(
+        "no older checkpoint of the trial is whole, so it trains again from its first epoch"
+    )
+    # The trial's newest damaged is no note: the explorer holds check to it.
+    (trial / "checkpoint_000001" / CHECKPOINT_WEIGHTS).write_bytes(b"cut")
+    assert [type(found).__name__ for found in _checksum_findings(tmp_path, rows)] == ["str", "Finding"]
+    assert not noted_as_passed_over(trial / "checkpoint_000001" / CHECKPOINT_WEIGHTS, "\n".join(map(str, said)))
