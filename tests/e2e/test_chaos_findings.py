@@ -299,3 +299,33 @@ def test_a_damaged_checkpoint_a_newer_whole_one_stands_after_is_a_note_the_resto
     (trial / "checkpoint_000001" / CHECKPOINT_WEIGHTS).write_bytes(b"cut")
     assert [type(found).__name__ for found in _checksum_findings(tmp_path, rows)] == ["str", "Finding"]
     assert not noted_as_passed_over(trial / "checkpoint_000001" / CHECKPOINT_WEIGHTS, "\n".join(map(str, said)))
+
+
+def test_a_reused_worker_killed_while_ray_resets_it_for_the_next_trial_leaves_that_trial_to_its_retry() -> None:
+    """Seed 787816 (and, likely, seed 483): the explorer SIGKILLed the worker that had just run
+    trial 1, when Ray had just handed it to trial 3 (actors are reused). Ray's actor failure
+    retried trial 3, pending, then the reset task's failure ended it as errored ("its worker
+    process died without a word", no retry) and left it among the resetting trials. Here Ray's
+    own TuneController class meets that second callback (Ray's actor manager calls the actor's
+    failure first, then its task's: ``_actor_task_failed``), without a Ray runtime."""
+    from ray.exceptions import RayActorError, RayTaskError
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    from tunekit.compat.ray_tune import retry_a_trial_whose_reused_worker_died
+
+    retry_a_trial_whose_reused_worker_died()
+    retry_a_trial_whose_reused_worker_died()  # once per process however often it is asked
+    controller = object.__new__(TuneController)
+    failed: list[object] = []
+    controller._fail_fast, controller._print_trial_errors = False, False
+    controller._process_trial_failure = lambda trial, exception: failed.append(trial)  # type: ignore[method-assign]
+    trial = object.__new__(Trial)
+    controller._resetting_trials = {trial}  # requeued by the actor's failure, still pending
+
+    controller._trial_task_failure(trial, RayActorError())  # the reset task's failure, after the actor's
+
+    assert failed == [] and controller._resetting_trials == set()
+    controller._resetting_trials = {trial}  # a reset the trainable itself failed is Ray's to handle
+    controller._trial_task_failure(trial, RayTaskError("reset", "Traceback ...", ValueError("no reset_config")))
+    assert failed == [trial]
