@@ -371,6 +371,10 @@ class OptunaStudySearcher(Searcher):
         if frozen.state.is_finished():
             return None
         trial = reopen_trial(self.study, frozen)
+        if RAY_TRIAL_ATTR not in frozen.user_attrs:
+            # The journal's line naming it was lost (chaos seed 826701: a cut after the asking
+            # line, taken for a torn tail); Ray's saved state still maps its trial to this number.
+            trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
         # Reopened after a resume: epochs the study already holds are not reported again
         # (Optuna would warn for each), even when Ray's pickled state predates them.
         held = [*frozen.intermediate_values, *epoch_results(frozen.user_attrs)]
