@@ -20,6 +20,7 @@ import yaml
 
 ENDED = {"completed": "COMPLETE", "pruned": "PRUNED"}  # trials.csv's status, the study's state
 RUN_STATUS = {"failed": "FAILED", "stopped": "KILLED"}  # an MLflow run's end for a trial's status; else FINISHED
+RAY_TRIAL_ATTR = "ray_trial_id"  # the study trial's attribute naming its Ray trial
 LOST_ATTR = "tunekit_lost"  # a study trial asked for just before a driver died and never run
 # "[01:15] trial 1 completed after 3 epochs ...": a trial's ending (a stop's "stopped" is a hold, not one).
 ENDING_LINE = re.compile(r"^\[[\d:]+\] trial (\d+) (completed|pruned) ", re.MULTILINE)
@@ -56,6 +57,10 @@ def _disagreements(
     ran = {number: state for number, state, attrs, _ in study if LOST_ATTR not in attrs}
     if sorted(ran) != sorted(numbers):
         problems.append(f"the study's trials {sorted(ran)} are not trials.csv's {sorted(numbers)}")
+    named = {attrs.get(RAY_TRIAL_ATTR) for _, _, attrs, _ in study}
+    unnamed = [row["number"] for row in trials if row["trial_id"] not in named]
+    if unnamed:  # seed 826701: a journal cut lost the line naming a trial's Ray id
+        problems.append(f"trials.csv's trials {unnamed} are named by no study trial ({RAY_TRIAL_ATTR})")
     for row in trials:
         state = ran.get(int(row["number"]))
         if row["status"] in ENDED and state is not None and state != ENDED[row["status"]]:

@@ -80,10 +80,12 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     console = tmp_path / "console.log"
     console.write_text("[00:10] trial 0 completed after 1 epochs\n[00:02] trial 0 completed after 1 epochs\n")
     # MLflow's trial run holds the epoch trained twice, its latest point the first attempt's
-    # value (chaos seed 689409), and the study lacks the epoch (seed 724138).
+    # value (chaos seed 689409), the study lacks the epoch (seed 724138), and its trial does not
+    # name trials.csv's Ray trial (seed 826701).
     _tracked(tmp_path, [(0.9, 1), (0.8, 2)])
     assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [console]) == (
         [
+            "trials.csv's trials ['0'] are named by no study trial (ray_trial_id)",
             "epochs.csv holds (trial, epoch) twice: [('a', '1')]",
             "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs",
             "trial 0: the study lacks epochs [1] that epochs.csv holds",
