@@ -284,6 +284,22 @@ def repair_if_refused(history: History, driver: Driver) -> None:
     history.say(f"the user restores {damaged.name} from its copy (the refusal's repair)")
 
 
+def repair_a_payload_nothing_read(history: History) -> None:
+    """A damaged checkpoint payload still damaged once the search completed (a completed trial's,
+    which no resume reads): `tunekit check` names it with its repair (`tunekit retrain`), whose
+    outcome, a whole checkpoint, the whole copy stands for. Seed 389070 (replayed): the final
+    `check` reported it while the explorer's invariants, which read no checkpoints, found nothing.
+    Only a payload: tunekit writes a new checkpoint beside it, never over it, so a difference
+    from the copy is the damage still there."""
+    if history.restore is None or history.restore[0].name != "weights.npz":
+        return
+    damaged, copy = history.restore
+    history.restore = None
+    if damaged.is_file() and damaged.read_bytes() != copy.read_bytes():
+        damaged.write_bytes(copy.read_bytes())
+        history.say(f"the user repairs {damaged.name} as `tunekit check` says (a whole copy stands for it)")
+
+
 def finish(history: History) -> None:
     """Leaves the search to complete, resuming as a user would after each ending short of it."""
     deadline = time.monotonic() + DRIVER_TIMEOUT_S

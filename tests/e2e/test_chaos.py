@@ -102,6 +102,27 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     )
 
 
+def test_a_damaged_payload_no_resume_read_is_repaired_before_the_final_check_and_nothing_else_is(
+    tmp_path: Path,
+) -> None:
+    """Seed 389070, replayed: a completed trial's checkpoint damaged; `check` named it with its
+    repair, and the explorer (which reads no checkpoints) took the final `check`'s exit 1 for a
+    disagreement of its own. A table the resume wrote again is never put back."""
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.history import repair_a_payload_nothing_read
+
+    said: list[str] = []
+    for name, expected in (("weights.npz", b"whole"), ("trials.csv", b"damaged")):
+        damaged, copy = tmp_path / name, tmp_path / f"copy-{name}"
+        damaged.write_bytes(b"damaged")
+        copy.write_bytes(b"whole")
+        history = SimpleNamespace(restore=(damaged, copy), say=said.append)
+        repair_a_payload_nothing_read(history)  # type: ignore[arg-type]
+        assert damaged.read_bytes() == expected
+    assert said == ["the user repairs weights.npz as `tunekit check` says (a whole copy stands for it)"]
+
+
 def _tracked(experiment: Path, points: list[tuple[float, int]]) -> None:
     """A real MLflow store (SQLite) with the search's parent run and trial 0's run holding ``points``
     (value, timestamp) of val_accuracy at step 1; tracking.json naming the parent."""
