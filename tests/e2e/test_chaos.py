@@ -123,6 +123,18 @@ def test_a_damaged_payload_no_resume_read_is_repaired_before_the_final_check_and
     assert said == ["the user repairs weights.npz as `tunekit check` says (a whole copy stands for it)"]
 
 
+def test_each_takeover_comes_from_a_host_no_earlier_driver_had() -> None:
+    """Seed 831076: the second of two paused-driver takeovers came from chaos-h2, the host of the
+    driver it paused (the first taker): the lease read as taken at once, the taker was refused,
+    and the paused driver, which had lost nothing, was held to exit 3."""
+    from types import SimpleNamespace
+
+    history = SimpleNamespace(drivers=[SimpleNamespace(what="run")])
+    assert faults.taker_host(history) == "chaos-h2"  # type: ignore[arg-type]
+    history.drivers.append(SimpleNamespace(what="resume as chaos-h2"))
+    assert faults.taker_host(history) == "chaos-h3"  # type: ignore[arg-type]
+
+
 def _tracked(experiment: Path, points: list[tuple[float, int]]) -> None:
     """A real MLflow store (SQLite) with the search's parent run and trial 0's run holding ``points``
     (value, timestamp) of val_accuracy at step 1; tracking.json naming the parent."""
