@@ -329,3 +329,39 @@ def test_a_reused_worker_killed_while_ray_resets_it_for_the_next_trial_leaves_th
     controller._resetting_trials = {trial}  # a reset the trainable itself failed is Ray's to handle
     controller._trial_task_failure(trial, RayTaskError("reset", "Traceback ...", ValueError("no reset_config")))
     assert failed == [trial]
+
+
+def test_a_bucket_resume_catches_the_study_up_with_epochs_only_ray_s_saved_state_holds(tmp_path: Path) -> None:
+    """Seed 254402: an outage past storage.outage_s, then the resume; the study lacked epochs 1
+    and 2 of trial 3, which resumed from its epoch-2 checkpoint. Ray had uploaded a save holding
+    the recorder's rows of those epochs after the driver's mirror last uploaded the journal and
+    the tables: the resume's recorder took them from Ray's save, the study's catch-up read only
+    the tables. Here the cache of such a bucket experiment, as the resume pulled it (no Ray)."""
+    import pickle
+
+    import optuna
+
+    from tunekit.config.spec import load_spec
+    from tunekit.driver.records import EpochRow, TrialRecord
+    from tunekit.driver.saved_records import SavedRecords
+    from tunekit.driver.study_catch_up import catch_up_study
+    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.search.plan import study_storage
+    from tunekit.storage.buckets import ORIGIN_FILE
+
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    (tmp_path / ORIGIN_FILE).write_text("s3://chaos/h254402/chaos\n")
+    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
+    trial = study.ask()
+    trial.set_user_attr(RAY_TRIAL_ATTR, "t3")  # RUNNING, no epoch reported: the journal's last upload
+    (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt3,0,running,,0\n")
+    (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
+    rows = [
+        EpochRow("t3", epoch, {"val_accuracy": value}, 1, None, float(epoch)) for epoch, value in ((1, 0.5), (2, 0.7))
+    ]
+    records = SavedRecords().state({"t3": TrialRecord("t3", 0, {})}, {"t3": {1: 0, 2: 1}}, rows)
+    save = tmp_path / "callback-states-2026-12-07_20-11-25.pkl"
+    save.write_bytes(pickle.dumps({0: {"records": records}, 1: {}}))
+
+    assert catch_up_study(study, spec, tmp_path) == (0, 2)
+    assert study.trials[0].intermediate_values == {1: 0.5, 2: 0.7}
