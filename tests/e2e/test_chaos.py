@@ -102,25 +102,34 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     )
 
 
-def test_a_damaged_payload_no_resume_read_is_repaired_before_the_final_check_and_nothing_else_is(
+def test_damage_no_resume_read_is_repaired_before_the_final_check_and_nothing_a_resume_wrote_is(
     tmp_path: Path,
 ) -> None:
     """Seed 389070, replayed: a completed trial's checkpoint damaged; `check` named it with its
     repair, and the explorer (which reads no checkpoints) took the final `check`'s exit 1 for a
-    disagreement of its own. A table the resume wrote again is never put back."""
+    disagreement of its own. Seed 321644: the journal damaged after the search had completed, no
+    resume ran, and the explorer could not read it. A table the resume wrote again is never put back."""
     from types import SimpleNamespace
 
-    from benchmarks.chaos.history import repair_a_payload_nothing_read
+    from benchmarks.chaos.history import repair_damage_nothing_read
 
     said: list[str] = []
-    for name, expected in (("weights.npz", b"whole"), ("trials.csv", b"damaged")):
+    resumed = [SimpleNamespace(what="run"), SimpleNamespace(what="check after cut"), SimpleNamespace(what="resume")]
+    for name, drivers, expected in (
+        ("weights.npz", resumed, b"whole"),
+        ("trials.csv", resumed, b"damaged"),  # the resume wrote it again: never put back
+        ("study.journal", resumed[:2], b"whole"),  # seed 321644: the search completed before the damage
+    ):
         damaged, copy = tmp_path / name, tmp_path / f"copy-{name}"
         damaged.write_bytes(b"damaged")
         copy.write_bytes(b"whole")
-        history = SimpleNamespace(restore=(damaged, copy), say=said.append)
-        repair_a_payload_nothing_read(history)  # type: ignore[arg-type]
+        history = SimpleNamespace(restore=(damaged, copy), say=said.append, drivers=drivers, damaged_after=1)
+        repair_damage_nothing_read(history)  # type: ignore[arg-type]
         assert damaged.read_bytes() == expected
-    assert said == ["the user repairs weights.npz as `tunekit check` says (a whole copy stands for it)"]
+    assert said == [
+        f"the user repairs {name} as `tunekit check` says (a whole copy stands for it)"
+        for name in ("weights.npz", "study.journal")
+    ]
 
 
 def test_each_takeover_comes_from_a_host_no_earlier_driver_had() -> None:
