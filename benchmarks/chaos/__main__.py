@@ -24,6 +24,7 @@ from benchmarks.chaos.history import (
     check_exit,
     finish,
     plan,
+    repair_damage_nothing_read,
     stop_everything,
     wait_for,
 )
@@ -89,6 +90,7 @@ def _final_checks(history: History) -> None:
     for driver in history.drivers:
         check_exit(history, driver)
     logs = [d.log for d in history.drivers if not d.what.startswith("check")]
+    repair_damage_nothing_read(history)
     history.pull()
     disagreements, outcome = invariants.violations(history.experiment, history.mlflow_db, logs)
     for problem in disagreements + outcome:

@@ -85,6 +85,7 @@ class History:
     idle: bool = False  # set by an injector that found nothing to break (no worker, no checkpoint yet)
     resume_prefix: list[str] = field(default_factory=list)  # e.g. faketime for the next resume only
     restore: tuple[Path, Path] | None = None  # a damaged file and its whole copy: the user's repair
+    damaged_after: int = 0  # how many drivers had started when the damage was made
     mounted: bool = False
     bucket: BucketStorage | None = None  # the experiment lives there, not in ``storage`` (storage-outage)
     began: float = field(default_factory=time.monotonic)
@@ -282,6 +283,25 @@ def repair_if_refused(history: History, driver: Driver) -> None:
     history.restore = None
     damaged.write_bytes(copy.read_bytes())
     history.say(f"the user restores {damaged.name} from its copy (the refusal's repair)")
+
+
+def repair_damage_nothing_read(history: History) -> None:
+    """Damage still there once the search completed, which no resume read: `tunekit check` names it
+    with its repair, whose outcome the whole copy stands for. A checkpoint payload (a completed
+    trial's: seed 389070, replayed; tunekit writes a new checkpoint beside it, never over it, so
+    a difference from the copy is the damage still there), or any record when no resume ran
+    after the damage (the search had completed just before the kill: seed 321644). The final
+    `check` reported it, while the explorer's invariants could not read it or read no checkpoints."""
+    if history.restore is None:
+        return
+    damaged, copy = history.restore
+    resumed = any(d.what.startswith("resume") for d in history.drivers[history.damaged_after :])
+    if damaged.name != "weights.npz" and resumed:
+        return
+    history.restore = None
+    if damaged.is_file() and damaged.read_bytes() != copy.read_bytes():
+        damaged.write_bytes(copy.read_bytes())
+        history.say(f"the user repairs {damaged.name} as `tunekit check` says (a whole copy stands for it)")
 
 
 def finish(history: History) -> None:

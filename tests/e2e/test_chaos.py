@@ -7,6 +7,7 @@ runs one of them alone. A history costs a search of 4 trials plus a resume per f
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -71,13 +72,25 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "study.journal")))
     study = optuna.create_study(study_name="digits-mlp", storage=storage, direction="maximize")
     study.add_trial(optuna.trial.create_trial(value=0.9, params={}, distributions={}))
-    (tmp_path / "spec.yaml").write_text("budget: {num_samples: 2}\n")
-    (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\na,0,completed,trained all 1 epochs,1\n")
+    (tmp_path / "spec.yaml").write_text("budget: {num_samples: 2}\nmetric: {name: val_accuracy}\n")
+    (tmp_path / "trials.csv").write_text(
+        "trial_id,number,status,reason,epochs,final_metric\na,0,completed,trained all 1 epochs,1,0.9\n"
+    )
     (tmp_path / "epochs.csv").write_text("trial_id,epoch\na,1\na,1\n")
     console = tmp_path / "console.log"
     console.write_text("[00:10] trial 0 completed after 1 epochs\n[00:02] trial 0 completed after 1 epochs\n")
+    # MLflow's trial run holds the epoch trained twice, its latest point the first attempt's
+    # value (chaos seed 689409), the study lacks the epoch (seed 724138), and its trial does not
+    # name trials.csv's Ray trial (seed 826701).
+    _tracked(tmp_path, [(0.9, 1), (0.8, 2)])
     assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [console]) == (
-        ["epochs.csv holds (trial, epoch) twice: [('a', '1')]", "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs"],
+        [
+            "trials.csv's trials ['0'] are named by no study trial (ray_trial_id)",
+            "epochs.csv holds (trial, epoch) twice: [('a', '1')]",
+            "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs",
+            "trial 0: the study lacks epochs [1] that epochs.csv holds",
+            "trial 0: MLflow's final value 0.8, trials.csv's 0.9",
+        ],
         [
             "trials.csv holds 1 trials for num_samples 2",
             "the consoles said trials [0] ended more than once (trained again)",
@@ -87,6 +100,63 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
     assert invariants.violations(tmp_path, tmp_path / "mlflow.db", [])[0][0].startswith(
         "a record does not read whole: UnicodeDecodeError"
     )
+
+
+def test_damage_no_resume_read_is_repaired_before_the_final_check_and_nothing_a_resume_wrote_is(
+    tmp_path: Path,
+) -> None:
+    """Seed 389070, replayed: a completed trial's checkpoint damaged; `check` named it with its
+    repair, and the explorer (which reads no checkpoints) took the final `check`'s exit 1 for a
+    disagreement of its own. Seed 321644: the journal damaged after the search had completed, no
+    resume ran, and the explorer could not read it. A table the resume wrote again is never put back."""
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.history import repair_damage_nothing_read
+
+    said: list[str] = []
+    resumed = [SimpleNamespace(what="run"), SimpleNamespace(what="check after cut"), SimpleNamespace(what="resume")]
+    for name, drivers, expected in (
+        ("weights.npz", resumed, b"whole"),
+        ("trials.csv", resumed, b"damaged"),  # the resume wrote it again: never put back
+        ("study.journal", resumed[:2], b"whole"),  # seed 321644: the search completed before the damage
+    ):
+        damaged, copy = tmp_path / name, tmp_path / f"copy-{name}"
+        damaged.write_bytes(b"damaged")
+        copy.write_bytes(b"whole")
+        history = SimpleNamespace(restore=(damaged, copy), say=said.append, drivers=drivers, damaged_after=1)
+        repair_damage_nothing_read(history)  # type: ignore[arg-type]
+        assert damaged.read_bytes() == expected
+    assert said == [
+        f"the user repairs {name} as `tunekit check` says (a whole copy stands for it)"
+        for name in ("weights.npz", "study.journal")
+    ]
+
+
+def test_each_takeover_comes_from_a_host_no_earlier_driver_had() -> None:
+    """Seed 831076: the second of two paused-driver takeovers came from chaos-h2, the host of the
+    driver it paused (the first taker): the lease read as taken at once, the taker was refused,
+    and the paused driver, which had lost nothing, was held to exit 3."""
+    from types import SimpleNamespace
+
+    history = SimpleNamespace(drivers=[SimpleNamespace(what="run")])
+    assert faults.taker_host(history) == "chaos-h2"  # type: ignore[arg-type]
+    history.drivers.append(SimpleNamespace(what="resume as chaos-h2"))
+    assert faults.taker_host(history) == "chaos-h3"  # type: ignore[arg-type]
+
+
+def _tracked(experiment: Path, points: list[tuple[float, int]]) -> None:
+    """A real MLflow store (SQLite) with the search's parent run and trial 0's run holding ``points``
+    (value, timestamp) of val_accuracy at step 1; tracking.json naming the parent."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{experiment / 'mlflow.db'}")
+    experiment_id = client.create_experiment("chaos")
+    parent = client.create_run(experiment_id, run_name="digits-mlp").info.run_id
+    child = client.create_run(experiment_id, run_name="trial-0", tags={"mlflow.parentRunId": parent}).info.run_id
+    client.log_batch(child, metrics=[Metric("val_accuracy", value, at, 1) for value, at in points])
+    client.set_terminated(child, "FINISHED")
+    (experiment / "tracking.json").write_text(json.dumps({"parent_run_id": parent}))
 
 
 @pytest.mark.slow

@@ -207,3 +207,161 @@ def test_a_read_only_store_under_a_trial_ends_the_search_in_one_line_with_no_tri
             sys.exc_info(),
         )
     assert not _TrialTracebackFilter().filter(record)
+
+
+def test_a_bucket_resume_stands_in_for_checkpoints_ray_rotated_after_its_last_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 724138: an outage past storage.outage_s ended the driver while Ray's saved state in
+    the bucket was older than its rotation (every 5 s to a bucket, none during the outage): the
+    resume's Ray rotated a checkpoint the bucket no longer held (its ``Path not found`` traceback)
+    and a trial was trained again. A folder's resume stood in for such checkpoints; a bucket's did
+    not. Here the bucket (moto's S3 server) holds what such a driver left, and Ray's own
+    storage calls look at the stand-ins."""
+    from pyarrow import fs
+    from ray.train._internal.storage import _delete_fs_path, _download_from_fs_path, _exists_at_fs_path
+
+    from tunekit.driver.resumable import remove_stand_ins, stand_in_for_rotated_checkpoints
+    from tunekit.storage.buckets import Bucket, mirror_cache
+    from tunekit.testing.servers import S3Server
+
+    s3 = S3Server(tmp_path / "moto").start()
+    try:
+        for key, value in {**s3.env, "TUNEKIT_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(key, value)
+        s3.make_bucket("rotated")
+        bucket = Bucket("s3://rotated/team/exp")
+        filesystem, path = bucket.filesystem()
+        # Trial t kept checkpoints 3 and 4, and 0, whose deletion an outage failed
+        # (tests/e2e/test_buckets.py's outage search met it); Ray's saved state names 1 and 2.
+        kept = ("t/checkpoint_000000/state.json", "t/checkpoint_000003/state.json", "t/checkpoint_000004/state.json")
+        for relative in ("spec.yaml", *kept):
+            with filesystem.open_output_stream(f"{path}/{relative}") as stream:
+                stream.write(b"{}")
+        cache = bucket.pull(mirror_cache(bucket, "driver", fresh=True))
+
+        stand_ins = stand_in_for_rotated_checkpoints(cache)
+
+        assert [p.name for p in stand_ins] == ["checkpoint_000001", "checkpoint_000002"]
+        rotated, resumed = f"{path}/t/checkpoint_000001", f"{path}/t/checkpoint_000002"
+        assert _exists_at_fs_path(filesystem, resumed)  # Ray restores the trial from it...
+        _download_from_fs_path(filesystem, resumed, str(tmp_path / "restored"))
+        assert list((tmp_path / "restored").iterdir()) == []  # ...which holds no state: epoch 1 again
+        _delete_fs_path(filesystem, rotated)  # Ray's rotation: no `Path not found`
+        remove_stand_ins(cache, stand_ins)
+        left = filesystem.get_file_info(fs.FileSelector(f"{path}/t", recursive=True))
+        assert sorted(info.path[len(path) + 1 :] for info in left if info.type == fs.FileType.File) == list(kept)
+        assert not _exists_at_fs_path(filesystem, resumed) and not (cache / "t" / "checkpoint_000002").exists()
+    finally:
+        s3.stop()
+
+
+def test_a_damaged_checkpoint_a_newer_whole_one_stands_after_is_a_note_the_restore_and_the_explorer_agree_with(
+    tmp_path: Path,
+) -> None:
+    """Seed 389070: the driver SIGKILLed, the explorer damaged its trial's newest weights.npz
+    (checkpoint_000000), and the trial's worker, outliving its driver, wrote checkpoint_000001
+    meanwhile. `tunekit check` then noted the damage (exit 0), as the fault model has it for a
+    checkpoint a newer whole one stands after, but said a resume restores the newer one, and the
+    explorer took the exit 0 for damage missed. The resume restores the one Ray's state names,
+    the damaged one, and passes over it: the note says so, and the explorer takes it."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from benchmarks.chaos.faults import noted_as_passed_over
+    from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS
+    from tunekit.results.check_files import _checksum_findings
+    from tunekit.storage.checksums import write_checksums
+    from tunekit.worker.checkpoints import restore_checkpoint
+
+    trial = tmp_path / "95a86534"
+    for index in (0, 1):
+        folder = trial / f"checkpoint_{index:06d}"
+        folder.mkdir(parents=True)
+        (folder / CHECKPOINT_WEIGHTS).write_bytes(b"weights of epoch %d" % (index + 1))
+        (folder / CHECKPOINT_STATE).write_text(json.dumps({"epoch": index + 1}))
+        write_checksums(folder)
+    damaged = trial / "checkpoint_000000" / CHECKPOINT_WEIGHTS
+    damaged.write_bytes(b"#chaos \x00\xff not a record\n" + damaged.read_bytes())
+    rows = {"95a86534": {"trial_id": "95a86534", "number": 2, "status": "running"}}
+
+    said = list(_checksum_findings(tmp_path, rows))
+
+    assert len(said) == 1 and isinstance(said[0], str), said  # a note, not a disagreement
+    assert "a resume that restores this one (Ray's state saved before a kill can name it) passes over it" in said[0]
+    assert noted_as_passed_over(damaged, f"note: trial 2 (95a86534) {said[0]}")
+    named = SimpleNamespace(path=str(damaged.parent), as_directory=lambda: contextlib.nullcontext(str(damaged.parent)))
+    epoch, note = restore_checkpoint(named, model=None, train_ds=None, config={})
+    assert epoch == 0 and note.endswith(
+        "no older checkpoint of the trial is whole, so it trains again from its first epoch"
+    )
+    # The trial's newest damaged is no note: the explorer holds check to it.
+    (trial / "checkpoint_000001" / CHECKPOINT_WEIGHTS).write_bytes(b"cut")
+    assert [type(found).__name__ for found in _checksum_findings(tmp_path, rows)] == ["str", "Finding"]
+    assert not noted_as_passed_over(trial / "checkpoint_000001" / CHECKPOINT_WEIGHTS, "\n".join(map(str, said)))
+
+
+def test_a_reused_worker_killed_while_ray_resets_it_for_the_next_trial_leaves_that_trial_to_its_retry() -> None:
+    """Seed 787816 (and, likely, seed 483): the explorer SIGKILLed the worker that had just run
+    trial 1, when Ray had just handed it to trial 3 (actors are reused). Ray's actor failure
+    retried trial 3, pending, then the reset task's failure ended it as errored ("its worker
+    process died without a word", no retry) and left it among the resetting trials. Here Ray's
+    own TuneController class meets that second callback (Ray's actor manager calls the actor's
+    failure first, then its task's: ``_actor_task_failed``), without a Ray runtime."""
+    from ray.exceptions import RayActorError, RayTaskError
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    from tunekit.compat.ray_tune import retry_a_trial_whose_reused_worker_died
+
+    retry_a_trial_whose_reused_worker_died()
+    retry_a_trial_whose_reused_worker_died()  # once per process however often it is asked
+    controller = object.__new__(TuneController)
+    failed: list[object] = []
+    controller._fail_fast, controller._print_trial_errors = False, False
+    controller._process_trial_failure = lambda trial, exception: failed.append(trial)  # type: ignore[method-assign]
+    trial = object.__new__(Trial)
+    controller._resetting_trials = {trial}  # requeued by the actor's failure, still pending
+
+    controller._trial_task_failure(trial, RayActorError())  # the reset task's failure, after the actor's
+
+    assert failed == [] and controller._resetting_trials == set()
+    controller._resetting_trials = {trial}  # a reset the trainable itself failed is Ray's to handle
+    controller._trial_task_failure(trial, RayTaskError("reset", "Traceback ...", ValueError("no reset_config")))
+    assert failed == [trial]
+
+
+def test_a_bucket_resume_catches_the_study_up_with_epochs_only_ray_s_saved_state_holds(tmp_path: Path) -> None:
+    """Seed 254402: an outage past storage.outage_s, then the resume; the study lacked epochs 1
+    and 2 of trial 3, which resumed from its epoch-2 checkpoint. Ray had uploaded a save holding
+    the recorder's rows of those epochs after the driver's mirror last uploaded the journal and
+    the tables: the resume's recorder took them from Ray's save, the study's catch-up read only
+    the tables. Here the cache of such a bucket experiment, as the resume pulled it (no Ray)."""
+    import pickle
+
+    import optuna
+
+    from tunekit.config.spec import load_spec
+    from tunekit.driver.records import EpochRow, TrialRecord
+    from tunekit.driver.saved_records import SavedRecords
+    from tunekit.driver.study_catch_up import catch_up_study
+    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.search.plan import study_storage
+    from tunekit.storage.buckets import ORIGIN_FILE
+
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    (tmp_path / ORIGIN_FILE).write_text("s3://chaos/h254402/chaos\n")
+    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
+    trial = study.ask()
+    trial.set_user_attr(RAY_TRIAL_ATTR, "t3")  # RUNNING, no epoch reported: the journal's last upload
+    (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt3,0,running,,0\n")
+    (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
+    rows = [
+        EpochRow("t3", epoch, {"val_accuracy": value}, 1, None, float(epoch)) for epoch, value in ((1, 0.5), (2, 0.7))
+    ]
+    records = SavedRecords().state({"t3": TrialRecord("t3", 0, {})}, {"t3": {1: 0, 2: 1}}, rows)
+    save = tmp_path / "callback-states-2026-12-07_20-11-25.pkl"
+    save.write_bytes(pickle.dumps({0: {"records": records}, 1: {}}))
+
+    assert catch_up_study(study, spec, tmp_path) == (0, 2)
+    assert study.trials[0].intermediate_values == {1: 0.5, 2: 0.7}

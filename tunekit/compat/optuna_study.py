@@ -36,6 +36,23 @@ def reopen_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optun
     return optuna.Trial(study, frozen._trial_id)
 
 
+def replace_intermediate_value(trial: optuna.Trial, step: int, value: float) -> bool:
+    """Sets ``trial``'s value at ``step`` to ``value`` when the study holds another one there;
+    whether it did.
+
+    Why: an epoch trained again after a restart (a lost worker, a resume from an older
+    checkpoint) has a new value, which the tables and MLflow take as the epoch's; Optuna's
+    ``Trial.report`` ignores a step it holds, while its storage's setter replaces it (the
+    journal's replay keeps the last). Reads the storage's private ``_trial_id``. Checked against
+    Optuna 5.0.
+    """
+    held = trial.storage.get_trial(trial._trial_id).intermediate_values.get(step)
+    if held is None or held == value:
+        return False
+    trial.storage.set_trial_intermediate_value(trial._trial_id, step, value)
+    return True
+
+
 def pareto_front_of(trials: list[FrozenTrial], directions: list[Any]) -> list[FrozenTrial]:
     """Optuna's Pareto front of ``trials`` (its own computation, as ``Study.best_trials`` makes
     it, constraints considered where any trial has them).

@@ -37,6 +37,25 @@ def _write_saved_state(path: Path, state: dict[str, Any]) -> None:
     write_json(path, state)
 
 
+def saved_callback_states(experiment_dir: Path) -> list[Any]:
+    """The callbacks' states of Ray's newest save, as Ray hands them back on restore; none when
+    there is no save or it does not load (Ray 2.60: ``TuneController.save_to_dir`` pickles
+    ``CallbackList.get_state()``, a dict of each callback's ``get_state()`` by its place, into
+    ``callback-states-<session>.pkl``; a restore reads the greatest name). Read with the standard
+    pickle, which loads what cloudpickle wrote of classes by reference, without importing Ray."""
+    import pickle
+
+    saves = sorted(experiment_dir.glob("callback-states-*.pkl"))
+    if not saves:
+        return []
+    try:
+        with saves[-1].open("rb") as file:
+            states = pickle.load(file)
+    except Exception:  # a damaged save is resumable's to refuse (damaged_saved_state)
+        return []
+    return list(states.values()) if isinstance(states, Mapping) else []
+
+
 def saved_trials(experiment_dir: Path) -> dict[str, dict[str, Any]]:
     """Each trial in Ray's newest saved experiment state, as saved: ``status`` (RUNNING,
     PENDING, TERMINATED, ...), ``config`` (the trial's configuration, plain JSON), ..."""

@@ -122,6 +122,37 @@ def kill_trial_without_retry(trial: Any) -> bool:
     return True
 
 
+def retry_a_trial_whose_reused_worker_died() -> None:
+    """A trial whose reused worker dies while Ray resets it for the trial is retried as any other
+    trial whose worker died, not failed at once.
+
+    Why: with actors reused, Ray hands a finished trial's worker to the next trial and resets it.
+    A worker killed then (chaos seed 787816: SIGKILL to the process that had just run trial 1,
+    when it had just become trial 3's) fails twice in Ray: the actor's failure retries the pending
+    trial, and then the reset task's own failure ends it as errored (it is pending by then, and
+    Ray retries only running trials), with "its worker process died without a word" and no
+    retry; the trial also stayed among the resetting ones, which no actor is scheduled for.
+    Checked against Ray 2.60: ``TuneController._schedule_trial_reset`` (its task's ``on_error``
+    is ``_trial_task_failure``), ``_actor_failed`` (a pending trial's actor failure is retried),
+    ``_maybe_reuse_cached_actor`` (``_resetting_trials``).
+    """
+    from ray.exceptions import RayActorError
+    from ray.tune.execution.tune_controller import TuneController
+
+    ray_s = TuneController._trial_task_failure
+    if getattr(ray_s, "reset_deaths_retried", False):
+        return
+
+    def trial_task_failure(self: Any, trial: Any, exception: Exception) -> None:
+        if trial in self._resetting_trials and isinstance(exception, RayActorError):
+            self._resetting_trials.discard(trial)
+            return  # the actor's own failure (``_actor_failed``) retries the trial, or ends it past its retries
+        ray_s(self, trial, exception)
+
+    trial_task_failure.reset_deaths_retried = True  # type: ignore[attr-defined]
+    TuneController._trial_task_failure = trial_task_failure  # type: ignore[method-assign]
+
+
 def checkpoint_path(trial: Any) -> Path | None:
     """The folder of the checkpoint Ray starts ``trial`` from, None when it has none (see ``checkpoint_epoch``)."""
     latest = getattr(trial, "latest_checkpoint_result", None)

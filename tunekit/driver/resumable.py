@@ -11,6 +11,7 @@ when every line before it is whole.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from tunekit.compat.ray_saved_state import damaged_saved_state, name_the_last_save_newest
@@ -103,14 +104,36 @@ def stand_in_for_rotated_checkpoints(experiment_dir: Path) -> list[Path]:
     the trial again from its first epoch, reporting every epoch (each row it had is
     replaced). It costs the epochs of trials whose checkpoints turned over faster than Ray
     saved its state: short epochs, so little.
+
+    A bucket experiment's (``experiment_dir`` its fresh cache, which holds each kept checkpoint's
+    small files) get their stand-ins in the bucket, where Ray looks: its saved state there is up
+    to ``SAVE_STATE_TO_A_BUCKET_EVERY_S`` old, or older when an outage kept it from saving (chaos
+    seed 724138: Ray's ``Path not found`` traceback as it rotated a checkpoint already gone, and a
+    trial trained again). Remove them with ``remove_stand_ins``.
+
+    Every missing index below a trial's newest checkpoint gets one, not only those below its
+    oldest: a rotation's delete that failed in a storage outage leaves an old checkpoint behind
+    (kept ``checkpoint_000004``, ``_000013``, ``_000014`` while Ray's state named the rotated
+    ``_000012``: the trial failed with ``Could not recover from checkpoint``).
     """
+    bucket = bucket_of(experiment_dir)
     stand_ins: list[Path] = []
     for trial_dir in (p for p in experiment_dir.iterdir() if p.is_dir()):
-        kept = sorted(trial_dir.glob("checkpoint_*"))
-        if not kept:
-            continue
-        for index in range(int(kept[0].name.split("_")[1])):
+        kept = {int(p.name[11:]) for p in trial_dir.glob("checkpoint_*") if p.name[11:].isdigit()}
+        for index in sorted(set(range(max(kept, default=0))) - kept):
             stand_in = trial_dir / f"checkpoint_{index:06d}"
             stand_in.mkdir()
+            if bucket is not None:
+                bucket.make_empty_folder(stand_in.relative_to(experiment_dir).as_posix())
             stand_ins.append(stand_in)
     return stand_ins
+
+
+def remove_stand_ins(experiment_dir: Path, stand_ins: list[Path]) -> None:
+    """The stand-ins Ray's own rotation left, once the search is over (in the bucket too)."""
+    bucket = bucket_of(experiment_dir)
+    for stand_in in stand_ins:
+        with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
+            stand_in.rmdir()
+        if bucket is not None:
+            bucket.remove_empty_folder(stand_in.relative_to(experiment_dir).as_posix())

@@ -21,7 +21,6 @@ processes (see ``tunekit.worker.devices``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,13 +34,12 @@ from tunekit.driver.connect import CONNECT_TIMEOUT_S, JoinedCluster, check_fits,
 from tunekit.driver.fit import search
 from tunekit.driver.folders import Experiment, discard_if_never_started, new_experiment, opened_experiment
 from tunekit.driver.prepare import Prepared, prepare_resume, prepare_run, progress_stream
-from tunekit.driver.resumable import stand_in_for_rotated_checkpoints
+from tunekit.driver.resumable import remove_stand_ins, stand_in_for_rotated_checkpoints
 from tunekit.driver.session import reuses_ray
 from tunekit.driver.signals import StopSignals
 from tunekit.layout import SPEC_FILE
 from tunekit.results.load import ExperimentResults, load
 from tunekit.search.forecast import attach_prediction
-from tunekit.storage.buckets import bucket_of
 from tunekit.storage.store import write_text
 
 
@@ -196,12 +194,9 @@ def _resume(prepared: Prepared, experiment: Experiment, connect_timeout: float) 
         keep_ray_log(directory, joined.ray_log)
     if prepared.grown:
         write_text(directory / SPEC_FILE, prepared.spec.to_yaml())
-    # A bucket's checkpoints are objects: Ray finds the rotated ones missing there, not here.
-    stand_ins = stand_in_for_rotated_checkpoints(directory) if bucket_of(directory) is None else []
+    stand_ins = stand_in_for_rotated_checkpoints(directory)
     try:
         search(prepared, experiment)
     finally:
-        for stand_in in stand_ins:
-            with contextlib.suppress(OSError):  # Ray's own rotation may have removed it
-                stand_in.rmdir()
+        remove_stand_ins(directory, stand_ins)
     return _closed(directory, prepared.stream, prepared.builders)

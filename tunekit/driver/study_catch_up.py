@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from tunekit.compat.optuna_study import reopen_trial
+from tunekit.compat.ray_saved_state import saved_callback_states
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import (
     EPOCH_COLUMNS,
@@ -48,6 +49,7 @@ from tunekit.search.attrs import (
 )
 from tunekit.search.plan import study_storage
 from tunekit.search.searcher import final_result, objective_values, set_constraints
+from tunekit.storage.buckets import bucket_of
 from tunekit.storage.store import table_rows
 
 if TYPE_CHECKING:
@@ -109,6 +111,8 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
         if cells.get("trial_id") in tables:
             metrics = {name: float(text) for name, text in cells.items() if name not in EPOCH_COLUMNS and text}
             epochs.setdefault(cells["trial_id"], {})[int(cells["epoch"])] = metrics
+    if bucket_of(experiment_dir) is not None:
+        _add_saved_rows(epochs, tables, experiment_dir)
     ended = _add_missing(study, spec, tables, epochs)
     added = 0
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -120,6 +124,26 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
         added += _add_epochs(trial, frozen, spec, rows)
         ended += _end(study, trial, spec, tables[trial_id], rows)
     return ended, added
+
+
+def _add_saved_rows(
+    epochs: dict[str, dict[int, dict[str, float]]], tables: Mapping[str, Any], experiment_dir: Path
+) -> None:
+    """Adds the epoch rows of Ray's newest save that ``epochs.csv`` lacks (a bucket's).
+
+    Ray uploads its state, the recorder's rows among it, to the bucket itself, apart from the
+    driver's mirror: a save that came after the mirror's last upload holds epochs neither the
+    bucket's journal nor its tables have, and the resume's recorder takes them from it. Chaos
+    seed 254402: an outage past the bound, then the resume; the study lacked epochs 1 and 2 of
+    a trial that resumed from its epoch-2 checkpoint, which ``epochs.csv`` then held.
+    """
+    from tunekit.driver.saved_records import records_of
+
+    for state in saved_callback_states(experiment_dir):
+        if isinstance(state, Mapping) and "records" in state:
+            for row in records_of(state["records"])[1]:
+                if row.trial_id in tables:
+                    epochs.setdefault(row.trial_id, {}).setdefault(row.epoch, dict(row.metrics))
 
 
 def _add_missing(

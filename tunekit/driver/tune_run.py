@@ -12,7 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat.ray_tune import bound_experiment_state_saves, no_trailing_averages, whole_file_state_uploads
+from tunekit.compat.ray_tune import (
+    bound_experiment_state_saves,
+    no_trailing_averages,
+    retry_a_trial_whose_reused_worker_died,
+    whole_file_state_uploads,
+)
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.restore import restored_tuner
 from tunekit.driver.session import (
@@ -33,6 +38,7 @@ def tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, resto
     every_s = SAVE_STATE_TO_A_BUCKET_EVERY_S if bucket_of(experiment_dir) else SAVE_STATE_EVERY_S
     bound_experiment_state_saves(every_s, SAVE_STATE_AT_MOST_EVERY_S, SAVE_STATE_SHARE)
     whole_file_state_uploads()
+    retry_a_trial_whose_reused_worker_died()
     no_trailing_averages()
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:

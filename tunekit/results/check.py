@@ -410,8 +410,9 @@ def _epochs_trained_twice(
     ran more than once, a finding otherwise.
 
     A trial that a resume or a lost worker restarted from a checkpoint older than its last
-    reported epoch trains those epochs again: the tables (and the saved model) hold the new
-    values, the study and MLflow keep the first, as Optuna and MLflow keep a step's first value.
+    reported epoch trains those epochs again: the tables, the saved model, MLflow's latest
+    points and (one objective) the study take the new values; a study of several objectives,
+    whose epochs are attributes, keeps the first.
     """
     differ = [epoch for epoch in sorted(tables.keys() & study.keys()) if not same(tables[epoch], study[epoch])]
     if not differ:
@@ -420,7 +421,7 @@ def _epochs_trained_twice(
         pairs = "; ".join(f"epoch {e}: {tables[e]:.4g} in {EPOCHS_FILE}, {study[e]:.4g} in the study" for e in differ)
         yield (
             f"{label} trained epochs again after a restart, so its {metric} has two values ({pairs}); "
-            f"{EPOCHS_FILE} and the saved model hold the last attempt's, the study and MLflow the first's"
+            f"{EPOCHS_FILE} and the saved model hold the last attempt's, the study the first's"
         )
         return
     for epoch in differ:

@@ -254,8 +254,10 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
     """Every payload of every kept checkpoint against the checksum its worker recorded beside it
     (``tunekit.storage.checksums``): a changed byte inside a weight opens whole and reads as a weight.
 
-    A damaged checkpoint older than the trial's newest is a note: a restore passed over it (or
-    would), and nothing else reads it; the newest, and with it the trial's model, is a disagreement.
+    A damaged checkpoint older than the trial's newest is a note: a restore passes over it (chaos
+    seed 389070: a worker outliving its killed driver wrote a newer one after Ray's last save named
+    the damaged one), and nothing else reads it; the newest, and with it the trial's model, is a
+    disagreement.
     """
     from tunekit.tracking.artifacts import checkpoint_order
 
@@ -265,7 +267,11 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
         for folder in folders:
             for name, problem in damaged_payloads(folder):
                 if folder != folders[-1]:
-                    yield f"{label} {folder / name}: {problem}; a newer checkpoint is whole, which a resume restores"
+                    yield (
+                        f"{label} {folder / name}: {problem}; a newer checkpoint is whole, and a resume that "
+                        "restores this one (Ray's state saved before a kill can name it) passes over it for "
+                        "the newest whole one before it, or the first epoch, and says so"
+                    )
                     continue
                 if (folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file():
                     repair = f"`tunekit retrain {directory} --trial {number}` trains it again, exported beside"

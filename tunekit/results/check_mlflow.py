@@ -132,8 +132,9 @@ def _mlflow(results: ExperimentResults, summary: Summary, record: TrackingRecord
         # Each key's history once: the headline metric's against the files, and every key's
         # steps against themselves (a trial run's step is logged once; the parent's repeat).
         histories = {key: client.get_metric_history(run.info.run_id, key) for key in {metric, *run.data.metrics}}
+        restarted = int(finite(row.get("attempts")) or 1) > 1
         for key in sorted(histories):
-            yield from steps_logged_twice(label, key, histories[key])
+            yield from steps_logged_twice(label, key, histories[key], trained_again=restarted)
         history = histories[metric]
         steps = {int(point.step) for point in history}
         if steps != epochs.get(trial_id, set()):
@@ -181,14 +182,17 @@ def _other_parents(client: Any, parent: Any) -> Iterator[Finding]:
         )
 
 
-def steps_logged_twice(label: str, key: str, history: list[Any]) -> Iterator[Finding]:
+def steps_logged_twice(label: str, key: str, history: list[Any], *, trained_again: bool = False) -> Iterator[Finding]:
     """A trial run's metric ``key`` at steps MLflow holds more than one point for, each step
     with its values: one finding for the steps whose values conflict (which one is the
     epoch's?), one for those logged again with the same value.
 
     The writer sends each epoch once (it leaves out the steps MLflow holds, on a resume
     too), so a second point at a step is a bug or a second writer; MLflow's charts and
-    ``load_from_mlflow`` then pick one of the values by timestamp.
+    ``load_from_mlflow`` then pick one of the values by timestamp. The one exception: a trial
+    that ran more than once (``trained_again``) trained epochs again after a restart from an
+    older checkpoint, and the writer sends such an epoch's new values after the first
+    attempt's, so that the latest is the last attempt's (its final value is compared apart).
     """
     by_step: dict[int, list[float]] = {}
     for point in sorted(history, key=lambda p: (p.step, p.timestamp)):
@@ -196,7 +200,7 @@ def steps_logged_twice(label: str, key: str, history: list[Any]) -> Iterator[Fin
     twice = {step: values for step, values in by_step.items() if len(values) > 1}
     conflicting = {step: values for step, values in twice.items() if len(set(map(repr, values))) > 1}  # NaN too
     repeated = {step: values for step, values in twice.items() if step not in conflicting}
-    if conflicting:
+    if conflicting and not trained_again:
         yield Finding(ITSELF, f"{label} {key} values at a step", 1, conflicting)
     if repeated:
         yield Finding(ITSELF, f"{label} {key} points at a step", 1, repeated)

@@ -33,7 +33,7 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial
+from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial, replace_intermediate_value
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
@@ -269,8 +269,12 @@ class OptunaStudySearcher(Searcher):
         if value is None or EPOCH_KEY not in result:
             return
         step = int(result[EPOCH_KEY])
-        # on_trial_complete repeats the last result when the trial was not stopped early.
+        # on_trial_complete repeats the last result when the trial was not stopped early (the
+        # same value: nothing to write); an epoch trained again after a restart has a new value,
+        # which the study takes as the tables and MLflow do: the last attempt's wins.
         if self._reported.get(trial.number, 0) >= step:
+            if not self._spec.multi_objective:
+                replace_intermediate_value(trial, step, value)
             return
         if self._spec.multi_objective:  # Optuna keeps no intermediate values for them (trial.report raises)
             trial.set_user_attr(f"{EPOCH_RESULT_ATTR_PREFIX}{step}", final_result(self._spec, result)["metrics"])
@@ -367,6 +371,10 @@ class OptunaStudySearcher(Searcher):
         if frozen.state.is_finished():
             return None
         trial = reopen_trial(self.study, frozen)
+        if RAY_TRIAL_ATTR not in frozen.user_attrs:
+            # The journal's line naming it was lost (chaos seed 826701: a cut after the asking
+            # line, taken for a torn tail); Ray's saved state still maps its trial to this number.
+            trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
         # Reopened after a resume: epochs the study already holds are not reported again
         # (Optuna would warn for each), even when Ray's pickled state predates them.
         held = [*frozen.intermediate_values, *epoch_results(frozen.user_attrs)]

@@ -162,21 +162,46 @@ class Bucket:
         return target
 
     def push(self, cache: Path, relatives: list[str]) -> None:
-        """Uploads these files of ``cache`` (each whole: an object store replaces objects whole), each
-        once this process has proved it still holds the experiment's lease, if it holds one."""
+        """Uploads these files of ``cache`` in this order (each whole: an object store replaces
+        objects whole), each once this process has proved it still holds the experiment's lease,
+        if it holds one.
+
+        Every file is read before any is sent, the last first: the driver keeps writing while
+        an upload takes its second, so a file read after the ones sent before it could hold rows
+        they lack (epochs.csv read after the study's journal was sent held epochs the bucket's
+        journal did not, and an outage that began then left them so for the resume). Read in
+        reverse, each file sent first covers what the ones sent after it hold.
+        """
         filesystem, path = self.filesystem()
+        contents: dict[str, bytes] = {}
+        for relative in reversed(relatives):
+            with contextlib.suppress(FileNotFoundError):
+                contents[relative] = (cache / relative).read_bytes()
         for relative in relatives:
+            if relative not in contents:
+                continue
             check_fences()
-            source = cache / relative
-            with contextlib.suppress(FileNotFoundError), source.open("rb") as handle:
-                data = handle.read()
-                with filesystem.open_output_stream(f"{path}/{relative}") as stream:
-                    stream.write(data)
+            with filesystem.open_output_stream(f"{path}/{relative}") as stream:
+                stream.write(contents[relative])
 
     def delete(self, relative: str) -> None:
         filesystem, path = self.filesystem()
         with contextlib.suppress(FileNotFoundError, OSError):
             filesystem.delete_file(f"{path}/{relative}")
+
+    def make_empty_folder(self, relative: str) -> None:
+        """An empty folder (an object store's marker object), as Ray sees a checkpoint folder."""
+        filesystem, path = self.filesystem()
+        filesystem.create_dir(f"{path}/{relative}")
+
+    def remove_empty_folder(self, relative: str) -> None:
+        """Removes a folder ``make_empty_folder`` made, if it is still there and still empty."""
+        from pyarrow import fs
+
+        filesystem, path = self.filesystem()
+        with contextlib.suppress(FileNotFoundError, OSError):
+            if not filesystem.get_file_info(fs.FileSelector(f"{path}/{relative}", allow_not_found=True)):
+                filesystem.delete_dir(f"{path}/{relative}")
 
 
 @functools.lru_cache(maxsize=64)

@@ -118,7 +118,7 @@ class TrialRun:
     started_at: float = field(default_factory=time.time)
     run_id: str | None = None
     name: str = ""  # its run's name once it ended (``run_name``): the parent's description names the best
-    steps: set[int] | None = field(default_factory=set)  # epochs MLflow holds; None: ask it
+    steps: dict[int, float] | None = field(default_factory=dict)  # epochs MLflow holds, their value; None: ask
     pending: Pending = field(default_factory=Pending)
 
 
@@ -323,7 +323,7 @@ class RunBook:
             trial.pending.tags.update({TAG_TRIAL_ID: trial_id, TAG_ROLE: "trial", **environment_tags()})
             if self._children is not None:  # resumed: MLflow may hold this trial already
                 trial.run_id = self._children.get(trial_id)
-                trial.steps = None if trial.run_id else set()
+                trial.steps = None if trial.run_id else {}
         return trial
 
     # -------------------------------------------------------------------- sync
@@ -426,17 +426,14 @@ class RunBook:
         if pending.reopen:
             client.set_running(trial.run_id)
             pending.reopen = False
-        steps: set[int] = set()
-        if pending.metrics:
-            if trial.steps is None:  # reattached on resume: which epochs does MLflow hold?
-                trial.steps = {
-                    step for step, _ in client.metric_history(trial.run_id, metric_key(headline_metric(self.spec).name))
-                }
-            pending.metrics[:] = [m for m in pending.metrics if m.step not in trial.steps]
-            steps = {m.step for m in pending.metrics}
+        headline = metric_key(headline_metric(self.spec).name)
+        if pending.metrics and trial.steps is None:  # reattached on resume: which epochs does MLflow hold?
+            trial.steps = dict(client.metric_history(trial.run_id, headline))
+        sent = _epochs_to_send(pending.metrics, headline, trial.steps or {})
+        pending.metrics[:] = [m for m in pending.metrics if m.step in sent]
         sender.send(trial.run_id, pending.params, pending.tags, pending.metrics)
         if trial.steps is not None:
-            trial.steps.update(steps)
+            trial.steps.update(sent)
         if pending.status is not None:
             status, end_ms = pending.status
             client.set_terminated(trial.run_id, status, end_ms)
@@ -518,6 +515,14 @@ class RunBook:
         if run_id is None:
             raise RuntimeError("tunekit tracking: the parent run is not open")
         return run_id
+
+
+def _epochs_to_send(metrics: list[MetricPoint], headline: str, held: dict[int, float]) -> dict[int, float]:
+    """The epochs to send, with their headline value: those MLflow lacks, and those trained again to
+    another value after a restart (MLflow's latest is then the last attempt's, as in the tables)."""
+    values = {m.step: m.value for m in metrics if m.key == headline}
+    again = {step for step, value in values.items() if step in held and repr(value) != repr(held[step])}
+    return {m.step: values.get(m.step, float("nan")) for m in metrics if m.step not in held or m.step in again}
 
 
 def _ledger_summary(path: Path) -> dict[str, Any]:

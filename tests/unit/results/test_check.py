@@ -279,7 +279,8 @@ def test_an_epoch_trained_again_after_a_restart_names_both_values_and_otherwise_
     tmp_path: Path,
 ) -> None:
     # Trial a ran twice (attempts 2) and its second attempt trained epoch 3 again: epochs.csv
-    # holds the new value, the study its first (Optuna keeps a step's first report).
+    # holds the new value, the study its first (a study of several objectives, or one written
+    # before the study took an epoch's last value).
     root = consistent(tmp_path)
     epochs = root / EPOCHS_FILE
     epochs.write_text(epochs.read_text().replace("a,3,2,2,40,0.8", "a,3,2,2,40,0.85"))
@@ -287,8 +288,7 @@ def test_an_epoch_trained_again_after_a_restart_names_both_values_and_otherwise_
     assert report.ok, report.describe()
     assert (
         "trial 0 (a) trained epochs again after a restart, so its val_accuracy has two values (epoch 3: 0.85 in "
-        "epochs.csv, 0.8 in the study); epochs.csv and the saved model hold the last attempt's, the study and "
-        "MLflow the first's"
+        "epochs.csv, 0.8 in the study); epochs.csv and the saved model hold the last attempt's, the study the first's"
     ) in report.notes
     # Trial b ran once: the same difference is a disagreement.
     epochs.write_text(epochs.read_text().replace("b,1,1,0,8,0.6", "b,1,1,0,8,0.65"))
@@ -505,16 +505,25 @@ def test_a_trial_run_s_metric_logged_twice_at_a_step_is_a_finding(tmp_path: Path
         run.data.tags[TAG_TRIAL_ID]: run.info.run_id
         for run in client.search_runs([synced.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{synced.parent_run_id}'")
     }
-    # Trial a's epoch 3 again with another value, and trial b's epoch 1 again with the same.
+    # Trial b (ran once) has its epoch 1 again with another value: which one is the epoch's?
     later = int(time.time() * 1000) + 1000
+    client.log_batch(runs["b"], metrics=[Metric("val_accuracy", 0.65, later, 1)])
+    # Trial a ran twice (attempts 2): its epoch 3 trained again is the writer's second point
+    # there, no finding of its own; its epoch 2 again with the same value twice is.
     client.log_batch(runs["a"], metrics=[Metric("val_accuracy", 0.85, later, 3)])
     client.log_batch(
-        runs["b"], metrics=[Metric("val_accuracy", 0.6, later, 1), Metric("val_accuracy", 0.6, later + 1, 1)]
+        runs["a"], metrics=[Metric("val_accuracy", 0.7, later, 2), Metric("val_accuracy", 0.7, later + 1, 2)]
     )
     findings = [str(f) for f in check_experiment(root).findings]
     assert findings == [
-        "mlflow: trial 0 (a) val_accuracy values at a step: 1 vs {3: [0.8, 0.85]}",
-        "mlflow: trial 1 (b) val_accuracy points at a step: 1 vs {1: [0.6, 0.6, 0.6]}",
+        "mlflow: trial 0 (a) val_accuracy points at a step: 1 vs {2: [0.7, 0.7, 0.7]}",
+        "mlflow: trial 1 (b) val_accuracy values at a step: 1 vs {1: [0.6, 0.65]}",
+        "files vs mlflow: trial 1 (b) final val_accuracy: 0.6 vs 0.65",
+    ]
+    # Its last epoch trained again to a value trials.csv lacks: MLflow's latest is held to the files.
+    client.log_batch(runs["a"], metrics=[Metric("val_accuracy", 0.95, later, 4)])
+    assert "files vs mlflow: trial 0 (a) final val_accuracy: 0.9 vs 0.95" in [
+        str(f) for f in check_experiment(root).findings
     ]
 
 

@@ -17,8 +17,8 @@ from ray.tune.search import Searcher
 
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec, load_spec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL
-from tunekit.search.attrs import DUPLICATE_ATTR, GRID_POINT_ATTR, UNSEEN_PICK_ATTR
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, study_file
+from tunekit.search.attrs import DUPLICATE_ATTR, GRID_POINT_ATTR, RAY_TRIAL_ATTR, UNSEEN_PICK_ATTR
 from tunekit.search.searcher import OptunaStudySearcher
 
 METRIC = "val_accuracy"
@@ -306,7 +306,7 @@ def test_repeat_count_and_exhaustion_survive_a_resume(tmp_path: Path) -> None:
 # ----------------------------------------------------------------- reports and ends
 
 
-def test_resume_does_not_report_an_epoch_twice(tmp_path: Path) -> None:
+def test_resume_reports_an_epoch_once_and_one_trained_again_takes_its_last_value(tmp_path: Path) -> None:
     spec = make_spec(SMALL, max_epochs=5)
     searcher = OptunaStudySearcher(spec, tmp_path)
     searcher.suggest("t0")
@@ -325,8 +325,29 @@ def test_resume_does_not_report_an_epoch_twice(tmp_path: Path) -> None:
         resumed.on_trial_result("t0", result(0.4, 4))
         resumed.on_trial_complete("t0", result(0.5, 5))
     trial = frozen(resumed, "t0")
-    assert trial.intermediate_values == {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5}
+    # Epoch 3's last value, as epochs.csv and MLflow's latest point hold it (chaos seed 689409).
+    assert trial.intermediate_values == {1: 0.1, 2: 0.2, 3: 0.35, 4: 0.4, 5: 0.5}
     assert (trial.state, trial.value) == (TrialState.COMPLETE, 0.5)
+
+
+def test_a_resumed_trial_whose_ray_id_line_the_journal_lost_gets_it_again(tmp_path: Path) -> None:
+    """Chaos seed 826701: the journal cut during start-up after the line asking trial 0 and
+    before the one naming its Ray trial; the resume cut it back as a torn tail, trained the trial
+    on, and `tunekit check` found trials.csv's trial in no study trial."""
+    spec = make_spec(SMALL, max_epochs=3)
+    searcher = OptunaStudySearcher(spec, tmp_path)
+    searcher.suggest("t0")
+    pickled = pickle.dumps(searcher)  # Ray's saved state: t0 is study trial 0
+    journal = study_file(tmp_path)
+    lines = journal.read_bytes().splitlines(keepends=True)
+    named = next(i for i, line in enumerate(lines) if b'"ray_trial_id"' in line)
+    journal.write_bytes(b"".join(lines[:named]))  # the cut: every line from the naming one on
+
+    resumed: OptunaStudySearcher = pickle.loads(pickled)
+    resumed.on_trial_result("t0", result(0.3, 1))
+    resumed.on_trial_complete("t0", result(0.3, 1))
+
+    assert frozen(resumed, "t0").user_attrs[RAY_TRIAL_ATTR] == "t0"
 
 
 @pytest.mark.parametrize(

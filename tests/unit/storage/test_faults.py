@@ -264,3 +264,36 @@ def test_the_mirror_uploads_the_study_before_the_tables_and_its_seal_after_both(
     BucketMirror(bucket, tmp_path).push_changed()
     assert bucket.sent[0] == "study.journal" and bucket.sent[-1] == "study.seal.json"
     assert sorted(bucket.sent[1:-1]) == ["epochs.csv", "spans.csv", "trials.csv"]
+
+
+def test_a_push_reads_every_file_before_sending_any_so_the_tables_never_run_ahead_of_the_journal(
+    tmp_path: Path,
+) -> None:
+    """Chaos seed 724138: the driver appended to the journal and epochs.csv while the mirror sent
+    the journal; epochs.csv, read after, held epochs the bucket's journal lacked, an outage then
+    began, and the resume left the study short of those epochs (`tunekit check`: `epochs
+    reported: [1, 2, 3, 4] vs [3, 4]`)."""
+    from pyarrow import fs
+
+    cache, remote = tmp_path / "cache", tmp_path / "bucket"
+    cache.mkdir()
+    remote.mkdir()
+    (cache / "study.journal").write_text("epoch 1\n")
+    (cache / "epochs.csv").write_text("epoch 1\n")
+
+    class WritingMeanwhile:
+        """The bucket's file system; while an object is sent, the driver records an epoch."""
+
+        def open_output_stream(self, path: str) -> object:
+            for name in ("study.journal", "epochs.csv"):  # the journal first, as the recorder writes
+                with (cache / name).open("a") as file:
+                    file.write("epoch 2\n")
+            return fs.LocalFileSystem().open_output_stream(path)
+
+    class LocalBucket(Bucket):
+        def filesystem(self) -> tuple[object, str]:
+            return WritingMeanwhile(), str(remote)
+
+    LocalBucket("s3://exps/team/x").push(cache, ["study.journal", "epochs.csv"])
+    journal, epochs = (remote / "study.journal").read_text(), (remote / "epochs.csv").read_text()
+    assert set(epochs.splitlines()) <= set(journal.splitlines()), (journal, epochs)

@@ -221,6 +221,27 @@ def test_transient_failures_back_off_then_everything_arrives_once(
     assert holds_everything(tmp_path) is True  # tracking.json: `tunekit resume` has nothing to send
 
 
+def test_an_epoch_trained_again_to_another_value_is_sent_after_the_first_and_an_equal_one_is_not(
+    spec: ExperimentSpec, tmp_path: Path
+) -> None:
+    """Chaos seed 689409: a lost worker's retry trained epoch 3 again; MLflow kept the first
+    attempt's value as the trial's final one while trials.csv held the last attempt's."""
+    first = trial_events(epochs=3, metrics_per_epoch=1)[:-2]  # the trial's start and 3 epochs
+    retry: list[TrackerEvent] = [
+        Flush(threading.Event()),  # the first attempt's epochs reached MLflow
+        TrialEvent("t0", 0, {"learning_rate": 0.01, "units": 64}, 1.0, 2, True),  # Ray restarts it
+        EpochEvent("t0", 2, {"val_accuracy": 0.7}, 3002),  # from its epoch-1 checkpoint: the same value
+        EpochEvent("t0", 3, {"val_accuracy": 0.85}, 3003),  # another value
+        TrialEndEvent("t0", TrialStatus.COMPLETED, "", None, 3, 2, 3.0, 2.5),
+    ]
+    client = FakeClient()
+    run_writer(spec, tmp_path, client, [*first, *retry])
+    points = [(m.step, m.value, m.timestamp_ms) for m in client.metric_points("run1") if m.key == "val_accuracy"]
+    assert [p[:2] for p in points] == [(1, 0.6), (2, 0.7), (3, 0.8), (3, 0.85)]
+    latest = max(points, key=lambda p: (p[0], p[2]))
+    assert latest[1] == 0.85  # MLflow's latest value, as the tables hold it
+
+
 def test_a_failure_after_some_chunks_were_taken_resends_only_the_rest(spec: ExperimentSpec, tmp_path: Path) -> None:
     # 3 epochs of 500 metrics: the trial's params and points go in two requests, the
     # first as full as MLflow allows (1,000 entries); the second fails once.
