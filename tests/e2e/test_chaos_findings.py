@@ -365,3 +365,48 @@ def test_a_bucket_resume_catches_the_study_up_with_epochs_only_ray_s_saved_state
 
     assert catch_up_study(study, spec, tmp_path) == (0, 2)
     assert study.trials[0].intermediate_values == {1: 0.5, 2: 0.7}
+
+
+def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_holds(tmp_path: Path) -> None:
+    """Held out by the lead (an outage of 25 s against storage.outage_s 8 s, begun just after
+    trials 2 and 3 were asked): the mirror gave up before the journal naming them reached the
+    bucket, Ray's own upload of its state got through once the bucket was back, and the resume's
+    searcher met trial 2's number with an IndexError traceback, twice in two tries. Here the
+    cache of such a bucket experiment, as the resume pulled it (no Ray): the catch-up asks the
+    two again, RUNNING with their parameters and Ray ids, and catches trial 2's epoch up."""
+    import pickle
+
+    import optuna
+
+    from tunekit.config.spec import load_spec
+    from tunekit.driver.records import EpochRow, TrialRecord
+    from tunekit.driver.saved_records import SavedRecords
+    from tunekit.driver.study_catch_up import catch_up_study
+    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.search.plan import study_storage
+    from tunekit.storage.buckets import ORIGIN_FILE
+
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    (tmp_path / ORIGIN_FILE).write_text("s3://held/exps/x\n")
+    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
+    first = study.ask()
+    spec.space.sample(first)
+    first.set_user_attr(RAY_TRIAL_ATTR, "t0")
+    (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt0,0,running,,0\n")
+    (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
+    params = {
+        "t1": {"batch_size": 64, "dropout": 0.2, "learning_rate": 0.004, "units": 256},
+        "t2": {"batch_size": 32, "dropout": 0.1, "learning_rate": 0.001, "units": 64},
+    }
+    trials = {"t0": TrialRecord("t0", 0, {}), **{t: TrialRecord(t, n, params[t]) for n, t in ((1, "t1"), (2, "t2"))}}
+    rows = [EpochRow("t1", 1, {"val_accuracy": 0.72}, 1, None, 1.0)]
+    records = SavedRecords().state(trials, {"t1": {1: 0}}, rows)
+    (tmp_path / "callback-states-2026-12-07_21-01-50.pkl").write_bytes(pickle.dumps({0: {"records": records}}))
+
+    catch_up_study(study, spec, tmp_path)
+
+    asked = study.get_trials(deepcopy=False)
+    assert [t.user_attrs.get(RAY_TRIAL_ATTR) for t in asked] == ["t0", "t1", "t2"]
+    assert [t.state.name for t in asked] == ["RUNNING"] * 3
+    assert asked[1].params == params["t1"] and asked[2].params == params["t2"]
+    assert asked[1].intermediate_values == {1: 0.72}

@@ -111,9 +111,14 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
         if cells.get("trial_id") in tables:
             metrics = {name: float(text) for name, text in cells.items() if name not in EPOCH_COLUMNS and text}
             epochs.setdefault(cells["trial_id"], {})[int(cells["epoch"])] = metrics
-    if bucket_of(experiment_dir) is not None:
+    bucket = bucket_of(experiment_dir) is not None
+    if bucket:
         _add_saved_rows(epochs, tables, experiment_dir)
     ended = _add_missing(study, spec, tables, epochs)
+    if bucket:
+        added_back = _add_saved_running(study, spec, experiment_dir)
+        tables = {**{trial_id: {} for trial_id in added_back}, **tables}
+        _add_saved_rows(epochs, tables, experiment_dir)
     added = 0
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial_id = str(frozen.user_attrs.get(RAY_TRIAL_ATTR))
@@ -144,6 +149,38 @@ def _add_saved_rows(
             for row in records_of(state["records"])[1]:
                 if row.trial_id in tables:
                     epochs.setdefault(row.trial_id, {}).setdefault(row.epoch, dict(row.metrics))
+
+
+def _add_saved_running(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path) -> list[str]:
+    """Asks again, as RUNNING with their parameters and Ray ids, the trials Ray's newest save
+    holds as not ended that follow the study's last (a bucket's).
+
+    Ray uploads its state apart from the driver's mirror: a save that reached the bucket after the
+    mirror's last upload of the journal (an outage past ``storage.outage_s`` that began just after
+    trials were asked; a kill between the two) names trials the bucket's study never asked, and
+    the resume's searcher met them with an ``IndexError`` traceback. Their endings and epochs,
+    if the tables or the save hold any, are then caught up as every RUNNING trial's are.
+    Returns their Ray ids.
+    """
+    from tunekit.driver.saved_records import records_of
+
+    known = {str(t.user_attrs.get(RAY_TRIAL_ATTR)) for t in study.get_trials(deepcopy=False)}
+    saved: dict[str, Any] = {}
+    for state in saved_callback_states(experiment_dir):
+        if isinstance(state, Mapping) and "records" in state:
+            saved.update(records_of(state["records"])[0])
+    missing = sorted((r.number, r) for r in saved.values() if r.number is not None and r.trial_id not in known)
+    added: list[str] = []
+    for number, record in missing:
+        if number != len(study.trials) or record.status in _STUDY_STATES:
+            break  # an ended trial the tables lack, or a gap: the resume's check says what is wrong
+        names = set(spec.space.names)
+        study.enqueue_trial({k: v for k, v in record.params.items() if k in names}, skip_if_exists=False)
+        trial = study.ask()
+        spec.space.sample(trial)
+        trial.set_user_attr(RAY_TRIAL_ATTR, record.trial_id)
+        added.append(record.trial_id)
+    return added
 
 
 def _add_missing(
