@@ -103,7 +103,7 @@ def run(
     """
     from tunekit.runtime.client import serve_call, why_python_call_runs_here
 
-    arguments = {
+    arguments: dict[str, Any] = {
         "spec": spec,
         "overrides": overrides,
         "name": name,
@@ -119,18 +119,7 @@ def run(
     from tunekit.driver.runner import run as _run
 
     return _run(
-        spec,
-        overrides=overrides,
-        name=name,
-        storage=storage,
-        address=address,
-        connect_timeout=connect_timeout,
-        progress=progress,
-        trainable=trainable,
-        build_data=build_data,
-        build_model=build_model,
-        fit_options=fit_options,
-        **sections,
+        **arguments, trainable=trainable, build_data=build_data, build_model=build_model, fit_options=fit_options
     )
 
 
@@ -160,7 +149,7 @@ def resume(
     """
     from tunekit.runtime.client import serve_call, why_python_call_runs_here
 
-    arguments = {
+    arguments: dict[str, Any] = {
         "experiment_dir": experiment_dir,
         "overrides": overrides,
         "address": address,
@@ -174,16 +163,7 @@ def resume(
     from tunekit.driver.runner import resume as _resume
 
     return _resume(
-        experiment_dir,
-        overrides=overrides,
-        address=address,
-        local=local,
-        connect_timeout=connect_timeout,
-        progress=progress,
-        trainable=trainable,
-        build_data=build_data,
-        build_model=build_model,
-        fit_options=fit_options,
+        **arguments, trainable=trainable, build_data=build_data, build_model=build_model, fit_options=fit_options
     )
 
 
