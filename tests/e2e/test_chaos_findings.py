@@ -410,3 +410,47 @@ def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_ho
     assert [t.state.name for t in asked] == ["RUNNING"] * 3
     assert asked[1].params == params["t1"] and asked[2].params == params["t2"]
     assert asked[1].intermediate_values == {1: 0.72}
+
+
+@pytest.mark.inconsistent_on_purpose  # a made-up experiment with its journal cut, kept as cut
+def test_check_repair_of_a_bucket_rebuilds_its_journal_there_and_names_it_by_its_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held out by the lead: `tunekit check` of a bucket experiment whose journal lacked lines
+    named `tunekit check --repair <this machine's cache>`, and `check --repair URI` refused ("repairs
+    a local folder; copy it here first"), so the resume's one line pointed to no working repair.
+    Here a made-up experiment in moto's S3 server with a line cut from the middle of its journal."""
+    from unit.storage.test_journal import sealed_experiment
+
+    from tunekit.layout import STUDY_FILE
+    from tunekit.results.check import check_experiment
+    from tunekit.results.repair import repair_experiment
+    from tunekit.storage.buckets import Bucket, mirror_cache
+    from tunekit.storage.journal import verify_journal
+    from tunekit.testing.servers import S3Server
+
+    local = sealed_experiment(tmp_path / "asha")
+    lines = (local / STUDY_FILE).read_bytes().splitlines(keepends=True)
+    (local / STUDY_FILE).write_bytes(b"".join(lines[:20] + lines[21:]))
+    s3 = S3Server(tmp_path / "moto").start()
+    try:
+        for key, value in {**s3.env, "TUNEKIT_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(key, value)
+        s3.make_bucket("held")
+        uri = "s3://held/team/asha"
+        bucket = Bucket(uri)
+        bucket.push(local, sorted(p.name for p in local.iterdir() if p.is_file()))
+
+        damaged = check_experiment(uri, mlflow=False)
+        said = " ".join(str(f.actual) for f in damaged.findings)
+        assert f"`tunekit check --repair {uri}`" in said and str(tmp_path / "cache") not in said
+
+        repaired = repair_experiment(uri)
+
+        assert repaired and repaired[0].startswith(f"{STUDY_FILE}: rebuilt ("), repaired
+        pulled = bucket.pull(mirror_cache(bucket, "read", fresh=True))
+        assert verify_journal(pulled / STUDY_FILE).damage is None
+        assert (pulled / f"{STUDY_FILE}.damaged").read_bytes() == (local / STUDY_FILE).read_bytes()
+        assert not [f for f in check_experiment(uri, mlflow=False).findings if STUDY_FILE in f.where]
+    finally:
+        s3.stop()

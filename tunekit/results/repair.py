@@ -31,8 +31,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunekit.errors import DamagedRecordWarning, StorageError
-from tunekit.layout import EPOCHS_FILE, PARAM_PREFIX, STUDY_FILE, TRIALS_FILE, TrialStatus, finite, number_or_none
+from tunekit.errors import DamagedRecordWarning
+from tunekit.layout import (
+    EPOCHS_FILE,
+    JOURNAL_SEAL_FILE,
+    PARAM_PREFIX,
+    STUDY_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    finite,
+    number_or_none,
+)
 from tunekit.results.findings import table_rows_of
 from tunekit.search.attrs import HELD_ATTR, LOST_ATTR, RAY_TRIAL_ATTR
 from tunekit.storage.clock import died_mid_session
@@ -52,18 +61,30 @@ ORPHANS_DIR = ".orphans"  # a dot folder: no reader takes it for a trial's
 def repair_experiment(experiment_dir: str | Path) -> list[str]:
     """Repairs what ``tunekit check`` finds damaged and can rebuild; returns what it did, one line each.
 
+    A bucket's experiment is pulled afresh into this machine's cache under the bucket's lease,
+    repaired there, and the files the repair wrote are uploaded back (the study's journal, the
+    damaged one kept beside it, the seal).
+
     Raises:
         LeaseHeldError: a driver is writing the experiment.
-        StorageError: the experiment is in a bucket (repair a local copy, then upload it).
+        StorageError: the bucket cannot be reached or written.
     """
-    from tunekit.storage.buckets import is_uri, local_path
+    from tunekit.storage.buckets import Bucket, check_bucket, is_uri, local_path, mirror_cache
     from tunekit.storage.lease import DriverLease
 
-    if is_uri(experiment_dir):
-        raise StorageError(f"{experiment_dir}: `tunekit check --repair` repairs a local folder; copy it here first")
-    directory = local_path(experiment_dir)
-    with DriverLease(directory, "check --repair"):
-        return _repair_journal(directory)
+    if not is_uri(experiment_dir):
+        directory = local_path(experiment_dir)
+        with DriverLease(directory, "check --repair"):
+            return _repair_journal(directory)
+    location = str(experiment_dir)
+    check_bucket(location)
+    bucket = Bucket(location)
+    with DriverLease(location, "check --repair"):
+        directory = bucket.pull(mirror_cache(bucket, "driver", fresh=True))
+        repaired = _repair_journal(directory)
+        if repaired:
+            bucket.push(directory, [STUDY_FILE, f"{STUDY_FILE}{DAMAGED_SUFFIX}", JOURNAL_SEAL_FILE])
+        return repaired
 
 
 def _repair_journal(directory: Path) -> list[str]:

@@ -297,9 +297,11 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def journal_repair(experiment_dir: Path) -> str:
-    """The one line's second half: what repairs a damaged journal."""
+    """The one line's second half: what repairs a damaged journal (a bucket's named by its URI)."""
+    from tunekit.storage.buckets import shown
+
     return (
-        f"`{REPAIR_COMMAND} {experiment_dir}` rebuilds the study from what of it is whole, {TRIALS_FILE} and "
+        f"`{REPAIR_COMMAND} {shown(experiment_dir)}` rebuilds the study from what of it is whole, {TRIALS_FILE} and "
         "epochs.csv; then `tunekit resume` continues"
     )
 
