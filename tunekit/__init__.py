@@ -101,8 +101,6 @@ def run(
     The errors it raises are ``tunekit.driver.runner.run``'s (``SpecError``, ``SearchAborted``,
     ``NoResultError``, ``ClusterError``, ``ResourceError``, ``StorageError``, ``SearchInterrupted``).
     """
-    from tunekit.runtime.client import serve_call, why_python_call_runs_here
-
     arguments: dict[str, Any] = {
         "spec": spec,
         "overrides": overrides,
@@ -113,14 +111,7 @@ def run(
         "progress": progress,
         **sections,
     }
-    builders = (trainable, build_data, build_model, fit_options)
-    if (folder := serve_call("run", arguments, why_python_call_runs_here(arguments, builders))) is not None:
-        return load(folder)  # run on the warm runtime (tunekit up), which said so
-    from tunekit.driver.runner import run as _run
-
-    return _run(
-        **arguments, trainable=trainable, build_data=build_data, build_model=build_model, fit_options=fit_options
-    )
+    return _on_the_runtime_or_here("run", arguments, trainable, build_data, build_model, fit_options)
 
 
 def resume(
@@ -147,8 +138,6 @@ def resume(
         connect_timeout, progress, trainable, build_data, build_model, fit_options: as ``run``'s;
             a search whose builders were passed from Python needs them passed again.
     """
-    from tunekit.runtime.client import serve_call, why_python_call_runs_here
-
     arguments: dict[str, Any] = {
         "experiment_dir": experiment_dir,
         "overrides": overrides,
@@ -157,12 +146,27 @@ def resume(
         "connect_timeout": connect_timeout,
         "progress": progress,
     }
-    builders = (trainable, build_data, build_model, fit_options)
-    if (folder := serve_call("resume", arguments, why_python_call_runs_here(arguments, builders))) is not None:
-        return load(folder)  # run on the warm runtime (tunekit up), which said so
-    from tunekit.driver.runner import resume as _resume
+    return _on_the_runtime_or_here("resume", arguments, trainable, build_data, build_model, fit_options)
 
-    return _resume(
+
+def _on_the_runtime_or_here(
+    command: str,
+    arguments: dict[str, Any],
+    trainable: ModuleType | None,
+    build_data: Callable[..., Any] | None,
+    build_model: Callable[..., Any] | None,
+    fit_options: Callable[..., Any] | None,
+) -> ExperimentResults:
+    """``run`` or ``resume`` on the warm runtime (``tunekit up``) when it serves the call, which says
+    so; else in this process. Builders passed as functions keep the call here."""
+    from tunekit.driver import runner
+    from tunekit.runtime.client import serve_call, why_python_call_runs_here
+
+    builders = (trainable, build_data, build_model, fit_options)
+    if (folder := serve_call(command, arguments, why_python_call_runs_here(arguments, builders))) is not None:
+        return load(folder)
+    call = runner.run if command == "run" else runner.resume
+    return call(
         **arguments, trainable=trainable, build_data=build_data, build_model=build_model, fit_options=fit_options
     )
 
