@@ -111,14 +111,13 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
         if cells.get("trial_id") in tables:
             metrics = {name: float(text) for name, text in cells.items() if name not in EPOCH_COLUMNS and text}
             epochs.setdefault(cells["trial_id"], {})[int(cells["epoch"])] = metrics
-    bucket = bucket_of(experiment_dir) is not None
-    if bucket:
-        _add_saved_rows(epochs, tables, experiment_dir)
+    # A bucket's Ray state, uploaded apart from the driver's mirror, may be ahead of its tables.
+    saved = saved_callback_states(experiment_dir) if bucket_of(experiment_dir) is not None else []
+    _add_saved_rows(epochs, tables, saved)
     ended = _add_missing(study, spec, tables, epochs)
-    if bucket:
-        added_back = _add_saved_running(study, spec, experiment_dir)
+    if added_back := _add_saved_running(study, spec, saved):
         tables = {**{trial_id: {} for trial_id in added_back}, **tables}
-        _add_saved_rows(epochs, tables, experiment_dir)
+        _add_saved_rows(epochs, tables, saved)
     added = 0
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial_id = str(frozen.user_attrs.get(RAY_TRIAL_ATTR))
@@ -132,7 +131,7 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
 
 
 def _add_saved_rows(
-    epochs: dict[str, dict[int, dict[str, float]]], tables: Mapping[str, Any], experiment_dir: Path
+    epochs: dict[str, dict[int, dict[str, float]]], tables: Mapping[str, Any], saved: list[Any]
 ) -> None:
     """Adds the epoch rows of Ray's newest save that ``epochs.csv`` lacks (a bucket's).
 
@@ -144,14 +143,14 @@ def _add_saved_rows(
     """
     from tunekit.driver.saved_records import records_of
 
-    for state in saved_callback_states(experiment_dir):
+    for state in saved:
         if isinstance(state, Mapping) and "records" in state:
             for row in records_of(state["records"])[1]:
                 if row.trial_id in tables:
                     epochs.setdefault(row.trial_id, {}).setdefault(row.epoch, dict(row.metrics))
 
 
-def _add_saved_running(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Path) -> list[str]:
+def _add_saved_running(study: optuna.Study, spec: ExperimentSpec, saved: list[Any]) -> list[str]:
     """Asks again, as RUNNING with their parameters and Ray ids, the trials Ray's newest save
     holds as not ended that follow the study's last (a bucket's).
 
@@ -165,11 +164,11 @@ def _add_saved_running(study: optuna.Study, spec: ExperimentSpec, experiment_dir
     from tunekit.driver.saved_records import records_of
 
     known = {str(t.user_attrs.get(RAY_TRIAL_ATTR)) for t in study.get_trials(deepcopy=False)}
-    saved: dict[str, Any] = {}
-    for state in saved_callback_states(experiment_dir):
+    records: dict[str, Any] = {}
+    for state in saved:
         if isinstance(state, Mapping) and "records" in state:
-            saved.update(records_of(state["records"])[0])
-    missing = sorted((r.number, r) for r in saved.values() if r.number is not None and r.trial_id not in known)
+            records.update(records_of(state["records"])[0])
+    missing = sorted((r.number, r) for r in records.values() if r.number is not None and r.trial_id not in known)
     added: list[str] = []
     for number, record in missing:
         if number != len(study.trials) or record.status in _STUDY_STATES:
