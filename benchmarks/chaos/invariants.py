@@ -1,7 +1,7 @@
 """The invariants after a history, checked from the files themselves, independently of ``tunekit check``.
 
 Read with the standard library, Optuna (on a copy of the journal, so nothing is written into
-the experiment) and SQLite (MLflow's store): trials.csv, epochs.csv, spec.yaml, the study,
+the experiment) and SQLite (MLflow's store): trials.csv, epochs.csv, spans.csv, spec.yaml, the study,
 MLflow's child runs of the experiment's parent, and every driver's console output.
 """
 
@@ -34,12 +34,13 @@ def violations(experiment: Path, mlflow_db: Path, logs: list[Path]) -> tuple[lis
         samples, metric = int(spec["budget"]["num_samples"]), str(spec["metric"]["name"])
         trials = _rows(experiment / "trials.csv")
         epochs = _rows(experiment / "epochs.csv")
+        spans = _rows(experiment / "spans.csv")
         study = _study_trials(experiment / "study.journal")
         runs = _mlflow_children(experiment, mlflow_db)
         finals = _mlflow_finals(experiment, mlflow_db, metric)
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, sqlite3.Error, yaml.YAMLError) as error:
         return [f"a record does not read whole: {type(error).__name__}: {error}"], []
-    problems = _disagreements(trials, epochs, study, runs) + _values(trials, epochs, study, finals)
+    problems = _disagreements(trials, epochs, study, runs) + _values(trials, epochs, study, finals) + _spans(spans)
     return problems, _outcome(experiment, samples, trials, logs)
 
 
@@ -101,6 +102,22 @@ def _values(
         logged = None if finals is None else finals.get(int(row["number"]))
         if finals is not None and final is not None and (logged is None or abs(logged - final) > 1e-9):
             problems.append(f"trial {row['number']}: MLflow's final value {logged}, trials.csv's {final}")
+    return problems
+
+
+def _spans(spans: list[dict[str, str]]) -> list[str]:
+    """Each trial's stretches follow one another on the search's clock: each ends after it starts,
+    the next starts after it ends (seed 694332: a resume whose clock ran behind began spans at 0 s)."""
+    problems = []
+    by_trial: dict[str, list[tuple[float, float | None]]] = {}
+    for row in sorted(spans, key=lambda row: (row["trial_id"], int(row["span"]))):
+        by_trial.setdefault(row["trial_id"], []).append((float(row["start"] or 0.0), float(row["end"]) if row["end"] else None))
+    for trial_id, stretches in by_trial.items():
+        for (start, end), (later, _) in zip(stretches, stretches[1:] + [(None, None)], strict=True):
+            if end is not None and end < start:
+                problems.append(f"spans.csv: trial {trial_id}'s span ends at {end} before its start {start}")
+            if later is not None and (end is None or later < end):
+                problems.append(f"spans.csv: trial {trial_id}'s span starting at {later} overlaps the one before (end {end})")
     return problems
 
 

@@ -73,14 +73,24 @@ class SearchClock:
         self.running = False
 
     def active_at(self, wall: float) -> float:
-        """Active seconds from the search's start until the wall-clock time ``wall``."""
-        total = 0.0
-        for index, (start, end) in enumerate(self.sessions):
-            if wall <= start:
-                break
-            current = self.running and index == len(self.sessions) - 1
-            total += (wall if current else min(wall, end)) - start
-        return total
+        """Active seconds from the search's start until the wall-clock time ``wall``.
+
+        Sessions count in the order they ran, not by their wall times: a resume on a host whose
+        clock runs behind starts its session before the last one's recorded end, and its moments
+        still come after every earlier session's seconds (walking by wall time gave them 0 s, and
+        a trial's new span began before its last one ended). ``wall`` falls in the latest session
+        that holds it, else at the end of the latest one that started before it.
+        """
+        before = list(itertools.accumulate((end - start for start, end in self.sessions), initial=0.0))
+        last = len(self.sessions) - 1
+        for index in range(last, -1, -1):
+            start, end = self.sessions[index]
+            if start <= wall <= end or (self.running and index == last and wall >= start):
+                return before[index] + wall - start
+        for index in range(last, -1, -1):
+            if wall >= self.sessions[index][0]:
+                return before[index + 1]
+        return 0.0
 
     def wall_at(self, active: float) -> float:
         """The wall-clock time at which the search had run ``active`` seconds (MLflow's timestamps)."""

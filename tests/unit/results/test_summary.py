@@ -228,6 +228,17 @@ def test_the_clock_leaves_out_the_time_between_sessions() -> None:
     assert clock.active_at(1004.0) == 19.0
 
 
+def test_a_session_whose_clock_runs_behind_counts_after_the_earlier_ones() -> None:
+    # Seed 694332 of the fault explorer: a resume on a clock 5 minutes behind began its session
+    # before the last one's end, and its moments read 0 s on, overlapping the trial's earlier span.
+    clock = SearchClock(1000.0, [[1000.0, 1025.9]])
+    clock.begin(now=700.0)
+    assert clock.active_at(711.2) == pytest.approx(25.9 + 11.2)
+    clock.end(now=720.0)
+    clock.begin(now=2000.0)  # and a later one on a clock that is right again
+    assert [clock.active_at(t) for t in (715.0, 1010.0, 1900.0, 2001.0)] == pytest.approx([40.9, 10.0, 45.9, 46.9])
+
+
 def test_the_report_counts_trials_the_tables_still_hold_running(tmp_path: Path) -> None:
     # After a kill -9 of the driver, trials.csv keeps its running trials: the counts say so.
     from tunekit.results.closing import closing_lines
