@@ -412,6 +412,82 @@ def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_ho
     assert asked[1].intermediate_values == {1: 0.72}
 
 
+def test_a_bucket_resume_gives_the_study_the_epochs_only_ray_s_saved_state_holds(tmp_path: Path) -> None:
+    """Explorer seed 724138, replayed again: the bucket's trials.csv predated trial 2, which
+    the study had asked and Ray's save (uploaded apart from the mirror) held with its epoch 1.
+    The resume's recorder took that epoch from the save; the catch-up passed over the trial, as
+    trials.csv did not name it, and the study ended without epoch 1 (`the study lacks epochs [1]
+    that epochs.csv holds`). Here such a cache (no Ray)."""
+    import pickle
+
+    import optuna
+
+    from tunekit.config.spec import load_spec
+    from tunekit.driver.records import EpochRow, TrialRecord
+    from tunekit.driver.saved_records import SavedRecords
+    from tunekit.driver.study_catch_up import catch_up_study
+    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.search.plan import study_storage
+    from tunekit.storage.buckets import ORIGIN_FILE
+
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    (tmp_path / ORIGIN_FILE).write_text("s3://held/exps/x\n")
+    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
+    asked = study.ask()
+    spec.space.sample(asked)
+    asked.set_user_attr(RAY_TRIAL_ATTR, "t0")
+    (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\n")
+    (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
+    records = SavedRecords().state(
+        {"t0": TrialRecord("t0", 0, asked.params)}, {"t0": {1: 0}}, [EpochRow("t0", 1, {"val_accuracy": 0.61}, 1, None, 1.0)]
+    )
+    (tmp_path / "callback-states-2026-12-07_22-15-13.pkl").write_bytes(pickle.dumps({0: {"records": records}}))
+
+    assert catch_up_study(study, spec, tmp_path) == (0, 1)
+    assert study.trials[0].intermediate_values == {1: 0.61} and study.trials[0].state.name == "RUNNING"
+
+
+def test_a_resume_asks_again_a_stopped_trial_only_trials_csv_holds(tmp_path: Path) -> None:
+    """Explorer seed 724138, replayed: an outage past the bound began just after trial 2 was
+    asked; the mirror's last upload carried trials.csv (trial 2 stopped after 0 epochs) but not
+    the journal, and no save of Ray's named it. The resume's searcher met trial 2's number with an
+    IndexError traceback, six resumes in a row. Here such a cache (no Ray): trial 1 ended in
+    trials.csv only is told as the searcher told it, and trial 2 asked again, RUNNING, with its
+    parameters and Ray id."""
+    import optuna
+
+    from tunekit.config.spec import load_spec
+    from tunekit.driver.study_catch_up import catch_up_study
+    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.search.plan import study_storage
+    from tunekit.storage.buckets import ORIGIN_FILE
+
+    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
+    (tmp_path / ORIGIN_FILE).write_text("s3://held/exps/x\n")
+    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
+    first = study.ask()
+    spec.space.sample(first)
+    first.set_user_attr(RAY_TRIAL_ATTR, "t0")
+    columns = "trial_id,number,status,reason,epochs,final_metric,kept_epoch"
+    params = "params.batch_size,params.dropout,params.learning_rate,params.units"
+    (tmp_path / "trials.csv").write_text(
+        f"{columns},{params}\n"
+        "t0,0,running,,1,,,16,0.3,0.001,32\n"
+        "t1,1,completed,trained all 4 epochs,1,0.9,1,64,0.2,0.004,256\n"
+        "t2,2,stopped,the search was stopped after 0 epochs,0,,,32,0.1,0.0012520653814999472,64\n"
+    )
+    (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\nt0,1,0.5\nt1,1,0.9\n")
+
+    assert catch_up_study(study, spec, tmp_path) == (1, 1)  # t1 told COMPLETE; t0's epoch 1
+
+    asked = study.get_trials(deepcopy=False)
+    assert [t.user_attrs.get(RAY_TRIAL_ATTR) for t in asked] == ["t0", "t1", "t2"]
+    assert [t.state.name for t in asked] == ["RUNNING", "COMPLETE", "RUNNING"]
+    assert asked[1].value == 0.9 and asked[1].intermediate_values == {1: 0.9}
+    assert asked[2].params == {"batch_size": 32, "dropout": 0.1, "learning_rate": 0.0012520653814999472, "units": 64}
+    assert asked[0].intermediate_values == {1: 0.5}
+
+
 @pytest.mark.inconsistent_on_purpose  # a made-up experiment with its journal cut, kept as cut
 def test_check_repair_of_a_bucket_rebuilds_its_journal_there_and_names_it_by_its_uri(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -111,28 +111,37 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
         if cells.get("trial_id") in tables:
             metrics = {name: float(text) for name, text in cells.items() if name not in EPOCH_COLUMNS and text}
             epochs.setdefault(cells["trial_id"], {})[int(cells["epoch"])] = metrics
-    # A bucket's Ray state, uploaded apart from the driver's mirror, may be ahead of its tables.
+    # A bucket's Ray state, uploaded apart from the driver's mirror, may be ahead of its tables:
+    # the trials it names count as known to them (seed 724138 again: trial 2 ran an epoch that
+    # only Ray's save held, the resume's recorder took it from there, and the study never did).
     saved = saved_callback_states(experiment_dir) if bucket_of(experiment_dir) is not None else []
-    _add_saved_rows(epochs, tables, saved)
-    ended = _add_missing(study, spec, tables, epochs)
-    if added_back := _add_saved_running(study, spec, saved):
-        tables = {**{trial_id: {} for trial_id in added_back}, **tables}
-        _add_saved_rows(epochs, tables, saved)
+    named = set(tables) | _saved_trial_ids(saved)
+    _add_saved_rows(epochs, named, saved)
+    ended = _add_unknown(study, spec, tables, epochs, saved)
     added = 0
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial_id = str(frozen.user_attrs.get(RAY_TRIAL_ATTR))
-        if trial_id not in tables or {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(frozen.user_attrs):
+        if trial_id not in named or {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(frozen.user_attrs):
             continue
         trial = reopen_trial(study, frozen)
         rows = epochs.get(trial_id, {})
         added += _add_epochs(trial, frozen, spec, rows)
-        ended += _end(study, trial, spec, tables[trial_id], rows)
+        ended += _end(study, trial, spec, tables.get(trial_id, {}), rows)
     return ended, added
 
 
-def _add_saved_rows(
-    epochs: dict[str, dict[int, dict[str, float]]], tables: Mapping[str, Any], saved: list[Any]
-) -> None:
+def _saved_trial_ids(saved: list[Any]) -> set[str]:
+    from tunekit.driver.saved_records import records_of
+
+    return {
+        trial_id
+        for state in saved
+        if isinstance(state, Mapping) and "records" in state
+        for trial_id in records_of(state["records"])[0]
+    }
+
+
+def _add_saved_rows(epochs: dict[str, dict[int, dict[str, float]]], named: set[str], saved: list[Any]) -> None:
     """Adds the epoch rows of Ray's newest save that ``epochs.csv`` lacks (a bucket's).
 
     Ray uploads its state, the recorder's rows among it, to the bucket itself, apart from the
@@ -146,80 +155,90 @@ def _add_saved_rows(
     for state in saved:
         if isinstance(state, Mapping) and "records" in state:
             for row in records_of(state["records"])[1]:
-                if row.trial_id in tables:
+                if row.trial_id in named:
                     epochs.setdefault(row.trial_id, {}).setdefault(row.epoch, dict(row.metrics))
 
 
-def _add_saved_running(study: optuna.Study, spec: ExperimentSpec, saved: list[Any]) -> list[str]:
-    """Asks again, as RUNNING with their parameters and Ray ids, the trials Ray's newest save
-    holds as not ended that follow the study's last (a bucket's).
+def _add_unknown(
+    study: optuna.Study,
+    spec: ExperimentSpec,
+    tables: Mapping[str, Mapping[str, str]],
+    epochs: Mapping[str, Any],
+    saved: list[Any],
+) -> int:
+    """Adds the trials the study lacks altogether that follow its last, in number order: an ended
+    one as the searcher told it (from the tables), one not ended asked again as RUNNING with its
+    parameters and Ray id. Returns how many it added as ended.
 
-    Ray uploads its state apart from the driver's mirror: a save that reached the bucket after the
-    mirror's last upload of the journal (an outage past ``storage.outage_s`` that began just after
-    trials were asked; a kill between the two) names trials the bucket's study never asked, and
-    the resume's searcher met them with an ``IndexError`` traceback. Their endings and epochs,
-    if the tables or the save hold any, are then caught up as every RUNNING trial's are.
-    Returns their Ray ids.
+    The study misses them when they were asked after the journal's last upload: a bucket
+    experiment's mirror uploads its files one after another, and Ray uploads its state apart from
+    it. ``trials.csv`` or Ray's newest save may then name trials the bucket's study never asked (an
+    outage past ``storage.outage_s`` that began just after trials were asked; a kill between two
+    uploads), and the resume's searcher met their numbers with an ``IndexError`` traceback: chaos
+    seed 724138, trial 2 stopped after 0 epochs, held by trials.csv alone. A trial's study number
+    is its number everywhere, so a gap, or an ended trial only Ray's save holds (its ending's
+    figures are in no table), ends the run of them: the resume's check says what is wrong.
     """
     from tunekit.driver.saved_records import records_of
 
     known = {str(t.user_attrs.get(RAY_TRIAL_ATTR)) for t in study.get_trials(deepcopy=False)}
-    records: dict[str, Any] = {}
+    unknown: dict[int, tuple[str, str, dict[str, Any], Mapping[str, str] | None]] = {}
     for state in saved:
         if isinstance(state, Mapping) and "records" in state:
-            records.update(records_of(state["records"])[0])
-    missing = sorted((r.number, r) for r in records.values() if r.number is not None and r.trial_id not in known)
-    added: list[str] = []
-    for number, record in missing:
-        if number != len(study.trials) or record.status in _STUDY_STATES:
-            break  # an ended trial the tables lack, or a gap: the resume's check says what is wrong
-        names = set(spec.space.names)
-        study.enqueue_trial({k: v for k, v in record.params.items() if k in names}, skip_if_exists=False)
-        trial = study.ask()
-        spec.space.sample(trial)
-        trial.set_user_attr(RAY_TRIAL_ATTR, record.trial_id)
-        added.append(record.trial_id)
-    return added
+            for record in records_of(state["records"])[0].values():
+                if record.number is not None and record.trial_id not in known:
+                    unknown[record.number] = (record.trial_id, str(record.status), dict(record.params), None)
+    for trial_id, cells in tables.items():  # the tables' word on a trial wins: they hold its ending's figures
+        if trial_id not in known and cells.get("number"):
+            params = {n.removeprefix("params."): yaml.safe_load(v) for n, v in cells.items() if n.startswith("params.") and v}
+            unknown[int(float(cells["number"]))] = (trial_id, str(cells.get("status")), params, cells)
+    ended = 0
+    while (found := unknown.get(len(study.trials))) is not None:
+        trial_id, status, params, cells = found
+        if status not in _STUDY_STATES:
+            _ask_again(study, spec, trial_id, params)
+        elif cells is not None:
+            _add_ended(study, spec, trial_id, _STUDY_STATES[status], params, cells, epochs.get(trial_id, {}))
+            ended += 1
+        else:
+            break
+    return ended
 
 
-def _add_missing(
-    study: optuna.Study, spec: ExperimentSpec, tables: Mapping[str, Mapping[str, str]], epochs: Mapping[str, Any]
-) -> int:
-    """Adds the ended trials the tables hold and the study lacks altogether (asked after the
-    journal's upload), as the searcher would have told them; returns how many.
+def _ask_again(study: optuna.Study, spec: ExperimentSpec, trial_id: str, params: Mapping[str, Any]) -> None:
+    names = set(spec.space.names)
+    study.enqueue_trial({k: v for k, v in params.items() if k in names}, skip_if_exists=False)
+    trial = study.ask()
+    spec.space.sample(trial)
+    trial.set_user_attr(RAY_TRIAL_ATTR, trial_id)
 
-    A trial's study number is its ``number`` in ``trials.csv``, so only the trials that follow
-    the study's last, in order, are added; a trial still running there (Optuna adds only
-    finished trials) ends the run of them.
-    """
+
+def _add_ended(
+    study: optuna.Study,
+    spec: ExperimentSpec,
+    trial_id: str,
+    state: str,
+    params: Mapping[str, Any],
+    cells: Mapping[str, str],
+    rows: Mapping[int, dict[str, float]],
+) -> None:
     import optuna
     from optuna.trial import TrialState
 
-    known = {str(t.user_attrs.get(RAY_TRIAL_ATTR)) for t in study.get_trials(deepcopy=False)}
-    missing = sorted((int(float(c["number"])), t, c) for t, c in tables.items() if t not in known and c.get("number"))
-    count = 0
-    for number, trial_id, cells in missing:
-        state = _STUDY_STATES.get(str(cells.get("status")))
-        if number != len(study.trials) or state is None:
-            break
-        params = {name.removeprefix("params."): text for name, text in cells.items() if name.startswith("params.")}
-        fixed = optuna.trial.FixedTrial({name: yaml.safe_load(text) for name, text in params.items() if text})
-        spec.space.sample(fixed)  # type: ignore[arg-type]  # FixedTrial keeps each distribution asked for
-        rows = epochs.get(trial_id, {})
-        values, attrs = _told(spec, state, cells, rows)
-        steps = {e: v for e, metrics in rows.items() if (v := finite(metrics.get(spec.metric.name))) is not None}
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.FAIL if state == "COMPLETE" and values is None else TrialState[state],
-                values=values,
-                params=fixed.params,
-                distributions=fixed.distributions,
-                intermediate_values={} if spec.multi_objective else steps,
-                user_attrs={RAY_TRIAL_ATTR: trial_id, **attrs},
-            )
+    fixed = optuna.trial.FixedTrial(dict(params))
+    spec.space.sample(fixed)  # type: ignore[arg-type]  # FixedTrial keeps each distribution asked for
+    values, attrs = _told(spec, state, cells, rows)
+    steps = {e: v for e, metrics in rows.items() if (v := finite(metrics.get(spec.metric.name))) is not None}
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.FAIL if state == "COMPLETE" and values is None else TrialState[state],
+            values=values,
+            params=fixed.params,
+            distributions=fixed.distributions,
+            intermediate_values={} if spec.multi_objective else steps,
+            user_attrs={RAY_TRIAL_ATTR: trial_id, **attrs},
         )
-        count += 1
-    return count
+    )
 
 
 def _told(

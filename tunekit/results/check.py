@@ -71,7 +71,7 @@ from tunekit.search.attrs import (
     epoch_results,
 )
 from tunekit.search.forecast import slot_units
-from tunekit.storage.buckets import readable
+from tunekit.storage.buckets import readable, shown
 from tunekit.storage.clock import SearchClock, died_mid_session
 from tunekit.tracking.record import TrackingRecord
 
@@ -127,7 +127,7 @@ def check_experiment(
                 report.findings.append(item)
     if any(finding.where == TABLES_VS_STUDY for finding in report.findings):
         report.notes.append(
-            f"`tunekit check --repair {directory}` holds the study's trials to {TRIALS_FILE} and {EPOCHS_FILE}"
+            f"`tunekit check --repair {shown(directory)}` holds the study's trials to {TRIALS_FILE} and {EPOCHS_FILE}"
         )
     ledger = results.experiment_dir / LEDGER_FILE
     if not ledger.is_file():

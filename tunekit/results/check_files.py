@@ -37,6 +37,7 @@ from tunekit.layout import (
 )
 from tunekit.results.findings import Finding, table_rows_of, trial_label
 from tunekit.results.load import ExperimentResults
+from tunekit.storage.buckets import shown
 from tunekit.storage.checksums import damaged_payloads
 from tunekit.storage.clock import died_mid_session
 
@@ -274,7 +275,7 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
                     )
                     continue
                 if (folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file():
-                    repair = f"`tunekit retrain {directory} --trial {number}` trains it again, exported beside"
+                    repair = f"`tunekit retrain {shown(directory)} --trial {number}` trains it again, exported beside"
                 else:
                     repair = "`tunekit resume` passes over it for the trial's newest whole checkpoint"
                 yield Finding(

@@ -293,7 +293,7 @@ def check_required_tables(directory: Path) -> None:
     else:
         return
     raise DamagedFileError(
-        missing, problem, f"restore it from a copy; `tunekit check {directory}` says what else is whole"
+        missing, problem, f"restore it from a copy; `tunekit check {shown(directory)}` says what else is whole"
     )
 
 
@@ -310,7 +310,7 @@ def missing_study(directory: Path) -> str | None:
         return None
     return (
         f"{study_file(directory)}: missing, while {TRIALS_FILE} holds the search's trials: these results are "
-        f"read from the tables alone; `tunekit check --repair {directory}` rebuilds the study from them"
+        f"read from the tables alone; `tunekit check --repair {shown(directory)}` rebuilds the study from them"
     )
 
 
