@@ -8,6 +8,8 @@ SEED`` replays the whole history; its timing depends on the machine, so these te
 
 from __future__ import annotations
 
+import io
+
 import json
 import os
 import signal
@@ -486,6 +488,58 @@ def test_a_resume_asks_again_a_stopped_trial_only_trials_csv_holds(tmp_path: Pat
     assert asked[1].value == 0.9 and asked[1].intermediate_values == {1: 0.9}
     assert asked[2].params == {"batch_size": 32, "dropout": 0.1, "learning_rate": 0.0012520653814999472, "units": 64}
     assert asked[0].intermediate_values == {1: 0.5}
+
+
+@pytest.mark.inconsistent_on_purpose  # made-up experiments: a spec and a table, no study
+def test_a_resume_here_first_sends_what_a_driver_stopped_by_an_outage_could_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Explorer seed 724138, replayed a fourth time: ASHA pruned trial 0 while the bucket was away,
+    the outage passed its bound, and the resume continued from the bucket's older records: trial 0
+    trained again and was pruned a second time. The stopped driver's cache held its ending. Here
+    (moto's S3 server, no Ray): a lease left by a driver that is gone and a cache marked unsent
+    under that lease: the resume sends the cache first; one marked under another lease (a driver
+    held the bucket since) is not sent."""
+    import json
+    import socket
+    import subprocess
+    import time
+
+    from tunekit.driver.folders import opened_experiment
+    from tunekit.storage.buckets import UNSENT_FILE, Bucket, mark_unsent, mirror_cache
+    from tunekit.storage.lease_files import lease_file
+    from tunekit.testing.servers import S3Server
+
+    dead_pid = subprocess.Popen(["true"])  # a pid that no longer runs
+    dead_pid.wait()
+    s3 = S3Server(tmp_path / "moto").start()
+    try:
+        for key, value in {**s3.env, "TUNEKIT_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(key, value)
+        s3.make_bucket("held")
+        for name, marked_under in (("stopped", "t-stopped"), ("taken-since", "t-earlier")):
+            uri = f"s3://held/team/{name}"
+            bucket = Bucket(uri)
+            cache = mirror_cache(bucket, "driver", fresh=True)
+            (cache / "spec.yaml").write_text((REPO / "search_spaces" / "digits_mlp.yaml").read_text())
+            (cache / "trials.csv").write_text("as the bucket last heard\n")
+            bucket.push(cache, ["spec.yaml", "trials.csv"])
+            now = time.time()
+            holder = {"host": socket.gethostname(), "pid": dead_pid.pid, "process_started": 0.0, "command": "run"}
+            lease_file(uri).create(json.dumps({**holder, "since": now, "beat": now, "token": "t-stopped"}))
+            (cache / "trials.csv").write_text("with trial 0 pruned during the outage\n")
+            mark_unsent(cache, marked_under)
+            said = io.StringIO()
+
+            with opened_experiment(uri, said) as experiment:
+                held = (experiment.directory / "trials.csv").read_text()
+
+            sent = name == "stopped"
+            assert held == ("with trial 0 pruned during the outage\n" if sent else "as the bucket last heard\n"), name
+            assert ("tunekit: sent 2 files of records the last driver on this machine could not" in said.getvalue()) == sent
+            assert not (experiment.directory / UNSENT_FILE).exists()
+    finally:
+        s3.stop()
 
 
 @pytest.mark.inconsistent_on_purpose  # a made-up experiment with its journal cut, kept as cut

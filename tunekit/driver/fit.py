@@ -66,7 +66,7 @@ def search(prepared: Prepared, experiment: Experiment) -> None:
         NoResultError: no trial reported the metric.
     """
     spec, experiment_dir = prepared.spec, experiment.directory
-    with storage_watched(spec, experiment_dir, prepared.stream):
+    with storage_watched(spec, experiment_dir, prepared.stream, experiment.lease.token):
         from tunekit.driver.progress import ConsoleProgress
 
         session_began = time.time()  # the active clock's session starts here, with the console's

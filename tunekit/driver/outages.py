@@ -20,15 +20,19 @@ from typing import Any, TextIO
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.signals import stop_search_for
 from tunekit.errors import SearchInterrupted, StorageError, StorageUnreachableError
-from tunekit.storage.buckets import mirrored, shown
+from tunekit.storage.buckets import mark_unsent, mirrored, shown
 from tunekit.storage.faults import is_transient, permanent_problem
 from tunekit.storage.store import free_bytes, no_space_error, no_space_in, space_needed
 
 
 @contextlib.contextmanager
-def storage_watched(spec: ExperimentSpec, experiment_dir: Path, stream: TextIO | None) -> Iterator[None]:
+def storage_watched(
+    spec: ExperimentSpec, experiment_dir: Path, stream: TextIO | None, lease_token: str | None
+) -> Iterator[None]:
     """Runs the block (a search's ``fit``) with its storage's faults ended in one line each, and a
-    bucket's cache uploaded as it changes and at the end (``tunekit.storage.BucketMirror``)."""
+    bucket's cache uploaded as it changes and at the end (``tunekit.storage.BucketMirror``). A
+    search stopped by an outage leaves its cache marked as ahead of the bucket, under the lease
+    ``lease_token`` names, for the resume on this machine to send first (``send_unsent``)."""
 
     def say(line: str) -> None:
         if stream is not None:
@@ -53,6 +57,8 @@ def storage_watched(spec: ExperimentSpec, experiment_dir: Path, stream: TextIO |
         if mirror is not None and mirror.gave_up is not None:
             # The search stopped for the outage, or ended while the bucket was away: its last
             # records did not reach the bucket, which the resume continues from.
+            if lease_token is not None:
+                mark_unsent(experiment_dir, lease_token)
             raise StorageUnreachableError(
                 f"{mirror.gave_up}; the search stopped, its running trials held: "
                 f"`tunekit resume {shown(experiment_dir)}` continues it once the storage is back",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import shutil
 import threading
@@ -49,6 +50,7 @@ from tunekit.layout import (
 )
 from tunekit.storage.faults import OUTAGE_S, Outage, is_transient, permanent_problem, retrying
 from tunekit.storage.fences import check_fences
+from tunekit.storage.store import replace_whole
 
 PUSH_EVERY_S = 2.0
 PROBE_EVERY_S = 10.0  # with nothing to upload, the mirror still reaches the bucket this often
@@ -57,6 +59,9 @@ CACHE_ENV = "TUNEKIT_CACHE"
 PAYLOAD_SUFFIXES = (".npz", ".keras", ".h5")
 # What the driver never uploads: temporary files, and the lease (kept in the bucket directly).
 NOT_PUSHED = (".partial", ".stale")
+# In a driver's cache: its records never all reached the bucket (an outage past the bound stopped
+# the search), with the token of the lease that driver held. Never uploaded.
+UNSENT_FILE = "unsent.json"
 
 
 def is_uri(text: str | os.PathLike[str]) -> bool:
@@ -429,12 +434,8 @@ class BucketMirror:
     def _push_once(self) -> None:
         with self._lock:
             changed = []
-            candidates = [*self.cache.iterdir(), *(self.cache / TENSORBOARD_DIR).rglob("*")]
-            for path in candidates:
-                if not _pushed(path):
-                    continue
-                relative = path.relative_to(self.cache).as_posix()
-                stat = path.stat()
+            for relative in mirrored_files(self.cache):
+                stat = (self.cache / relative).stat()
                 mark = (stat.st_size, stat.st_mtime_ns)
                 if self._sent.get(relative) != mark:
                     changed.append((relative, mark))
@@ -483,13 +484,52 @@ def _upload_rank(change: tuple[str, Any]) -> int:
     return {STUDY_FILE: 0, JOURNAL_SEAL_FILE: 2}.get(change[0], 1)
 
 
+def mirrored_files(cache: Path) -> list[str]:
+    """The files of a driver's cache the mirror uploads, relative to it: tunekit's records and
+    TensorBoard logs."""
+    candidates = [*cache.iterdir(), *(cache / TENSORBOARD_DIR).rglob("*")]
+    return [path.relative_to(cache).as_posix() for path in candidates if _pushed(path)]
+
+
+def mark_unsent(cache: Path, lease_token: str) -> None:
+    """Records that the newest records of this driver's cache never reached the bucket, and
+    under which lease they were written (``send_unsent``). Written past the lease's check: the
+    outage that left them unsent leaves the lease unconfirmed too, and the file never leaves
+    this machine (explorer seed 724138: a fenced write here ended the search with the lease's
+    line instead of the outage's, and no mark)."""
+    replace_whole(cache / UNSENT_FILE, json.dumps({"lease_token": lease_token}).encode())
+
+
+def send_unsent(bucket: Bucket, took_over_token: str | None) -> int:
+    """Uploads the records a driver on this machine could not (an outage past the bound stopped
+    its search), when the lease this driver took over is that driver's: no driver wrote the
+    bucket since, so the cache is ahead of it in every file. Returns how many files went.
+
+    Without them the resume continued from the bucket's older records, and trials the stopped
+    driver had ended while the bucket was away trained again (explorer seed 724138: trial 0
+    pruned during the outage, pruned again after the resume). Another machine has no such
+    cache: there those trials train again from their last checkpoints the bucket holds.
+    """
+    cache = bucket.cache("driver")
+    try:
+        written_under = json.loads((cache / UNSENT_FILE).read_text()).get("lease_token")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    if took_over_token is None or written_under != took_over_token:
+        return 0  # another driver held the bucket since (or none was taken over): its records stand
+    files = [name for name, _ in sorted(((name, None) for name in mirrored_files(cache)), key=_upload_rank)]
+    bucket.push(cache, files)
+    (cache / UNSENT_FILE).unlink()
+    return len(files)
+
+
 def _pushed(path: Path) -> bool:
     """Whether the mirror uploads this file of the cache: tunekit's own records only."""
     name = path.name
     return (
         path.is_file()
         and not name.endswith(NOT_PUSHED)
-        and name not in (LEASE_FILE, ORIGIN_FILE)
+        and name not in (LEASE_FILE, ORIGIN_FILE, UNSENT_FILE)
         and not is_ray_state(name)
     )
 

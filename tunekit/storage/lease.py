@@ -137,6 +137,12 @@ class DriverLease:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
+    @property
+    def token(self) -> str | None:
+        """This lease's identity while it is held (a shared hold's, its holder's); None otherwise."""
+        holder = (self._shared_with or self)._holder
+        return None if holder is None else holder.token
+
     # ------------------------------------------------------------------ taking it
 
     def acquire(self) -> None:
