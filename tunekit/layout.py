@@ -311,6 +311,25 @@ NUMBER_COLUMNS = {
 }
 
 
+# Columns that name a row of a table: a second row naming the same is a row copied in, and the
+# table is refused (a duplicated trials.csv row read as a fifth trial of four).
+KEY_COLUMNS = {TRIALS_FILE: ("trial_id",), EPOCHS_FILE: ("trial_id", "epoch"), SPANS_FILE: ("trial_id", "span")}
+# Columns that hold one of a few words: trials.csv's status (`check` ended in a traceback on "complet3d").
+WORD_COLUMNS: dict[str, dict[str, frozenset[str]]] = {TRIALS_FILE: {"status": frozenset(TrialStatus)}}
+
+
+def key_columns(table: str, header: Sequence[str]) -> list[int]:
+    """Where in ``header`` the table named ``table`` names its rows (``KEY_COLUMNS``); none when
+    the header lacks one of them."""
+    keys = KEY_COLUMNS.get(table, ())
+    return [header.index(c) for c in keys] if all(c in header for c in keys) else []
+
+
+def word_columns(table: str, header: Sequence[str]) -> dict[int, frozenset[str]]:
+    """Where in ``header`` the table named ``table`` keeps one of a few words, and which (``WORD_COLUMNS``)."""
+    return {header.index(c): words for c, words in WORD_COLUMNS.get(table, {}).items() if c in header}
+
+
 def number_columns(table: str, header: Sequence[str]) -> list[int]:
     """Where in ``header`` the table named ``table`` keeps numbers (``NUMBER_COLUMNS``)."""
     if table == EPOCHS_FILE:

@@ -111,13 +111,17 @@ def _spans(spans: list[dict[str, str]]) -> list[str]:
     problems = []
     by_trial: dict[str, list[tuple[float, float | None]]] = {}
     for row in sorted(spans, key=lambda row: (row["trial_id"], int(row["span"]))):
-        by_trial.setdefault(row["trial_id"], []).append((float(row["start"] or 0.0), float(row["end"]) if row["end"] else None))
+        by_trial.setdefault(row["trial_id"], []).append(
+            (float(row["start"] or 0.0), float(row["end"]) if row["end"] else None)
+        )
     for trial_id, stretches in by_trial.items():
-        for (start, end), (later, _) in zip(stretches, stretches[1:] + [(None, None)], strict=True):
+        for (start, end), (later, _) in zip(stretches, [*stretches[1:], (None, None)], strict=True):
             if end is not None and end < start:
                 problems.append(f"spans.csv: trial {trial_id}'s span ends at {end} before its start {start}")
             if later is not None and (end is None or later < end):
-                problems.append(f"spans.csv: trial {trial_id}'s span starting at {later} overlaps the one before (end {end})")
+                problems.append(
+                    f"spans.csv: trial {trial_id}'s span starting at {later} overlaps the one before (end {end})"
+                )
     return problems
 
 

@@ -9,7 +9,6 @@ SEED`` replays the whole history; its timing depends on the machine, so these te
 from __future__ import annotations
 
 import io
-
 import json
 import os
 import signal
@@ -441,7 +440,9 @@ def test_a_bucket_resume_gives_the_study_the_epochs_only_ray_s_saved_state_holds
     (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\n")
     (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
     records = SavedRecords().state(
-        {"t0": TrialRecord("t0", 0, asked.params)}, {"t0": {1: 0}}, [EpochRow("t0", 1, {"val_accuracy": 0.61}, 1, None, 1.0)]
+        {"t0": TrialRecord("t0", 0, asked.params)},
+        {"t0": {1: 0}},
+        [EpochRow("t0", 1, {"val_accuracy": 0.61}, 1, None, 1.0)],
     )
     (tmp_path / "callback-states-2026-12-07_22-15-13.pkl").write_bytes(pickle.dumps({0: {"records": records}}))
 
@@ -506,8 +507,9 @@ def test_a_resume_here_first_sends_what_a_driver_stopped_by_an_outage_could_not(
     import time
 
     from tunekit.driver.folders import opened_experiment
-    from tunekit.storage.buckets import UNSENT_FILE, Bucket, mark_unsent, mirror_cache
+    from tunekit.storage.buckets import Bucket, mirror_cache
     from tunekit.storage.lease_files import lease_file
+    from tunekit.storage.mirror import UNSENT_FILE, mark_unsent
     from tunekit.testing.servers import S3Server
 
     dead_pid = subprocess.Popen(["true"])  # a pid that no longer runs
@@ -536,7 +538,9 @@ def test_a_resume_here_first_sends_what_a_driver_stopped_by_an_outage_could_not(
 
             sent = name == "stopped"
             assert held == ("with trial 0 pruned during the outage\n" if sent else "as the bucket last heard\n"), name
-            assert ("tunekit: sent 2 files of records the last driver on this machine could not" in said.getvalue()) == sent
+            assert (
+                "tunekit: sent 2 files of records the last driver on this machine could not" in said.getvalue()
+            ) == sent
             assert not (experiment.directory / UNSENT_FILE).exists()
     finally:
         s3.stop()

@@ -29,10 +29,10 @@ from tunekit.storage.buckets import (
     local_path,
     mirror_cache,
     redacted,
-    send_unsent,
 )
 from tunekit.storage.faults import permanent_problem
 from tunekit.storage.lease import DriverLease
+from tunekit.storage.mirror import send_unsent
 from tunekit.storage.store import write_text
 
 
@@ -82,12 +82,13 @@ def opened_experiment(location: str | Path, stream: TextIO | None) -> Iterator[E
             stream.write(f"tunekit: took over the lease of a driver that is gone: {lease.took_over.describe()}\n")
         # A bucket's: this machine's cache of it, pulled afresh (the bucket is the source of truth),
         # once the records a driver here stopped by an outage could not send have gone to it.
-        if bucket is not None and (sent := send_unsent(bucket, lease.took_over and lease.took_over.token)):
-            if stream is not None:
-                stream.write(
-                    f"tunekit: sent {sent} files of records the last driver on this machine could not (the storage "
-                    "was away when it stopped): the trials it ended stay ended\n"
-                )
+        taken = lease.took_over.token if lease.took_over is not None else None
+        sent = send_unsent(bucket, taken) if bucket is not None else 0
+        if sent and stream is not None:
+            stream.write(
+                f"tunekit: sent {sent} files of records the last driver on this machine could not (the storage "
+                "was away when it stopped): the trials it ended stay ended\n"
+            )
         directory = Path(location) if bucket is None else bucket.pull(mirror_cache(bucket, "driver", fresh=True))
         yield Experiment(directory, lease, restore=True)
 

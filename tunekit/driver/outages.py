@@ -20,8 +20,9 @@ from typing import Any, TextIO
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.signals import stop_search_for
 from tunekit.errors import SearchInterrupted, StorageError, StorageUnreachableError
-from tunekit.storage.buckets import mark_unsent, mirrored, shown
+from tunekit.storage.buckets import shown
 from tunekit.storage.faults import is_transient, permanent_problem
+from tunekit.storage.mirror import mark_unsent, mirrored
 from tunekit.storage.store import free_bytes, no_space_error, no_space_in, space_needed
 
 
@@ -30,7 +31,7 @@ def storage_watched(
     spec: ExperimentSpec, experiment_dir: Path, stream: TextIO | None, lease_token: str | None
 ) -> Iterator[None]:
     """Runs the block (a search's ``fit``) with its storage's faults ended in one line each, and a
-    bucket's cache uploaded as it changes and at the end (``tunekit.storage.BucketMirror``). A
+    bucket's cache uploaded as it changes and at the end (``tunekit.storage.mirror``). A
     search stopped by an outage leaves its cache marked as ahead of the bucket, under the lease
     ``lease_token`` names, for the resume on this machine to send first (``send_unsent``)."""
 

@@ -43,7 +43,7 @@ SAVE_STATE_EVERY_S = 1
 SAVE_STATE_AT_MOST_EVERY_S = 30
 SAVE_STATE_SHARE = 0.02  # of the driver's time, at most, between those two bounds
 # With a bucket as storage, each save uploads Ray's whole state (tunekit's own records go every
-# 2 s, tunekit.storage.PUSH_EVERY_S): a killed driver's resume then redoes up to these seconds.
+# 2 s, tunekit.storage.mirror.PUSH_EVERY_S): a killed driver's resume then redoes up to these seconds.
 SAVE_STATE_TO_A_BUCKET_EVERY_S = 5
 
 # Settings of the driver's Ray Tune, and why:

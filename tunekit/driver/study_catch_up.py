@@ -2,7 +2,7 @@
 
 In a local experiment the study hears of each epoch and each ending first, the tables up to
 two seconds later, and ``tunekit.driver.late_endings`` makes the study's decisions stand. A
-bucket experiment's driver uploads its records every ``storage.PUSH_EVERY_S`` seconds, one
+bucket experiment's driver uploads its records every ``storage.mirror.PUSH_EVERY_S`` seconds, one
 file after another; a SIGKILL between two uploads (or a journal that changed after the last
 one) leaves the bucket with tables newer than the journal. Resumed from there, a trial that
 ``trials.csv`` holds as completed was RUNNING in the study and Ray's state: it was trained
@@ -190,15 +190,17 @@ def _add_unknown(
                     unknown[record.number] = (record.trial_id, str(record.status), dict(record.params), None)
     for trial_id, cells in tables.items():  # the tables' word on a trial wins: they hold its ending's figures
         if trial_id not in known and cells.get("number"):
-            params = {n.removeprefix("params."): yaml.safe_load(v) for n, v in cells.items() if n.startswith("params.") and v}
+            params = {
+                n.removeprefix("params."): yaml.safe_load(v) for n, v in cells.items() if n.startswith("params.") and v
+            }
             unknown[int(float(cells["number"]))] = (trial_id, str(cells.get("status")), params, cells)
     ended = 0
     while (found := unknown.get(len(study.trials))) is not None:
-        trial_id, status, params, cells = found
+        trial_id, status, params, row = found
         if status not in _STUDY_STATES:
             _ask_again(study, spec, trial_id, params)
-        elif cells is not None:
-            _add_ended(study, spec, trial_id, _STUDY_STATES[status], params, cells, epochs.get(trial_id, {}))
+        elif row is not None:
+            _add_ended(study, spec, trial_id, _STUDY_STATES[status], params, row, epochs.get(trial_id, {}))
             ended += 1
         else:
             break

@@ -97,9 +97,13 @@ def check_experiment(
         mlflow: compare MLflow's runs too, when the experiment was tracked (``tracking.json``).
         tracking_uri: where its runs are, when not the URI ``tracking.json`` recorded.
     """
+    directory = readable(experiment_dir, payloads=True)  # a bucket's: its checkpoints' files too
     with warnings.catch_warnings():  # a missing study is a finding here (journal_findings)
         warnings.simplefilter("ignore", DamagedRecordWarning)
-        results = load(readable(experiment_dir, payloads=True))  # a bucket's: its checkpoints' files too
+        try:
+            results = load(directory)
+        except DamagedFileError as error:
+            return _unreadable(directory, error)
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
     clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age
@@ -269,6 +273,17 @@ def _kept_epoch(
         yield Finding(where, f"{label} kept_epoch (training.keep: {keep})", expected, int(kept))
     if keep == "best":
         yield from kept_checkpoint_findings(results.experiment_dir / str(row["trial_id"]), label, int(kept))
+
+
+def _unreadable(directory: Path, error: DamagedFileError) -> CheckReport:
+    """A record every comparison reads (a table, the spec) is damaged: the report names it and
+    its damage as a disagreement, where ``check`` raised the reader's error, whose hint was to run
+    ``check`` (and a status no table holds ended in a traceback)."""
+    name = Path(str(error.path)).name
+    report = CheckReport(directory, [Finding(name, "read whole", "yes", f"{error.problem}; restore it from a copy")])
+    report.checked.append(name)
+    report.notes.append(f"nothing else was compared: every comparison reads {name}")
+    return report
 
 
 def _spans(results: ExperimentResults, clock: SearchClock | None) -> Iterator[Finding]:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.errors import DamagedFileError, NoSpaceError, StorageError
-from tunekit.layout import number_columns, number_or_none
+from tunekit.layout import key_columns, number_columns, number_or_none, word_columns
 from tunekit.storage.fences import check_fences
 
 _PARTIAL = ".partial"
@@ -149,13 +149,27 @@ def table_damage(data: bytes, name: str = "") -> str | None:
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
-        numbers = number_columns(name, header)
+        numbers, keys, words = number_columns(name, header), key_columns(name, header), word_columns(name, header)
+        named: dict[tuple[str, ...], int] = {}
         for cells in reader:
-            if cells and len(cells) != len(header):
+            if not cells:
+                continue
+            if len(cells) != len(header):
                 return f"cut short (line {reader.line_num} has {len(cells)} cells where the header has {len(header)})"
-            for index in numbers if cells else ():
+            for index in numbers:
                 if cells[index] and number_or_none(cells[index]) is None:
                     return f"line {reader.line_num} has {cells[index]!r} for the number {header[index]}"
+            for index, allowed in words.items():
+                if cells[index] not in allowed:
+                    words_allowed = ", ".join(sorted(allowed))
+                    return f"line {reader.line_num} has {cells[index]!r} for {header[index]} (one of {words_allowed})"
+            if (
+                keys
+                and (first := named.setdefault(key := tuple(cells[i] for i in keys), reader.line_num))
+                != reader.line_num
+            ):
+                row = ", ".join(f"{header[i]} {value}" for i, value in zip(keys, key, strict=True))
+                return f"line {reader.line_num} repeats line {first}'s row ({row})"
     except csv.Error as error:
         return f"cut short (line {reader.line_num}: {error})"
     return None

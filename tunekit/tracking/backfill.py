@@ -43,9 +43,10 @@ from tunekit.layout import (
     finite,
     number_or_none,
 )
-from tunekit.storage.buckets import Bucket, is_uri, local_path, mirror_cache, mirrored, redacted, shown
+from tunekit.storage.buckets import Bucket, is_uri, local_path, mirror_cache, redacted, shown
 from tunekit.storage.clock import SearchClock
 from tunekit.storage.lease import DriverLease
+from tunekit.storage.mirror import mirrored
 from tunekit.storage.store import table_rows
 from tunekit.tracking.duplicates import retire_duplicates
 from tunekit.tracking.events import (

@@ -146,7 +146,9 @@ def test_a_study_cut_at_any_moment_catches_up_and_no_ended_trial_trains_again(tm
         assert catch_up_study(study, spec, experiment) == (0, 0)  # once caught up, nothing more to take
         lagging = [e for e in events[kill:] if e[1] in asked]
         asked_again = {t for t in joined - asked if fates[t] == "running"}  # their epochs come as a RUNNING trial's
-        assert added == sum(kind == "epoch" for kind, _, _ in lagging) + sum(len(reported.get(t, {})) for t in asked_again)
+        assert added == sum(kind == "epoch" for kind, _, _ in lagging) + sum(
+            len(reported.get(t, {})) for t in asked_again
+        )
         assert ended == sum(kind == "end" for kind, _, _ in lagging) + len(joined - asked - asked_again)
         saved = {t: {"status": "RUNNING", "config": {"lr": 0.4}} for t in asked}
         endings = late_endings(study, saved, experiment, spec.space, spec.metric.name)

@@ -22,12 +22,18 @@ from tunekit.results.status import read_status
 
 from .made_up_experiments import asha_experiment
 
-READERS: dict[str, Callable[[Path], object]] = {
-    "load": load,
-    "status": read_status,
-    "check": lambda root: check_experiment(root, mlflow=False),
-}
+
+def checked(root: Path) -> None:
+    """``check``, which reports a damaged table as its disagreement, raised as the readers raise it."""
+    report = check_experiment(root, mlflow=False)
+    if report.findings and report.findings[0].what == "read whole":
+        problem = str(report.findings[0].actual).removesuffix("; restore it from a copy")
+        raise DamagedFileError(root / report.findings[0].where, problem)
+
+
+READERS: dict[str, Callable[[Path], object]] = {"load": load, "status": read_status, "check": checked}
 SAMPLES = 12
+KINDS = ("not UTF-8", "NUL", "a cell lost", "a cell added", "a number that is none", "a row copied in")
 
 
 def damaged(data: bytes, kind: str, rng: random.Random, table: str) -> tuple[bytes, int]:
@@ -36,6 +42,10 @@ def damaged(data: bytes, kind: str, rng: random.Random, table: str) -> tuple[byt
     numbers = number_columns(table, data[: header_end - 1].decode().split(","))
     lines = data[header_end:].splitlines(keepends=True)
     row = rng.randrange(len(lines))
+    if kind == "a row copied in":  # the copy right after the row, or at the end
+        copy_at = rng.choice([row + 1, len(lines)])
+        lines.insert(copy_at, lines[row])
+        return data[:header_end] + b"".join(lines), copy_at + 2
     line = bytearray(lines[row])
     at = rng.randrange(len(line) - 1)  # not the newline
     match kind:
@@ -53,12 +63,23 @@ def damaged(data: bytes, kind: str, rng: random.Random, table: str) -> tuple[byt
             index = rng.choice([i for i in numbers if cells[i].strip()])
             cells[index] = cells[index][:1] + rng.choice([b"x", b"#", b"e"]) + cells[index][1:]
             line = bytearray(b",".join(cells))
+        case "a status that is none":
+            header = data[: header_end - 1].decode().split(",")
+            cells = bytes(line).split(b",")
+            at = header.index("status")
+            cells[at] = cells[at][:-1] + rng.choice([b"3", b"D", b" "]) if rng.random() < 0.5 else cells[at] + b"x"
+            line = bytearray(b",".join(cells))
     lines[row] = bytes(line)
     return data[:header_end] + b"".join(lines), row + 2
 
 
-@pytest.mark.parametrize("kind", ["not UTF-8", "NUL", "a cell lost", "a cell added", "a number that is none"])
-@pytest.mark.parametrize("table", [TRIALS_FILE, EPOCHS_FILE])
+@pytest.mark.parametrize(
+    ("table", "kind"),
+    [
+        *((table, kind) for table in (TRIALS_FILE, EPOCHS_FILE) for kind in KINDS),
+        (TRIALS_FILE, "a status that is none"),
+    ],
+)
 def test_every_reader_refuses_a_damaged_table_naming_the_file_and_line(tmp_path: Path, table: str, kind: str) -> None:
     root = asha_experiment(tmp_path / "asha")
     whole = (root / table).read_bytes()
@@ -80,13 +101,21 @@ def test_the_cli_readers_say_a_damaged_table_in_one_line(tmp_path: Path, capsys:
     data = bytearray((root / TRIALS_FILE).read_bytes())
     data[data.index(b"\n", data.index(b"\n") + 1) + 5] = 0xFE  # in the second row
     (root / TRIALS_FILE).write_bytes(bytes(data))
-    for command in (["report"], ["status"], ["check", "--no-mlflow"]):
+    for command in (["report"], ["status"]):
         assert main([*command, str(root)]) == 1
         err = capsys.readouterr().err
         assert (
             err
             == f"tunekit: error: {root / TRIALS_FILE}: line 3 is not UTF-8 text (byte 0xfe); `tunekit check {root}` for details\n"
         )
+    # check says it as its disagreement, with the repair, where it pointed to itself
+    assert main(["check", "--no-mlflow", str(root)]) == 1
+    said = capsys.readouterr()
+    assert said.out.splitlines()[:3] == [
+        f"{root}: 1 disagreement",
+        f"compared: {TRIALS_FILE}",
+        f"  {TRIALS_FILE}: read whole: 'yes' vs 'line 3 is not UTF-8 text (byte 0xfe); restore it from a copy'",
+    ], said
 
 
 @pytest.mark.parametrize("missing", [TRIALS_FILE, EPOCHS_FILE])

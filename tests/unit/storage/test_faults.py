@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tunekit.errors import NoSpaceError, StorageError, StorageUnreachableError
-from tunekit.storage.buckets import Bucket, BucketMirror
+from tunekit.storage.buckets import Bucket
 from tunekit.storage.faults import Outage, is_permanent, is_transient, permanent_problem, retrying, storage_line
+from tunekit.storage.mirror import BucketMirror
 
 TRANSIENT = [
     OSError("When reading information for key 'x' in bucket 'exps': AWS Error NETWORK_CONNECTION during HeadObject"),
@@ -77,7 +78,7 @@ class FakeTime:
     def clock(self) -> float:
         return self.now
 
-    monotonic = clock  # standing in for the time module in tunekit.storage.buckets
+    monotonic = clock  # standing in for the time module in tunekit.storage.mirror
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -162,10 +163,10 @@ class FlakyBucket(Bucket):
 def test_the_mirror_says_an_outage_once_waits_through_it_and_gives_up_past_its_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tunekit.storage.buckets
+    import tunekit.storage.mirror
 
     time, said, stopped = FakeTime(), list[str](), list[StorageUnreachableError]()
-    monkeypatch.setattr(tunekit.storage.buckets, "time", time)  # the mirror's monotonic clock
+    monkeypatch.setattr(tunekit.storage.mirror, "time", time)  # the mirror's monotonic clock
     bucket = FlakyBucket("s3://exps/team/x")
     bucket.sent = []
     mirror = BucketMirror(bucket, tmp_path, outage_s=30, say=said.append, on_outage=stopped.append)
@@ -224,10 +225,10 @@ def test_the_commands_line_for_a_bare_os_error_prefers_the_outage_that_stopped_t
 def test_an_idle_mirror_still_reaches_the_bucket_so_an_outage_with_nothing_to_send_is_noticed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tunekit.storage.buckets
+    import tunekit.storage.mirror
 
     time, said = FakeTime(), list[str]()
-    monkeypatch.setattr(tunekit.storage.buckets, "time", time)  # the mirror's monotonic clock
+    monkeypatch.setattr(tunekit.storage.mirror, "time", time)  # the mirror's monotonic clock
     bucket = FlakyBucket("s3://exps/team/x")
     bucket.sent = []
     mirror = BucketMirror(bucket, tmp_path, outage_s=30, say=said.append)
