@@ -102,11 +102,11 @@ def check_experiment(
         warnings.simplefilter("ignore", DamagedRecordWarning)
         try:
             results = load(directory)
+            clock = SearchClock.read(directory)  # read once: the spans and the ledger's age
         except DamagedFileError as error:
             return _unreadable(directory, error)
     report = CheckReport(results.experiment_dir)
     summary = summarize(results)
-    clock = SearchClock.read(results.experiment_dir)  # read once: the spans and the ledger's age
     directory = results.experiment_dir
     journal_whole = journal_findings(directory)
     sections: list[tuple[str, Callable[[], Iterator[Finding | str]]]] = [

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.layout import STARTED_FILE, STARTED_KEY, finite
-from tunekit.storage.store import write_json
+from tunekit.storage.store import read_json, write_json
 
 SESSIONS_KEY = "sessions"
 # Whether the last session was still running when the file was written: false once the
@@ -128,8 +128,14 @@ class SearchClock:
 
     @classmethod
     def read(cls, experiment_dir: Path) -> SearchClock | None:
-        """The experiment's recorded clock; None when it has none (not started, or unreadable)."""
-        record = _started_record(experiment_dir)
+        """The experiment's recorded clock; None when it has none (not started).
+
+        Raises:
+            DamagedFileError: ``started.json`` does not parse (readers read no clock around it).
+        """
+        record = read_json(experiment_dir / STARTED_FILE)
+        if not isinstance(record, dict):
+            return None
         started = finite(record.get(STARTED_KEY))
         if started is None:
             return None

@@ -146,3 +146,22 @@ def test_a_missing_study_is_said_by_every_reader_and_report_says_it_is_read_from
         err = capsys.readouterr().err
         assert err.startswith(f"tunekit: warning: {root / STUDY_FILE}: missing, while {TRIALS_FILE} holds"), err
         assert "these results are read from the tables alone" in err
+
+
+def test_a_started_json_that_does_not_parse_is_refused_by_every_reader(tmp_path: Path) -> None:
+    # Held out by the lead: started.json cut to `{"sessions": [[1, ` read as no clock; `report`
+    # exited 0 with the active time missing, and `check` said the file was missing.
+    from tunekit.layout import STARTED_FILE
+
+    root = asha_experiment(tmp_path / "asha")
+    (root / STARTED_FILE).write_text('{"sessions": [[1, ')
+    for read in (summarize_of, read_status, checked):
+        with pytest.raises(DamagedFileError, match="not valid JSON") as refused:
+            read(root)
+        assert refused.value.path == root / STARTED_FILE
+
+
+def summarize_of(root: Path) -> object:
+    from tunekit.results.summary import summarize
+
+    return summarize(load(root))
