@@ -58,7 +58,8 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
             extra = [f"storage.outage_s={OUTAGE_S}"]
         sets = cli_sets([*SEARCH, f"tracking.uri=sqlite:///{history.mlflow_db}", *extra])
         spec = str(common.DIGITS_SPEC)
-        history.current = history.start(["run", spec, "--storage", history.where, "--name", NAME, *sets], "run")
+        history.run_args = ["run", spec, "--storage", history.where, "--name", NAME, *sets]
+        history.current = history.start(history.run_args, "run")
         for fault in planned:
             if not wait_for(history, fault.moment):
                 history.say(f"{fault.kind}: the search completed before its moment; not injected")

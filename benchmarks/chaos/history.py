@@ -32,6 +32,8 @@ SEARCH = [
 ]
 NAME = "chaos"
 MAX_RESUMES = 6  # past this many resumes without completing, the history is a violation
+# What a run stopped in start-up says as it removes its folder (tunekit.driver.signals).
+NOTHING_KEPT = "nothing started and nothing was kept"
 DRIVER_TIMEOUT_S = 600.0  # a driver left to finish that runs longer than this is a violation
 
 
@@ -84,6 +86,7 @@ class History:
     found_nothing: list[str] = field(default_factory=list)  # kinds whose moment came with nothing to break
     idle: bool = False  # set by an injector that found nothing to break (no worker, no checkpoint yet)
     resume_prefix: list[str] = field(default_factory=list)  # e.g. faketime for the next resume only
+    run_args: list[str] = field(default_factory=list)  # the `tunekit run` that started the search
     restore: tuple[Path, Path] | None = None  # a damaged file and its whole copy: the user's repair
     damaged_after: int = 0  # how many drivers had started when the damage was made
     mounted: bool = False
@@ -248,6 +251,11 @@ def ensure_driving(history: History) -> Driver | None:
         if driver is not None:
             check_exit(history, driver)
             repair_if_refused(history, driver)
+            if driver.what == "run" and NOTHING_KEPT in driver.log.read_text(errors="replace"):
+                # A signal in start-up, before Ray Tune saved anything: the run removed its folder
+                # and said so; the user runs it again (seed 799732 resumed a folder that was gone).
+                history.current = history.start(history.run_args, "run")
+                continue
         resumes = sum(d.what.startswith("resume") for d in history.drivers)
         if resumes >= MAX_RESUMES:
             history.violate(f"the search did not complete after {resumes} resumes")
