@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -368,21 +369,12 @@ def test_a_bucket_resume_catches_the_study_up_with_epochs_only_ray_s_saved_state
     assert study.trials[0].intermediate_values == {1: 0.5, 2: 0.7}
 
 
-def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_holds(tmp_path: Path) -> None:
-    """Held out by the lead (an outage of 25 s against storage.outage_s 8 s, begun just after
-    trials 2 and 3 were asked): the mirror gave up before the journal naming them reached the
-    bucket, Ray's own upload of its state got through once the bucket was back, and the resume's
-    searcher met trial 2's number with an IndexError traceback, twice in two tries. Here the
-    cache of such a bucket experiment, as the resume pulled it (no Ray): the catch-up asks the
-    two again, RUNNING with their parameters and Ray ids, and catches trial 2's epoch up."""
-    import pickle
-
+def _bucket_cache_asking_trial_0(tmp_path: Path) -> tuple[Any, Any, Any]:
+    """A bucket experiment's cache as a resume pulled it (no Ray): digits_mlp's spec, and its study
+    with trial 0 asked, RUNNING, as Ray's trial t0. Returns (spec, study, trial 0)."""
     import optuna
 
     from tunekit.config.spec import load_spec
-    from tunekit.driver.records import EpochRow, TrialRecord
-    from tunekit.driver.saved_records import SavedRecords
-    from tunekit.driver.study_catch_up import catch_up_study
     from tunekit.search.attrs import RAY_TRIAL_ATTR
     from tunekit.search.plan import study_storage
     from tunekit.storage.buckets import ORIGIN_FILE
@@ -393,6 +385,24 @@ def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_ho
     first = study.ask()
     spec.space.sample(first)
     first.set_user_attr(RAY_TRIAL_ATTR, "t0")
+    return spec, study, first
+
+
+def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_holds(tmp_path: Path) -> None:
+    """Held out by the lead (an outage of 25 s against storage.outage_s 8 s, begun just after
+    trials 2 and 3 were asked): the mirror gave up before the journal naming them reached the
+    bucket, Ray's own upload of its state got through once the bucket was back, and the resume's
+    searcher met trial 2's number with an IndexError traceback, twice in two tries. Here the
+    cache of such a bucket experiment, as the resume pulled it (no Ray): the catch-up asks the
+    two again, RUNNING with their parameters and Ray ids, and catches trial 2's epoch up."""
+    import pickle
+
+    from tunekit.driver.records import EpochRow, TrialRecord
+    from tunekit.driver.saved_records import SavedRecords
+    from tunekit.driver.study_catch_up import catch_up_study
+    from tunekit.search.attrs import RAY_TRIAL_ATTR
+
+    spec, study, _ = _bucket_cache_asking_trial_0(tmp_path)
     (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt0,0,running,,0\n")
     (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
     params = {
@@ -421,22 +431,11 @@ def test_a_bucket_resume_gives_the_study_the_epochs_only_ray_s_saved_state_holds
     that epochs.csv holds`). Here such a cache (no Ray)."""
     import pickle
 
-    import optuna
-
-    from tunekit.config.spec import load_spec
     from tunekit.driver.records import EpochRow, TrialRecord
     from tunekit.driver.saved_records import SavedRecords
     from tunekit.driver.study_catch_up import catch_up_study
-    from tunekit.search.attrs import RAY_TRIAL_ATTR
-    from tunekit.search.plan import study_storage
-    from tunekit.storage.buckets import ORIGIN_FILE
 
-    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
-    (tmp_path / ORIGIN_FILE).write_text("s3://held/exps/x\n")
-    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
-    asked = study.ask()
-    spec.space.sample(asked)
-    asked.set_user_attr(RAY_TRIAL_ATTR, "t0")
+    spec, study, asked = _bucket_cache_asking_trial_0(tmp_path)
     (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\n")
     (tmp_path / "epochs.csv").write_text("trial_id,epoch,val_accuracy\n")
     records = SavedRecords().state(
@@ -457,20 +456,10 @@ def test_a_resume_asks_again_a_stopped_trial_only_trials_csv_holds(tmp_path: Pat
     IndexError traceback, six resumes in a row. Here such a cache (no Ray): trial 1 ended in
     trials.csv only is told as the searcher told it, and trial 2 asked again, RUNNING, with its
     parameters and Ray id."""
-    import optuna
-
-    from tunekit.config.spec import load_spec
     from tunekit.driver.study_catch_up import catch_up_study
     from tunekit.search.attrs import RAY_TRIAL_ATTR
-    from tunekit.search.plan import study_storage
-    from tunekit.storage.buckets import ORIGIN_FILE
 
-    spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")
-    (tmp_path / ORIGIN_FILE).write_text("s3://held/exps/x\n")
-    study = optuna.create_study(study_name=spec.name, storage=study_storage(str(tmp_path)), direction="maximize")
-    first = study.ask()
-    spec.space.sample(first)
-    first.set_user_attr(RAY_TRIAL_ATTR, "t0")
+    spec, study, _ = _bucket_cache_asking_trial_0(tmp_path)
     columns = "trial_id,number,status,reason,epochs,final_metric,kept_epoch"
     params = "params.batch_size,params.dropout,params.learning_rate,params.units"
     (tmp_path / "trials.csv").write_text(
