@@ -462,7 +462,7 @@ def test_ray_s_saved_state_cut_short_is_a_finding_that_says_a_resume_refuses_it(
     newest.write_text(json.dumps(state))
     # tunekit's searcher saves JSON under Ray's .pkl name; the tuner is a pickle.
     searcher = root / "searcher-state-2026-01-01_11-00-00.pkl"
-    searcher.write_text(json.dumps({"numbers": {"a": 0, "b": 1}, "skipped_repeats": 0, "exhausted": None}))
+    searcher.write_text(json.dumps({"numbers": {"a": 0, "b": 1}, "repeated": [], "exhausted": None}))
     tuner = root / "tuner.pkl"
     tuner.write_bytes(pickle.dumps({"param_space": PARAMS, "note": "a. b"}))
     report = check_experiment(root, mlflow=False)
