@@ -127,9 +127,10 @@ class OptunaStudySearcher(Searcher):
         KerasTuner's. A TPE (or NSGA-II) proposal equal to a configuration a Ray trial already
         ran is counted in ``repeated``, which the sampler then sees as that trial's outcome
         once more (once the trial has ended), and the sampler is asked again, up to
-        ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration is picked at random. A random search draws unseen ones only. Warm-start points (``search.warm_start``,
-        enqueued in the study, and taken first) run as the spec gives them, even one that repeats
-        another. When no configuration is left the search ends with ``exhausted_reason`` set."""
+        ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration is picked at random. A
+        random search draws unseen ones only. Warm-start points (``search.warm_start``, enqueued
+        in the study, and taken first) run as the spec gives them, even one that repeats another.
+        When no configuration is left the search ends with ``exhausted_reason`` set."""
         if trial_id in self._numbers:  # Ray asks again for a trial it restores
             return None
         if self.exhausted_reason is not None or len(self._numbers) >= self._spec.budget.num_samples:
