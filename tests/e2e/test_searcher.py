@@ -1,4 +1,5 @@
-"""The Optuna searcher in real Ray searches: a repeated conditional grid, an exhausted space.
+"""The Optuna searcher in real Ray searches: a repeated conditional grid, an exhausted space
+whose repeated proposals take no trial number.
 
 The searcher driven directly, without Ray: tests/unit/search/test_searcher.py.
 """
@@ -102,3 +103,8 @@ def test_an_exhausted_space_ends_a_real_search_early(
     )
     assert sorted(results.trials["params.units"]) == [16, 32]
     assert set(results.trials["status"]) == {"completed"}
+    # TPE proposed the two configurations over and over before the space ran out: those repeats
+    # took no trial number, in the study or in trials.csv.
+    study = optuna.load_study(study_name="searcher-e2e", storage=study_storage(results.experiment_dir))
+    assert [t.number for t in study.trials] == [0, 1]
+    assert sorted(results.trials["number"]) == [0, 1]

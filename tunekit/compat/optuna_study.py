@@ -1,5 +1,6 @@
 """Reaches into private Optuna APIs: trials reopened, the journal's listings, TPE's history
-view and ``search.reproducible``'s lagged view (see ``tunekit.compat``)."""
+view, ``search.reproducible``'s lagged view, and the views a proposal made apart from the
+study is sampled through (see ``tunekit.compat``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -34,6 +35,28 @@ def reopen_trial(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optun
     Optuna 5.0.
     """
     return optuna.Trial(study, frozen._trial_id)
+
+
+def study_trial_count(study: optuna.Study) -> int:
+    """How many trials ``study`` holds (the number its next trial takes), without listing them.
+
+    Why: ``len(study.trials)`` copies every trial, ``get_trials(deepcopy=False)`` still lists
+    them all; the storage's count is one lookup in tunekit's journal (``ExperimentJournal``).
+    Reads the study's private ``_storage`` and ``_study_id``. Checked against Optuna 5.0.
+    """
+    return study._storage.get_n_trials(study._study_id)
+
+
+def set_system_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """Sets ``attrs`` as system attributes of ``trial``, a RUNNING trial of its study.
+
+    Why: a proposal sampled apart from the study (``tunekit.search.study.PinnableSampler.propose``)
+    carries what the sampler wrote on its trial there (NSGA-II's generation, which its next
+    proposals count); the study's trial that takes the proposal must carry it too. Optuna 5.0
+    has no public setter for system attributes: the storage's, by the private ``_trial_id``.
+    """
+    for key, value in attrs.items():
+        trial.storage.set_trial_system_attr(trial._trial_id, key, value)
 
 
 def replace_intermediate_value(trial: optuna.Trial, step: int, value: float) -> bool:
@@ -200,6 +223,19 @@ class ExperimentJournal(JournalStorage):
             trials = [t for t in self._synced_unfinished(study_id) if t.state == TrialState.WAITING]
         return copy.deepcopy(trials) if deepcopy else trials
 
+    def get_n_trials(self, study_id: int, state: Any = None) -> int:
+        """The number of trials of the study (in ``state``): all of them from the replay's index,
+        which Optuna's default counts by listing every trial (asked at each proposal, for the
+        number the proposal's trial takes: ``study_trial_count``)."""
+        if state is not None:
+            return super().get_n_trials(study_id, state)
+        with self._thread_lock:
+            self._sync_with_backend()
+            numbered = self._replay_result._study_id_to_trial_ids.get(study_id)
+        if numbered is None:
+            raise KeyError("Record does not exist.")  # Optuna's storages' words
+        return len(numbered)
+
     def recent_trials(self, study_id: int, window: int, states: Any) -> list[FrozenTrial]:
         """The trials in ``states`` (None: all) from the ``window``-th most recent finished
         one on, after every older unfinished one: ``recent_trials_study``'s answer."""
@@ -360,3 +396,82 @@ class _Lagged:
             if states is None or trial.state in states:
                 visible.append(trial)
         return copy.deepcopy(visible) if deepcopy else visible
+
+
+# --------------------------------------------------------------------------- proposals apart from the study
+# A proposal that repeats a configuration an earlier trial ran is not trained. Asked of the study
+# itself it would take a trial number all the same, and the numbers users see (trials.csv, MLflow's
+# trial-N runs, a TensorBoard folder per trial) would skip it. So proposals are sampled on a trial
+# of a throwaway in-memory study, with the sampler shown the real study through these views, and
+# only a proposal to be trained becomes a trial of the study (``PinnableSampler.propose``).
+
+
+def with_repeats(study: Any, repeats: Mapping[int, int]) -> Any:
+    """``study`` (or a view of one) with each finished trial numbered in ``repeats`` listed
+    ``repeats[number]`` times more, right after itself.
+
+    Why: the sampler proposed those trials' configurations again (the searcher trained none of
+    them twice); seeing each outcome once more per repeat moves it on from them, as a repeat told
+    to the study did, with no trial in the study. Listed right after the trial, so the listing
+    stays in number order (``IntersectionSearchSpace`` walks it back to the last number it saw).
+    Checked against Optuna 5.0: samplers read trials through ``study._get_trials(deepcopy=...,
+    states=..., use_cache=...)``; TPE ranks and weighs trials by number (``_split_trials``), so a
+    copy sits beside its original.
+    """
+    return _Repeated(study, repeats)
+
+
+class _Repeated:
+    """The view ``with_repeats`` returns; every other attribute is the study's."""
+
+    def __init__(self, study: Any, repeats: Mapping[int, int]) -> None:
+        self._study, self._repeats = study, repeats
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[Any]:
+        shown = []
+        for trial in self._study._get_trials(deepcopy=False, states=states, use_cache=use_cache):
+            shown.append(trial)
+            if trial.state in _FINISHED:  # one still running is shown once, as constant liar's guess
+                shown.extend([trial] * self._repeats.get(trial.number, 0))
+        return copy.deepcopy(shown) if deepcopy else shown
+
+
+def proposing_apart(study: Any, apart: optuna.Study) -> Any:
+    """``study`` (or a view of one) as a sampler sees it while it samples a trial of ``apart``,
+    the throwaway study a proposal is made on: system attributes it sets on that trial go to
+    ``apart``'s storage, where the trial is; everything else is ``study``'s.
+
+    Why: samplers write on the trial they sample through ``study._storage.set_trial_system_attr(
+    trial._trial_id, ...)`` with the study they were handed: written to the real study's storage,
+    the throwaway trial's id would name another trial. Checked against Optuna 5.0:
+    ``TPESampler.sample_relative`` (relative parameters under constant liar),
+    ``BaseGASampler.get_trial_generation`` (NSGA-II); no sampler tunekit builds writes a trial's
+    system attributes otherwise while it samples.
+    """
+    return _Apart(study, _TrialWritesApart(study._storage, apart._storage))
+
+
+class _Apart:
+    """The view ``proposing_apart`` returns; every other attribute is the study's."""
+
+    def __init__(self, study: Any, storage: _TrialWritesApart) -> None:
+        self._study, self._storage = study, storage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+
+class _TrialWritesApart:
+    """The study's storage, with trials' system attributes written to another (``proposing_apart``)."""
+
+    def __init__(self, storage: Any, apart: Any) -> None:
+        self._storage, self._apart = storage, apart
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._apart.set_trial_system_attr(trial_id, key, value)

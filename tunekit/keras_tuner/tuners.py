@@ -107,7 +107,6 @@ class OnTunekit:
         ``get_best_trials``): named by number as KerasTuner names them, with their score; a pruned
         or stopped trial is KerasTuner's STOPPED, a failed one FAILED with its reason."""
         rows = sorted(self.results.trials.to_dict("records"), key=lambda row: int(row["number"]))
-        shown = self._shown_numbers()
         values = dict(self._best(len(rows), scored_only=False))
         statuses = {"completed": "COMPLETED", "failed": "FAILED"}
         self.oracle.trials.clear()
@@ -116,7 +115,7 @@ class OnTunekit:
             failed = row["status"] == "failed"
             trial = keras_tuner.engine.trial.Trial(
                 values[str(row["trial_id"])],
-                trial_id=_trial_id(self.oracle, shown[str(row["trial_id"])]),
+                trial_id=_trial_id(self.oracle, int(row["number"])),
                 status=statuses.get(str(row["status"]), "STOPPED"),
                 message=str(row.get("reason")) if failed else None,
             )
@@ -200,10 +199,9 @@ class OnTunekit:
             str(self.oracle.objective),
         ]
         rows = {str(row["trial_id"]): row for row in results.trials.to_dict("records")}
-        shown = self._shown_numbers()
         for trial_id, hp in self._best(num_trials, scored_only=False):
             row = rows[trial_id]
-            lines += ["", f"Trial {_trial_id(self.oracle, shown[trial_id])} summary", "Hyperparameters:"]
+            lines += ["", f"Trial {_trial_id(self.oracle, int(row['number']))} summary", "Hyperparameters:"]
             lines += [f"{name}: {value}" for name, value in hp.values.items()] or ["default configuration"]
             if _finite(row.get("final_metric")):
                 lines.append(f"Score: {row['final_metric']}")
@@ -213,15 +211,6 @@ class OnTunekit:
                     f"Status: {row['status']}" + (f" ({reason})" if isinstance(reason, str) and reason else "")
                 )
         print("\n".join(lines))
-
-    def _shown_numbers(self) -> dict[str, int]:
-        """Each trial's number as KerasTuner numbers trials, 0 to N-1 in the order they started.
-
-        The experiment's records number them by the study, where a TPE proposal that repeated a
-        configuration takes a number without a trial (``tunekit.search.searcher``).
-        """
-        numbers = sorted((int(row["number"]), str(row["trial_id"])) for row in self.results.trials.to_dict("records"))
-        return {trial_id: shown for shown, (_, trial_id) in enumerate(numbers)}
 
     def _best(self, count: int, *, scored_only: bool = True) -> list[tuple[str, Any]]:
         """(trial id, HyperParameters) of the best trials, completed ones first, best first; those

@@ -351,6 +351,7 @@ def _study(results: ExperimentResults, summary: Summary, journal: list[Finding |
     rows = {str(r["trial_id"]): r for r in table_rows_of(results.trials)}
     for trial_id in sorted(set(ours) - set(rows)):
         yield Finding(where, f"study trial {ours[trial_id].number} ({trial_id})", "no row", "a trial")
+    yield from _number_gaps(study.get_trials(deepcopy=False), sorted(t.number for t in ours.values()))
     held = bool(study.user_attrs.get(HELD_ATTR))
     waiting = sum(
         t.state.name == "RUNNING" and str(rows[i]["status"]) == TrialStatus.STOPPED
@@ -441,6 +442,19 @@ def _epochs_trained_twice(
         return
     for epoch in differ:
         yield Finding(f"{EPOCHS_FILE} vs study", f"{label} {metric} at epoch {epoch}", tables[epoch], study[epoch])
+
+
+def _number_gaps(trials: list[Any], ran: list[int]) -> Iterator[Finding]:
+    """Study trials numbered between the search's first and last trial that no trial ran, but
+    for the ones a resume closed as lost (which it names) and the repeats studies told before
+    repeated proposals took no number: the numbers trials.csv, MLflow and TensorBoard show are
+    0..N-1 without gaps (``OptunaStudySearcher.suggest``)."""
+    explained = {RAY_TRIAL_ATTR, HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR}
+    for frozen in trials[ran[0] : ran[-1]] if ran else ():
+        if not explained & set(frozen.user_attrs):
+            yield Finding(
+                TABLES_VS_STUDY, f"study trial {frozen.number}", "the number of a trial, or of a lost one", "unused"
+            )
 
 
 def _study_states(status: str, final: float | None, held: bool) -> tuple[str, ...]:

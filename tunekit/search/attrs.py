@@ -29,7 +29,9 @@ EPOCH_RESULT_ATTR_PREFIX = "tunekit_epoch_"
 # only repeats: the sampler did not choose it.
 UNSEEN_PICK_ATTR = "tunekit_unseen_pick"
 HISTORY_ATTR = "tunekit_history_from"  # a warm start's history trial: "<source dir>#<its number there>"
-# Told without training it (a repeated proposal): the number of the trial whose outcome it was given.
+# Told without training it (a repeated proposal): the number of the trial whose outcome it was
+# given. No longer written (a repeated proposal takes no study trial: OptunaStudySearcher.suggest);
+# the studies of experiments made before hold such trials, which check, resume and warm starts pass over.
 DUPLICATE_ATTR = "tunekit_duplicate_of"
 
 # ------------------------------------------------------------------ on the study

@@ -10,8 +10,8 @@ grid has run once), pinning the study trial's values to that point: the study ho
 exactly the parameters each trial ran. Slots follow the Ray trials the searcher knows
 (saved with Ray's experiment state), so a resumed grid neither re-runs nor skips one.
 
-TPE and random search never train the same configuration twice: see
-``OptunaStudySearcher.suggest``.
+TPE and random search never train the same configuration twice, and a proposal that is not
+trained takes no trial number: see ``OptunaStudySearcher.suggest``.
 
 Failures teach TPE. Optuna's samplers ignore FAIL trials, so a trainable that fails in one
 region of the space (a learning rate that diverges, a model too big for the memory) would
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,13 +34,12 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial, replace_intermediate_value
+from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial, replace_intermediate_value, set_system_attrs
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY, finite, kept_value, stopped_by_model
 from tunekit.search.attrs import (
-    DUPLICATE_ATTR,
     EPOCH_RESULT_ATTR_PREFIX,
     EXHAUSTED_ATTR,
     FINAL_RESULT_ATTR,
@@ -72,15 +72,16 @@ class OptunaStudySearcher(Searcher):
     (ASHA, time budget) is PRUNED with its per-epoch intermediate values.
 
     Attributes the driver may show:
-        skipped_repeats: proposals that repeated a configuration an earlier (or running)
-            trial trained, told to the study without training (user attr ``DUPLICATE_ATTR``).
+        repeated: the study number of the trial each proposal that repeated its configuration
+            repeated, in order: those proposals were neither trained nor told to the study.
         exhausted_reason: set when the search ended before ``num_samples`` trials because
             every configuration of the space had run; None otherwise.
         lost_numbers: study trials a resume closed as lost (see ``lost_note``).
     """
 
-    # A class default: a searcher pickled before it existed (an experiment's tuner.pkl) has it too.
+    # Class defaults: a searcher pickled before they existed (an experiment's tuner.pkl) has them too.
     lost_numbers: tuple[int, ...] = ()
+    repeated: tuple[int, ...] = ()
 
     def __init__(
         self, spec: ExperimentSpec, experiment_dir: Path, storage: optuna.storages.BaseStorage | None = None
@@ -99,7 +100,6 @@ class OptunaStudySearcher(Searcher):
         self._grid: tuple[list[dict[str, Any]], list[int]] | None = None  # rebuilt from the spec
         self._ran: dict[tuple[Any, ...], int] | None = None  # config key -> number of the Ray trial that ran it
         self._holding = False  # a signal is stopping the search: see hold_endings
-        self.skipped_repeats = 0
         self.exhausted_reason: str | None = None
 
     def resumed_from(self, experiment_dir: Path) -> None:
@@ -121,13 +121,16 @@ class OptunaStudySearcher(Searcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """The next configuration, or ``Searcher.FINISHED``.
 
-        A TPE proposal equal to a configuration a Ray trial already ran is not trained again:
-        the study is told that trial's outcome for it (COMPLETE with its value, PRUNED with its
-        intermediate values, FAIL; FAIL when that trial still runs), marked ``DUPLICATE_ATTR``,
-        and asked again, up to ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration
-        is picked at random. A random search draws unseen ones only, after its warm starts (a
-        repeat told to the study takes a trial number; KerasTuner's never skip). When none is
-        left the search ends with ``exhausted_reason`` set."""
+        The sampler proposes apart from the study (``PinnableSampler.propose``); only a proposal
+        no Ray trial ran becomes a study trial, so the study's numbers, which trials.csv, MLflow
+        and TensorBoard name trials by, are 0, 1, 2, ... (warm-start history aside) as
+        KerasTuner's. A TPE (or NSGA-II) proposal equal to a configuration a Ray trial already
+        ran is counted in ``repeated``, which the sampler then sees as that trial's outcome
+        once more (once the trial has ended), and the sampler is asked again, up to
+        ``MAX_REPEATED_PROPOSALS`` times; then an unseen configuration is picked at random. A
+        random search draws unseen ones only. Warm-start points (``search.warm_start``, enqueued
+        in the study, and taken first) run as the spec gives them, even one that repeats another.
+        When no configuration is left the search ends with ``exhausted_reason`` set."""
         if trial_id in self._numbers:  # Ray asks again for a trial it restores
             return None
         if self.exhausted_reason is not None or len(self._numbers) >= self._spec.budget.num_samples:
@@ -173,9 +176,7 @@ class OptunaStudySearcher(Searcher):
         return trial, config
 
     def _ask_pinned(self, point: Mapping[str, Any]) -> tuple[optuna.Trial, dict[str, Any]]:
-        sampler = self.study.sampler
-        if not isinstance(sampler, PinnableSampler):  # open_study builds it; a study opened elsewhere does not
-            raise TypeError(f"warm-start points need the study tunekit opened, not one with a {type(sampler).__name__}")
+        sampler = self._sampler()
         sampler.point = point
         try:
             trial = self.study.ask()
@@ -187,20 +188,33 @@ class OptunaStudySearcher(Searcher):
     # -------------------------------------------------------------- no repeated work
 
     def _ask_new(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
-        space, random_search = self._spec.space, self._spec.search.algorithm == "random"
-        drawn = random_search and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        space, study = self._spec.space, self.study
+        if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):  # a search.warm_start point
+            trial = study.ask()
+            return trial, space.sample(trial)
+        sampler = self._sampler()
+        drawn = self._spec.search.algorithm == "random"
+        sampler.repeats = Counter(self.repeated)
         for _ in range(0 if drawn else MAX_REPEATED_PROPOSALS):
-            trial = self.study.ask()
-            config = space.sample(trial)
-            if (earlier := self._runs().get(space.key(config))) is None:
+            proposal, system_attrs = sampler.propose(study, space.sample)
+            if (earlier := self._runs().get(space.key(proposal))) is None:
+                trial, config = self._ask_pinned(proposal)
+                set_system_attrs(trial, system_attrs)
                 return trial, config
-            self._tell_repeat(trial, earlier)
+            self.repeated = (*self.repeated, earlier)
+            sampler.repeats = Counter(self.repeated)
         if (point := self._unseen_configuration()) is None:
             return None
         trial, config = self._ask_pinned(point)
         if not drawn:
             trial.set_user_attr(UNSEEN_PICK_ATTR, True)
         return trial, config
+
+    def _sampler(self) -> PinnableSampler:
+        sampler = self.study.sampler
+        if not isinstance(sampler, PinnableSampler):  # open_study builds it; a study opened elsewhere does not
+            raise TypeError(f"the searcher needs the study tunekit opened, not one with a {type(sampler).__name__}")
+        return sampler
 
     def _runs(self) -> dict[tuple[Any, ...], int]:
         """Which Ray trial ran each configuration (rebuilt from the study after a restore)."""
@@ -210,26 +224,6 @@ class OptunaStudySearcher(Searcher):
             for number in self._numbers.values():
                 self._ran.setdefault(self._spec.space.key(trials[number].params), number)
         return self._ran
-
-    def _tell_repeat(self, trial: optuna.Trial, earlier_number: int) -> None:
-        earlier = self.study.get_trials(deepcopy=False)[earlier_number]
-        trial.set_user_attr(DUPLICATE_ATTR, earlier_number)
-        self.skipped_repeats += 1
-        if earlier.state == TrialState.RUNNING:
-            self.study.tell(trial, state=TrialState.FAIL)
-            return
-        for step, value in sorted(earlier.intermediate_values.items()):
-            trial.report(value, step=step)
-        for key, violation in earlier.constraints.items():
-            trial.set_constraint(key, violation)
-        if earlier.state == TrialState.COMPLETE:
-            self.study.tell(trial, earlier.values if self._spec.multi_objective else earlier.value)
-        elif earlier.state == TrialState.PRUNED:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            if TRIAL_FAILURE_ATTR in earlier.user_attrs:  # told its failure, as a repeat of a value is told the value
-                trial.set_user_attr(TRIAL_FAILURE_ATTR, earlier.user_attrs[TRIAL_FAILURE_ATTR])
-            self.study.tell(trial, state=TrialState.FAIL)
 
     def _unseen_configuration(self) -> dict[str, Any] | None:
         """A configuration no Ray trial ran, drawn at random; None (and why) when none is left."""
@@ -396,7 +390,11 @@ class OptunaStudySearcher(Searcher):
         return state
 
     def save(self, checkpoint_path: str) -> None:
-        state = {"numbers": self._numbers, "skipped_repeats": self.skipped_repeats, "exhausted": self.exhausted_reason}
+        state = {
+            "numbers": self._numbers,
+            "repeated": list(self.repeated),
+            "exhausted": self.exhausted_reason,
+        }
         Path(checkpoint_path).write_text(json.dumps(state))
 
     def count_unsaved_trials(self, numbers: Mapping[str, int]) -> None:
@@ -408,7 +406,7 @@ class OptunaStudySearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         state = json.loads(Path(checkpoint_path).read_text())
         self._numbers = {**state["numbers"], **self.__dict__.pop("_unsaved_numbers", {})}
-        self.skipped_repeats = state.get("skipped_repeats", 0)
+        self.repeated = tuple(state.get("repeated", ()))
         self.exhausted_reason = state.get("exhausted")
         self._live = {}
         self._ran = None

@@ -4,13 +4,15 @@
 points) or loads it unchanged; ``build_sampler`` gives ``search.algorithm``'s sampler, seeded past
 the trials the study already holds, wrapped so that a grid point or the searcher's own pick can
 be pinned (``PinnableSampler``), and, for TPE, shown the trials that failed on their own as
-infeasible (``teaches``; why: ``tunekit.search.searcher``'s docstring). The Ray searcher that asks
-and tells it is ``tunekit.search.searcher``.
+infeasible (``teaches``; why: ``tunekit.search.searcher``'s docstring). The sampler also proposes
+apart from the study (``PinnableSampler.propose``), so that a proposal the searcher does not train
+takes no trial number. The Ray searcher that asks and tells it is ``tunekit.search.searcher``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,13 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tunekit.compat.optuna_failures import failures_as_infeasible
-from tunekit.compat.optuna_study import lagged_study, recent_trials_study
+from tunekit.compat.optuna_study import (
+    lagged_study,
+    proposing_apart,
+    recent_trials_study,
+    study_trial_count,
+    with_repeats,
+)
 from tunekit.config.spec import ExperimentSpec
 from tunekit.layout import study_file
 from tunekit.search.history import add_history
@@ -38,9 +46,10 @@ def teaches(frozen: FrozenTrial) -> bool:
 class PinnableSampler(optuna.samplers.BaseSampler):
     """The study's sampler, or a fixed point when one is pinned.
 
-    Pinning is how grid points and the searcher's own fallback choices reach the study
-    through the public sampler interface: the trial's params are exactly the point, and
-    no WAITING trial is left behind if the driver dies mid-ask (as ``enqueue_trial`` would).
+    Pinning is how grid points, proposals made apart from the study (``propose``) and the
+    searcher's own fallback choices reach the study through the public sampler interface: the
+    trial's params are exactly the point, and no WAITING trial is left behind if the driver dies
+    mid-ask (as ``enqueue_trial`` would).
     """
 
     def __init__(
@@ -51,13 +60,38 @@ class PinnableSampler(optuna.samplers.BaseSampler):
         self.history = history  # search.tpe_history: the finished trials the base models
         # Failed trials (``teaches``) shown to the base as infeasible; those shown so far, by number.
         self.shown_failures: dict[int, FrozenTrial] | None = {} if teach_failures else None
+        # Study number -> how many proposals repeated that trial's configuration (the searcher's).
+        self.repeats: Mapping[int, int] = {}
+        self._apart: optuna.Study | None = None  # the throwaway study ``propose`` samples on
+
+    def propose(
+        self, study: optuna.Study, sample: Callable[[optuna.Trial], dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What this sampler proposes next for ``study``, with no trial added to it: ``sample`` of
+        a trial of a throwaway in-memory study, sampled as a trial of ``study`` numbered next; and
+        the system attributes the base set on that trial (NSGA-II's generation), which the
+        study's trial taking the proposal must carry.
+
+        The base sees what it would see asked by the study (views included; ``repeats`` listed
+        again) and draws from its generator as it would: the same seed, the same proposals.
+        """
+        apart = optuna.create_study(storage=optuna.storages.InMemoryStorage(), directions=study.directions)
+        apart.sampler = _ForStudy(self, study, study_trial_count(study))
+        self._apart = apart
+        try:
+            config = sample(apart.ask())
+        finally:
+            self._apart = None
+        return config, dict(apart.get_trials(deepcopy=False)[0].system_attrs)
 
     def _modelled(self, study: optuna.Study) -> optuna.Study:
         # search.reproducible: the trials a proposal may not see yet are shown RUNNING (ask_lagged).
         modelled = lagged_study(study if self.history is None else recent_trials_study(study, self.history), self)
-        if self.shown_failures is None:
-            return modelled
-        return failures_as_infeasible(modelled, teaches, self.shown_failures)
+        if self.shown_failures is not None:
+            modelled = failures_as_infeasible(modelled, teaches, self.shown_failures)
+        if self.repeats:
+            modelled = with_repeats(modelled, self.repeats)
+        return modelled if self._apart is None else proposing_apart(modelled, self._apart)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self.point is not None:
@@ -81,13 +115,42 @@ class PinnableSampler(optuna.samplers.BaseSampler):
         return self.base.sample_independent(self._modelled(study), trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
+        self.base.before_trial(study if self._apart is None else proposing_apart(study, self._apart), trial)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
         self.base.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         self.base.reseed_rng()
+
+
+class _ForStudy(optuna.samplers.BaseSampler):
+    """The throwaway study's sampler in ``PinnableSampler.propose``: ``sampler`` asked for a trial
+    of ``study`` numbered ``number`` (the number it takes there), in place of the throwaway's."""
+
+    def __init__(self, sampler: PinnableSampler, study: optuna.Study, number: int) -> None:
+        self.sampler, self.study, self.number = sampler, study, number
+
+    def _numbered(self, trial: FrozenTrial) -> FrozenTrial:
+        numbered = copy.copy(trial)
+        numbered.number = self.number  # constant liar leaves the proposal's own number out of its listing
+        return numbered
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.sampler.infer_relative_search_space(self.study, self._numbered(trial))
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self.sampler.sample_relative(self.study, self._numbered(trial), search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self.sampler.sample_independent(self.study, self._numbered(trial), param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.sampler.before_trial(self.study, self._numbered(trial))
 
 
 def build_sampler(spec: ExperimentSpec, history: int = 0, *, teach_failures: bool = True) -> PinnableSampler:

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 import pytest
 
+from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.study_catch_up import catch_up_study
 from tunekit.layout import EPOCH_COLUMNS, EPOCH_KEY, EPOCHS_FILE, TRIAL_COLUMNS, TRIALS_FILE, study_file
@@ -33,6 +34,12 @@ MAX_EPOCHS = 4
 HISTORIES = 6
 KILLS_PER_HISTORY = 5
 STUDY_STATE = {"completed": "COMPLETE", "pruned": "PRUNED", "failed": "FAIL", "running": "RUNNING"}
+# lr's distribution: continuous, or six values, where TPE proposes configurations that ran again
+# (each taking no trial number: the numbers trials.csv holds are the study's next ones).
+SPACES = {
+    "continuous": None,
+    "discrete": {"type": "choice", "values": [0.1, 0.2, 0.4, 0.8, 1.6, 3.2]},
+}
 
 
 def _history(rng: random.Random) -> tuple[list[tuple[str, str, Any]], dict[str, str]]:
@@ -57,12 +64,11 @@ def _history(rng: random.Random) -> tuple[list[tuple[str, str, Any]], dict[str, 
 
 
 def _run(
-    events: list[tuple[str, str, Any]], experiment: Path
-) -> tuple[list[int], dict[str, dict[int, float]], dict[str, int]]:
+    events: list[tuple[str, str, Any]], experiment: Path, spec: ExperimentSpec
+) -> tuple[list[int], dict[str, dict[int, float]], dict[str, int], int]:
     """Plays the events through the searcher into the experiment's journal; returns the journal's
-    size after each event (index 0: the study made, no trial yet), the epochs reported and each
-    trial's study number."""
-    spec = unit_spec(max_epochs=MAX_EPOCHS)
+    size after each event (index 0: the study made, no trial yet), the epochs reported, each
+    trial's study number and how many proposals repeated a configuration."""
     searcher = OptunaStudySearcher(spec, experiment)
     searcher.study  # noqa: B018 - the study is made first, as a search makes it
     journal = study_file(experiment)
@@ -80,7 +86,8 @@ def _run(
             searcher.on_trial_complete(trial_id, dict(last[trial_id]), error=detail == "failed")
         sizes.append(journal.stat().st_size)
     numbers = {trial_id: searcher.trial_number(trial_id) for kind, trial_id, _ in events if kind == "ask"}
-    return sizes, reported, {trial_id: number for trial_id, number in numbers.items() if number is not None}
+    known = {trial_id: number for trial_id, number in numbers.items() if number is not None}
+    return sizes, reported, known, len(searcher.repeated)
 
 
 def _write_tables(
@@ -108,18 +115,23 @@ def _write_tables(
                 rows.writerow({"trial_id": trial_id, "epoch": epoch, "attempt": 1, "time": epoch, "acc": acc})
 
 
+@pytest.mark.parametrize("space", SPACES)
 @pytest.mark.parametrize("seed", range(HISTORIES))
-def test_a_study_cut_at_any_moment_catches_up_and_no_ended_trial_trains_again(tmp_path: Path, seed: int) -> None:
+def test_a_study_cut_at_any_moment_catches_up_and_no_ended_trial_trains_again(
+    tmp_path: Path, seed: int, space: str
+) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = random.Random(seed)
     events, fates = _history(rng)
     whole = tmp_path / "whole"
     whole.mkdir()
-    sizes, reported, numbers = _run(events, whole)
+    spec = unit_spec(SPACES[space], max_epochs=MAX_EPOCHS)
+    sizes, reported, numbers, repeated = _run(events, whole, spec)
+    assert (repeated > 0) == (space == "discrete")  # every discrete history had repeats to number past
+    assert sorted(numbers.values()) == list(range(len(numbers)))
     whole_study = optuna.load_study(study_name="unit", storage=study_storage(whole))
     params = {t.user_attrs[RAY_TRIAL_ATTR]: t.params for t in whole_study.trials}
     _write_tables(whole, fates, reported, numbers, params)
-    spec = unit_spec(max_epochs=MAX_EPOCHS)
     for kill in sorted(rng.sample(range(1, len(sizes)), min(KILLS_PER_HISTORY, len(sizes) - 1))):
         experiment = tmp_path / f"killed-{kill}"
         shutil.copytree(whole, experiment)

@@ -22,14 +22,14 @@ from tunekit.driver.records import (
 from tunekit.layout import TrialStatus
 
 
-def spec(**budget: Any) -> ExperimentSpec:
+def spec(lr: dict[str, Any] | None = None, **budget: Any) -> ExperimentSpec:
     raw = {
         "name": "unit",
         "trainable": "not.looked.for",
         "metric": {"name": "acc", "mode": budget.pop("mode", "max")},
         "budget": {"num_samples": 9, "max_epochs": 9, **budget},
         "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 3},
-        "space": {"lr": {"type": "uniform", "low": 0.0, "high": 1.0}},
+        "space": {"lr": lr or {"type": "uniform", "low": 0.0, "high": 1.0}},
     }
     return parse_spec(raw, None, locate_trainable=False)
 

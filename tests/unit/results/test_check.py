@@ -33,7 +33,14 @@ from tunekit.layout import (
 from tunekit.results.check import check_experiment
 from tunekit.results.findings import Finding
 from tunekit.results.load import load
-from tunekit.search.attrs import FINAL_RESULT_ATTR, HELD_ATTR, PBT_STEPS_ATTR, RAY_TRIAL_ATTR
+from tunekit.search.attrs import (
+    DUPLICATE_ATTR,
+    FINAL_RESULT_ATTR,
+    HELD_ATTR,
+    LOST_ATTR,
+    PBT_STEPS_ATTR,
+    RAY_TRIAL_ATTR,
+)
 from tunekit.search.plan import study_storage
 
 from .test_summary import experiment
@@ -51,10 +58,16 @@ def consistent(
     attrs: dict[str, dict[str, Any]] | None = None,
     *,
     b_untold: bool = False,
+    between: dict[str, Any] | None = None,
 ) -> Path:
     """The experiment and its study; ``ids`` renames trials a and b everywhere; ``attrs``
-    adds user attrs to their study trials; ``b_untold`` leaves b's study trial RUNNING."""
+    adds user attrs to their study trials; ``b_untold`` leaves b's study trial RUNNING;
+    ``between``: a failed study trial with these user attrs numbered between a's and b's (b
+    numbered 2 in trials.csv)."""
     experiment(root)
+    if between is not None:
+        trials = root / TRIALS_FILE
+        trials.write_text(trials.read_text().replace("\nb,1,", "\nb,2,"))
     ids = ids or {}
     for table in (TRIALS_FILE, EPOCHS_FILE, SPANS_FILE):
         lines = (root / table).read_text().splitlines(keepends=True)
@@ -78,6 +91,11 @@ def consistent(
         if b_untold and trial_id == "b":
             continue
         study.tell(trial, values[-1] if state == optuna.trial.TrialState.COMPLETE else None, state=state)
+        if between is not None and trial_id == "a":
+            unused = study.ask(DISTRIBUTIONS)
+            for key, value in between.items():
+                unused.set_user_attr(key, value)
+            study.tell(unused, state=optuna.trial.TrialState.FAIL)
     checkpoint = root / ids.get("a", "a") / "checkpoint_000003"
     checkpoint.mkdir(parents=True)
     (checkpoint / CHECKPOINT_STATE).write_text(json.dumps({"epoch": 4, "config": {**PARAMS["a"], "_seed": 1}}))
@@ -157,6 +175,22 @@ def test_each_disagreement_names_both_values(tmp_path: Path, capsys: pytest.Capt
     )
     assert main(["check", str(root)]) == 1
     assert f"{root}: {len(findings)} disagreements" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("between", "findings"),
+    [
+        ({}, ["trials.csv vs study: study trial 1: 'the number of a trial, or of a lost one' vs 'unused'"]),
+        ({LOST_ATTR: True}, []),  # closed as lost by a resume, which named it
+        ({DUPLICATE_ATTR: 0}, []),  # a repeated proposal told to the study (experiments made before they took none)
+    ],
+)
+def test_a_study_trial_no_trial_ran_between_two_that_ran_is_a_gap_in_the_numbers(
+    tmp_path: Path, between: dict[str, Any], findings: list[str]
+) -> None:
+    root = consistent(tmp_path, between=between)
+    assert load(root).trials["number"].tolist() == [0, 2]
+    assert [str(f) for f in check_experiment(root, mlflow=False).findings] == findings
 
 
 def test_a_study_trial_left_running_by_a_stopped_search_is_a_disagreement(tmp_path: Path) -> None:
@@ -462,7 +496,7 @@ def test_ray_s_saved_state_cut_short_is_a_finding_that_says_a_resume_refuses_it(
     newest.write_text(json.dumps(state))
     # tunekit's searcher saves JSON under Ray's .pkl name; the tuner is a pickle.
     searcher = root / "searcher-state-2026-01-01_11-00-00.pkl"
-    searcher.write_text(json.dumps({"numbers": {"a": 0, "b": 1}, "skipped_repeats": 0, "exhausted": None}))
+    searcher.write_text(json.dumps({"numbers": {"a": 0, "b": 1}, "repeated": [], "exhausted": None}))
     tuner = root / "tuner.pkl"
     tuner.write_bytes(pickle.dumps({"param_space": PARAMS, "note": "a. b"}))
     report = check_experiment(root, mlflow=False)

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from tunekit.compat.optuna_failures import FAILED_CONSTRAINT, failures_as_infeasible
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY
-from tunekit.search.attrs import DUPLICATE_ATTR, LOST_ATTR
+from tunekit.search.attrs import LOST_ATTR
 from tunekit.search.searcher import OptunaStudySearcher
 from tunekit.search.study import TRIAL_FAILURE_ATTR, build_sampler, teaches
 
@@ -112,7 +112,7 @@ def test_only_failures_of_the_trials_own_teach(tmp_path: Path) -> None:
     assert [teaches(t) for t in trials] == [False, False, True]
 
 
-def test_a_repeat_of_a_failed_configuration_is_told_its_failure(tmp_path: Path) -> None:
+def test_a_repeat_of_a_failed_configuration_is_shown_its_failure(tmp_path: Path) -> None:
     spec = load_spec(
         {
             "name": "repeats",
@@ -129,9 +129,14 @@ def test_a_repeat_of_a_failed_configuration_is_told_its_failure(tmp_path: Path) 
     assert first is not None
     fail(searcher, "a")
     searcher.suggest("b")
-    repeats = [t for t in searcher.study.trials if DUPLICATE_ATTR in t.user_attrs]
-    assert repeats, "the sampler never proposed the failed configuration again"
-    assert all(t.params == {"units": first["units"]} and teaches(t) for t in repeats)
+    assert searcher.repeated, "the sampler never proposed the failed configuration again"
+    assert set(searcher.repeated) == {0}
+    # The sampler sees the failure once per proposal of it: infeasible (PRUNED, the failure's
+    # constraint violated), as the failed trial itself.
+    sampler: Any = searcher.study.sampler
+    shown = sampler._modelled(searcher.study)._get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+    assert len(shown) == 1 + len(searcher.repeated)
+    assert all(t.number == 0 and t.constraints[FAILED_CONSTRAINT] == math.inf for t in shown)
 
 
 def test_a_trial_lost_with_the_driver_does_not_teach(tmp_path: Path) -> None:

@@ -18,8 +18,9 @@ from ray.tune.search import Searcher
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec, load_spec
 from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, study_file
-from tunekit.search.attrs import DUPLICATE_ATTR, GRID_POINT_ATTR, RAY_TRIAL_ATTR, UNSEEN_PICK_ATTR
+from tunekit.search.attrs import GRID_POINT_ATTR, RAY_TRIAL_ATTR, UNSEEN_PICK_ATTR
 from tunekit.search.searcher import OptunaStudySearcher
+from tunekit.search.study import PinnableSampler
 
 METRIC = "val_accuracy"
 CONDITIONAL = {
@@ -158,49 +159,68 @@ def test_resumed_grid_neither_reruns_nor_skips_a_point(tmp_path: Path) -> None:
 # ------------------------------------------------------------------- no repeated work
 
 
-def test_tpe_never_trains_a_configuration_twice(tmp_path: Path) -> None:
-    spec = make_spec(SMALL, num_samples=6)
-    searcher = in_memory(spec, tmp_path)
+def search_small(searcher: OptunaStudySearcher, count: int, first: int = 0) -> list[tuple[Any, Any]]:
+    """Trials ``first`` to ``count - 1`` of a search over ``SMALL``, each trained as it is asked;
+    their configurations."""
     configs = []
-    for i in range(6):
+    for i in range(first, count):
         config = searcher.suggest(f"t{i}")
         assert isinstance(config, dict)
-        configs.append(config)
+        configs.append((config["a"], config["b"]))
         value = 0.1 * config["a"] + {"x": 0.0, "y": 0.3, "z": 0.1}[config["b"]]
         if i % 2:
             train(searcher, f"t{i}", [value])  # pruned after 1 of 2 epochs
         else:
             train(searcher, f"t{i}", [value - 0.05, value])
-    assert searcher.suggest("t6") == Searcher.FINISHED  # num_samples caps Ray trials, not study trials
-    assert len({(c["a"], c["b"]) for c in configs}) == 6
+    return configs
+
+
+def test_tpe_never_trains_a_configuration_twice_and_its_numbers_skip_none(tmp_path: Path) -> None:
+    """On the experiment's journal: a repeated proposal takes no study number, so the numbers
+    trials.csv, MLflow and TensorBoard show are 0..N-1; the same seed proposes the same."""
+    spec = make_spec(SMALL, num_samples=6)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "again").mkdir()
+    searcher = OptunaStudySearcher(spec, tmp_path / "first")
+    configs = search_small(searcher, 6)
+    assert searcher.suggest("t6") == Searcher.FINISHED
+    assert len(set(configs)) == 6
     study = searcher.study
-    repeats = [t for t in study.trials if DUPLICATE_ATTR in t.user_attrs]
-    # TPE on six points proposes repeats: the check must have had work to do
-    assert searcher.skipped_repeats == len(repeats) > 0
-    assert len(study.trials) == 6 + len(repeats)
-    for repeat in repeats:
-        original = study.trials[repeat.user_attrs[DUPLICATE_ATTR]]
-        assert "ray_trial_id" not in repeat.user_attrs
-        assert repeat.params == original.params
-        assert (repeat.state, repeat.value, repeat.intermediate_values) == (
-            original.state,
-            original.value,
-            original.intermediate_values,
-        )
-    assert {t.state for t in repeats} <= {TrialState.COMPLETE, TrialState.PRUNED}
+    assert [searcher.trial_number(f"t{i}") for i in range(6)] == list(range(6))
+    assert [t.number for t in study.trials] == list(range(6))
+    assert all(t.user_attrs[RAY_TRIAL_ATTR] == f"t{t.number}" for t in study.trials)
+    # TPE on six points proposed repeats: the numbering had something to skip
+    assert len(searcher.repeated) > 0 and set(searcher.repeated) <= set(range(6))
+    # The study holds exactly the configurations trained, as trained.
+    assert [(t.params["a"], t.params["b"]) for t in study.trials] == configs
+    again = OptunaStudySearcher(spec, tmp_path / "again")
+    assert search_small(again, 6) == configs
+    assert again.repeated == searcher.repeated
+
+
+def test_tpe_numbers_skip_none_across_a_resume(tmp_path: Path) -> None:
+    spec = make_spec(SMALL, num_samples=6)
+    searcher = OptunaStudySearcher(spec, tmp_path)
+    search_small(searcher, 4)
+    pickled = pickle.dumps(searcher)  # Ray's last experiment checkpoint
+    searcher.save(str(tmp_path / "searcher-state.json"))
+    resumed: OptunaStudySearcher = pickle.loads(pickled)
+    resumed.restore(str(tmp_path / "searcher-state.json"))
+    assert resumed.repeated == searcher.repeated
+    search_small(resumed, 6, first=4)
+    assert resumed.suggest("t6") == Searcher.FINISHED
+    assert [t.number for t in resumed.study.trials] == list(range(6))
+    assert [resumed.trial_number(f"t{i}") for i in range(6)] == list(range(6))
+    assert len({(t.params["a"], t.params["b"]) for t in resumed.study.trials}) == 6
+    assert len(resumed.repeated) > len(searcher.repeated), "the resumed search proposed no repeat"
 
 
 @pytest.mark.parametrize(
-    ("ending", "state", "value"),
-    [
-        ("running", TrialState.FAIL, None),
-        ("completed", TrialState.COMPLETE, 0.7),
-        ("pruned", TrialState.PRUNED, 0.6),
-        ("failed", TrialState.FAIL, None),
-    ],
+    ("ending", "shown"),
+    [("running", 1), ("completed", 21), ("pruned", 21), ("failed", 0)],
 )
-def test_repeats_get_the_earlier_outcome_and_an_exhausted_space_ends_the_search(
-    tmp_path: Path, ending: str, state: TrialState, value: float | None
+def test_repeats_are_shown_as_the_earlier_outcome_and_an_exhausted_space_ends_the_search(
+    tmp_path: Path, ending: str, shown: int
 ) -> None:
     spec = make_spec(
         {
@@ -222,12 +242,16 @@ def test_repeats_get_the_earlier_outcome_and_an_exhausted_space_ends_the_search(
         "every configuration of the space has run (1 distinct); 1 of budget.num_samples=6 trials"
     )
     assert searcher.suggest("t2") == Searcher.FINISHED
-    repeats = searcher.study.trials[1:]
-    assert len(repeats) == searcher.skipped_repeats == 20
-    for repeat in repeats:
-        assert repeat.user_attrs[DUPLICATE_ATTR] == 0
-        assert (repeat.state, repeat.value) == (state, value)
+    assert searcher.repeated == (0,) * 20
+    assert len(searcher.study.trials) == 1  # the repeats took no trial number
     assert searcher.trial_number("t1") is None
+    # The sampler sees a finished trial once more per repeat (a running one once, as constant
+    # liar's guess; a failed one not at all: Optuna's samplers skip FAIL trials).
+    sampler = searcher.study.sampler
+    assert isinstance(sampler, PinnableSampler)
+    modelled: Any = sampler._modelled(searcher.study)
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    assert len(modelled._get_trials(deepcopy=False, states=states)) == shown
 
 
 def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(
@@ -241,13 +265,12 @@ def test_when_the_sampler_only_repeats_an_unseen_configuration_is_picked(
         stuck = optuna.samplers.PartialFixedSampler({"units": 32}, optuna.samplers.RandomSampler(seed=0))
     searcher.study.sampler.base = stuck  # type: ignore[union-attr]
     assert searcher.suggest("t0") == {"units": 32}
-    assert searcher.suggest("t1") == {"units": 64}  # t0 still runs: its 20 repeats are told FAIL
+    assert searcher.suggest("t1") == {"units": 64}  # after 20 proposals of t0's 32
     assert frozen(searcher, "t1").params == {"units": 64}
     assert frozen(searcher, "t1").user_attrs[UNSEEN_PICK_ATTR] is True
     assert UNSEEN_PICK_ATTR not in frozen(searcher, "t0").user_attrs
-    repeats = [t for t in searcher.study.trials if DUPLICATE_ATTR in t.user_attrs]
-    assert len(repeats) == 20
-    assert all(t.state == TrialState.FAIL and t.params == {"units": 32} for t in repeats)
+    assert searcher.repeated == (0,) * 20
+    assert [t.number for t in searcher.study.trials] == [0, 1]
     assert searcher.exhausted_reason is None
     assert searcher.suggest("t2") == Searcher.FINISHED
     assert searcher.exhausted_reason == (
@@ -268,7 +291,7 @@ def test_a_random_search_draws_unseen_configurations_and_its_numbers_skip_none(t
         train(searcher, f"t{i}", [0.1 * i, 0.1 * i])
     assert len(set(configs)) == 6  # the whole space, once each
     assert [searcher.trial_number(f"t{i}") for i in range(6)] == list(range(6))
-    assert len(searcher.study.trials) == 6 and searcher.skipped_repeats == 0
+    assert len(searcher.study.trials) == 6 and searcher.repeated == ()
     assert not any(UNSEEN_PICK_ATTR in t.user_attrs for t in searcher.study.trials)
     assert searcher.suggest("t6") == Searcher.FINISHED
     again = in_memory(spec, tmp_path / "again")  # the same seed draws the same configurations
@@ -284,7 +307,7 @@ def test_continuous_spaces_are_not_held_back(tmp_path: Path) -> None:
     searcher = in_memory(spec, tmp_path)
     for i in range(5):
         assert isinstance(searcher.suggest(f"t{i}"), dict)
-    assert searcher.skipped_repeats == 0 and len(searcher.study.trials) == 5
+    assert searcher.repeated == () and len(searcher.study.trials) == 5
 
 
 def test_repeat_count_and_exhaustion_survive_a_resume(tmp_path: Path) -> None:
@@ -296,10 +319,7 @@ def test_repeat_count_and_exhaustion_survive_a_resume(tmp_path: Path) -> None:
     searcher.save(str(tmp_path / "state.json"))
     resumed = OptunaStudySearcher(spec, tmp_path)
     resumed.restore(str(tmp_path / "state.json"))
-    assert (resumed.skipped_repeats, resumed.exhausted_reason) == (
-        20,
-        searcher.exhausted_reason,
-    )
+    assert (resumed.repeated, resumed.exhausted_reason) == ((0,) * 20, searcher.exhausted_reason)
     assert resumed.suggest("t2") == Searcher.FINISHED
 
 

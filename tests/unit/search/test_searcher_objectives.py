@@ -75,6 +75,20 @@ def test_samplers_on_request(algorithm: str, sampler: str) -> None:
     assert type(build_sampler(make_spec(algorithm)).base).__name__ == sampler
 
 
+def test_nsga2_trials_carry_their_generation_and_numbers_skip_none(tmp_path: Path) -> None:
+    """Proposals are sampled apart from the study: what NSGA-II writes on the trial it samples
+    (its generation, which its later proposals count) reaches the study's trial all the same."""
+    spec = make_spec("nsga2")
+    searcher = OptunaStudySearcher(spec, tmp_path, storage=optuna.storages.InMemoryStorage())
+    for number in range(6):
+        config = searcher.suggest(f"t{number}")
+        assert config is not None
+        finish(searcher, f"t{number}", 0.5 + config["units"] / 1000, 10.0 * config["units"])
+    trials = searcher.study.trials
+    assert [t.number for t in trials] == list(range(6))
+    assert [t.system_attrs.get("NSGAIISampler:generation") for t in trials] == [0] * 6
+
+
 def test_grid_takes_several_objectives_as_it_is(tmp_path: Path) -> None:
     searcher = OptunaStudySearcher(make_spec("grid"), tmp_path, storage=optuna.storages.InMemoryStorage())
     configs = [searcher.suggest(trial_id) for trial_id in "abc"]
