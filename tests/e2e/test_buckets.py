@@ -318,10 +318,8 @@ def test_bucket_outages_are_waited_through_and_past_the_bound_end_the_search_and
     env["AWS_ENDPOINT_URL"] = s3.endpoint
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "trials: 2 completed, 0 pruned, 0 stopped, 0 failed" in resumed.stdout, resumed.stdout + resumed.stderr
+    # On the machine whose driver the outage stopped: what it recorded while the bucket was away goes first.
+    said = resumed.stdout + resumed.stderr
+    assert "tunekit: sent " in said and "the trials it ended stay ended" in said, said
     checked = _tunekit(["check", uri], cwd, env, timeout=300)
-    # Known, issue 49's item 5 (not this fault's): a trial stopped mid-epoch and continued by the
-    # resume can leave the study short of an epoch trials.csv has. Any other disagreement fails.
-    found = [line.strip() for line in checked.stdout.splitlines() if line.startswith("  ")]
-    assert all(line.startswith("trials.csv vs study: trial ") and "epochs reported" in line for line in found), (
-        checked.stdout + checked.stderr
-    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
