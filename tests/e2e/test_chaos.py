@@ -77,6 +77,8 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
         "trial_id,number,status,reason,epochs,final_metric\na,0,completed,trained all 1 epochs,1,0.9\n"
     )
     (tmp_path / "epochs.csv").write_text("trial_id,epoch\na,1\na,1\n")
+    # The second attempt's span begins before the first one's end (seed 694332: a resume's clock behind).
+    (tmp_path / "spans.csv").write_text("trial_id,span,start,end\na,1,0.5,25.9\na,2,11.2,30.0\n")
     console = tmp_path / "console.log"
     console.write_text("[00:10] trial 0 completed after 1 epochs\n[00:02] trial 0 completed after 1 epochs\n")
     # MLflow's trial run holds the epoch trained twice, its latest point the first attempt's
@@ -90,6 +92,7 @@ def test_the_independent_checker_finds_an_epoch_twice_a_short_count_and_a_trial_
             "trial 0: epochs.csv holds epochs [1, 1] for 1 epochs",
             "trial 0: the study lacks epochs [1] that epochs.csv holds",
             "trial 0: MLflow's final value 0.8, trials.csv's 0.9",
+            "spans.csv: trial a's span starting at 11.2 overlaps the one before (end 25.9)",
         ],
         [
             "trials.csv holds 1 trials for num_samples 2",
