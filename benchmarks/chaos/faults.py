@@ -265,8 +265,9 @@ def damage(history: History, pick: Callable[[Path, random.Random], Path | None],
     whole = target.read_bytes()
     copy.write_bytes(whole)
     op = history.rng.choice(DAMAGE_OPS)
-    target.write_bytes(damaged_bytes(whole, op, history.rng))
-    history.restore, history.damaged_after = (target, copy), len(history.drivers)
+    broken = damaged_bytes(whole, op, history.rng)
+    target.write_bytes(broken)
+    history.restore, history.damaged_after, history.damage = (target, copy), len(history.drivers), broken
     history.say(f"{op} in {target.relative_to(history.experiment)} ({len(whole)} bytes) while stopped")
     checked = history.run_once(["check", history.target], f"check after {op}")
     said = checked.log.read_text(errors="replace")

@@ -89,6 +89,7 @@ class History:
     run_args: list[str] = field(default_factory=list)  # the `tunekit run` that started the search
     restore: tuple[Path, Path] | None = None  # a damaged file and its whole copy: the user's repair
     damaged_after: int = 0  # how many drivers had started when the damage was made
+    damage: bytes = b""  # the damaged file's bytes as the explorer left them
     mounted: bool = False
     bucket: BucketStorage | None = None  # the experiment lives there, not in ``storage`` (storage-outage)
     began: float = field(default_factory=time.monotonic)
@@ -296,10 +297,12 @@ def repair_if_refused(history: History, driver: Driver) -> None:
 def repair_damage_nothing_read(history: History) -> None:
     """Damage still there once the search completed, which no resume read: `tunekit check` names it
     with its repair, whose outcome the whole copy stands for. A checkpoint payload (a completed
-    trial's: seed 389070, replayed; tunekit writes a new checkpoint beside it, never over it, so
-    a difference from the copy is the damage still there), or any record when no resume ran
+    trial's: seed 389070, replayed), or any record when no resume ran
     after the damage (the search had completed just before the kill: seed 321644). The final
-    `check` reported it, while the explorer's invariants could not read it or read no checkpoints."""
+    `check` reported it, while the explorer's invariants could not read it or read no checkpoints.
+    Only the damage itself is repaired: a resume may have written a new file there since (Ray named
+    a trial's next checkpoint as the damaged one it passed over: seed 235600, whose repair put the
+    old bytes over the new file and its checksum)."""
     if history.restore is None:
         return
     damaged, copy = history.restore
@@ -307,7 +310,7 @@ def repair_damage_nothing_read(history: History) -> None:
     if damaged.name != "weights.npz" and resumed:
         return
     history.restore = None
-    if damaged.is_file() and damaged.read_bytes() != copy.read_bytes():
+    if damaged.is_file() and damaged.read_bytes() == history.damage:
         damaged.write_bytes(copy.read_bytes())
         history.say(f"the user repairs {damaged.name} as `tunekit check` says (a whole copy stands for it)")
 
