@@ -11,22 +11,23 @@ Stdlib only (imports nothing of Ray, TensorFlow or tunekit's run path): the comm
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tunekit.errors import TunekitError
 from tunekit.runtime.protocol import (
+    LOCK_FILE,
     LOG_FILE,
     PYTHON,
     RUNTIME_ENV,
-    STATE_FILE,
     TUNEKIT,
     Channel,
     Request,
@@ -38,6 +39,8 @@ from tunekit.runtime.protocol import (
 )
 
 UP_TIMEOUT_S = 300.0  # Ray's start and the workers' TensorFlow imports, on a loaded machine
+UP_POLL_S = 0.2
+LOCK_TRIES = 5
 DOWN_TIMEOUT_S = 60.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -185,48 +188,89 @@ def describe(status: dict[str, Any] | None) -> str:
 
 
 def up(workers: int, idle_timeout_s: float) -> str:
-    """Starts the runtime in the background and waits until its workers are ready; its line."""
+    """Starts the runtime in the background and waits until its workers are ready; its line.
+
+    One runtime per folder: starting one takes the folder's lock (``LOCK_FILE``), which its process
+    then holds until it ends. A ``tunekit up`` that finds the lock held attaches instead: to a
+    runtime that answers, at once; to one another ``tunekit up`` is starting, once its workers are
+    ready (said in one line as it starts waiting), and fails as that one does.
+    """
     directory = runtime_dir()
-    if (status := runtime_status()) is not None:
-        return f"tunekit: a warm runtime is up already (pid {status['pid']}); tunekit down stops it"
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = _start_lock(directory)
+    if lock is None:
+        return _attach(directory)
+    os.ftruncate(lock, 0)  # the last runtime's pid: no longer this lock's
     log = directory / LOG_FILE
     began = time.monotonic()
     settings = [f"--workers={workers}", f"--idle-timeout={idle_timeout_s}"]
     command = [sys.executable, "-m", "tunekit.runtime.daemon", *settings]
-    with log.open("a") as out:
-        daemon = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,  # neither the terminal's Ctrl-C nor its hang-up reaches it
-            cwd=directory,
-        )
-    while time.monotonic() - began < UP_TIMEOUT_S:
-        if daemon.poll() is not None:
-            raise TunekitError(f"warm runtime: exited with status {daemon.returncode} while starting; see {log}")
-        status = runtime_status()
-        if status is not None and len(status["ready"]) >= workers:
-            seconds = time.monotonic() - began
-            return (
-                f"tunekit: warm runtime up in {seconds:.1f} s (pid {daemon.pid}): a local Ray and "
-                f"{len(status['ready'])} workers with TensorFlow imported; it stops after "
-                f"{idle_timeout_s / 60:g} min idle, or with tunekit down"
+    try:
+        with log.open("a") as out:
+            daemon = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,  # neither the terminal's Ctrl-C nor its hang-up reaches it
+                cwd=directory,
+                pass_fds=(lock,),  # it holds the lock from here until it ends (none of its children does)
             )
-        time.sleep(0.2)
-    daemon.terminate()
-    raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; stopped it; see {log}")
+        os.pwrite(lock, f"{daemon.pid}\n".encode(), 0)
+    finally:
+        os.close(lock)
+
+    def ended() -> str | None:
+        if daemon.poll() is None:
+            return None
+        return f"warm runtime: exited with status {daemon.returncode} while starting; see {log}"
+
+    if (status := _wait_until_ready(ended)) is None:
+        daemon.terminate()
+        raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; stopped it; see {log}")
+    return (
+        f"tunekit: warm runtime up in {time.monotonic() - began:.1f} s (pid {daemon.pid}): a local Ray and "
+        f"{len(status['ready'])} workers with TensorFlow imported; it stops after "
+        f"{idle_timeout_s / 60:g} min idle, or with tunekit down"
+    )
+
+
+def _attach(directory: Path) -> str:
+    """``tunekit up`` when the folder's runtime lives: its line once it answers with its workers ready."""
+    if (status := runtime_status()) is None:
+        log = directory / LOG_FILE
+        print("tunekit: a warm runtime is starting (another tunekit up); waiting until it is ready", flush=True)
+
+        def ended() -> str | None:
+            return None if _lock_held(directory) else f"warm runtime: exited while starting; see {log}"
+
+        if (status := _wait_until_ready(ended)) is None:
+            raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; see {log}")
+    return f"tunekit: a warm runtime is up already (pid {status['pid']}); tunekit down stops it"
+
+
+def _wait_until_ready(ended: Callable[[], str | None]) -> dict[str, Any] | None:
+    """The runtime's status once it answers with its workers ready, None if not in ``UP_TIMEOUT_S``;
+    ``ended``'s line raised when its process ended first (None while it runs)."""
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if (why := ended()) is not None:
+            raise TunekitError(why)
+        status = runtime_status()
+        if status is not None and len(status["ready"]) >= status["workers"]:
+            return status
+        time.sleep(UP_POLL_S)
+    return None
 
 
 def down() -> str:
     """Stops the runtime and waits until its process (and so its Ray) has ended; its line."""
     directory = runtime_dir()
     answer = ask(directory, {"op": "down"})
-    pid = answer["pid"] if answer else _recorded_pid(directory)
+    pid = answer["pid"] if answer else _locked_pid(directory)
     if pid is None:
         return "tunekit: no warm runtime is running"
-    if answer is None:  # not answering (stuck): its process is told to stop
+    if answer is None:  # not answering (starting, or stuck): its process is told to stop
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + DOWN_TIMEOUT_S
@@ -237,14 +281,43 @@ def down() -> str:
     return f"tunekit: warm runtime stopped (pid {pid})"
 
 
-def _recorded_pid(directory: Path) -> int | None:
-    import json
+def _start_lock(directory: Path) -> int | None:
+    """The folder's lock, taken (its file descriptor), or None when a runtime's process holds it."""
+    lock = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    # A `tunekit up` or `down` looking whether it is held (``_lock_held``) holds it for microseconds.
+    for _ in range(LOCK_TRIES):
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            time.sleep(0.01)
+    os.close(lock)
+    return None
 
+
+def _lock_held(directory: Path) -> bool:
+    """Whether a runtime's process (or the `tunekit up` starting it) holds the folder's lock."""
     try:
-        pid = int(json.loads((directory / STATE_FILE).read_text())["pid"])
-    except (OSError, ValueError, KeyError):
+        lock = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: two lookers never meet
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(lock)
+    return False
+
+
+def _locked_pid(directory: Path) -> int | None:
+    """The pid of the runtime's process that holds the folder's lock; None when none holds it (or
+    the `tunekit up` starting it has not written it yet: for microseconds)."""
+    if not _lock_held(directory):
         return None
-    return pid if _alive(pid) else None
+    with contextlib.suppress(OSError, ValueError):
+        return int((directory / LOCK_FILE).read_text())
+    return None
 
 
 def _alive(pid: int) -> bool:

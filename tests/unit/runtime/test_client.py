@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -53,6 +54,8 @@ class StandIn:
             channel.close()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes an accept() that no command reached
         self.listener.close()
         self.thread.join(5)
         self.path.unlink()
