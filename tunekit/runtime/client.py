@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from tunekit.errors import TunekitError
+from tunekit.layout import CLUSTER_FILE
 from tunekit.runtime.protocol import (
     LOCK_FILE,
     LOG_FILE,
@@ -45,11 +47,14 @@ DOWN_TIMEOUT_S = 60.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
+def serve_command(
+    argv: Sequence[str], command: str = TUNEKIT, cluster: Callable[[], str | None] = lambda: None
+) -> int | None:
     """Runs ``tunekit ARGV`` (or the probe's search process's ARGV) on the warm runtime and returns
     its exit status; None when it is to run in this process (no runtime, ``TUNEKIT_RUNTIME=off``,
-    or the runtime declined: said in one line)."""
-    ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command))
+    ``cluster``'s reason, or the runtime declined: said in one line). ``cluster``: why the search
+    runs on another Ray than the runtime's (``why_another_ray``), asked once a runtime answers."""
+    ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command), cluster)
     if ended is None:
         return None
     if "raised" in ended:  # the runtime could not start the command
@@ -68,7 +73,12 @@ def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -
     request = Request(
         [function], os.getcwd(), dict(os.environ), os.getpid(), PYTHON, encode_call((function, arguments))
     )
-    ended = _serve(request)
+
+    def cluster() -> str | None:
+        where = arguments.get("experiment_dir")
+        return why_another_ray(function, arguments.get("address"), local=bool(arguments.get("local")), resumed=where)
+
+    ended = _serve(request, cluster)
     if ended is None:
         return None
     if "raised" in ended:
@@ -77,7 +87,8 @@ def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -
 
 
 def why_python_call_runs_here(arguments: dict[str, Any], builders: Sequence[object]) -> str | None:
-    """Why ``tunekit.run``/``resume`` called with these must run in the calling process, or None."""
+    """Why ``tunekit.run``/``resume`` called with these must run in the calling process, or None
+    (a cluster's reason is asked once a runtime answers: ``why_another_ray``)."""
     from tunekit.contract import Builders
 
     spec = arguments.get("spec")
@@ -85,21 +96,67 @@ def why_python_call_runs_here(arguments: dict[str, Any], builders: Sequence[obje
         return "builders passed from Python run in their own process"
     if arguments.get("progress") not in (True, False, None):
         return "progress goes to a stream of this process"
-    if arguments.get("address") or os.environ.get("RAY_ADDRESS"):
-        return "a cluster was named (address or RAY_ADDRESS)"
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return "this process has a Ray of its own"
     return None
 
 
-def _serve(request: Request) -> dict[str, Any] | None:
+def why_another_ray(
+    command: str, address: str | None, *, local: bool = False, resumed: str | os.PathLike[str] | None = None
+) -> str | None:
+    """Why a search runs in its command's process, not on the warm runtime, whose Ray is local: the
+    Ray cluster it joins, by the rule of ``tunekit.driver.connect`` (``--address``; else, for a
+    ``resume`` of ``resumed``, the cluster its search ran on, in its ``cluster.json``; else
+    ``RAY_ADDRESS``). None when it runs on a local Ray: the runtime's serves it.
+    """
+    if command == "run" and not address and not os.environ.get("RAY_ADDRESS"):
+        return None  # the common case, said without importing the rule's module (the doctor's checks: 30 ms)
+    from tunekit.driver.connect import recorded_address, resume_target, run_target
+    from tunekit.errors import ClusterError
+
+    if command == "run" or resumed is None:
+        joined = run_target(address).address
+        return None if joined is None else f"the search joins the Ray cluster at {joined}"
+    with _recorded_cluster(resumed) as folder:
+        recorded = recorded_address(folder)
+        try:
+            joined = resume_target(folder, address, local=local).address
+        except ClusterError:  # --address and --local: the resume's own error, wherever it runs
+            return None
+    if joined is None:
+        return None
+    if joined == recorded and not address:
+        return f"the search ran on the Ray cluster at {joined} and resumes there (--local: on a local Ray)"
+    return f"the search joins the Ray cluster at {joined}"
+
+
+@contextlib.contextmanager
+def _recorded_cluster(location: str | os.PathLike[str]) -> Iterator[Path]:
+    """A folder with the experiment's ``cluster.json``: its own, or a bucket's copy of it (none when
+    it cannot be read: the resume, wherever it runs, says why)."""
+    from tunekit.storage.buckets import Bucket, is_uri, local_path
+
+    if not is_uri(location):
+        yield local_path(location)
+        return
+    with tempfile.TemporaryDirectory(prefix="tunekit-cluster-") as folder:
+        with contextlib.suppress(OSError, TunekitError):  # none recorded, or the bucket not readable from here
+            Bucket(str(location)).fetch(Path(folder), CLUSTER_FILE)
+        yield Path(folder)
+
+
+def _serve(request: Request, cluster: Callable[[], str | None]) -> dict[str, Any] | None:
     """The runtime's last message for ``request`` (its exit status, and a call's outcome); None
     when it is to run in this process."""
     if os.environ.get(RUNTIME_ENV) == "off":
         return None
     channel = connect(runtime_dir())
     if channel is None:
+        return None
+    if (why := cluster()) is not None:
+        channel.close()
+        print(f"tunekit: not on the warm runtime: {why}; running here", file=sys.stderr, flush=True)
         return None
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
