@@ -50,8 +50,8 @@ DEFINITIONS = {
     "pieces (KerasTuner)": "imports: launch to keras_tuner imported (Keras, TensorFlow); tuner: Hyperband built; "
     "build and data: the first trial's model built and compiled, its data; first epoch: on_epoch_begin to "
     "on_epoch_end of the first epoch (tracing included)",
-    "worker process start": "the first trial's worker process creation, from launch (the raylet starts tunekit's "
-    "workers as it starts, within ray.init; a worker started later shows here)",
+    "worker process start": "the first trial's worker process creation, from launch (tunekit prestarts workers "
+    "as ray.init ends; a worker started later shows here)",
     "worker's TensorFlow import": "the first trial's worker importing TensorFlow, Keras, Ray Tune's trainable and "
     "tunekit's trial modules as the process starts (tunekit.worker.preload), from launch; absent when the "
     "worker did not preload",
@@ -87,16 +87,15 @@ def _run_tunekit(launched: float, workdir: Path) -> dict[str, Any]:
     profile_dir.mkdir()
     os.environ[PROFILE_DIR_ENV] = str(profile_dir)
     _wrap(session, "_init", marks, "ray_init")
-    given = session.send_ray_cluster_messages
+    prestart = session._prestart_warm_workers
 
-    def timed_after_ray_starts(*args: Any, **kwargs: Any) -> None:
-        # The run imports these while Ray starts (fit.AFTER_RAY_STARTS), and is done with them
-        # here: imported before that, they would delay Ray's start, as they did before.
-        if "tuner_started" not in marks:
-            _time_tuner_and_loop(marks)
-        given(*args, **kwargs)
+    def timed_after_prestart(*args: Any, **kwargs: Any) -> None:
+        prestart(*args, **kwargs)
+        # The run imports these while Ray starts (fit.AFTER_RAY_STARTS): imported here before
+        # that, they would delay Ray's start, as they did before.
+        _time_tuner_and_loop(marks)
 
-    session.send_ray_cluster_messages = timed_after_ray_starts
+    session._prestart_warm_workers = timed_after_prestart
     marks["run_called"] = time.time()
     results = tunekit.run(spec, name="search", storage=workdir / "experiments", progress=False)
     marks["run_returned"] = time.time()

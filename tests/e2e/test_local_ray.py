@@ -1,6 +1,6 @@
 """The local Ray tunekit starts: its workers' environment comes from the raylet (a job runtime
 environment had Ray start two more; Ray Tune's trial actors need none of their own either), and
-its raylet starts as it starts, for Ray Tune's trial actors, as many
+tunekit prestarts, for Ray Tune's trial actors, as many
 workers as the search runs trials at once, each with TensorFlow imported as it started and its
 runtime still unread (each trial configures its devices), and the objects of those imports frozen.
 Ray's dashboard, autoscaler monitor and log monitor it does not start."""
@@ -61,33 +61,22 @@ def test_the_first_trials_run_in_workers_tunekit_prestarted_with_tensorflow_impo
     spec = load_spec(REPO / "search_spaces" / "digits_mlp.yaml")  # 2 trials at a time, 1 CPU each
     try:
         with session.ray_session(None, spec):
-            started_with_ray = _worker_processes()  # the raylet started them as it started
-            from ray.tune.execution.class_cache import _ActorClassCache
-            from ray.util.placement_group import placement_group
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-            # As Ray Tune does: the trials' placement groups take the CPUs before their actors
-            # ask; the raylet ends idle workers beyond the free CPUs after a second by default.
-            groups = [placement_group([{"CPU": 1}]) for _ in range(2)]
-            ray.get([group.ready() for group in groups])
             deadline, idle = time.monotonic() + 60, set[int]()
             while len(idle) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
                 idle = idle_local_workers()
-            time.sleep(2)
+            from ray.tune.execution.class_cache import _ActorClassCache
+
             trial_actors_in_their_runtime_env()
             actor_class = _ActorClassCache().get(_probe_class())
-            probes = [
-                actor_class.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(group)).remote()
-                for group in groups
-            ]
+            probes = [actor_class.options(num_cpus=1).remote() for _ in range(2)]
             looks = ray.get([probe.look.remote() for probe in probes])
             time.sleep(1)
             idle_after = idle_local_workers()
             ray_processes = _command_lines(psutil.Process().children(recursive=True))
     finally:
         session.shutdown()
-    assert len(idle) == 2 and {pid for pid, *_ in looks} == idle == started_with_ray, (looks, idle, started_with_ray)
+    assert len(idle) == 2 and {pid for pid, *_ in looks} == idle, (looks, idle)
     # TensorFlow imported, its runtime (threads, devices) still for the trial to configure
     # (a worker for an actor with a runtime environment starts through one more Python process)
     assert [look[1:] for look in looks] == [("2", "0", "1", "{}", True, True, True, True)] * 2
@@ -97,19 +86,6 @@ def test_the_first_trials_run_in_workers_tunekit_prestarted_with_tensorflow_impo
     assert [line for line in ray_processes if "raylet/raylet" in line], ray_processes  # the node itself
     assert idle_after == set()  # no worker beyond the trials': not one per CPU
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # the driver's own environment is as it was
-
-
-def _worker_processes() -> set[int]:
-    """This process's Ray's Python workers, registered or still starting."""
-    found = set()
-    for process in psutil.Process().children(recursive=True):
-        try:
-            command = process.cmdline()
-        except psutil.Error:  # it ended meanwhile
-            continue
-        if command[:1] == ["ray::IDLE"] or any(part.endswith("default_worker.py") for part in command):
-            found.add(process.pid)
-    return found
 
 
 def _command_lines(processes: list[psutil.Process]) -> list[str]:

@@ -165,12 +165,12 @@ def check_fits(spec: ExperimentSpec, cluster: JoinedCluster | None) -> None:
     if cluster is not None:
         problem = unplaceable(wanted, cluster.nodes, cluster.resources)
     else:
-        problem = unplaceable(wanted, [this_machine(spec)])
+        problem = unplaceable(wanted, [_this_machine(spec)])
     if problem:
         raise ResourceError(problem)
 
 
-def this_machine(spec: ExperimentSpec) -> dict[str, float]:
+def _this_machine(spec: ExperimentSpec) -> dict[str, float]:
     """The CPUs and GPUs a new local Ray would find here (the doctor's counts, without starting Ray)."""
     from tunekit.doctor.cluster import cpu_count
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tunekit.compat.ray_node import PRESTART_AT_RAYLET_START, lean_local_node
+from tunekit.compat.ray_node import lean_local_node
 from tunekit.compat.ray_tune import (
     notebook_output_kept,
     ray_leaves_sigterm_alone,
@@ -35,7 +35,7 @@ from tunekit.compat.ray_workers import (
 )
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
-from tunekit.driver.connect import record_address, this_machine
+from tunekit.driver.connect import record_address
 from tunekit.driver.signals import StopSignals, kill_ray_children
 from tunekit.errors import ClusterError, ResourceError, StorageError
 from tunekit.layout import DRIVER_LOG_FILE
@@ -253,7 +253,7 @@ def ray_session(
     the modules the caller needs once Ray is up, are imported while ``ray.init`` waits for Ray's
     processes (``_import_in_background``).
     """
-    global OWNED_RAY, _ATEXIT_REGISTERED, _WARM_WORKERS
+    global OWNED_RAY, _ATEXIT_REGISTERED
     import ray
 
     # MLflow's imports and store opened while Ray starts, which mostly waits (tunekit.tracking.prepare).
@@ -284,14 +284,11 @@ def ray_session(
         shutdown()
     if console:
         console.phase(f"starting Ray ({'joining ' + address if address else 'local'})")
-    # A new local Ray's raylet starts the first trials' workers as it starts: their TensorFlow
-    # imports run beside the rest of ray.init, then beside the study and the Tuner.
-    prestart = trials_at_once(spec, this_machine(spec)) if address is None else 0
     importing = _import_in_background(imports)
     try:
         with ray_leaves_sigterm_alone(), ray_processes_in_their_own_group(), _stderr_to(ray_log):
             # "local": without an address, a new local Ray, never a cluster that happens to run here.
-            _init(ray, address, options, prestart)
+            _init(ray, address, options)
         # Before this thread imports anything more: the same modules imported by two threads at
         # once can meet half-imported (joining a running cluster, ray.init returns at once and
         # driver_env's ``import ray.tune.tune`` failed on Ray Tune's own circular import).
@@ -305,7 +302,8 @@ def ray_session(
         ray.shutdown()  # a half-started Ray must not outlive the process
         raise
     OWNED_RAY = {"key": key, "local": address is None}
-    _WARM_WORKERS = prestart  # registered with the raylet before Tune asks (wait_for_warm_workers)
+    if address is None:  # TensorFlow imported in them while the study and the Tuner are built
+        _prestart_warm_workers(spec)
     # Until tunekit shuts its Ray down: a lost node's account arrives after the search too.
     send_ray_cluster_messages(ray_log)
     if not _ATEXIT_REGISTERED:
@@ -378,9 +376,8 @@ def _import_all(modules: tuple[str, ...]) -> None:
             importlib.import_module(name)
 
 
-def _init(ray: Any, address: str | None, options: dict[str, Any], prestart: int = 0) -> None:
-    """``ray.init``; its failure (a local node too slow to start on a loaded machine) as one line.
-    A new local Ray's raylet starts ``prestart`` idle workers as it starts."""
+def _init(ray: Any, address: str | None, options: dict[str, Any]) -> None:
+    """``ray.init``; its failure (a local node too slow to start on a loaded machine) as one line."""
     try:
         if address is None:
             # A local Ray's raylet starts with this process's environment and every worker it
@@ -390,18 +387,13 @@ def _init(ray: Any, address: str | None, options: dict[str, Any], prestart: int 
             # started two more workers and left its two idle: 1.0 s to a trial's first actor
             # against 0.3 s, and two more Python processes importing Ray on the search's cores.
             # Each of its workers imports TensorFlow as it starts (tunekit.worker.preload), and
-            # its raylet starts as many as the trials need (``prestart``), not one per CPU.
+            # tunekit starts as many as its trials need (_prestart_warm_workers), not Ray one per CPU.
             # Ray Tune's own trial variables too: its actors then need no runtime environment
             # (``trial_runtime_env``), whose workers Ray starts through one more Python process.
-            at_start = PRESTART_AT_RAYLET_START if prestart else {}
-            with _environment({**options["runtime_env"]["env_vars"], **TUNE_TRIAL_ENV}), lean_local_node(prestart):
+            with _environment({**options["runtime_env"]["env_vars"], **TUNE_TRIAL_ENV}), lean_local_node():
                 ray.init(
                     address="local",
-                    _system_config={
-                        "preload_python_modules": [PRELOAD_MODULE],
-                        **NO_PRESTART_AT_FIRST_DRIVER,
-                        **at_start,
-                    },
+                    _system_config={"preload_python_modules": [PRELOAD_MODULE], **NO_PRESTART_AT_FIRST_DRIVER},
                     **{key: value for key, value in options.items() if key != "runtime_env"},
                 )
                 local_workers_inherit(ray.get_runtime_context().gcs_address, dict(os.environ))
@@ -504,20 +496,15 @@ def _prestart_warm_workers(spec: ExperimentSpec) -> None:
     global _WARM_WORKERS
     import ray
 
-    at_once = trials_at_once(spec, ray.cluster_resources())
-    missing = at_once - len(idle_local_workers())
-    if missing > 0 and prestart_workers(missing, WARM_WORKERS_KEPT_S):
-        _WARM_WORKERS = at_once
-
-
-def trials_at_once(spec: ExperimentSpec, resources: dict[str, float]) -> int:
-    """How many trials of ``spec`` run at once on a node with ``resources`` (its CPUs and GPUs)."""
+    resources = ray.cluster_resources()
     at_once = spec.budget.max_concurrent
     if spec.resources.cpu > 0:
         at_once = min(at_once, int(resources.get("CPU", 0.0) // spec.resources.cpu))
     if spec.resources.gpu > 0:
         at_once = min(at_once, int(resources.get("GPU", 0.0) // spec.resources.gpu))
-    return max(at_once, 0)
+    missing = at_once - len(idle_local_workers())
+    if missing > 0 and prestart_workers(missing, WARM_WORKERS_KEPT_S):
+        _WARM_WORKERS = at_once
 
 
 _WARM_WORKERS = 0  # idle workers tunekit last asked its local Ray to have
