@@ -52,9 +52,13 @@ def main(argv: Sequence[str] | None = None, *, in_runtime: bool = False) -> int:
     args = parser.parse_args(argv)
     args.in_runtime = in_runtime
     if argv is None and args.command in ENDS_WITH_ITS_SEARCH:
-        from tunekit.runtime.client import serve_command
+        from tunekit.runtime.client import serve_command, why_another_ray
 
-        if (served := serve_command(sys.argv[1:])) is not None:
+        def cluster() -> str | None:
+            resumed = args.experiment_dir if args.command == "resume" else None
+            return why_another_ray(args.command, args.address, local=getattr(args, "local", False), resumed=resumed)
+
+        if (served := serve_command(sys.argv[1:], cluster=cluster)) is not None:
             return served
     status = _handled(args)
     if args.command in ENDS_WITH_ITS_SEARCH:

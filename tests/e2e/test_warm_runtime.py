@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from tunekit.layout import TRIALS_FILE
-from tunekit.runtime.protocol import PRELOADED_DIR, RUNTIME_DIR_ENV, RUNTIME_ENV, STATE_FILE
+from tunekit.runtime.protocol import LOCK_FILE, PRELOADED_DIR, RUNTIME_DIR_ENV, RUNTIME_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,12 +86,21 @@ def test_two_searches_on_the_warm_runtime_take_its_preloaded_workers_and_leave_n
     env = {**os.environ, RUNTIME_DIR_ENV: str(runtime), "PYTHONPATH": pythonpath}
     env.pop("RAY_ADDRESS", None)
     env.pop(RUNTIME_ENV, None)  # the suite's own "off" (tests/conftest.py)
-    up = _tunekit(["up", "--workers", "3", "--idle-timeout", "5"], tmp_path, env, timeout=240)
+    # Two `tunekit up` at once: one starts the runtime, the other waits for it and attaches.
+    command = [sys.executable, "-m", "tunekit.cli", "up", "--workers", "3", "--idle-timeout", "5"]
+    ups = [subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    said = sorted(up.communicate(timeout=240)[0] for up in ups)
     daemon: psutil.Process | None = None
     try:
-        assert up.returncode == 0, up.stderr
-        assert "warm runtime up" in up.stdout and "3 workers with TensorFlow imported" in up.stdout
-        daemon = psutil.Process(json.loads((runtime / STATE_FILE).read_text())["pid"])
+        assert [up.returncode for up in ups] == [0, 0], said
+        daemon = psutil.Process(int((runtime / LOCK_FILE).read_text()))
+        # The attached one's last line; before it, that it waits, when it found the runtime starting.
+        assert (
+            said[0].splitlines()[-1]
+            == f"tunekit: a warm runtime is up already (pid {daemon.pid}); tunekit down stops it"
+        )
+        assert said[1].startswith("tunekit: warm runtime up in "), said
+        assert f"(pid {daemon.pid}): a local Ray and 3 workers with TensorFlow imported" in said[1], said
 
         status = _tunekit(["status"], tmp_path, env)
         assert f"warm runtime up (pid {daemon.pid}" in status.stdout

@@ -26,7 +26,13 @@ from tunekit.compat.ray_tune import (
     ray_processes_in_their_own_group,
     send_ray_cluster_messages,
 )
-from tunekit.compat.ray_workers import NO_PRESTART_AT_FIRST_DRIVER, idle_local_workers, prestart_workers
+from tunekit.compat.ray_workers import (
+    NO_PRESTART_AT_FIRST_DRIVER,
+    TUNE_TRIAL_ENV,
+    idle_local_workers,
+    local_workers_inherit,
+    prestart_workers,
+)
 from tunekit.config.spec import ExperimentSpec
 from tunekit.contract import TrainableRef
 from tunekit.driver.connect import record_address
@@ -200,6 +206,7 @@ def shutdown() -> None:
     if OWNED_RAY is None:
         return
     OWNED_RAY = None
+    local_workers_inherit(None, None)
     import ray
 
     send_ray_cluster_messages(None)
@@ -381,12 +388,15 @@ def _init(ray: Any, address: str | None, options: dict[str, Any]) -> None:
             # against 0.3 s, and two more Python processes importing Ray on the search's cores.
             # Each of its workers imports TensorFlow as it starts (tunekit.worker.preload), and
             # tunekit starts as many as its trials need (_prestart_warm_workers), not Ray one per CPU.
-            with _environment(options["runtime_env"]["env_vars"]), lean_local_node():
+            # Ray Tune's own trial variables too: its actors then need no runtime environment
+            # (``trial_runtime_env``), whose workers Ray starts through one more Python process.
+            with _environment({**options["runtime_env"]["env_vars"], **TUNE_TRIAL_ENV}), lean_local_node():
                 ray.init(
                     address="local",
                     _system_config={"preload_python_modules": [PRELOAD_MODULE], **NO_PRESTART_AT_FIRST_DRIVER},
                     **{key: value for key, value in options.items() if key != "runtime_env"},
                 )
+                local_workers_inherit(ray.get_runtime_context().gcs_address, dict(os.environ))
         else:
             ray.init(address=address, **options)
     except Exception as error:

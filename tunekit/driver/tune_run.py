@@ -18,6 +18,7 @@ from tunekit.compat.ray_tune import (
     retry_a_trial_whose_reused_worker_died,
     whole_file_state_uploads,
 )
+from tunekit.compat.ray_workers import trial_actors_in_their_runtime_env
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.restore import restored_tuner
 from tunekit.driver.session import (
@@ -40,6 +41,7 @@ def tuner_for(spec: ExperimentSpec, experiment_dir: Path, console: Any, *, resto
     whole_file_state_uploads()
     retry_a_trial_whose_reused_worker_died()
     no_trailing_averages()
+    trial_actors_in_their_runtime_env()
     listeners = _listeners(spec, experiment_dir, console)
     if not restore:
         return _build_tuner(spec, experiment_dir, listeners)

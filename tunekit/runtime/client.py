@@ -11,22 +11,25 @@ Stdlib only (imports nothing of Ray, TensorFlow or tunekit's run path): the comm
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tunekit.errors import TunekitError
+from tunekit.layout import CLUSTER_FILE
 from tunekit.runtime.protocol import (
+    LOCK_FILE,
     LOG_FILE,
     PYTHON,
     RUNTIME_ENV,
-    STATE_FILE,
     TUNEKIT,
     Channel,
     Request,
@@ -38,15 +41,20 @@ from tunekit.runtime.protocol import (
 )
 
 UP_TIMEOUT_S = 300.0  # Ray's start and the workers' TensorFlow imports, on a loaded machine
+UP_POLL_S = 0.2
+LOCK_TRIES = 5
 DOWN_TIMEOUT_S = 60.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def serve_command(argv: Sequence[str], command: str = TUNEKIT) -> int | None:
+def serve_command(
+    argv: Sequence[str], command: str = TUNEKIT, cluster: Callable[[], str | None] = lambda: None
+) -> int | None:
     """Runs ``tunekit ARGV`` (or the probe's search process's ARGV) on the warm runtime and returns
     its exit status; None when it is to run in this process (no runtime, ``TUNEKIT_RUNTIME=off``,
-    or the runtime declined: said in one line)."""
-    ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command))
+    ``cluster``'s reason, or the runtime declined: said in one line). ``cluster``: why the search
+    runs on another Ray than the runtime's (``why_another_ray``), asked once a runtime answers."""
+    ended = _serve(Request(list(argv), os.getcwd(), dict(os.environ), os.getpid(), command), cluster)
     if ended is None:
         return None
     if "raised" in ended:  # the runtime could not start the command
@@ -65,7 +73,12 @@ def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -
     request = Request(
         [function], os.getcwd(), dict(os.environ), os.getpid(), PYTHON, encode_call((function, arguments))
     )
-    ended = _serve(request)
+
+    def cluster() -> str | None:
+        where = arguments.get("experiment_dir")
+        return why_another_ray(function, arguments.get("address"), local=bool(arguments.get("local")), resumed=where)
+
+    ended = _serve(request, cluster)
     if ended is None:
         return None
     if "raised" in ended:
@@ -74,7 +87,8 @@ def serve_call(function: str, arguments: dict[str, Any], why_here: str | None) -
 
 
 def why_python_call_runs_here(arguments: dict[str, Any], builders: Sequence[object]) -> str | None:
-    """Why ``tunekit.run``/``resume`` called with these must run in the calling process, or None."""
+    """Why ``tunekit.run``/``resume`` called with these must run in the calling process, or None
+    (a cluster's reason is asked once a runtime answers: ``why_another_ray``)."""
     from tunekit.contract import Builders
 
     spec = arguments.get("spec")
@@ -82,21 +96,67 @@ def why_python_call_runs_here(arguments: dict[str, Any], builders: Sequence[obje
         return "builders passed from Python run in their own process"
     if arguments.get("progress") not in (True, False, None):
         return "progress goes to a stream of this process"
-    if arguments.get("address") or os.environ.get("RAY_ADDRESS"):
-        return "a cluster was named (address or RAY_ADDRESS)"
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return "this process has a Ray of its own"
     return None
 
 
-def _serve(request: Request) -> dict[str, Any] | None:
+def why_another_ray(
+    command: str, address: str | None, *, local: bool = False, resumed: str | os.PathLike[str] | None = None
+) -> str | None:
+    """Why a search runs in its command's process, not on the warm runtime, whose Ray is local: the
+    Ray cluster it joins, by the rule of ``tunekit.driver.connect`` (``--address``; else, for a
+    ``resume`` of ``resumed``, the cluster its search ran on, in its ``cluster.json``; else
+    ``RAY_ADDRESS``). None when it runs on a local Ray: the runtime's serves it.
+    """
+    if command == "run" and not address and not os.environ.get("RAY_ADDRESS"):
+        return None  # the common case, said without importing the rule's module (the doctor's checks: 30 ms)
+    from tunekit.driver.connect import recorded_address, resume_target, run_target
+    from tunekit.errors import ClusterError
+
+    if command == "run" or resumed is None:
+        joined = run_target(address).address
+        return None if joined is None else f"the search joins the Ray cluster at {joined}"
+    with _recorded_cluster(resumed) as folder:
+        recorded = recorded_address(folder)
+        try:
+            joined = resume_target(folder, address, local=local).address
+        except ClusterError:  # --address and --local: the resume's own error, wherever it runs
+            return None
+    if joined is None:
+        return None
+    if joined == recorded and not address:
+        return f"the search ran on the Ray cluster at {joined} and resumes there (--local: on a local Ray)"
+    return f"the search joins the Ray cluster at {joined}"
+
+
+@contextlib.contextmanager
+def _recorded_cluster(location: str | os.PathLike[str]) -> Iterator[Path]:
+    """A folder with the experiment's ``cluster.json``: its own, or a bucket's copy of it (none when
+    it cannot be read: the resume, wherever it runs, says why)."""
+    from tunekit.storage.buckets import Bucket, is_uri, local_path
+
+    if not is_uri(location):
+        yield local_path(location)
+        return
+    with tempfile.TemporaryDirectory(prefix="tunekit-cluster-") as folder:
+        with contextlib.suppress(OSError, TunekitError):  # none recorded, or the bucket not readable from here
+            Bucket(str(location)).fetch(Path(folder), CLUSTER_FILE)
+        yield Path(folder)
+
+
+def _serve(request: Request, cluster: Callable[[], str | None]) -> dict[str, Any] | None:
     """The runtime's last message for ``request`` (its exit status, and a call's outcome); None
     when it is to run in this process."""
     if os.environ.get(RUNTIME_ENV) == "off":
         return None
     channel = connect(runtime_dir())
     if channel is None:
+        return None
+    if (why := cluster()) is not None:
+        channel.close()
+        print(f"tunekit: not on the warm runtime: {why}; running here", file=sys.stderr, flush=True)
         return None
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -185,48 +245,89 @@ def describe(status: dict[str, Any] | None) -> str:
 
 
 def up(workers: int, idle_timeout_s: float) -> str:
-    """Starts the runtime in the background and waits until its workers are ready; its line."""
+    """Starts the runtime in the background and waits until its workers are ready; its line.
+
+    One runtime per folder: starting one takes the folder's lock (``LOCK_FILE``), which its process
+    then holds until it ends. A ``tunekit up`` that finds the lock held attaches instead: to a
+    runtime that answers, at once; to one another ``tunekit up`` is starting, once its workers are
+    ready (said in one line as it starts waiting), and fails as that one does.
+    """
     directory = runtime_dir()
-    if (status := runtime_status()) is not None:
-        return f"tunekit: a warm runtime is up already (pid {status['pid']}); tunekit down stops it"
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = _start_lock(directory)
+    if lock is None:
+        return _attach(directory)
+    os.ftruncate(lock, 0)  # the last runtime's pid: no longer this lock's
     log = directory / LOG_FILE
     began = time.monotonic()
     settings = [f"--workers={workers}", f"--idle-timeout={idle_timeout_s}"]
     command = [sys.executable, "-m", "tunekit.runtime.daemon", *settings]
-    with log.open("a") as out:
-        daemon = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,  # neither the terminal's Ctrl-C nor its hang-up reaches it
-            cwd=directory,
-        )
-    while time.monotonic() - began < UP_TIMEOUT_S:
-        if daemon.poll() is not None:
-            raise TunekitError(f"warm runtime: exited with status {daemon.returncode} while starting; see {log}")
-        status = runtime_status()
-        if status is not None and len(status["ready"]) >= workers:
-            seconds = time.monotonic() - began
-            return (
-                f"tunekit: warm runtime up in {seconds:.1f} s (pid {daemon.pid}): a local Ray and "
-                f"{len(status['ready'])} workers with TensorFlow imported; it stops after "
-                f"{idle_timeout_s / 60:g} min idle, or with tunekit down"
+    try:
+        with log.open("a") as out:
+            daemon = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,  # neither the terminal's Ctrl-C nor its hang-up reaches it
+                cwd=directory,
+                pass_fds=(lock,),  # it holds the lock from here until it ends (none of its children does)
             )
-        time.sleep(0.2)
-    daemon.terminate()
-    raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; stopped it; see {log}")
+        os.pwrite(lock, f"{daemon.pid}\n".encode(), 0)
+    finally:
+        os.close(lock)
+
+    def ended() -> str | None:
+        if daemon.poll() is None:
+            return None
+        return f"warm runtime: exited with status {daemon.returncode} while starting; see {log}"
+
+    if (status := _wait_until_ready(ended)) is None:
+        daemon.terminate()
+        raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; stopped it; see {log}")
+    return (
+        f"tunekit: warm runtime up in {time.monotonic() - began:.1f} s (pid {daemon.pid}): a local Ray and "
+        f"{len(status['ready'])} workers with TensorFlow imported; it stops after "
+        f"{idle_timeout_s / 60:g} min idle, or with tunekit down"
+    )
+
+
+def _attach(directory: Path) -> str:
+    """``tunekit up`` when the folder's runtime lives: its line once it answers with its workers ready."""
+    if (status := runtime_status()) is None:
+        log = directory / LOG_FILE
+        print("tunekit: a warm runtime is starting (another tunekit up); waiting until it is ready", flush=True)
+
+        def ended() -> str | None:
+            return None if _lock_held(directory) else f"warm runtime: exited while starting; see {log}"
+
+        if (status := _wait_until_ready(ended)) is None:
+            raise TunekitError(f"warm runtime: not ready in {UP_TIMEOUT_S:g} s; see {log}")
+    return f"tunekit: a warm runtime is up already (pid {status['pid']}); tunekit down stops it"
+
+
+def _wait_until_ready(ended: Callable[[], str | None]) -> dict[str, Any] | None:
+    """The runtime's status once it answers with its workers ready, None if not in ``UP_TIMEOUT_S``;
+    ``ended``'s line raised when its process ended first (None while it runs)."""
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if (why := ended()) is not None:
+            raise TunekitError(why)
+        status = runtime_status()
+        if status is not None and len(status["ready"]) >= status["workers"]:
+            return status
+        time.sleep(UP_POLL_S)
+    return None
 
 
 def down() -> str:
     """Stops the runtime and waits until its process (and so its Ray) has ended; its line."""
     directory = runtime_dir()
     answer = ask(directory, {"op": "down"})
-    pid = answer["pid"] if answer else _recorded_pid(directory)
+    pid = answer["pid"] if answer else _locked_pid(directory)
     if pid is None:
         return "tunekit: no warm runtime is running"
-    if answer is None:  # not answering (stuck): its process is told to stop
+    if answer is None:  # not answering (starting, or stuck): its process is told to stop
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + DOWN_TIMEOUT_S
@@ -237,14 +338,43 @@ def down() -> str:
     return f"tunekit: warm runtime stopped (pid {pid})"
 
 
-def _recorded_pid(directory: Path) -> int | None:
-    import json
+def _start_lock(directory: Path) -> int | None:
+    """The folder's lock, taken (its file descriptor), or None when a runtime's process holds it."""
+    lock = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    # A `tunekit up` or `down` looking whether it is held (``_lock_held``) holds it for microseconds.
+    for _ in range(LOCK_TRIES):
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            time.sleep(0.01)
+    os.close(lock)
+    return None
 
+
+def _lock_held(directory: Path) -> bool:
+    """Whether a runtime's process (or the `tunekit up` starting it) holds the folder's lock."""
     try:
-        pid = int(json.loads((directory / STATE_FILE).read_text())["pid"])
-    except (OSError, ValueError, KeyError):
+        lock = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: two lookers never meet
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(lock)
+    return False
+
+
+def _locked_pid(directory: Path) -> int | None:
+    """The pid of the runtime's process that holds the folder's lock; None when none holds it (or
+    the `tunekit up` starting it has not written it yet: for microseconds)."""
+    if not _lock_held(directory):
         return None
-    return pid if _alive(pid) else None
+    with contextlib.suppress(OSError, ValueError):
+        return int((directory / LOCK_FILE).read_text())
+    return None
 
 
 def _alive(pid: int) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import logging
 import os
 import queue
@@ -42,7 +41,6 @@ from tunekit.runtime.protocol import (
     PROBE,
     PYTHON,
     SOCKET_FILE,
-    STATE_FILE,
     TERMINAL_NAMES,
     Channel,
     Request,
@@ -134,7 +132,6 @@ class Runtime:
         for name in DRIVER_IMPORTS:  # while the workers import TensorFlow
             importlib.import_module(name)
         self._listen()
-        (self.directory / STATE_FILE).write_text(json.dumps({"pid": os.getpid(), "started": self.started}))
         self._pool.start()
         threading.Thread(target=self._accept, name="tunekit-accept", daemon=True).start()
 
@@ -153,9 +150,8 @@ class Runtime:
         from tunekit.driver.session import shutdown
 
         self.stopping.set()
-        for name in (SOCKET_FILE, STATE_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                (self.directory / name).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (self.directory / SOCKET_FILE).unlink()
         if self._listener is not None:
             self._listener.close()
         if self._pool.is_alive():  # before Ray stops: a call of Ray's API from it would start another Ray

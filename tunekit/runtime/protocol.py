@@ -25,7 +25,9 @@ from typing import Any
 RUNTIME_DIR_ENV = "TUNEKIT_RUNTIME_DIR"  # where the socket lives (tests, several runtimes)
 RUNTIME_ENV = "TUNEKIT_RUNTIME"  # "off": every command runs cold, as without a runtime
 SOCKET_FILE = "runtime.sock"
-STATE_FILE = "runtime.json"  # the daemon's pid and settings, for `tunekit down` when it does not answer
+# Held (flock) by the runtime's process for its whole life, from before its start, and holding its
+# pid: one runtime per folder, and `tunekit down` finds one that does not answer (yet).
+LOCK_FILE = "runtime.lock"
 LOG_FILE = "runtime.log"  # the daemon's own lines and Ray's start-up
 PRELOADED_DIR = "preloaded"  # one <pid>.json per worker whose imports ended (tunekit.worker.preload)
 

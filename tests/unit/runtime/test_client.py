@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -53,6 +54,8 @@ class StandIn:
             channel.close()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes an accept() that no command reached
         self.listener.close()
         self.thread.join(5)
         self.path.unlink()
@@ -220,7 +223,7 @@ def test_the_thin_client_imports_neither_ray_nor_tensorflow_nor_the_run_path(run
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
 
 
-def test_a_python_call_stays_in_its_process_for_builders_streams_clusters_and_its_own_ray(
+def test_a_python_call_stays_in_its_process_for_builders_and_streams(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import io
@@ -236,11 +239,6 @@ def test_a_python_call_stays_in_its_process_for_builders_streams_clusters_and_it
     assert why_python_call_runs_here({**plain, "progress": io.StringIO()}, ()) == (
         "progress goes to a stream of this process"
     )
-    assert why_python_call_runs_here({**plain, "address": "10.0.0.1:6379"}, ()) == (
-        "a cluster was named (address or RAY_ADDRESS)"
-    )
-    monkeypatch.setenv("RAY_ADDRESS", "auto")
-    assert why_python_call_runs_here(plain, ()) == "a cluster was named (address or RAY_ADDRESS)"
 
 
 def test_a_busy_runtime_is_not_usable_and_a_python_call_says_why_it_runs_here(
@@ -268,3 +266,105 @@ def test_a_busy_runtime_is_not_usable_and_a_python_call_says_why_it_runs_here(
     assert capfd.readouterr().err == (
         "tunekit: not on the warm runtime: builders passed from Python run in their own process; running here\n"
     )
+
+
+def test_a_search_on_another_ray_than_the_runtimes_local_one_is_named_by_the_drivers_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.driver.connect import record_address
+    from tunekit.runtime.client import why_another_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert why_another_ray("run", None) is None
+    assert why_another_ray("run", "local") is None
+    assert why_another_ray("run", "10.0.0.1:6379") == "the search joins the Ray cluster at 10.0.0.1:6379"
+    (tmp_path / "on-a-cluster").mkdir()
+    record_address(tmp_path / "on-a-cluster", "10.0.0.1:6379")
+    (tmp_path / "here").mkdir()
+    record_address(tmp_path / "here", None)
+    # A resume runs where its search ran (a relative folder is the command's), unless told otherwise.
+    assert why_another_ray("resume", None, resumed="on-a-cluster") == (
+        "the search ran on the Ray cluster at 10.0.0.1:6379 and resumes there (--local: on a local Ray)"
+    )
+    assert why_another_ray("resume", None, local=True, resumed="on-a-cluster") is None
+    assert why_another_ray("resume", "local", resumed="on-a-cluster") is None
+    assert why_another_ray("resume", "10.0.0.2:6379", resumed="on-a-cluster") == (
+        "the search joins the Ray cluster at 10.0.0.2:6379"
+    )
+    assert why_another_ray("resume", None, resumed="here") is None
+    assert why_another_ray("resume", None, resumed="never-ran") is None
+    assert why_another_ray("resume", "10.0.0.2:6379", local=True, resumed="here") is None  # its own error, anywhere
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert why_another_ray("run", None) == "the search joins the Ray cluster at auto"
+    assert why_another_ray("resume", None, resumed="never-ran") == "the search joins the Ray cluster at auto"
+    assert why_another_ray("resume", None, resumed="here") == "the search joins the Ray cluster at auto"
+    assert why_another_ray("resume", None, local=True, resumed="here") is None
+
+
+def _never_answers(channel: Channel, request: dict[str, Any], fds: list[int]) -> None:
+    assert request == {}  # the command hung up without a request
+
+
+def test_a_command_or_call_on_another_ray_runs_here_and_says_so_once_a_runtime_answers(
+    runtime_folder: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunekit.driver.connect import record_address
+    from tunekit.runtime.client import serve_call, why_another_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    asked: list[str] = []
+
+    def cluster() -> str | None:
+        asked.append("asked")
+        return why_another_ray("run", "10.0.0.1:6379")
+
+    assert serve_command(["run", "spec.yaml", "--address", "10.0.0.1:6379"], cluster=cluster) is None
+    assert asked == []  # no runtime: nothing to decide
+    stand_in = StandIn(runtime_folder, _never_answers)
+    try:
+        assert serve_command(["run", "spec.yaml", "--address", "10.0.0.1:6379"], cluster=cluster) is None
+    finally:
+        stand_in.close()
+    assert asked == ["asked"]
+    (tmp_path / "searched").mkdir()
+    record_address(tmp_path / "searched", "10.0.0.1:6379")
+    stand_in = StandIn(runtime_folder, _never_answers)
+    try:  # tunekit.resume from Python (tunekit._on_the_runtime_or_here)
+        assert serve_call("resume", {"experiment_dir": tmp_path / "searched", "address": None}, None) is None
+    finally:
+        stand_in.close()
+    assert capfd.readouterr().err == (
+        "tunekit: not on the warm runtime: the search joins the Ray cluster at 10.0.0.1:6379; running here\n"
+        "tunekit: not on the warm runtime: the search ran on the Ray cluster at 10.0.0.1:6379 and resumes there "
+        "(--local: on a local Ray); running here\n"
+    )
+
+
+def test_tunekit_resume_of_a_cluster_search_runs_in_its_own_process_past_a_runtime(
+    runtime_folder: Path, tmp_path: Path
+) -> None:
+    from tunekit.driver.connect import record_address
+
+    (tmp_path / "searched").mkdir()
+    record_address(tmp_path / "searched", "127.0.0.1:1")  # and no spec: the resume here fails at once
+    stand_in = StandIn(runtime_folder, _never_answers)
+    env = {**os.environ, "PYTHONPATH": str(REPO), RUNTIME_DIR_ENV: str(runtime_folder)}
+    env.pop("RAY_ADDRESS", None)
+    env.pop(RUNTIME_ENV, None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tunekit.cli", "resume", "searched"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+    finally:
+        stand_in.close()
+    assert done.stderr.splitlines() == [
+        "tunekit: not on the warm runtime: the search ran on the Ray cluster at 127.0.0.1:1 and resumes there "
+        "(--local: on a local Ray); running here",
+        f"tunekit: error: {tmp_path / 'searched'}: not a tunekit experiment (no spec.yaml)",
+    ], done.stderr
