@@ -380,16 +380,14 @@ def _init(ray: Any, address: str | None, options: dict[str, Any]) -> None:
     """``ray.init``; its failure (a local node too slow to start on a loaded machine) as one line."""
     try:
         if address is None:
-            # A local Ray's raylet starts with this process's environment and every worker it
-            # starts inherits it: the same variables as through a job's runtime environment,
-            # except that Ray's prestarted workers, which start before a job's runtime
-            # environment is known, can serve the first trials. With a runtime environment Ray
-            # started two more workers and left its two idle: 1.0 s to a trial's first actor
-            # against 0.3 s, and two more Python processes importing Ray on the search's cores.
-            # Each of its workers imports TensorFlow as it starts (tunekit.worker.preload), and
-            # tunekit starts as many as its trials need (_prestart_warm_workers), not Ray one per CPU.
-            # Ray Tune's own trial variables too: its actors then need no runtime environment
-            # (``trial_runtime_env``), whose workers Ray starts through one more Python process.
+            # A local Ray's raylet starts with this process's environment (Ray Tune's trial
+            # variables too) and every worker it starts inherits it: as through a runtime
+            # environment, except that Ray's prestarted workers, started before a job's runtime
+            # environment is known, serve the first trials, and Ray starts none through one more
+            # Python process (``trial_runtime_env``). With one Ray started two more workers and
+            # left its two idle: 1.0 s to a trial's first actor against 0.3 s. Each worker imports
+            # TensorFlow as it starts (tunekit.worker.preload); tunekit starts as many as its
+            # trials need (_prestart_warm_workers), not Ray one per CPU.
             with _environment({**options["runtime_env"]["env_vars"], **TUNE_TRIAL_ENV}), lean_local_node():
                 ray.init(
                     address="local",
