@@ -17,13 +17,14 @@ guard) stopped: Ray saved them ended and its copy of the recorder running
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, stopped_for_good
+from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, TrialStatus, stopped_for_good
 from tunekit.search.attrs import (
     DUPLICATE_ATTR,
     FINAL_RESULT_ATTR,
@@ -91,17 +92,19 @@ def late_endings(
     if not saved:
         return {}
     states = tuple(TrialState[name] for name in STUDY_ENDINGS)
+    tables = table_rows(experiment_dir / TRIALS_FILE)
+    stopped = _stopped_for_good(tables, saved)
+    recorded = _ended_in_saved_recorder(experiment_dir)
     ended = {}
     for trial in study.get_trials(deepcopy=False, states=states):
         attrs = trial.user_attrs
         trial_id = attrs.get(RAY_TRIAL_ATTR)
         if trial_id is None or {HISTORY_ATTR, DUPLICATE_ATTR, LOST_ATTR} & set(attrs):
             continue
-        status = saved.get(str(trial_id), {}).get("status")
-        if status not in ("TERMINATED", "ERROR"):
+        in_ray = saved.get(str(trial_id), {}).get("status") in ("TERMINATED", "ERROR")
+        in_recorder = recorded is None or str(trial_id) in recorded or str(trial_id) in stopped
+        if not (in_ray and in_recorder):
             ended[str(trial_id)] = trial
-    tables = table_rows(experiment_dir / TRIALS_FILE)
-    stopped = _stopped_for_good(tables, saved, set(ended))
     if not ended and not stopped:
         return {}
     ids = set(ended) | set(stopped)  # each table is read once, for both kinds of ending
@@ -144,12 +147,34 @@ def late_endings(
     return endings
 
 
-def _stopped_for_good(
-    tables: list[dict[str, str]], saved: dict[str, dict[str, Any]], taken: set[str]
-) -> dict[str, dict[str, str]]:
+def _ended_in_saved_recorder(experiment_dir: Path) -> set[str] | None:
+    """The trials Ray's saved copy of the recorder holds as ended; None when Ray saved no copy.
+
+    Ray saves it with its own state, so the two agree but for one case: an earlier resume ended
+    trials in Ray's state (``compat.end_saved_trials``) and was killed before Ray saved again. The
+    recorder, restored from its older copy, kept such a trial running (or had none, when it had
+    waited for a slot), and the search stopped it as it ended ("trial 1 stopped after 3 epochs")
+    though the study held it completed after 4 (explorer seed 122316).
+    """
+    from tunekit.compat.ray_saved_state import saved_callback_states
+    from tunekit.driver.saved_records import records_of
+
+    states = [
+        state for state in saved_callback_states(experiment_dir) if isinstance(state, Mapping) and "records" in state
+    ]
+    if not states:
+        return None
+    return {
+        trial_id
+        for state in states
+        for trial_id, record in records_of(state["records"])[0].items()
+        if TrialStatus(record.status).is_finished()
+    }
+
+
+def _stopped_for_good(tables: list[dict[str, str]], saved: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
     """``trials.csv``'s rows of the trials a stopper of the whole search (its time budget, the
-    failure guard) stopped that Ray's saved state holds as ended, but ``taken`` (they end as
-    ``TABLES_STOPPED``).
+    failure guard) stopped that Ray's saved state holds as ended (they end as ``TABLES_STOPPED``).
 
     Why: Ray stops the running trials when a stopper says so without telling the callbacks,
     saves its state for the last time, and only then ends the experiment, where the recorder
@@ -162,7 +187,6 @@ def _stopped_for_good(
         for cells in tables
         if stopped_for_good(cells.get("status"), cells.get("reason"))
         and saved.get(cells.get("trial_id", ""), {}).get("status") == "TERMINATED"
-        and cells["trial_id"] not in taken
     }
 
 

@@ -124,6 +124,12 @@ def test_a_trial_ended_after_ray_s_last_save_keeps_the_dead_driver_s_ending(tmp_
     assert statuses(tmp_path) == {"t1": "TERMINATED", "t2": "TERMINATED", "t3": "RUNNING", "t4": "TERMINATED"}
     assert finished_trials(saved_trials(tmp_path)) == {"t1", "t2", "t4"}
     assert saved_stop_decisions(tmp_path) == set()  # t1's STOP was carried out: nothing waits
+    # A resume killed here, before Ray saved again (explorer seed 122316): Ray's state holds t1, t2
+    # and t4 ended, its copy of the recorder (the callbacks' save) running. The next resume ends
+    # them in the recorder all the same, where the search stopped t2 "after 1 epoch" at its end.
+    (tmp_path / "callback-states-2026-11-26_12-00-00.pkl").write_bytes(pickle.dumps({0: saved}))
+    again = late_endings(study, saved_trials(tmp_path), tmp_path, spec().space, "acc")
+    assert {t: (e.state, e.unsaved) for t, e in again.items()} == {t: (e.state, e.unsaved) for t, e in endings.items()}
 
     resumed = Recorder(spec(), tmp_path, searcher=Numbers(), scheduler=asha())
     resumed.adopt_late_endings(endings)
