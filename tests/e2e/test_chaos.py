@@ -111,22 +111,26 @@ def test_damage_no_resume_read_is_repaired_before_the_final_check_and_nothing_a_
     """Seed 389070, replayed: a completed trial's checkpoint damaged; `check` named it with its
     repair, and the explorer (which reads no checkpoints) took the final `check`'s exit 1 for a
     disagreement of its own. Seed 321644: the journal damaged after the search had completed, no
-    resume ran, and the explorer could not read it. A table the resume wrote again is never put back."""
+    resume ran, and the explorer could not read it. A table the resume wrote again is never put back,
+    nor a checkpoint a resume wrote anew at the damaged one's path (seed 235600)."""
     from types import SimpleNamespace
 
     from benchmarks.chaos.history import repair_damage_nothing_read
 
     said: list[str] = []
     resumed = [SimpleNamespace(what="run"), SimpleNamespace(what="check after cut"), SimpleNamespace(what="resume")]
-    for name, drivers, expected in (
-        ("weights.npz", resumed, b"whole"),
-        ("trials.csv", resumed, b"damaged"),  # the resume wrote it again: never put back
-        ("study.journal", resumed[:2], b"whole"),  # seed 321644: the search completed before the damage
+    for name, drivers, now, expected in (
+        ("weights.npz", resumed, b"damaged", b"whole"),
+        ("weights.npz", resumed, b"written anew", b"written anew"),  # seed 235600: a resume's new checkpoint
+        ("trials.csv", resumed, b"damaged", b"damaged"),  # the resume wrote it again: never put back
+        ("study.journal", resumed[:2], b"damaged", b"whole"),  # seed 321644: the search completed before the damage
     ):
         damaged, copy = tmp_path / name, tmp_path / f"copy-{name}"
-        damaged.write_bytes(b"damaged")
+        damaged.write_bytes(now)
         copy.write_bytes(b"whole")
-        history = SimpleNamespace(restore=(damaged, copy), say=said.append, drivers=drivers, damaged_after=1)
+        history = SimpleNamespace(
+            restore=(damaged, copy), say=said.append, drivers=drivers, damaged_after=1, damage=b"damaged"
+        )
         repair_damage_nothing_read(history)  # type: ignore[arg-type]
         assert damaged.read_bytes() == expected
     assert said == [
