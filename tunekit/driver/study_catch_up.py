@@ -28,6 +28,7 @@ import yaml
 from tunekit.compat.optuna_study import reopen_trial
 from tunekit.compat.ray_saved_state import saved_callback_states
 from tunekit.config.spec import ExperimentSpec
+from tunekit.driver.records import EpochRow, TrialRecord
 from tunekit.layout import (
     EPOCH_COLUMNS,
     EPOCH_KEY,
@@ -114,9 +115,9 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
     # A bucket's Ray state, uploaded apart from the driver's mirror, may be ahead of its tables:
     # the trials it names count as known to them (seed 724138 again: trial 2 ran an epoch that
     # only Ray's save held, the resume's recorder took it from there, and the study never did).
-    saved = saved_callback_states(experiment_dir) if bucket_of(experiment_dir) is not None else []
-    named = set(tables) | _saved_trial_ids(saved)
-    _add_saved_rows(epochs, named, saved)
+    saved, saved_rows = _saved_records(experiment_dir) if bucket_of(experiment_dir) is not None else ({}, [])
+    named = set(tables) | set(saved)
+    _add_saved_rows(epochs, named, saved_rows)
     ended = _add_unknown(study, spec, tables, epochs, saved)
     added = 0
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -130,18 +131,21 @@ def catch_up_study(study: optuna.Study, spec: ExperimentSpec, experiment_dir: Pa
     return ended, added
 
 
-def _saved_trial_ids(saved: list[Any]) -> set[str]:
+def _saved_records(experiment_dir: Path) -> tuple[dict[str, TrialRecord], list[EpochRow]]:
+    """The recorder's records and epoch rows in Ray's newest save, each state unpickled and read once."""
     from tunekit.driver.saved_records import records_of
 
-    return {
-        trial_id
-        for state in saved
-        if isinstance(state, Mapping) and "records" in state
-        for trial_id in records_of(state["records"])[0]
-    }
+    records: dict[str, TrialRecord] = {}
+    rows: list[EpochRow] = []
+    for state in saved_callback_states(experiment_dir):
+        if isinstance(state, Mapping) and "records" in state:
+            state_records, state_rows = records_of(state["records"])
+            records.update(state_records)
+            rows += state_rows
+    return records, rows
 
 
-def _add_saved_rows(epochs: dict[str, dict[int, dict[str, float]]], named: set[str], saved: list[Any]) -> None:
+def _add_saved_rows(epochs: dict[str, dict[int, dict[str, float]]], named: set[str], saved: list[EpochRow]) -> None:
     """Adds the epoch rows of Ray's newest save that ``epochs.csv`` lacks (a bucket's).
 
     Ray uploads its state, the recorder's rows among it, to the bucket itself, apart from the
@@ -150,13 +154,9 @@ def _add_saved_rows(epochs: dict[str, dict[int, dict[str, float]]], named: set[s
     seed 254402: an outage past the bound, then the resume; the study lacked epochs 1 and 2 of
     a trial that resumed from its epoch-2 checkpoint, which ``epochs.csv`` then held.
     """
-    from tunekit.driver.saved_records import records_of
-
-    for state in saved:
-        if isinstance(state, Mapping) and "records" in state:
-            for row in records_of(state["records"])[1]:
-                if row.trial_id in named:
-                    epochs.setdefault(row.trial_id, {}).setdefault(row.epoch, dict(row.metrics))
+    for row in saved:
+        if row.trial_id in named:
+            epochs.setdefault(row.trial_id, {}).setdefault(row.epoch, dict(row.metrics))
 
 
 def _add_unknown(
@@ -164,7 +164,7 @@ def _add_unknown(
     spec: ExperimentSpec,
     tables: Mapping[str, Mapping[str, str]],
     epochs: Mapping[str, Any],
-    saved: list[Any],
+    saved: Mapping[str, TrialRecord],
 ) -> int:
     """Adds the trials the study lacks altogether that follow its last, in number order: an ended
     one as the searcher told it (from the tables), one not ended asked again as RUNNING with its
@@ -179,15 +179,11 @@ def _add_unknown(
     is its number everywhere, so a gap, or an ended trial only Ray's save holds (its ending's
     figures are in no table), ends the run of them: the resume's check says what is wrong.
     """
-    from tunekit.driver.saved_records import records_of
-
     known = {str(t.user_attrs.get(RAY_TRIAL_ATTR)) for t in study.get_trials(deepcopy=False)}
     unknown: dict[int, tuple[str, str, dict[str, Any], Mapping[str, str] | None]] = {}
-    for state in saved:
-        if isinstance(state, Mapping) and "records" in state:
-            for record in records_of(state["records"])[0].values():
-                if record.number is not None and record.trial_id not in known:
-                    unknown[record.number] = (record.trial_id, str(record.status), dict(record.params), None)
+    for record in saved.values():
+        if record.number is not None and record.trial_id not in known:
+            unknown[record.number] = (record.trial_id, str(record.status), dict(record.params), None)
     for trial_id, cells in tables.items():  # the tables' word on a trial wins: they hold its ending's figures
         if trial_id not in known and cells.get("number"):
             params = {
