@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from tunekit.errors import LeaseLostError, StorageError, StorageUnreachableError
 from tunekit.layout import JOURNAL_SEAL_FILE, LEASE_FILE, STUDY_FILE, TENSORBOARD_DIR
@@ -111,7 +110,7 @@ class BucketMirror:
             if not changed and (self.outage.ongoing or time.monotonic() - self._contact >= PROBE_EVERY_S):
                 self.bucket.exists()
             if changed:
-                self.bucket.push(self.cache, [name for name, _ in sorted(changed, key=_upload_rank)])
+                self.bucket.push(self.cache, sorted((name for name, _ in changed), key=_upload_rank))
             self._sent.update(changed)
             self._contact = time.monotonic()
 
@@ -143,12 +142,12 @@ class BucketMirror:
             )
 
 
-def _upload_rank(change: tuple[str, Any]) -> int:
+def _upload_rank(name: str) -> int:
     """The study's journal before the tables, and its seal after both: the journal is written
     first (a trial's ending is told to the study before the tables record it), so a driver killed
     between two uploads leaves the bucket's study ahead of its tables, as a local folder's is,
     never behind them, and the seal never covers lines the bucket's journal lacks."""
-    return {STUDY_FILE: 0, JOURNAL_SEAL_FILE: 2}.get(change[0], 1)
+    return {STUDY_FILE: 0, JOURNAL_SEAL_FILE: 2}.get(name, 1)
 
 
 def mirrored_files(cache: Path) -> list[str]:
@@ -185,7 +184,7 @@ def send_unsent(bucket: Bucket, took_over_token: str | None) -> int:
         return 0
     if took_over_token is None or written_under != took_over_token:
         return 0  # another driver held the bucket since (or none was taken over): its records stand
-    files = [name for name, _ in sorted(((name, None) for name in mirrored_files(cache)), key=_upload_rank)]
+    files = sorted(mirrored_files(cache), key=_upload_rank)
     bucket.push(cache, files)
     (cache / UNSENT_FILE).unlink()
     return len(files)
