@@ -258,12 +258,15 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
     A damaged checkpoint older than the trial's newest is a note: a restore passes over it (chaos
     seed 389070: a worker outliving its killed driver wrote a newer one after Ray's last save named
     the damaged one), and nothing else reads it; the newest, and with it the trial's model, is a
-    disagreement.
+    disagreement. The folders of trials no row names yet count too: a driver killed within the
+    tables' two seconds leaves them for the resume to restore (chaos seed 427956: a cut weights.npz
+    in one of them passed ``check``).
     """
     from tunekit.tracking.artifacts import checkpoint_order
 
-    for trial_id, row in rows.items():
-        label, number = trial_label(row), row.get("number")
+    unnamed = {folder.name: {"trial_id": folder.name} for folder in unnamed_trial_folders(directory, set(rows))}
+    for trial_id, row in {**rows, **unnamed}.items():
+        label, number = trial_label(row) if trial_id in rows else f"trial folder {trial_id}", row.get("number")
         folders = sorted((directory / trial_id).glob("checkpoint_*"), key=checkpoint_order)
         for folder in folders:
             for name, problem in damaged_payloads(folder):
@@ -274,7 +277,9 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
                         "the newest whole one before it, or the first epoch, and says so"
                     )
                     continue
-                if (folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file():
+                if trial_id not in rows and trial_id in _lost_trials(directory):
+                    continue  # closed as lost: nothing reads its folder (orphan_folder_findings says so)
+                if trial_id in rows and ((folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file()):
                     repair = f"`tunekit retrain {shown(directory)} --trial {number}` trains it again, exported beside"
                 else:
                     repair = "`tunekit resume` passes over it for the trial's newest whole checkpoint"

@@ -638,6 +638,24 @@ def test_every_changed_byte_of_a_checkpoint_payload_is_named_against_its_checksu
         (folder / name).write_bytes(whole)
 
 
+def test_a_damaged_checkpoint_in_a_folder_no_row_names_yet_is_named(tmp_path: Path) -> None:
+    """Chaos seed 427956: a driver killed before its tables recorded a trial leaves the trial's
+    folder for the resume to restore; a cut payload there is the resume's to pass over, said."""
+    from tunekit.storage.checksums import write_checksums
+
+    root = consistent(tmp_path)
+    folder = root / "5c0ffee5" / "checkpoint_000002"
+    folder.mkdir(parents=True)
+    np.savez(folder / CHECKPOINT_WEIGHTS, w0=np.arange(64.0))
+    (folder / CHECKPOINT_STATE).write_text('{"epoch": 2}\n')
+    write_checksums(folder)
+    whole = (folder / CHECKPOINT_WEIGHTS).read_bytes()
+    (folder / CHECKPOINT_WEIGHTS).write_bytes(whole[: len(whole) // 2])
+    found = [f for f in check_experiment(root).findings if f.expected == "its recorded checksum"]
+    assert [f.what for f in found] == [f"trial folder 5c0ffee5 {folder / CHECKPOINT_WEIGHTS}"]
+    assert found[0].actual.endswith("`tunekit resume` passes over it for the trial's newest whole checkpoint")
+
+
 @pytest.mark.parametrize("attempts", [1, 3, 7])
 def test_attempts_that_are_not_the_attempts_its_spans_ran_in_are_a_disagreement(tmp_path: Path, attempts: int) -> None:
     root = consistent(tmp_path)
