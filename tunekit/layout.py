@@ -52,6 +52,9 @@ TENSORBOARD_DIR = "tensorboard"
 # TensorBoard run's folder, its MLflow run's name, and Ray's trial name, from which the
 # worker reads its number back (``TrialContext.trial_number``).
 TRIAL_NAME_PREFIX = "trial-"
+# The user attribute that names a study trial's Ray trial id, which is its folder's name in the
+# experiment: every record of a trial is found by it (tunekit.search.attrs has the others).
+RAY_TRIAL_ATTR = "ray_trial_id"
 # Retrains of a trial's configuration (tunekit.results.retrain): one folder each,
 # ``retrain/<n>-trial-<number>/``, holding its model (``model.keras`` or ``model.weights.h5``)
 # and ``retrain.json`` (trial, config, epochs, data, metrics, seconds, MLflow run).
@@ -356,3 +359,14 @@ def study_file(experiment_dir: str | Path) -> Path:
     sqlite = Path(experiment_dir) / SQLITE_STUDY_FILE
     journal = Path(experiment_dir) / STUDY_FILE
     return sqlite if sqlite.is_file() and not journal.is_file() else journal
+
+
+def unnamed_trial_folders(directory: Path, trial_ids: set[str]) -> list[Path]:
+    """Folders holding a trial's checkpoint or output.log whose names are not in ``trial_ids``;
+    a probe's (``.probes/``), one set aside (``.orphans/``) and Ray's own are not trials'."""
+    others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
+    return [
+        folder
+        for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others)
+        if not folder.name.startswith(".") and (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file())
+    ]

@@ -347,7 +347,7 @@ def test_a_bucket_resume_catches_the_study_up_with_epochs_only_ray_s_saved_state
     from tunekit.driver.records import EpochRow, TrialRecord
     from tunekit.driver.saved_records import SavedRecords
     from tunekit.driver.study_catch_up import catch_up_study
-    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.layout import RAY_TRIAL_ATTR
     from tunekit.search.plan import study_storage
     from tunekit.storage.buckets import ORIGIN_FILE
 
@@ -375,7 +375,7 @@ def _bucket_cache_asking_trial_0(tmp_path: Path) -> tuple[Any, Any, Any]:
     import optuna
 
     from tunekit.config.spec import load_spec
-    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.layout import RAY_TRIAL_ATTR
     from tunekit.search.plan import study_storage
     from tunekit.storage.buckets import ORIGIN_FILE
 
@@ -400,7 +400,7 @@ def test_a_bucket_resume_asks_again_the_running_trials_only_ray_s_saved_state_ho
     from tunekit.driver.records import EpochRow, TrialRecord
     from tunekit.driver.saved_records import SavedRecords
     from tunekit.driver.study_catch_up import catch_up_study
-    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.layout import RAY_TRIAL_ATTR
 
     spec, study, _ = _bucket_cache_asking_trial_0(tmp_path)
     (tmp_path / "trials.csv").write_text("trial_id,number,status,reason,epochs\nt0,0,running,,0\n")
@@ -457,7 +457,7 @@ def test_a_resume_asks_again_a_stopped_trial_only_trials_csv_holds(tmp_path: Pat
     trials.csv only is told as the searcher told it, and trial 2 asked again, RUNNING, with its
     parameters and Ray id."""
     from tunekit.driver.study_catch_up import catch_up_study
-    from tunekit.search.attrs import RAY_TRIAL_ATTR
+    from tunekit.layout import RAY_TRIAL_ATTR
 
     spec, study, _ = _bucket_cache_asking_trial_0(tmp_path)
     columns = "trial_id,number,status,reason,epochs,final_metric,kept_epoch"

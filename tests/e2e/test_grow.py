@@ -24,11 +24,11 @@ from ray.tune.stopper import TimeoutStopper
 from ray.tune.utils.serialization import TuneFunctionDecoder
 
 import tunekit
-from tunekit.layout import SPEC_FILE
+from tunekit.layout import RAY_TRIAL_ATTR, SPEC_FILE
 from tunekit.results import summarize
 from tunekit.results.closing import closing_text
 from tunekit.results.status import read_status
-from tunekit.search.attrs import HISTORY_ATTR, RAY_TRIAL_ATTR, WARM_START_ATTR
+from tunekit.search.attrs import HISTORY_ATTR, WARM_START_ATTR
 from tunekit.search.plan import study_storage
 from tunekit.search.study import open_study
 from tunekit.tracking.tags import PARENT_RUN_TAG, TAG_BUDGET_PREFIX, TAG_ROLE

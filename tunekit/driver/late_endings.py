@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from tunekit.config.space import REPEAT_SEED_KEY, SearchSpace
 from tunekit.driver.records import EpochRow, TrialRecord
-from tunekit.layout import EPOCH_COLUMNS, EPOCHS_FILE, SPANS_FILE, TRIALS_FILE, TrialStatus, stopped_for_good
-from tunekit.search.attrs import (
-    DUPLICATE_ATTR,
-    FINAL_RESULT_ATTR,
-    HISTORY_ATTR,
-    LOST_ATTR,
+from tunekit.layout import (
+    EPOCH_COLUMNS,
+    EPOCHS_FILE,
     RAY_TRIAL_ATTR,
-    epoch_results,
+    SPANS_FILE,
+    TRIALS_FILE,
+    TrialStatus,
+    stopped_for_good,
 )
+from tunekit.search.attrs import DUPLICATE_ATTR, FINAL_RESULT_ATTR, HISTORY_ATTR, LOST_ATTR, epoch_results
 from tunekit.storage.store import table_rows
 
 if TYPE_CHECKING:

@@ -33,6 +33,7 @@ from tunekit.layout import (
     EPOCH_COLUMNS,
     EPOCH_KEY,
     EPOCHS_FILE,
+    RAY_TRIAL_ATTR,
     STUDY_FILE,
     TRIALS_FILE,
     TrialStatus,
@@ -45,7 +46,6 @@ from tunekit.search.attrs import (
     FINAL_RESULT_ATTR,
     HISTORY_ATTR,
     LOST_ATTR,
-    RAY_TRIAL_ATTR,
     epoch_results,
 )
 from tunekit.search.plan import study_storage

@@ -27,6 +27,7 @@ from tunekit.layout import (
     EPOCHS_FILE,
     EXPLOITS_FILE,
     LEDGER_FILE,
+    RAY_TRIAL_ATTR,
     SPANS_FILE,
     STARTED_FILE,
     STUDY_FILE,
@@ -67,7 +68,6 @@ from tunekit.search.attrs import (
     HISTORY_ATTR,
     LOST_ATTR,
     PBT_STEPS_ATTR,
-    RAY_TRIAL_ATTR,
     epoch_results,
 )
 from tunekit.search.forecast import slot_units

@@ -29,11 +29,9 @@ from tunekit.layout import (
     FINAL_MODEL,
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
-    OUTPUT_FILE,
-    RETRAIN_DIR,
-    TENSORBOARD_DIR,
     TRIALS_FILE,
     TrialStatus,
+    unnamed_trial_folders,
 )
 from tunekit.results.findings import Finding, table_rows_of, trial_label
 from tunekit.results.load import ExperimentResults
@@ -320,23 +318,12 @@ def orphan_folder_findings(directory: Path, trial_ids: set[str]) -> Iterator[Fin
         )
 
 
-def unnamed_trial_folders(directory: Path, trial_ids: set[str]) -> list[Path]:
-    """Folders holding a trial's checkpoint or output.log whose names are not in ``trial_ids``;
-    a probe's (``.probes/``), one set aside (``.orphans/``) and Ray's own are not trials'."""
-    others = {TENSORBOARD_DIR, RETRAIN_DIR, *trial_ids}
-    return [
-        folder
-        for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in others)
-        if not folder.name.startswith(".") and (any(folder.glob("checkpoint_*")) or (folder / OUTPUT_FILE).is_file())
-    ]
-
-
 def _lost_trials(directory: Path) -> set[str]:
     """Ray's ids of the study's trials a resume closed as lost (``LOST_ATTR``)."""
     import optuna
 
-    from tunekit.layout import study_file
-    from tunekit.search.attrs import LOST_ATTR, RAY_TRIAL_ATTR
+    from tunekit.layout import RAY_TRIAL_ATTR, study_file
+    from tunekit.search.attrs import LOST_ATTR
     from tunekit.search.plan import study_storage
 
     if not study_file(directory).is_file():

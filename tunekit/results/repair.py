@@ -36,6 +36,7 @@ from tunekit.layout import (
     EPOCHS_FILE,
     JOURNAL_SEAL_FILE,
     PARAM_PREFIX,
+    RAY_TRIAL_ATTR,
     STUDY_FILE,
     TRIALS_FILE,
     TrialStatus,
@@ -43,7 +44,7 @@ from tunekit.layout import (
     number_or_none,
 )
 from tunekit.results.findings import table_rows_of
-from tunekit.search.attrs import HELD_ATTR, LOST_ATTR, RAY_TRIAL_ATTR
+from tunekit.search.attrs import HELD_ATTR, LOST_ATTR
 from tunekit.storage.clock import died_mid_session
 from tunekit.storage.journal import JournalSealer, verify_journal
 from tunekit.storage.store import repair_torn_tail
@@ -189,7 +190,7 @@ def _name_orphan_folders(directory: Path, templates: list[Any], recorded: set[st
     """Gives a lost trial whose Ray id only the damaged lines held the folder whose checkpoint
     holds its parameters; returns the trial folders still named by no record (a lost trial
     without a checkpoint, or one whose creation the damage took)."""
-    from tunekit.results.check_files import unnamed_trial_folders
+    from tunekit.layout import unnamed_trial_folders
 
     named = recorded | {str(t.user_attrs[RAY_TRIAL_ATTR]) for t in templates if RAY_TRIAL_ATTR in t.user_attrs}
     orphans = unnamed_trial_folders(directory, named)

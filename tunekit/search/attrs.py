@@ -11,7 +11,6 @@ from typing import Any
 
 # ------------------------------------------------------------------ on study trials
 
-RAY_TRIAL_ATTR = "ray_trial_id"  # Ray's id of the trial that trained it
 # Asked for just before the driver died and never run by Ray (closed as FAIL on resume).
 LOST_ATTR = "tunekit_lost"
 GRID_POINT_ATTR = "tunekit_grid_point"  # index into SearchSpace.grid_points()

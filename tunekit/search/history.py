@@ -34,15 +34,8 @@ from tunekit.config.objectives import Constraint, MetricSpec, history_selection,
 from tunekit.config.space import Choice, Distribution, Fixed, FloatRange, IntRange, SearchSpace, parse_space
 from tunekit.config.spec import ExperimentSpec
 from tunekit.config.warm_start import recorded_objectives
-from tunekit.layout import SPEC_FILE, WARM_START_FILE, TrialStatus
-from tunekit.search.attrs import (
-    DUPLICATE_ATTR,
-    FINAL_RESULT_ATTR,
-    HISTORY_ATTR,
-    PBT_STEPS_ATTR,
-    RAY_TRIAL_ATTR,
-    WARM_START_ATTR,
-)
+from tunekit.layout import RAY_TRIAL_ATTR, SPEC_FILE, WARM_START_FILE, TrialStatus
+from tunekit.search.attrs import DUPLICATE_ATTR, FINAL_RESULT_ATTR, HISTORY_ATTR, PBT_STEPS_ATTR, WARM_START_ATTR
 from tunekit.search.plan import pick_best, study_storage
 from tunekit.storage.store import write_json
 

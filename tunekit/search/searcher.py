@@ -38,7 +38,15 @@ from tunekit.compat.optuna_study import WAITING, ask_lagged, reopen_trial, repla
 from tunekit.config.objectives import tracked_metrics
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, FAILURE_KIND_KEY, finite, kept_value, stopped_by_model
+from tunekit.layout import (
+    EPOCH_KEY,
+    FAILURE_KEY,
+    FAILURE_KIND_KEY,
+    RAY_TRIAL_ATTR,
+    finite,
+    kept_value,
+    stopped_by_model,
+)
 from tunekit.search.attrs import (
     EPOCH_RESULT_ATTR_PREFIX,
     EXHAUSTED_ATTR,
@@ -47,7 +55,6 @@ from tunekit.search.attrs import (
     HELD_ATTR,
     LOST_ATTR,
     PBT_STEPS_ATTR,
-    RAY_TRIAL_ATTR,
     REPEAT_ATTR,
     UNSEEN_PICK_ATTR,
     epoch_results,

@@ -16,7 +16,12 @@ its damage:
   ``SEAL_BLOCK`` lines beside it (``study.seal.json``) each time it writes its tables, so a cut
   or a changed byte anywhere in what was sealed is found (``JournalSealer``);
 * **the tables**: every trial number ``trials.csv`` names was created in the journal (the
-  tables are written after the study, never ahead of it).
+  tables are written after the study, never ahead of it);
+* **the trial folders** (a folder experiment's): every trial folder is named by a trial of the
+  journal (``RAY_TRIAL_ATTR``), since the searcher writes a trial's Ray id before Ray starts it. A
+  cut past the seal that ends mid-line looks like a torn last line; the folder of a trial whose
+  ask was in the lost lines tells it (chaos seed 69869: cut back as torn, a completed trial trained
+  again and another's folder was left behind).
 
 A last line without its newline is a *torn tail* (a kill or a full disk mid-write): the one
 damage cut back (``tunekit.storage.store.repair_torn_tail``), and only when nothing else is wrong.
@@ -32,7 +37,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tunekit.layout import JOURNAL_SEAL_FILE, STUDY_FILE, TRIALS_FILE, number_or_none
+from tunekit.layout import (
+    JOURNAL_SEAL_FILE,
+    RAY_TRIAL_ATTR,
+    STUDY_FILE,
+    TRIALS_FILE,
+    number_or_none,
+    unnamed_trial_folders,
+)
 from tunekit.storage.store import read_json, table_rows, write_json
 
 SEAL_BLOCK = 32  # lines per sealed block: a damaged block names at most this many lines
@@ -44,6 +56,7 @@ SET_TRIAL_PARAM, SET_TRIAL_STATE_VALUES, SET_TRIAL_INTERMEDIATE_VALUE = 5, 6, 7
 _STUDY_OPS = {DELETE_STUDY, 2, 3, CREATE_TRIAL, DISCARD_TRIALS}
 _TRIAL_OPS = {SET_TRIAL_PARAM, SET_TRIAL_STATE_VALUES, SET_TRIAL_INTERMEDIATE_VALUE, 8, 9}
 _ONE_ATTR = {2: "user_attr", 3: "system_attr", 8: "user_attr", 9: "system_attr"}
+_RAY_ID_KEY = f'"{RAY_TRIAL_ATTR}"'.encode()
 _STATES = range(5)  # optuna.trial.TrialState: RUNNING, COMPLETE, PRUNED, FAIL, WAITING
 
 
@@ -63,6 +76,7 @@ class JournalReport:
     torn_tail: int = 0
     damage: tuple[int, str] | None = None
     trials: list[int] = field(default_factory=list)
+    ray_ids: set[str] = field(default_factory=set)  # the Ray trial ids its trials name
 
     def note(self, line: int, problem: str, *, last: int | None = None) -> None:
         """Keeps the damage at the earliest line; ``last``: it is somewhere in lines line-last,
@@ -85,9 +99,14 @@ def verify_journal(path: Path, *, tables: bool = True) -> JournalReport:
         if problem:
             report.note(number, problem)
             break
+        if _RAY_ID_KEY in line:  # set on an asked trial (user_attr), or on one added whole (user_attrs)
+            log = json.loads(line)
+            attrs = {**(log.get("user_attrs") or {}), **(log.get("user_attr") or {})}
+            report.ray_ids.add(str(attrs.get(RAY_TRIAL_ATTR)))
     _against_seal(report, path, data, lines)
     if tables:
         _against_tables(report, path.parent)
+        _against_trial_folders(report, path.parent)
     return report
 
 
@@ -289,6 +308,20 @@ def _against_tables(report: JournalReport, experiment_dir: Path) -> None:
             report.lines + 1,
             f"is missing: {TRIALS_FILE} names trial numbers {_ranges(missing)} that no line of the journal "
             f"created ({len(report.trials)} trials): lines were cut from it",
+        )
+
+
+def _against_trial_folders(report: JournalReport, experiment_dir: Path) -> None:
+    from tunekit.storage.buckets import bucket_of
+
+    if report.damage is not None or bucket_of(experiment_dir) is not None:
+        return  # a bucket's journal is uploaded apart from the folders Ray uploads: it may lag them
+    if unknown := unnamed_trial_folders(experiment_dir, report.ray_ids):
+        names = ", ".join(folder.name for folder in unknown)
+        report.note(
+            report.lines + 1,
+            f"is missing: trial folders {names} hold trials no line of the journal names (the searcher writes a "
+            "trial's Ray id before Ray starts it): lines were cut from it",
         )
 
 

@@ -25,9 +25,9 @@ from tunekit.compat.ray_saved_state import end_saved_trials, finished_trials, sa
 from tunekit.config.spec import parse_spec
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.recorder import Recorder
-from tunekit.layout import EPOCH_KEY, INFO_KEY, STARTED_FILE, TrialStatus
+from tunekit.layout import EPOCH_KEY, INFO_KEY, RAY_TRIAL_ATTR, STARTED_FILE, TrialStatus
 from tunekit.results.findings import TIME_SLACK_S
-from tunekit.search.attrs import PBT_STEPS_ATTR, RAY_TRIAL_ATTR
+from tunekit.search.attrs import PBT_STEPS_ATTR
 from tunekit.search.pbt import ExploitStep, RecordingPBT
 from tunekit.search.plan import rung_of, study_storage
 from tunekit.search.schedulers import RecordingASHA

@@ -22,8 +22,7 @@ import pytest
 from tunekit.config.spec import ExperimentSpec
 from tunekit.driver.late_endings import late_endings
 from tunekit.driver.study_catch_up import catch_up_study
-from tunekit.layout import EPOCH_COLUMNS, EPOCH_KEY, EPOCHS_FILE, TRIAL_COLUMNS, TRIALS_FILE, study_file
-from tunekit.search.attrs import RAY_TRIAL_ATTR
+from tunekit.layout import EPOCH_COLUMNS, EPOCH_KEY, EPOCHS_FILE, RAY_TRIAL_ATTR, TRIAL_COLUMNS, TRIALS_FILE, study_file
 from tunekit.search.plan import study_storage
 from tunekit.search.searcher import OptunaStudySearcher
 

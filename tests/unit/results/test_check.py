@@ -26,6 +26,7 @@ from tunekit.layout import (
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
     LEDGER_FILE,
+    RAY_TRIAL_ATTR,
     SPANS_FILE,
     STARTED_FILE,
     TRIALS_FILE,
@@ -33,14 +34,7 @@ from tunekit.layout import (
 from tunekit.results.check import check_experiment
 from tunekit.results.findings import Finding
 from tunekit.results.load import load
-from tunekit.search.attrs import (
-    DUPLICATE_ATTR,
-    FINAL_RESULT_ATTR,
-    HELD_ATTR,
-    LOST_ATTR,
-    PBT_STEPS_ATTR,
-    RAY_TRIAL_ATTR,
-)
+from tunekit.search.attrs import DUPLICATE_ATTR, FINAL_RESULT_ATTR, HELD_ATTR, LOST_ATTR, PBT_STEPS_ATTR
 from tunekit.search.plan import study_storage
 
 from .test_summary import experiment

@@ -206,9 +206,10 @@ def test_check_holds_the_front_against_optuna_s_front_of_the_search_s_own_trials
     # smaller than a, b and c dominates them all, yet this search's front stays a, b, c.
     import optuna
 
+    from tunekit.layout import RAY_TRIAL_ATTR
     from tunekit.results.check_pareto import FRONT_VS_STUDY, study_findings
     from tunekit.results.summary import summarize
-    from tunekit.search.attrs import HISTORY_ATTR, RAY_TRIAL_ATTR
+    from tunekit.search.attrs import HISTORY_ATTR
 
     results = results_of(spec())
     summary = summarize(results)

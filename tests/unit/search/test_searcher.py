@@ -17,8 +17,8 @@ from ray.tune.search import Searcher
 
 from tunekit.config.space import REPEAT_SEED_KEY
 from tunekit.config.spec import ExperimentSpec, load_spec
-from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, STOPPED_BY_MODEL, study_file
-from tunekit.search.attrs import GRID_POINT_ATTR, RAY_TRIAL_ATTR, UNSEEN_PICK_ATTR
+from tunekit.layout import EPOCH_KEY, FAILURE_KEY, INFO_KEY, RAY_TRIAL_ATTR, STOPPED_BY_MODEL, study_file
+from tunekit.search.attrs import GRID_POINT_ATTR, UNSEEN_PICK_ATTR
 from tunekit.search.searcher import OptunaStudySearcher
 from tunekit.search.study import PinnableSampler
 

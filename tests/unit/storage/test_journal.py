@@ -16,11 +16,10 @@ import pytest
 
 from tunekit.driver.resumable import check_resumable
 from tunekit.errors import DamagedFileError
-from tunekit.layout import JOURNAL_SEAL_FILE, STUDY_FILE, TRIALS_FILE
+from tunekit.layout import JOURNAL_SEAL_FILE, RAY_TRIAL_ATTR, STUDY_FILE, TRIALS_FILE
 from tunekit.results.check import TABLES_VS_STUDY, check_experiment
 from tunekit.results.load import load
 from tunekit.results.repair import repair_experiment
-from tunekit.search.attrs import RAY_TRIAL_ATTR
 from tunekit.search.history import optuna_distribution
 from tunekit.search.plan import study_storage
 from tunekit.storage.journal import SEAL_BLOCK, JournalSealer, verify_journal
@@ -159,6 +158,30 @@ def test_a_resume_cuts_back_a_torn_last_line_alone_and_says_so(tmp_path: Path) -
         "appending; the study lost that one write, which the resume redoes"
     ]
     assert (root / STUDY_FILE).read_bytes() == data
+
+
+def test_a_cut_past_the_seal_that_looks_torn_is_damage_when_a_trial_folder_lost_its_trial(tmp_path: Path) -> None:
+    """Chaos seed 69869: the lines after the seal's held a trial's ask (its Ray id); cut mid-line,
+    the journal looks torn at its tail, and only the trial's folder tells the lines were lost."""
+    root = sealed_experiment(tmp_path / "asha")
+    sealed = (root / STUDY_FILE).read_bytes()
+    study = optuna.load_study(study_name=load(root).spec.name, storage=study_storage(root))
+    trial = study.ask()
+    trial.set_user_attr(RAY_TRIAL_ATTR, "5c0ffee5")  # the ask's line the cut takes
+    trial.report(0.5, 1)
+    (root / "5c0ffee5" / "checkpoint_000000").mkdir(parents=True)  # Ray started it
+    data = (root / STUDY_FILE).read_bytes()
+    (root / STUDY_FILE).write_bytes(data[: len(sealed) + 30])  # the ask's line cut mid-way
+    with pytest.raises(DamagedFileError) as refused:
+        check_resumable(root)
+    assert "trial folders 5c0ffee5 hold trials no line of the journal names" in str(refused.value)
+    assert f"`tunekit check --repair {root}` rebuilds the study" in str(refused.value)
+    wheres = {STUDY_FILE, TABLES_VS_STUDY, f"{TRIALS_FILE} vs trial folders"}  # the made-up tables lack the rest
+    assert STUDY_FILE in [f.where for f in check_experiment(root, mlflow=False).findings if f.where in wheres]
+    repaired = repair_experiment(root)
+    assert "trial folders no record names now (5c0ffee5) are moved to .orphans/" in repaired[0], repaired
+    assert check_resumable(root) == []
+    assert not [f for f in check_experiment(root, mlflow=False).findings if f.where in wheres]
 
 
 def test_check_reports_journal_damage_as_a_disagreement_with_its_repair(
