@@ -7,7 +7,6 @@ import contextlib
 import filecmp
 import fnmatch
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -211,24 +210,34 @@ def copy_changed_files(source: Path, destination: Path, exclude: Sequence[str] =
             target.stat().st_mtime_ns >= path.stat().st_mtime_ns or filecmp.cmp(path, target, shallow=False)
         ):
             continue
-        if path.name.startswith("experiment_state-") and not _whole_json(path):
-            # Ray writes its state to the staging folder in place (``json.dump`` into the open
-            # file): a signal's KeyboardInterrupt mid-dump left it cut short, and this copy
-            # then replaced the experiment's whole one with it (1 stop in 28), which a resume
-            # refuses. The older whole one stays until the next save.
+        # Read once, judged and written from that one read: Ray writes its state to the staging
+        # folder in place (``json.dump``, ``pickle.dump`` into the open file) from its loop while
+        # this copy runs in its sync thread, so the file may be cut short as read. A signal's
+        # KeyboardInterrupt mid-dump left one so (1 stop in 28), and a save that began between a
+        # check of the file and its copy did too (a cut experiment state after a search that
+        # ended well). A cut one is not copied: the older whole one stays until the next save.
+        data = path.read_bytes()
+        if not _whole_save(path.name, data):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f"{target.name}.partial")
-        shutil.copyfile(path, partial)
+        partial.write_bytes(data)
         os.replace(partial, target)
 
 
-def _whole_json(path: Path) -> bool:
+def _whole_save(name: str, data: bytes) -> bool:
+    """Whether a save's file is whole as far as its format tells: a pickle (protocol 2 and up)
+    ends with its STOP opcode, which a cut one lacks; an experiment state's JSON, or a ``.pkl``
+    holding JSON (the searcher's ``save``), parses. Other files pass."""
     import json
 
+    if not (name.startswith("experiment_state-") or name.endswith(".pkl")):
+        return True
+    if data.startswith(b"\x80"):
+        return data.endswith(b".")
     try:
-        json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        json.loads(data)
+    except ValueError:
         return False
     return True
 

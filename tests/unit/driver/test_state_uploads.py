@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,11 +60,13 @@ def test_a_copy_cut_short_leaves_the_previous_whole_file(
 ) -> None:
     staging, experiment = folders
 
-    def killed_midway(source: Path, target: Path) -> None:
-        Path(target).write_text("new st")  # what a kill during the copy leaves behind
+    write_bytes = Path.write_bytes
+
+    def killed_midway(target: Path, data: bytes) -> int:
+        write_bytes(target, data[:6])  # what a kill during the copy leaves behind
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shutil, "copyfile", killed_midway)
+    monkeypatch.setattr(Path, "write_bytes", killed_midway)
     with pytest.raises(KeyboardInterrupt):
         copy_changed_files(staging, experiment)
     assert (experiment / "experiment_state-1.json").read_text() == '"old state"'
@@ -79,6 +80,25 @@ def test_a_state_ray_left_cut_short_in_staging_never_replaces_the_whole_one(fold
     copy_changed_files(staging, experiment)
     assert (experiment / "experiment_state-1.json").read_text() == '"old state"'  # nothing lost
     assert (experiment / "trial" / "result.json").read_text() == "new"  # the rest still copied
+
+
+def test_a_pickle_cut_short_in_staging_is_not_copied_and_a_json_one_is(folders: tuple[Path, Path]) -> None:
+    # Ray pickles its callbacks' and searcher's states into staging in place, from its loop, while
+    # its sync thread copies: a copy may read one mid-dump (a cut experiment state was seen so).
+    import pickle
+
+    staging, experiment = folders
+    whole = pickle.dumps({"records": list(range(100))}, protocol=5)
+    _write(experiment / "callback-states-1.pkl", "", 10 * 1_000_000_000)
+    (experiment / "callback-states-1.pkl").write_bytes(whole)
+    (staging / "callback-states-1.pkl").write_bytes(whole[:-7])
+    (staging / "searcher-state-1.pkl").write_text('{"numbers": {"a": 0}}')  # tunekit's searcher saves JSON
+    copy_changed_files(staging, experiment)
+    assert (experiment / "callback-states-1.pkl").read_bytes() == whole  # the older whole one stays
+    assert (experiment / "searcher-state-1.pkl").read_text() == '{"numbers": {"a": 0}}'
+    (staging / "callback-states-1.pkl").write_bytes(pickle.dumps({"records": []}, protocol=5))
+    copy_changed_files(staging, experiment)
+    assert pickle.loads((experiment / "callback-states-1.pkl").read_bytes()) == {"records": []}
 
 
 def test_a_local_experiment_folder_gets_the_whole_file_copy_and_remote_storage_ray_s(
