@@ -18,12 +18,12 @@ from benchmarks.chaos import faults, invariants
 from benchmarks.chaos.__main__ import run_history
 from benchmarks.chaos.history import Moment, plan
 
-# Seeds whose histories held on today's main, with their plans: 237718 SIGTERM, then a resume under
-# faketime +5m; 497363 a deleted lease, then a paused driver taken over from another host, then a
-# second driver from another host. A later fault may come after the search completed (a loaded
-# machine trains as fast, and starts slower): the first always comes. Seeds that broke an invariant
-# (a damaged trials.csv, 58; a worker killed, then the lease deleted, 483) wait for issues 49 and 50.
-SAMPLE = {237718: "sigterm", 497363: "lease-deleted"}
+# A seed whose history held, with its plan: 497363 a deleted lease, then a paused driver taken over
+# from another host, then a second driver from another host. A later fault may come after the
+# search completed (a loaded machine trains as fast, and starts slower): the first always comes.
+# One history: it proves the explorer runs whole in CI (about 45 s); its runs of tens of histories
+# are the proof of the guarantees (docs/how-to/faults.md), and test_lease_faults tries the clocks.
+SAMPLE = {497363: "lease-deleted"}
 
 
 def test_a_history_s_plan_is_the_same_for_the_same_seed_and_names_registered_kinds() -> None:
