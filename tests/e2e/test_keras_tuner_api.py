@@ -28,7 +28,6 @@ from sklearn.datasets import load_digits
 
 import tunekit
 from tunekit import keras_tuner as tunekit_keras_tuner
-from tunekit.driver.session import ray_init_options
 from tunekit.keras_tuner.declare import declare_branches
 from tunekit.keras_tuner.settings import spec_for
 from tunekit.results.check import check_experiment
@@ -39,12 +38,10 @@ NOT_TRACKED: dict[str, Any] = {"tracking": {"enabled": False}}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
+def by_value(shared_ray: None) -> Iterator[None]:
     # A script's classes live in __main__ and travel by value; this module's would travel by name.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init("local", num_cpus=2, **ray_init_options())
     yield
-    ray.shutdown()
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 

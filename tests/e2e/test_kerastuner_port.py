@@ -25,20 +25,17 @@ from keras import layers
 from sklearn.datasets import load_digits
 
 import tunekit
-from tunekit.driver.session import ray_init_options
 from tunekit.results.check import check_experiment
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
+def by_value(shared_ray: None) -> Iterator[None]:
     # A script's build_model lives in __main__ and travels by value; this test module's would
     # travel by name, which the workers cannot import.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init("local", num_cpus=2, **ray_init_options())
     yield
-    ray.shutdown()
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 

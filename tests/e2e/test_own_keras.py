@@ -10,31 +10,21 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 import pytest
-import ray
 
 import tunekit
 from tunekit.contract import TrialContext, load_builders
-from tunekit.driver.session import ray_init_options
 from tunekit.layout import FINAL_MODEL, FINAL_WEIGHTS, OUTPUT_FILE
 from tunekit.search.plan import study_storage
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 
 PROJECT = Path(__file__).resolve().parents[1] / "projects" / "own_keras"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

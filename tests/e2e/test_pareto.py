@@ -44,36 +44,30 @@ WARMED: dict[str, tunekit.ExperimentResults] = {}  # the warm-started search, ru
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[tunekit.ExperimentResults, str]]:
+def searched(
+    tmp_path_factory: pytest.TempPathFactory, shared_ray: None
+) -> Iterator[tuple[tunekit.ExperimentResults, str]]:
     """The search, then the same search grown to 8 trials: (grown results, tracking URI).
     A second search warm-started from the grown one goes to ``WARMED``."""
-    import ray
-
-    from tunekit.driver.session import ray_init_options
-
     root = tmp_path_factory.mktemp("pareto")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    ray.init("local", num_cpus=2, **ray_init_options())
-    try:
-        first = tunekit.run(
-            PARETO_SPEC, storage=root, name="pareto", progress=False, overrides=[*SMALL, f"tracking.uri={uri}"]
-        )
-        grown = tunekit.resume(first.experiment_dir, overrides=["budget.num_samples=8"], progress=False)
-        WARMED["results"] = tunekit.run(
-            PARETO_SPEC,
-            storage=root,
-            name="warmed",
-            progress=False,
-            overrides=[
-                *SMALL[:-1],
-                "budget.num_samples=2",
-                "budget.max_epochs=2",
-                f"search.warm_start_from={grown.experiment_dir}",
-                f"tracking.uri={uri}",
-            ],
-        )
-    finally:
-        ray.shutdown()
+    first = tunekit.run(
+        PARETO_SPEC, storage=root, name="pareto", progress=False, overrides=[*SMALL, f"tracking.uri={uri}"]
+    )
+    grown = tunekit.resume(first.experiment_dir, overrides=["budget.num_samples=8"], progress=False)
+    WARMED["results"] = tunekit.run(
+        PARETO_SPEC,
+        storage=root,
+        name="warmed",
+        progress=False,
+        overrides=[
+            *SMALL[:-1],
+            "budget.num_samples=2",
+            "budget.max_epochs=2",
+            f"search.warm_start_from={grown.experiment_dir}",
+            f"tracking.uri={uri}",
+        ],
+    )
     yield grown, uri
 
 

@@ -15,17 +15,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
 import numpy as np
 import optuna
 import pytest
-import ray
 
 import tunekit
-from tunekit.driver.session import ray_init_options
 from tunekit.layout import CHECKPOINT_STATE, CHECKPOINT_WEIGHTS, EXPLOITS_FILE, NEW_PREFIX, TRACKING_FILE
 from tunekit.results import plots, summarize
 from tunekit.results.mlflow import load_from_mlflow
@@ -35,7 +32,7 @@ from tunekit.storage.clock import SearchClock
 from tunekit.tracking.client import ARTIFACTS_FOLDER
 from tunekit.tracking.tags import TAG_PBT_EXPLOITS, TAG_PBT_STEP_PREFIX, TAG_TRIAL_ID
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_ray")]
 
 REPO = Path(__file__).resolve().parents[2]
 PBT_SPEC = REPO / "search_spaces" / "digits_mlp_pbt.yaml"
@@ -45,13 +42,6 @@ STOPPED_S = 3.0  # between the interruption and the resume
 HOLD_S = 60.0  # the trials after the first two hold epoch 2 this long, until the interruption
 # kill_once's marker files (its REACHED_PREFIX, RESUMED_FILE; importing it would import Keras here)
 REACHED_PREFIX, RESUMED_FILE = "reached_", "resumed"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Iterator[None]:
-    ray.init("local", num_cpus=2, **ray_init_options())
-    yield
-    ray.shutdown()
 
 
 def _study(experiment_dir: Path) -> optuna.Study:

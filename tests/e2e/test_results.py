@@ -27,38 +27,28 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def experiment(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[ExperimentResults, str]]:
+def experiment(tmp_path_factory: pytest.TempPathFactory, shared_ray: None) -> Iterator[tuple[ExperimentResults, str]]:
     """6 trials of up to 3 epochs, ASHA at epochs 1 and 2, tracked to SQLite, keeping each trial's
     best epoch (``training.keep: best``): (results, tracking URI)."""
-    import ray
-
-    from tunekit.driver.session import ray_init_options
-
     root = tmp_path_factory.mktemp("results-experiment")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    ray.init("local", num_cpus=2, **ray_init_options())
-    try:
-        results = tunekit.run(
-            DIGITS_SPEC,
-            storage=root,
-            name="small",
-            progress=False,
-            overrides=[
-                "budget.num_samples=6",
-                "budget.max_epochs=3",
-                "scheduler.grace_period=1",
-                "scheduler.reduction_factor=2",
-                "search.n_startup_trials=3",
-                "training.keep=best",
-                f"tracking.uri={uri}",
-                # A writer that did not send everything fails here with its reason, not in a reader below.
-                "tracking.required=true",
-            ],
-        )
-    finally:
-        ray.shutdown()
+    results = tunekit.run(
+        DIGITS_SPEC,
+        storage=root,
+        name="small",
+        progress=False,
+        overrides=[
+            "budget.num_samples=6",
+            "budget.max_epochs=3",
+            "scheduler.grace_period=1",
+            "scheduler.reduction_factor=2",
+            "search.n_startup_trials=3",
+            "training.keep=best",
+            f"tracking.uri={uri}",
+            # A writer that did not send everything fails here with its reason, not in a reader below.
+            "tracking.required=true",
+        ],
+    )
     yield results, uri
 
 
