@@ -278,7 +278,11 @@ def damage(history: History, pick: Callable[[Path, random.Random], Path | None],
         and not (record == "study.journal" and op == "cut")
         and not noted_as_passed_over(target, said)
     ):
-        history.violate(f"`tunekit check` exit 0 on {op} in {target.relative_to(history.experiment)}")
+        # What check said of the damaged file's trial folder, if anything: its note on a folder no
+        # record reads (a trial closed as lost) tells a miss from damage nothing will read.
+        trial = target.relative_to(history.experiment).parts[0]
+        about = [line.strip() for line in said.splitlines() if trial in line][:3]
+        history.violate(f"`tunekit check` exit 0 on {op} in {target.relative_to(history.experiment)}; said {about}")
 
 
 def noted_as_passed_over(target: Path, said: str) -> bool:
