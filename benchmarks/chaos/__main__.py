@@ -66,7 +66,9 @@ def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dic
                 continue
             inject = faults.KINDS[fault.kind].inject
             assert inject is not None
-            history.restore = None  # a repair is for the damage this fault makes, if any
+            if history.restore is not None:  # an earlier fault's damage no refusal repaired
+                history.earlier.append((history.restore, history.damaged_after, history.damage))
+            history.restore = None  # a refusal's repair is for the damage this fault makes, if any
             history.idle = False
             inject(history)
             (history.found_nothing if history.idle else history.injected).append(fault.kind)

@@ -90,6 +90,10 @@ class History:
     restore: tuple[Path, Path] | None = None  # a damaged file and its whole copy: the user's repair
     damaged_after: int = 0  # how many drivers had started when the damage was made
     damage: bytes = b""  # the damaged file's bytes as the explorer left them
+    # Earlier faults' damage no refusal repaired (restore, damaged_after, damage): a damaged
+    # checkpoint nothing read outlives the faults after it (seed 841380: a checkpoint, then the
+    # journal; the final check named the checkpoint, which the explorer had forgotten).
+    earlier: list[tuple[tuple[Path, Path], int, bytes]] = field(default_factory=list)
     mounted: bool = False
     bucket: BucketStorage | None = None  # the experiment lives there, not in ``storage`` (storage-outage)
     began: float = field(default_factory=time.monotonic)
@@ -303,16 +307,15 @@ def repair_damage_nothing_read(history: History) -> None:
     Only the damage itself is repaired: a resume may have written a new file there since (Ray named
     a trial's next checkpoint as the damaged one it passed over: seed 235600, whose repair put the
     old bytes over the new file and its checksum)."""
-    if history.restore is None:
-        return
-    damaged, copy = history.restore
-    resumed = any(d.what.startswith("resume") for d in history.drivers[history.damaged_after :])
-    if damaged.name != "weights.npz" and resumed:
-        return
+    current = [] if history.restore is None else [(history.restore, history.damaged_after, history.damage)]
     history.restore = None
-    if damaged.is_file() and damaged.read_bytes() == history.damage:
-        damaged.write_bytes(copy.read_bytes())
-        history.say(f"the user repairs {damaged.name} as `tunekit check` says (a whole copy stands for it)")
+    for (damaged, copy), damaged_after, damage in [*history.earlier, *current]:
+        resumed = any(d.what.startswith("resume") for d in history.drivers[damaged_after:])
+        if damaged.name != "weights.npz" and resumed:
+            continue
+        if damaged.is_file() and damaged.read_bytes() == damage:
+            damaged.write_bytes(copy.read_bytes())
+            history.say(f"the user repairs {damaged.name} as `tunekit check` says (a whole copy stands for it)")
 
 
 def finish(history: History) -> None:

@@ -129,7 +129,7 @@ def test_damage_no_resume_read_is_repaired_before_the_final_check_and_nothing_a_
         damaged.write_bytes(now)
         copy.write_bytes(b"whole")
         history = SimpleNamespace(
-            restore=(damaged, copy), say=said.append, drivers=drivers, damaged_after=1, damage=b"damaged"
+            restore=(damaged, copy), say=said.append, drivers=drivers, damaged_after=1, damage=b"damaged", earlier=[]
         )
         repair_damage_nothing_read(history)  # type: ignore[arg-type]
         assert damaged.read_bytes() == expected
@@ -137,6 +137,22 @@ def test_damage_no_resume_read_is_repaired_before_the_final_check_and_nothing_a_
         f"the user repairs {name} as `tunekit check` says (a whole copy stands for it)"
         for name in ("weights.npz", "study.journal")
     ]
+    # Seed 841380: a checkpoint damaged, then the journal; the journal's refusal was repaired, and
+    # the checkpoint's damage, which nothing read, is still the user's to repair at the end.
+    checkpoint, copy = tmp_path / "checkpoint_000000" / "weights.npz", tmp_path / "copy-earlier-weights.npz"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"damaged")
+    copy.write_bytes(b"whole")
+    history = SimpleNamespace(
+        restore=None,
+        say=said.append,
+        drivers=resumed,
+        damaged_after=2,
+        damage=b"",
+        earlier=[((checkpoint, copy), 1, b"damaged")],
+    )
+    repair_damage_nothing_read(history)  # type: ignore[arg-type]
+    assert checkpoint.read_bytes() == b"whole"
 
 
 def test_each_takeover_comes_from_a_host_no_earlier_driver_had() -> None:
