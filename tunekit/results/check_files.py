@@ -279,8 +279,10 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
                     continue  # closed as lost: nothing reads its folder (orphan_folder_findings says so)
                 if trial_id in rows and ((folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file()):
                     repair = f"`tunekit retrain {shown(directory)} --trial {number}` trains it again, exported beside"
-                else:
+                elif str(row.get("status", TrialStatus.RUNNING)) in (TrialStatus.RUNNING, TrialStatus.STOPPED):
                     repair = "`tunekit resume` passes over it for the trial's newest whole checkpoint"
+                else:  # an ended trial's last checkpoint, with no model: no command reads it again
+                    repair = f"the trial ended {row.get('status')} and nothing reads it again; restore it from a copy"
                 yield Finding(
                     CHECKPOINT_FILES, f"{label} {folder / name}", "its recorded checksum", f"{problem}; {repair}"
                 )

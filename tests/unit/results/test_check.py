@@ -650,6 +650,21 @@ def test_a_damaged_checkpoint_in_a_folder_no_row_names_yet_is_named(tmp_path: Pa
     assert found[0].actual.endswith("`tunekit resume` passes over it for the trial's newest whole checkpoint")
 
 
+def test_a_damaged_last_checkpoint_of_an_ended_trial_without_a_model_says_nothing_reads_it(tmp_path: Path) -> None:
+    """Chaos seed 841380: a pruned trial's last checkpoint, damaged; no resume or retrain reads it."""
+    from tunekit.storage.checksums import write_checksums
+
+    root = consistent(tmp_path)  # b: pruned
+    folder = root / "b" / "checkpoint_000000"
+    folder.mkdir(parents=True)
+    np.savez(folder / CHECKPOINT_WEIGHTS, w0=np.arange(16.0))
+    write_checksums(folder)
+    (folder / CHECKPOINT_WEIGHTS).write_bytes(b"cut")
+    found = [f for f in check_experiment(root).findings if f.expected == "its recorded checksum"]
+    assert [f.what for f in found] == [f"trial 1 (b) {folder / CHECKPOINT_WEIGHTS}"]
+    assert found[0].actual.endswith("the trial ended pruned and nothing reads it again; restore it from a copy")
+
+
 @pytest.mark.parametrize("attempts", [1, 3, 7])
 def test_attempts_that_are_not_the_attempts_its_spans_ran_in_are_a_disagreement(tmp_path: Path, attempts: int) -> None:
     root = consistent(tmp_path)
