@@ -33,6 +33,14 @@ from tunekit.testing.runs import cli_sets
 DEFAULT_OUT = common.DEFAULT_OUT / "chaos"
 
 
+def _keep_logs(history_dir: Path, into: Path) -> None:
+    """A violating history's driver logs, kept beside the report (seed 32368: a traceback whose log
+    went with the history's folder, and whose replay did not meet the same moment)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for log in (history_dir / "drivers").glob("*.log"):
+        shutil.copyfile(log, into / log.name)
+
+
 def run_history(seed: int, workdir: Path, kinds: list[str] | None = None) -> dict[str, Any]:
     """One seeded history in ``workdir``: its plan, what happened, the violations, its seconds."""
     off = faults.enabled()
@@ -181,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             history = run_history(seed, workdir, kinds)
             histories.append(history)
+            if history["violations"] and not args.keep:
+                _keep_logs(workdir / f"history-{seed}", args.out / f"history-{seed}-logs")
             print(f"seed {seed}: {history['injected']} {history['seconds']:.0f} s, violations: {history['violations']}")
             result = report(histories, command, time.monotonic() - began)
             common.write_json(args.out / "chaos.json", result)
