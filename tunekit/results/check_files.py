@@ -29,8 +29,10 @@ from tunekit.layout import (
     FINAL_MODEL,
     FINAL_WEIGHTS,
     KEPT_WEIGHTS,
+    RAY_TRIAL_ATTR,
     TRIALS_FILE,
     TrialStatus,
+    study_file,
     unnamed_trial_folders,
 )
 from tunekit.results.findings import Finding, table_rows_of, trial_label
@@ -324,7 +326,6 @@ def _lost_trials(directory: Path) -> set[str]:
     """Ray's ids of the study's trials a resume closed as lost (``LOST_ATTR``)."""
     import optuna
 
-    from tunekit.layout import RAY_TRIAL_ATTR, study_file
     from tunekit.search.attrs import LOST_ATTR
     from tunekit.search.plan import study_storage
 
