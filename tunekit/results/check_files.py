@@ -265,6 +265,7 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
     from tunekit.tracking.artifacts import checkpoint_order
 
     unnamed = {folder.name: {"trial_id": folder.name} for folder in unnamed_trial_folders(directory, set(rows))}
+    lost: set[str] | None = None  # read once, and only when an unnamed folder's checkpoint is damaged
     for trial_id, row in {**rows, **unnamed}.items():
         label, number = trial_label(row) if trial_id in rows else f"trial folder {trial_id}", row.get("number")
         folders = sorted((directory / trial_id).glob("checkpoint_*"), key=checkpoint_order)
@@ -277,8 +278,10 @@ def _checksum_findings(directory: Path, rows: dict[str, dict[str, Any]]) -> Iter
                         "the newest whole one before it, or the first epoch, and says so"
                     )
                     continue
-                if trial_id not in rows and trial_id in _lost_trials(directory):
-                    continue  # closed as lost: nothing reads its folder (orphan_folder_findings says so)
+                if trial_id not in rows:
+                    lost = _lost_trials(directory) if lost is None else lost
+                    if trial_id in lost:
+                        continue  # closed as lost: nothing reads its folder (orphan_folder_findings says so)
                 if trial_id in rows and ((folder / FINAL_MODEL).is_file() or (folder / FINAL_WEIGHTS).is_file()):
                     repair = f"`tunekit retrain {shown(directory)} --trial {number}` trains it again, exported beside"
                 elif str(row.get("status", TrialStatus.RUNNING)) in (TrialStatus.RUNNING, TrialStatus.STOPPED):
